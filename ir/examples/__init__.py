@@ -1,0 +1,1 @@
+"""Example tile programs, written with the builder; the demo and the tests import them."""

@@ -1,0 +1,60 @@
+"""Suite-wide pytest configuration: the `gpu` marker and the hypothesis profile.
+
+Tests marked `gpu` skip when the CUDA driver reports no device, unless the environment variable
+REQUIRE_GPU=1 is set, in which case a missing device fails them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "suite",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """Number of CUDA devices the driver reports (0 without cuda-python or a driver)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, count = driver.cuDeviceGetCount()
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        return int(count)
+    except Exception:
+        return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    require = os.environ.get("REQUIRE_GPU") == "1"
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items or cuda_device_count() > 0:
+        return
+    if require:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.usefixtures("_require_gpu_failure"))
+        return
+    skip = pytest.mark.skip(reason="no CUDA device found by the driver")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def _require_gpu_failure() -> None:
+    pytest.fail("REQUIRE_GPU=1 but the CUDA driver reports no device")
