@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from layout_algebra.errors import LayoutError
+from layout_algebra.symbolic import Expr, as_expr
 
 IntTuple = tuple[int, ...]
 
@@ -264,10 +265,12 @@ class RegisterLayout:
         """The coordinates of register `i` of thread `t`.
 
         Requires 0 <= t < num_threads and 0 <= i < local_size (LayoutError otherwise). Ints give
-        a tuple of ints; NumPy integer arrays (broadcast together) give a tuple of int64 arrays.
+        a tuple of ints; NumPy integer arrays (broadcast together) give a tuple of int64 arrays;
+        symbolic `Expr` indices give `Expr` coordinates (the caller bounds their range).
         """
-        scalar = _is_int(t) and _is_int(i)
-        if scalar:
+        if isinstance(t, Expr) or isinstance(i, Expr):
+            coords = [as_expr(0)] * self.rank
+        elif _is_int(t) and _is_int(i):
             t, i = int(t), int(i)
             if not 0 <= t < self.num_threads:
                 raise LayoutError(f"thread {t} is out of range [0, {self.num_threads})")
@@ -372,6 +375,48 @@ class RegisterLayout:
         """`self * replicate(num_threads)`."""
         return product(self, replicate(num_threads))
 
+    def reduce(self, dims: int | Sequence[int], keepdims: bool = False) -> RegisterLayout:
+        """`reduce(self, dims, keepdims)`: the layout of the reduction over `dims`."""
+        from layout_algebra.reduce import reduce
+
+        return reduce(self, dims, keepdims)
+
+    def permute(self, *dims: int) -> RegisterLayout:
+        """`permute(self, dims)`; takes the dimensions as arguments or as one sequence."""
+        from layout_algebra.transform import permute
+
+        return permute(self, _varargs(dims))
+
+    def reshape(self, *shape: int) -> RegisterLayout:
+        """`reshape(self, shape)`; takes the extents as arguments or as one sequence."""
+        from layout_algebra.transform import reshape
+
+        return reshape(self, _varargs(shape))
+
+    def flatten(self, start: int = 0, end: int = -1) -> RegisterLayout:
+        """`flatten(self, start, end)`: dimensions start..end (inclusive) merged into one."""
+        from layout_algebra.transform import flatten
+
+        return flatten(self, start, end)
+
+    def squeeze(self, dims: int | Sequence[int] | None = None) -> RegisterLayout:
+        """`squeeze(self, dims)`: extent-1 dimensions removed (all of them by default)."""
+        from layout_algebra.transform import squeeze
+
+        return squeeze(self, dims)
+
+    def unsqueeze(self, dim: int) -> RegisterLayout:
+        """`unsqueeze(self, dim)`: an extent-1 dimension inserted as dimension `dim`."""
+        from layout_algebra.transform import unsqueeze
+
+        return unsqueeze(self, dim)
+
+    def concat(self, other: RegisterLayout, dim: int) -> RegisterLayout:
+        """`concat(self, other, dim)`: this tile followed by `other`'s along `dim`."""
+        from layout_algebra.transform import concat
+
+        return concat(self, other, dim)
+
     # ----------------------------------------------------------------------------------------
     # Display
     # ----------------------------------------------------------------------------------------
@@ -404,6 +449,13 @@ class RegisterLayout:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _varargs(values: tuple[Any, ...]) -> Any:
+    """The one sequence in `values` when it is a single list or tuple, else `values` itself."""
+    if len(values) == 1 and isinstance(values[0], (tuple, list)):
+        return values[0]
+    return values
 
 
 def register_layout(
