@@ -1,0 +1,809 @@
+"""A compiled kernel: its parameter signature, the checking of every argument, and its launch.
+
+A `Kernel` holds a CUDA C++ source, its CUBIN for one architecture, the name of its
+`extern "C" __global__` entry, and a signature: one `ArrayParam` or `IntParam` per kernel
+parameter, in the order of the C signature. Arrays travel as 8-byte device pointers, ints as the
+C integer type of their `IntParam`.
+
+    n = var("n")                           # layout_algebra.symbolic
+    params = (ArrayParam("a", 16, n), ArrayParam("b", 16, n), ArrayParam("c", 16, n), IntParam("n"))
+    kernel = build_kernel(source, "vector_add", params, block_threads=128)
+    kernel(a, b, c, 1000, grid=8)          # or kernel(a, b, c=c, n=1000, grid=(8, 1, 1))
+
+Every argument is checked before anything reaches the GPU, and each failure raises `LaunchError`
+naming the parameter, the value and what was expected:
+- ints: an integer (not a bool) in range of the parameter's C type and of its `lo`, `hi` bounds;
+- arrays: a torch tensor, an object with `__cuda_array_interface__` (v2 or v3), or a DLPack
+  producer (`__dlpack__` / `__dlpack_device__`); in memory of the current CUDA device; a storage
+  dtype the parameter accepts; contiguous (row-major and dense); at least
+  ceil(num_elements * element_bits / 8) bytes, with `num_elements` evaluated on the int
+  arguments when it is an expression; the start address a multiple of the parameter's
+  alignment (16 bytes by default: the generated code may use 16-byte vector accesses);
+- grid: a positive int or a tuple of 1 to 3 positive ints, x < 2**31, y and z < 2**16.
+
+The current device is torch's current device when any argument is a torch tensor, else the
+device of the calling thread's current CUDA context, else device 0. The launch goes to torch's
+current stream of that device when any argument is a torch tensor, else to the legacy default
+stream; a DLPack producer is told that stream, and a `__cuda_array_interface__` stream other than
+it is waited for with an event. The launch is asynchronous.
+
+The kernel is loaded lazily, on the first launch or `resources` query, once per device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import operator
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from backend.cache import CubinCache
+from backend.device import (
+    LEGACY_STREAM,
+    Device,
+    KernelResources,
+    LoadedFunction,
+    cuda_driver,
+    current_arch,
+)
+from backend.errors import CompilationError, LaunchError
+from backend.nvrtc import compile_cached, cubin_kernels
+from layout_algebra.symbolic import Expr
+
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = (2**31 - 1, 2**16 - 1, 2**16 - 1)
+RESERVED_NAMES = frozenset({"grid"})
+"""Names a parameter may not take: they are keywords of `Kernel.__call__`."""
+
+STORAGE_DTYPE_BITS: Mapping[str, int] = {
+    "bool": 8,
+    "int8": 8,
+    "uint8": 8,
+    "int16": 16,
+    "uint16": 16,
+    "int32": 32,
+    "uint32": 32,
+    "int64": 64,
+    "uint64": 64,
+    "float16": 16,
+    "bfloat16": 16,
+    "float32": 32,
+    "float64": 64,
+    "float8_e3m4": 8,
+    "float8_e4m3": 8,
+    "float8_e4m3fn": 8,
+    "float8_e4m3fnuz": 8,
+    "float8_e5m2": 8,
+    "float8_e5m2fnuz": 8,
+    "float8_e8m0fnu": 8,
+}
+"""The storage dtypes an array argument may have (names as in NumPy, ml_dtypes and PyTorch),
+with their bits per item."""
+
+
+def default_storage_dtypes(element_bits: int) -> tuple[str, ...]:
+    """The storage dtypes an array of `element_bits`-bit elements accepts by default.
+
+    Elements of 8, 16, 32 or 64 bits: every storage dtype of that width except bool (so an f16
+    array accepts float16, bfloat16, int16 and uint16 storage). Any other width (packed
+    sub-byte elements, or odd widths): bytes, `uint8` and `int8`.
+    """
+    if element_bits in (8, 16, 32, 64):
+        return tuple(
+            name
+            for name, bits in STORAGE_DTYPE_BITS.items()
+            if bits == element_bits and name != "bool"
+        )
+    return ("uint8", "int8")
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise LaunchError(f"{what} name {name!r} is not a C identifier")
+    if name in RESERVED_NAMES:
+        raise LaunchError(
+            f"{what} name {name!r} is reserved (a keyword of the kernel call); choose another"
+        )
+    return name
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ArrayParam:
+    """A pointer parameter: an array of `num_elements` elements of `element_bits` bits each,
+    stored as a dense little-endian bitstream (element k in bits [k*b, (k+1)*b)).
+
+    `num_elements`: a non-negative int, or a symbolic `Expr` over the int parameters' names.
+    `storage_dtypes`: the dtypes an argument may have; () means `default_storage_dtypes`.
+    `alignment`: the byte alignment the start address must have (a power of two).
+    Construction raises `LaunchError` for an invalid field.
+    """
+
+    name: str
+    element_bits: int
+    num_elements: int | Expr
+    storage_dtypes: tuple[str, ...] = ()
+    alignment: int = 16
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "array parameter")
+        if not _is_int(self.element_bits) or not 1 <= self.element_bits <= 64:
+            raise LaunchError(
+                f"array parameter {self.name!r}: element_bits {self.element_bits!r} is not an "
+                "int from 1 to 64"
+            )
+        if _is_int(self.num_elements):
+            if self.num_elements < 0:
+                raise LaunchError(
+                    f"array parameter {self.name!r}: num_elements {self.num_elements} is negative"
+                )
+        elif not isinstance(self.num_elements, Expr):
+            raise LaunchError(
+                f"array parameter {self.name!r}: num_elements {self.num_elements!r} is neither "
+                "an int nor a layout_algebra.symbolic.Expr"
+            )
+        storage = tuple(self.storage_dtypes) or default_storage_dtypes(self.element_bits)
+        unknown = [dtype for dtype in storage if dtype not in STORAGE_DTYPE_BITS]
+        if unknown:
+            raise LaunchError(
+                f"array parameter {self.name!r}: unknown storage dtypes {unknown}; expected "
+                f"names from {sorted(STORAGE_DTYPE_BITS)}"
+            )
+        object.__setattr__(self, "storage_dtypes", storage)
+        if (
+            not _is_int(self.alignment)
+            or self.alignment < 1
+            or self.alignment & (self.alignment - 1)
+        ):
+            raise LaunchError(
+                f"array parameter {self.name!r}: alignment {self.alignment!r} is not a power of two"
+            )
+
+    def count(self, ints: Mapping[str, int]) -> int:
+        """`num_elements` at the int arguments `ints`; `LaunchError` when it is negative or
+        cannot be evaluated (e.g. a division by an int argument that is zero)."""
+        if _is_int(self.num_elements):
+            return self.num_elements
+        try:
+            value = operator.index(self.num_elements.evaluate(ints))
+        except ArithmeticError as error:
+            raise LaunchError(
+                f"array parameter {self.name!r}: num_elements {self.num_elements} cannot be "
+                f"evaluated with {_format_ints(ints)}: {error}"
+            ) from error
+        if value < 0:
+            raise LaunchError(
+                f"array parameter {self.name!r}: num_elements {self.num_elements} is {value} "
+                f"with {_format_ints(ints)}; expected a non-negative count"
+            )
+        return value
+
+    def required_bytes(self, ints: Mapping[str, int]) -> int:
+        """ceil(count(ints) * element_bits / 8): the bytes an argument must at least hold."""
+        return -(-self.count(ints) * self.element_bits // 8)
+
+
+_INT_TYPES = {
+    (8, True): ctypes.c_int8,
+    (8, False): ctypes.c_uint8,
+    (16, True): ctypes.c_int16,
+    (16, False): ctypes.c_uint16,
+    (32, True): ctypes.c_int32,
+    (32, False): ctypes.c_uint32,
+    (64, True): ctypes.c_int64,
+    (64, False): ctypes.c_uint64,
+}
+
+
+@dataclass(frozen=True)
+class IntParam:
+    """An integer parameter passed by value as the C type `int<bits>_t` (`signed`) or
+    `uint<bits>_t`; `bits` is 8, 16, 32 or 64.
+
+    `lo` and `hi` (inclusive, None for the type's own limit) are the values the generated code
+    was compiled for, e.g. the bounds of the IR variable that simplification relied on; an
+    argument outside them is refused. Construction raises `LaunchError` for an invalid field.
+    """
+
+    name: str
+    bits: int = 32
+    signed: bool = True
+    lo: int | None = None
+    hi: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "int parameter")
+        if (self.bits, self.signed) not in _INT_TYPES or not isinstance(self.signed, bool):
+            raise LaunchError(
+                f"int parameter {self.name!r}: bits={self.bits!r}, signed={self.signed!r}; "
+                "expected bits in (8, 16, 32, 64) and signed a bool"
+            )
+        for which, bound in (("lo", self.lo), ("hi", self.hi)):
+            if bound is not None and not (
+                _is_int(bound) and self.min_value <= bound <= self.max_value
+            ):
+                raise LaunchError(
+                    f"int parameter {self.name!r}: {which}={bound!r} is not an int in the range "
+                    f"of {self.c_type_name} [{self.min_value}, {self.max_value}]"
+                )
+        if self.least > self.greatest:
+            raise LaunchError(
+                f"int parameter {self.name!r}: lo={self.lo} > hi={self.hi}; expected lo <= hi"
+            )
+
+    @property
+    def c_type_name(self) -> str:
+        """The C type, e.g. `int32_t`."""
+        return f"{'' if self.signed else 'u'}int{self.bits}_t"
+
+    @property
+    def min_value(self) -> int:
+        """The least value of the C type."""
+        return -(2 ** (self.bits - 1)) if self.signed else 0
+
+    @property
+    def max_value(self) -> int:
+        """The greatest value of the C type."""
+        return 2 ** (self.bits - 1) - 1 if self.signed else 2**self.bits - 1
+
+    @property
+    def least(self) -> int:
+        """The least accepted argument: `lo`, else the C type's least value."""
+        return self.min_value if self.lo is None else self.lo
+
+    @property
+    def greatest(self) -> int:
+        """The greatest accepted argument: `hi`, else the C type's greatest value."""
+        return self.max_value if self.hi is None else self.hi
+
+    def check(self, value: object) -> int:
+        """`value` as an int when it is an integer (not a bool) in range of the C type and
+        within [least, greatest]; else `LaunchError`."""
+        if isinstance(value, bool | np.bool_):
+            raise LaunchError(
+                f"argument {self.name!r} = {value!r} is a bool; expected an integer for the "
+                f"{self.c_type_name} parameter"
+            )
+        try:
+            integer = operator.index(value)
+        except TypeError:
+            raise LaunchError(
+                f"argument {self.name!r} = {value!r} ({type(value).__name__}) is not an integer; "
+                f"expected an int for the {self.c_type_name} parameter"
+            ) from None
+        if not self.min_value <= integer <= self.max_value:
+            raise LaunchError(
+                f"argument {self.name!r} = {integer} is out of range of {self.c_type_name}; "
+                f"expected {self.min_value} <= value <= {self.max_value}"
+            )
+        if not self.least <= integer <= self.greatest:
+            raise LaunchError(
+                f"argument {self.name!r} = {integer} is outside the range the kernel was "
+                f"compiled for; expected {self.least} <= value <= {self.greatest}"
+            )
+        return integer
+
+
+Param = ArrayParam | IntParam
+
+
+def _format_ints(ints: Mapping[str, int]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in ints.items()) or "no int arguments"
+
+
+def check_grid(grid: object) -> tuple[int, int, int]:
+    """`grid` as (x, y, z): a positive int is (grid, 1, 1); a tuple or list of 1 to 3 positive
+    ints is padded with 1s. Raises `LaunchError` for anything else or a dimension over the
+    hardware limit (x < 2**31, y and z < 2**16)."""
+    expected = (
+        "expected a positive int or a tuple of 1 to 3 positive ints "
+        f"(x <= {MAX_GRID[0]}, y and z <= {MAX_GRID[1]})"
+    )
+    dimensions = grid if isinstance(grid, tuple | list) else (grid,)
+    if not 1 <= len(dimensions) <= 3:
+        raise LaunchError(f"grid {grid!r} has {len(dimensions)} dimensions; {expected}")
+    result = []
+    for axis, (value, limit) in enumerate(zip(dimensions, MAX_GRID, strict=False)):
+        if isinstance(value, bool | np.bool_):
+            raise LaunchError(f"grid {grid!r}: dimension {axis} is a bool; {expected}")
+        try:
+            size = operator.index(value)
+        except TypeError:
+            raise LaunchError(
+                f"grid {grid!r}: dimension {axis} is not an integer; {expected}"
+            ) from None
+        if not 1 <= size <= limit:
+            raise LaunchError(f"grid {grid!r}: dimension {axis} is {size}; {expected}")
+        result.append(size)
+    padded = (*result, 1, 1)
+    return padded[0], padded[1], padded[2]
+
+
+@dataclass(frozen=True)
+class _ArrayView:
+    """What the checks need to know of one array argument."""
+
+    address: int
+    dtype: str
+    nbytes: int
+    contiguous: bool
+    ordinal: int | None
+    location: str
+    stream: int | None
+    keepalive: object
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+
+_DLPACK_CUDA = 2
+_DLPACK_CUDA_MANAGED = 13
+_DLPACK_DEVICES = {1: "the CPU", 3: "pinned host memory (DLPack CUDAHost)"}
+_DLPACK_FLOAT_NAMES = {16: "float16", 32: "float32", 64: "float64"}
+_DLPACK_NAMED_CODES = {
+    4: "bfloat",
+    6: "bool",
+    7: "float8_e3m4",
+    8: "float8_e4m3",
+    10: "float8_e4m3fn",
+    11: "float8_e4m3fnuz",
+    12: "float8_e5m2",
+    13: "float8_e5m2fnuz",
+    14: "float8_e8m0fnu",
+}
+
+
+def _dlpack_dtype(code: int, bits: int, lanes: int) -> str:
+    """A storage dtype name for a DLPack dtype (code, bits, lanes)."""
+    if lanes != 1:
+        return f"DLPack vector dtype (code {code}, {bits} bits, {lanes} lanes)"
+    if code == 0:
+        return f"int{bits}"
+    if code == 1:
+        return f"uint{bits}"
+    if code == 2:
+        return _DLPACK_FLOAT_NAMES.get(bits, f"float{bits}")
+    if code in _DLPACK_NAMED_CODES:
+        name = _DLPACK_NAMED_CODES[code]
+        return "bfloat16" if name == "bfloat" and bits == 16 else name
+    return f"DLPack dtype (code {code}, {bits} bits)"
+
+
+def _row_major(shape: Sequence[int], strides: Sequence[int] | None, unit: int) -> bool:
+    """Whether `strides` (in multiples of `unit`) are the dense row-major strides of `shape`;
+    None means dense row-major. Dimensions of size 1 may have any stride."""
+    if strides is None or 0 in shape:
+        return True
+    expected = unit
+    for size, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+class Kernel:
+    """A compiled kernel and its signature; calling it checks the arguments and launches it.
+
+    `source`, `cubin`, `arch`, `entry` (the `extern "C" __global__` name), `params` (the
+    signature, in C parameter order), `block_threads` (threads per block, a 1-D block),
+    `shared_bytes` (dynamic shared memory per block), and `resources` (registers per thread,
+    static shared bytes, local bytes, max threads per block; loading the kernel on the current
+    device the first time). `device` is the driver interface (the real CUDA driver unless a test
+    substitutes one). Construction raises `LaunchError` for an invalid signature or block.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        cubin: bytes,
+        arch: str,
+        entry: str,
+        params: Sequence[Param],
+        block_threads: int,
+        shared_bytes: int = 0,
+        device: Device | None = None,
+    ) -> None:
+        if not isinstance(entry, str) or not entry.isidentifier():
+            raise LaunchError(f"kernel entry {entry!r} is not a C identifier")
+        params = tuple(params)
+        for param in params:
+            if not isinstance(param, ArrayParam | IntParam):
+                raise LaunchError(
+                    f"kernel {entry!r}: parameter {param!r} is not an ArrayParam or IntParam"
+                )
+        names = [param.name for param in params]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise LaunchError(f"kernel {entry!r}: parameter names {duplicates} appear twice")
+        int_names = {param.name for param in params if isinstance(param, IntParam)}
+        for param in params:
+            if isinstance(param, ArrayParam) and isinstance(param.num_elements, Expr):
+                unknown = sorted(param.num_elements.free_vars() - int_names)
+                if unknown:
+                    raise LaunchError(
+                        f"kernel {entry!r}: num_elements {param.num_elements!r} of "
+                        f"{param.name!r} reads {', '.join(unknown)}, which are not int parameters "
+                        f"(the int parameters are {', '.join(sorted(int_names)) or 'none'})"
+                    )
+        if not _is_int(block_threads) or not 1 <= block_threads <= MAX_BLOCK_THREADS:
+            raise LaunchError(
+                f"kernel {entry!r}: block_threads {block_threads!r} is not an int from 1 to "
+                f"{MAX_BLOCK_THREADS}"
+            )
+        if not _is_int(shared_bytes) or shared_bytes < 0:
+            raise LaunchError(
+                f"kernel {entry!r}: shared_bytes {shared_bytes!r} is not a non-negative int"
+            )
+        self._source = source
+        self._cubin = bytes(cubin)
+        self._arch = arch
+        self._entry = entry
+        self._params = params
+        self._block_threads = block_threads
+        self._shared_bytes = shared_bytes
+        self._device = cuda_driver() if device is None else device
+        self._loaded: dict[int, LoadedFunction] = {}
+
+    @property
+    def source(self) -> str:
+        """The CUDA C++ source."""
+        return self._source
+
+    @property
+    def cubin(self) -> bytes:
+        """The compiled ELF image."""
+        return self._cubin
+
+    @property
+    def arch(self) -> str:
+        """The architecture the CUBIN is for, e.g. `sm_90a`."""
+        return self._arch
+
+    @property
+    def entry(self) -> str:
+        """The `extern "C" __global__` function's name."""
+        return self._entry
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """The signature, in C parameter order."""
+        return self._params
+
+    @property
+    def block_threads(self) -> int:
+        """Threads per block."""
+        return self._block_threads
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory per block, in bytes."""
+        return self._shared_bytes
+
+    @property
+    def resources(self) -> KernelResources:
+        """What the kernel uses on the current device (loads it there on first use)."""
+        return self._load(self._device.current_ordinal()).resources
+
+    def __repr__(self) -> str:
+        return (
+            f"Kernel(entry={self._entry!r}, arch={self._arch!r}, params={self._params!r}, "
+            f"block_threads={self._block_threads}, shared_bytes={self._shared_bytes})"
+        )
+
+    def _load(self, ordinal: int) -> LoadedFunction:
+        if ordinal not in self._loaded:
+            self._loaded[ordinal] = self._device.load(
+                ordinal, self._cubin, self._entry, self._shared_bytes
+            )
+        return self._loaded[ordinal]
+
+    def __call__(self, *args: object, grid: object, **kwargs: object) -> None:
+        """Check every argument (see the module docstring), then launch on `grid` blocks.
+
+        Arguments come positionally in signature order or by name. Raises `LaunchError` before
+        anything reaches the GPU when an argument, the grid or the block does not fit.
+        """
+        bound = self._bind(args, kwargs)
+        ints = {
+            param.name: param.check(bound[param.name])
+            for param in self._params
+            if isinstance(param, IntParam)
+        }
+        grid3 = check_grid(grid)
+        torch = sys.modules.get("torch")
+        uses_torch = torch is not None and any(
+            isinstance(value, torch.Tensor) for value in bound.values()
+        )
+        if uses_torch:
+            ordinal = int(torch.cuda.current_device())
+            stream = int(torch.cuda.current_stream(ordinal).cuda_stream)
+        else:
+            ordinal = self._device.current_ordinal()
+            stream = LEGACY_STREAM
+        views = {
+            param.name: self._check_array(param, bound[param.name], ints, ordinal, stream)
+            for param in self._params
+            if isinstance(param, ArrayParam)
+        }
+        function = self._load(ordinal)
+        if self._block_threads > function.resources.max_threads_per_block:
+            raise LaunchError(
+                f"kernel {self._entry!r}: block_threads {self._block_threads} exceeds the "
+                f"{function.resources.max_threads_per_block} threads per block it can run with "
+                f"({function.resources.registers_per_thread} registers per thread)"
+            )
+        values = [
+            ctypes.c_uint64(views[param.name].address)
+            if isinstance(param, ArrayParam)
+            else _INT_TYPES[param.bits, param.signed](ints[param.name])
+            for param in self._params
+        ]
+        pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+        wait_streams = sorted(
+            {
+                view.stream
+                for view in views.values()
+                if view.stream is not None and not _same_stream(view.stream, stream)
+            }
+        )
+        self._device.launch(
+            function,
+            grid3,
+            (self._block_threads, 1, 1),
+            self._shared_bytes,
+            stream,
+            ctypes.addressof(pointers) if values else 0,
+            wait_streams,
+        )
+
+    def _bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
+        """Map each parameter name to its argument; `LaunchError` for too many, unknown,
+        repeated or missing arguments."""
+        names = [param.name for param in self._params]
+        if len(args) > len(names):
+            raise LaunchError(
+                f"kernel {self._entry!r} takes {len(names)} arguments ({', '.join(names)}); "
+                f"got {len(args)} positional arguments"
+            )
+        bound = dict(zip(names, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise LaunchError(
+                    f"kernel {self._entry!r} has no parameter {name!r}; its parameters are "
+                    f"{', '.join(names)}"
+                )
+            if name in bound:
+                raise LaunchError(
+                    f"kernel {self._entry!r}: argument {name!r} given both by position and by name"
+                )
+            bound[name] = value
+        missing = [name for name in names if name not in bound]
+        if missing:
+            raise LaunchError(f"kernel {self._entry!r}: missing arguments {', '.join(missing)}")
+        return bound
+
+    def _check_array(
+        self,
+        param: ArrayParam,
+        value: object,
+        ints: Mapping[str, int],
+        ordinal: int,
+        stream: int,
+    ) -> _ArrayView:
+        """The view of an array argument that passed every check; `LaunchError` otherwise."""
+        view = self._view(param, value, ordinal, stream)
+        name = param.name
+        if view.ordinal != ordinal:
+            raise LaunchError(
+                f"argument {name!r} is in {view.location}; expected memory of the current CUDA "
+                f"device (cuda:{ordinal})"
+            )
+        if view.dtype not in param.storage_dtypes:
+            raise LaunchError(
+                f"argument {name!r} has storage dtype {view.dtype}; expected one of "
+                f"{', '.join(param.storage_dtypes)} for {param.element_bits}-bit elements"
+            )
+        if not view.contiguous:
+            raise LaunchError(
+                f"argument {name!r} is not contiguous; expected a dense row-major array "
+                "(make a contiguous copy first)"
+            )
+        required = param.required_bytes(ints)
+        if view.nbytes < required:
+            where = "" if _is_int(param.num_elements) else f", with {_format_ints(ints)}"
+            raise LaunchError(
+                f"argument {name!r} holds {view.nbytes} bytes; expected at least {required} "
+                f"bytes ({param.count(ints)} elements of {param.element_bits} bits{where})"
+            )
+        if view.address % param.alignment:
+            raise LaunchError(
+                f"argument {name!r} starts at address {view.address:#x}, not a multiple of "
+                f"{param.alignment} bytes; expected a {param.alignment}-byte aligned array "
+                "(a view that starts inside a buffer may not be)"
+            )
+        return view
+
+    def _view(self, param: ArrayParam, value: object, ordinal: int, stream: int) -> _ArrayView:
+        """Read what the checks need from a torch tensor, a `__cuda_array_interface__` object
+        or a DLPack producer."""
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            return _torch_view(value)
+        if hasattr(value, "__cuda_array_interface__"):
+            return self._interface_view(param, value, ordinal)
+        if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+            return _dlpack_view(param, value, ordinal, stream)
+        raise LaunchError(
+            f"argument {param.name!r} is a {type(value).__name__}; expected a CUDA array (a "
+            "torch tensor, an object with __cuda_array_interface__, or a DLPack producer)"
+        )
+
+    def _interface_view(self, param: ArrayParam, value: object, ordinal: int) -> _ArrayView:
+        """The view of an object with `__cuda_array_interface__`."""
+        name = param.name
+        interface = value.__cuda_array_interface__
+        try:
+            shape = tuple(int(size) for size in interface["shape"])
+            typestr = interface["typestr"]
+            address = int(interface["data"][0])
+            strides = interface.get("strides")
+            strides = None if strides is None else tuple(int(step) for step in strides)
+            stream = interface.get("stream")
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise LaunchError(
+                f"argument {name!r} has a malformed __cuda_array_interface__ ({error!r}); "
+                "expected shape, typestr and data entries"
+            ) from error
+        if interface.get("mask") is not None:
+            raise LaunchError(f"argument {name!r} is a masked array; expected no mask")
+        try:
+            dtype = np.dtype(typestr)
+        except TypeError as error:
+            raise LaunchError(
+                f"argument {name!r} has typestr {typestr!r}, which NumPy does not know"
+            ) from error
+        dtype_name = dtype.name if dtype.byteorder != ">" else f"big-endian {typestr}"
+        nbytes = math.prod(shape) * dtype.itemsize
+        located = self._device.pointer_ordinal(address) if nbytes else ordinal
+        return _ArrayView(
+            address=address,
+            dtype=dtype_name,
+            nbytes=nbytes,
+            contiguous=_row_major(shape, strides, dtype.itemsize),
+            ordinal=located,
+            location="host memory" if located is None else f"cuda:{located}",
+            stream=None if stream is None else int(stream),
+            keepalive=value,
+        )
+
+
+def _same_stream(first: int, second: int) -> bool:
+    """Whether two stream handles name the same stream (0 and 1 are both the legacy stream)."""
+    legacy = {LEGACY_STREAM, 1}
+    return first == second or (first in legacy and second in legacy)
+
+
+def _torch_view(tensor: object) -> _ArrayView:
+    """The view of a torch tensor, read through its own attributes."""
+    device = tensor.device
+    is_cuda = device.type == "cuda"
+    return _ArrayView(
+        address=int(tensor.data_ptr()),
+        dtype=str(tensor.dtype).removeprefix("torch."),
+        nbytes=int(tensor.numel()) * int(tensor.element_size()),
+        contiguous=bool(tensor.is_contiguous()),
+        ordinal=int(device.index) if is_cuda else None,
+        location=f"cuda:{device.index}" if is_cuda else f"{device.type} memory",
+        stream=None,
+        keepalive=tensor,
+    )
+
+
+def _dlpack_view(param: ArrayParam, value: object, ordinal: int, stream: int) -> _ArrayView:
+    """The view of a DLPack producer; the capsule is requested only once the device is known
+    to be a CUDA device, with the launch stream (1 for the legacy stream)."""
+    name = param.name
+    device_type, device_id = (int(item) for item in value.__dlpack_device__())
+    if device_type not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+        location = _DLPACK_DEVICES.get(device_type, f"DLPack device type {device_type}")
+        return _ArrayView(0, "", 0, True, None, location, None, value)
+    if device_type == _DLPACK_CUDA and device_id != ordinal:
+        return _ArrayView(0, "", 0, True, device_id, f"cuda:{device_id}", None, value)
+    capsule = value.__dlpack__(stream=1 if stream == LEGACY_STREAM else stream)
+    if not _capsule_is_valid(capsule, b"dltensor"):
+        raise LaunchError(
+            f"argument {name!r}: __dlpack__ returned {capsule!r}; expected a 'dltensor' capsule"
+        )
+    tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[axis] for axis in range(tensor.ndim))
+    strides = tuple(tensor.strides[axis] for axis in range(tensor.ndim)) if tensor.strides else None
+    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
+    if bits % 8 or lanes != 1:
+        raise LaunchError(
+            f"argument {name!r} has DLPack dtype (code {code}, {bits} bits, {lanes} lanes); "
+            "expected whole-byte scalar elements (pass packed data as uint8)"
+        )
+    return _ArrayView(
+        address=(tensor.data or 0) + tensor.byte_offset,
+        dtype=_dlpack_dtype(code, bits, lanes),
+        nbytes=math.prod(shape) * bits // 8,
+        contiguous=_row_major(shape, strides, 1),
+        ordinal=ordinal,
+        location=f"cuda:{ordinal}",
+        stream=None,
+        keepalive=(value, capsule),
+    )
+
+
+def build_kernel(
+    source: str,
+    entry: str,
+    params: Sequence[Param],
+    block_threads: int,
+    shared_bytes: int = 0,
+    *,
+    arch: str | None = None,
+    options: Sequence[str] = (),
+    cache: CubinCache | None = None,
+    device: Device | None = None,
+) -> Kernel:
+    """Compile `source` (through the on-disk cache) and return its `Kernel`.
+
+    `arch=None` means the current GPU's architecture (`current_arch`, which raises
+    `NoDeviceError` without one); `options` are extra NVRTC options; `cache` defaults to
+    `default_cache()`. Raises `CompilationError` when NVRTC fails or the CUBIN defines no kernel
+    named `entry` (it must be declared `extern "C" __global__`), `LaunchError` for an invalid
+    signature. Needs no GPU when `arch` is given.
+    """
+    chosen = current_arch() if arch is None else arch
+    module = compile_cached(source, chosen, options, cache=cache)
+    kernels = cubin_kernels(module.cubin)
+    if entry not in kernels:
+        raise CompilationError(
+            f"kernel {entry!r} is not defined in the compiled source; it defines "
+            f"{', '.join(kernels) or 'no kernel'} (an entry must be declared "
+            'extern "C" __global__)'
+        )
+    return Kernel(
+        source=source,
+        cubin=module.cubin,
+        arch=chosen,
+        entry=entry,
+        params=params,
+        block_threads=block_threads,
+        shared_bytes=shared_bytes,
+        device=device,
+    )

@@ -1,0 +1,387 @@
+"""Compilation of CUDA C++ to a CUBIN with NVRTC, through `cuda.bindings.nvrtc`.
+
+No nvcc and no CUDA toolkit are needed at run time: `cuda-bindings` finds `libnvrtc` through
+`cuda.pathfinder`, which looks in the `nvidia-cuda-nvrtc` wheel's directory first, then in conda,
+then in the system's library path and CUDA_PATH / CUDA_HOME.
+
+Every compilation targets one exact architecture, `--gpu-architecture=sm_XX` (or `sm_XXa`), so
+NVRTC emits SASS for it; no PTX is left for the driver to JIT (a newer NVRTC's PTX does not load
+on an older driver). The options are always `--gpu-architecture=<arch>`, `-std=c++17`, one `-I`
+per CUDA header directory (`cuda_include_dirs`), then the caller's own options.
+
+NVRTC has no C++ standard library; a source may include CUDA's own headers (`cuda_fp16.h`,
+`cuda_bf16.h`, `cuda_fp8.h`, ...). The `nvidia-cuda-nvrtc` wheel holds only `nvrtc.h`, but NVRTC
+13.3 and later carry the toolkit headers (with CCCL) inside `libnvrtc-builtins` and extract them on
+request (`nvrtcInstallBundledHeaders`); they are extracted once into the kernel cache directory,
+one folder per NVRTC version, and always match the compiler. With an older NVRTC the headers of a
+CUDA toolkit found by `cuda.pathfinder` (a `nvidia-cuda-runtime` wheel, conda, CUDA_PATH,
+/usr/local/cuda) are used instead; with neither, a source that includes them fails to compile
+with a `CompilationError` that says so.
+
+    module = compile_cuda(source, "sm_90a")       # CompiledModule: .cubin, .log, .nvrtc_version
+    module = compile_cached(source, "sm_90a")     # the same, through the on-disk cache
+    cubin_kernels(module.cubin)                   # ('vector_add',)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from backend.cache import CubinCache, cache_directory, cache_key, default_cache
+from backend.errors import ArchitectureError, CompilationError
+
+PROGRAM_NAME = "kernel.cu"
+"""The file name NVRTC gives the source in its messages."""
+
+LANGUAGE_STANDARD = "-std=c++17"
+
+_ARCH_PATTERN = re.compile(r"sm_(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)")
+_ERROR_PATTERN = re.compile(
+    r"^(?P<file>.+?)\((?P<line>\d+)\): (?:catastrophic )?error(?: #[\w-]+)?: (?P<message>.*)$",
+    re.MULTILINE,
+)
+_ARCH_OPTIONS = ("--gpu-architecture", "-arch", "--gpu-code", "-code")
+
+# ELF facts of a CUBIN: 64-bit little-endian, machine EM_CUDA, kernels flagged in st_other.
+_ELF_MAGIC = b"\x7fELF"
+_EM_CUDA = 190
+_SHT_SYMTAB = 2
+_STT_FUNC = 2
+_STO_CUDA_ENTRY = 0x10
+_SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """The result of compiling one source.
+
+    `cubin`: the ELF image for `arch`; `log`: NVRTC's log (warnings; empty when clean, and for a
+    cache hit, which stores no log); `nvrtc_version`: (major, minor) of the NVRTC that compiled
+    it; `options`: the full option list given to NVRTC; `from_cache`: whether it was loaded from
+    the on-disk cache.
+    """
+
+    cubin: bytes
+    log: str
+    nvrtc_version: tuple[int, int]
+    arch: str
+    options: tuple[str, ...]
+    from_cache: bool = False
+
+
+def _bindings() -> ModuleType:
+    """`cuda.bindings.nvrtc`, or a `CompilationError` saying how to install it."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise CompilationError(
+            "compiling kernels needs cuda-bindings and the NVRTC wheel: "
+            "pip install 'layout-algebra[cuda]'"
+        ) from error
+    return nvrtc
+
+
+def _check(nvrtc: ModuleType, result: object, call: str) -> None:
+    """Raise `CompilationError` naming `call` unless `result` is NVRTC_SUCCESS."""
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, description = nvrtc.nvrtcGetErrorString(result)
+        raise CompilationError(f"{call} failed: {description.decode(errors='replace')}")
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor) of the NVRTC library this process loads.
+
+    Raises `CompilationError` when cuda-bindings is missing or libnvrtc cannot be found.
+    """
+    nvrtc = _bindings()
+    try:
+        result, major, minor = nvrtc.nvrtcVersion()
+    except RuntimeError as error:
+        raise CompilationError(
+            f"libnvrtc could not be loaded ({error}); install the NVRTC wheel: "
+            "pip install 'layout-algebra[cuda]'"
+        ) from error
+    _check(nvrtc, result, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@functools.cache
+def supported_architectures() -> tuple[int, ...]:
+    """The architecture numbers this NVRTC can target, e.g. (75, 80, 86, ..., 90, 100, 120)."""
+    nvrtc = _bindings()
+    nvrtc_version()
+    result, numbers = nvrtc.nvrtcGetSupportedArchs()
+    _check(nvrtc, result, "nvrtcGetSupportedArchs")
+    return tuple(int(number) for number in numbers)
+
+
+def check_arch(arch: str) -> str:
+    """Return `arch` when it names a real GPU architecture this NVRTC supports.
+
+    Requires: `sm_` then the compute capability digits, optionally followed by `a`
+    (architecture-specific features, e.g. `sm_90a`) or `f` (family), e.g. `sm_80`, `sm_90a`,
+    `sm_100f`. Raises `ArchitectureError` for anything else (a `compute_XX` virtual architecture
+    included: it would leave PTX for the driver).
+    """
+    if not isinstance(arch, str):
+        raise ArchitectureError(f"architecture {arch!r} is not a string; expected e.g. 'sm_90a'")
+    match = _ARCH_PATTERN.fullmatch(arch)
+    if match is None:
+        raise ArchitectureError(
+            f"architecture {arch!r} is not a real GPU architecture; expected 'sm_' and the "
+            "compute capability, e.g. 'sm_80' or 'sm_90a'"
+        )
+    supported = supported_architectures()
+    if int(match["number"]) not in supported:
+        major, minor = nvrtc_version()
+        raise ArchitectureError(
+            f"architecture {arch!r} is not supported by NVRTC {major}.{minor}; it supports "
+            + ", ".join(f"sm_{number}" for number in supported)
+        )
+    return arch
+
+
+def bundled_header_dirs() -> tuple[str, ...]:
+    """The include directories of the headers NVRTC carries, extracted under the cache directory.
+
+    Returns (headers, headers/cccl) inside `<cache directory>/nvrtc-<major>.<minor>-headers`,
+    extracting them on first use (NVRTC skips the work when its version marker is present), or ()
+    when this NVRTC (or its Python binding) predates bundled headers. Raises `CacheError` when the
+    cache directory cannot be used.
+    """
+    nvrtc = _bindings()
+    install = getattr(nvrtc, "nvrtcInstallBundledHeaders", None)
+    if install is None:
+        return ()
+    major, minor = nvrtc_version()
+    target = cache_directory() / f"nvrtc-{major}.{minor}-headers"
+    try:
+        result = install(os.fsencode(target), nvrtc.NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS)
+    except RuntimeError:
+        return ()
+    if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return ()
+    return (str(target), str(target / "cccl"))
+
+
+def toolkit_header_dirs() -> tuple[str, ...]:
+    """The include directories of a CUDA toolkit that `cuda.pathfinder` finds, or ().
+
+    The directory holding `cuda_runtime.h` (a `nvidia-cuda-runtime` wheel, conda, CUDA_PATH /
+    CUDA_HOME, or a system install), then the CCCL directory (`cuda/std`, `nv/target`, which
+    CUDA 13's `cuda_fp16.h` needs) when found separately.
+    """
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return ()
+    find = getattr(pathfinder, "find_nvidia_header_directory", None)
+    if find is None:
+        return ()
+    found: list[str] = []
+    for library in ("cudart", "cccl"):
+        try:
+            directory = find(library)
+        except RuntimeError:
+            continue
+        if directory is not None and directory not in found:
+            found.append(str(directory))
+    if len(found) == 1 and (Path(found[0]) / "cccl").is_dir():
+        found.append(str(Path(found[0]) / "cccl"))
+    return tuple(found) if found and Path(found[0], "cuda_fp16.h").is_file() else ()
+
+
+def cuda_include_dirs() -> tuple[str, ...]:
+    """The CUDA header directories every compilation searches: NVRTC's bundled headers when this
+    NVRTC has them (`bundled_header_dirs`), else a toolkit's (`toolkit_header_dirs`), else ()."""
+    return bundled_header_dirs() or toolkit_header_dirs()
+
+
+def nvrtc_options(
+    arch: str, options: Sequence[str] = (), include_dirs: Sequence[str] | None = None
+) -> tuple[str, ...]:
+    """The full option list for NVRTC: architecture, language standard, includes, then `options`.
+
+    `include_dirs=None` means `cuda_include_dirs()`. Raises `ArchitectureError` for a bad `arch`
+    or when `options` try to choose the architecture themselves, `CompilationError` when an
+    option is not a string.
+    """
+    check_arch(arch)
+    for option in options:
+        if not isinstance(option, str):
+            raise CompilationError(f"NVRTC option {option!r} is not a string")
+        if option.split("=", 1)[0] in _ARCH_OPTIONS:
+            raise ArchitectureError(
+                f"option {option!r} chooses the architecture; pass it as arch= instead"
+            )
+    directories = cuda_include_dirs() if include_dirs is None else tuple(include_dirs)
+    return (
+        f"--gpu-architecture={arch}",
+        LANGUAGE_STANDARD,
+        *(f"-I{directory}" for directory in directories),
+        *options,
+    )
+
+
+def compile_cuda(
+    source: str,
+    arch: str,
+    options: Sequence[str] = (),
+    *,
+    include_dirs: Sequence[str] | None = None,
+) -> CompiledModule:
+    """Compile `source` with NVRTC to a CUBIN for exactly `arch` (no cache).
+
+    `options` are extra NVRTC options (e.g. `-lineinfo`, `-DTILE=128`); `include_dirs=None`
+    searches `cuda_include_dirs()`. Raises `CompilationError` when NVRTC rejects the source: the
+    message holds the first error, the offending source line quoted with its number, and the full
+    log (also in the exception's `log`, `line` and `source_line` attributes); `ArchitectureError`
+    for a bad `arch`.
+    """
+    full_options = nvrtc_options(arch, options, include_dirs)
+    return _compile(source, arch, full_options)
+
+
+def compile_cached(
+    source: str,
+    arch: str,
+    options: Sequence[str] = (),
+    *,
+    include_dirs: Sequence[str] | None = None,
+    cache: CubinCache | None = None,
+) -> CompiledModule:
+    """`compile_cuda` through the on-disk cache (`default_cache()` unless `cache` is given).
+
+    The key is `cache_key(source, full options, arch, nvrtc_version())`, so the include
+    directories and every option take part. NVRTC runs only on a miss; a hit has `from_cache`
+    True and an empty log.
+    """
+    full_options = nvrtc_options(arch, options, include_dirs)
+    version = nvrtc_version()
+    key = cache_key(source, full_options, arch, version)
+    compiled: list[CompiledModule] = []
+
+    def compile_cubin() -> bytes:
+        compiled.append(_compile(source, arch, full_options))
+        return compiled[0].cubin
+
+    cubin, hit = (cache or default_cache()).get_or_compile(key, compile_cubin)
+    if hit:
+        return CompiledModule(cubin, "", version, arch, full_options, from_cache=True)
+    return compiled[0]
+
+
+def _compile(source: str, arch: str, full_options: tuple[str, ...]) -> CompiledModule:
+    """Run NVRTC on `source` with exactly `full_options`."""
+    if not isinstance(source, str):
+        raise CompilationError(f"CUDA source must be a str, got {type(source).__name__}")
+    nvrtc = _bindings()
+    version = nvrtc_version()
+    result, program = nvrtc.nvrtcCreateProgram(
+        source.encode("utf-8"), PROGRAM_NAME.encode(), 0, [], []
+    )
+    _check(nvrtc, result, "nvrtcCreateProgram")
+    try:
+        encoded = [option.encode("utf-8") for option in full_options]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
+        log = _program_log(nvrtc, program)
+        if status == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
+            raise _compilation_failure(source, arch, full_options, version, log)
+        _check(nvrtc, status, "nvrtcCompileProgram")
+        result, size = nvrtc.nvrtcGetCUBINSize(program)
+        _check(nvrtc, result, "nvrtcGetCUBINSize")
+        if size == 0:
+            raise CompilationError(f"NVRTC produced no CUBIN for {arch}", log=log)
+        buffer = bytearray(size)
+        (result,) = nvrtc.nvrtcGetCUBIN(program, buffer)
+        _check(nvrtc, result, "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return CompiledModule(bytes(buffer), log, version, arch, full_options)
+
+
+def _program_log(nvrtc: ModuleType, program: object) -> str:
+    """NVRTC's log for `program`, without the trailing NUL."""
+    result, size = nvrtc.nvrtcGetProgramLogSize(program)
+    _check(nvrtc, result, "nvrtcGetProgramLogSize")
+    buffer = bytearray(size)
+    (result,) = nvrtc.nvrtcGetProgramLog(program, buffer)
+    _check(nvrtc, result, "nvrtcGetProgramLog")
+    return bytes(buffer).rstrip(b"\0").decode("utf-8", errors="replace")
+
+
+def _compilation_failure(
+    source: str, arch: str, full_options: tuple[str, ...], version: tuple[int, int], log: str
+) -> CompilationError:
+    """The `CompilationError` for a failed compilation: first error, quoted line, full log."""
+    header = f"NVRTC {version[0]}.{version[1]} could not compile {PROGRAM_NAME} for {arch}"
+    match = _ERROR_PATTERN.search(log)
+    line: int | None = None
+    source_line: str | None = None
+    if match is None:
+        summary = header + "."
+    elif match["file"] == PROGRAM_NAME:
+        line = int(match["line"])
+        lines = source.splitlines()
+        source_line = lines[line - 1] if 1 <= line <= len(lines) else ""
+        summary = f"{header}: line {line}: {match['message']}\n{line:>6} | {source_line.rstrip()}"
+    else:
+        summary = f"{header}: in {match['file']} line {match['line']}: {match['message']}"
+    if "could not open source file" in log and not any(
+        option.startswith("-I") for option in full_options
+    ):
+        summary += (
+            "\nNo CUDA header directory was found: NVRTC 13.3 and later carry their own headers; "
+            "with an older NVRTC install a CUDA toolkit (CUDA_PATH) or the nvidia-cuda-runtime "
+            "and nvidia-cuda-cccl wheels."
+        )
+    return CompilationError(
+        f"{summary}\nNVRTC log:\n{log.rstrip()}", log=log, line=line, source_line=source_line
+    )
+
+
+def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
+    """The names of the kernels (entry functions) defined in a CUBIN, in symbol-table order.
+
+    Reads the ELF symbol table: function symbols flagged as CUDA entries. An `extern "C"`
+    kernel appears under its own name. Raises `CompilationError` when `cubin` is not a 64-bit
+    little-endian ELF for the CUDA machine or its tables are out of bounds.
+    """
+    data = bytes(cubin)
+    if data[:4] != _ELF_MAGIC or data[4:6] != b"\x02\x01":
+        raise CompilationError("not a CUBIN: expected a 64-bit little-endian ELF image")
+    try:
+        (machine,) = struct.unpack_from("<H", data, 18)
+        if machine != _EM_CUDA:
+            raise CompilationError(
+                f"not a CUBIN: ELF machine {machine}, expected {_EM_CUDA} (CUDA)"
+            )
+        (section_offset,) = struct.unpack_from("<Q", data, 0x28)
+        entry_size, count = struct.unpack_from("<HH", data, 0x3A)
+        sections = [
+            _SECTION_HEADER.unpack_from(data, section_offset + index * entry_size)
+            for index in range(count)
+        ]
+        names: list[str] = []
+        for _, kind, _, _, offset, size, link, _, _, symbol_size in sections:
+            if kind != _SHT_SYMTAB:
+                continue
+            strings_offset = sections[link][4]
+            for start in range(offset, offset + size, symbol_size):
+                name_offset, info, other, _, _, _ = _SYMBOL.unpack_from(data, start)
+                if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                    name_start = strings_offset + name_offset
+                    name_end = data.index(b"\0", name_start)
+                    names.append(data[name_start:name_end].decode("utf-8"))
+    except (struct.error, IndexError, ValueError) as error:
+        raise CompilationError(f"malformed CUBIN: {error}") from error
+    return tuple(names)

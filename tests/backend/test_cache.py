@@ -1,0 +1,394 @@
+"""The on-disk CUBIN cache: where it lives, its permissions, keys, and refusal of bad entries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.cache import (
+    ENVIRONMENT_VARIABLE,
+    CacheStatistics,
+    CubinCache,
+    cache_directory,
+    cache_key,
+    default_cache,
+    default_cache_directory,
+    prepare_directory,
+)
+from backend.errors import CacheError
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+KEY_A = cache_key("source a", ("--gpu-architecture=sm_80",), "sm_80", (13, 0))
+KEY_B = cache_key("source b", ("--gpu-architecture=sm_80",), "sm_80", (13, 0))
+CUBIN_A = b"\x7fELF" + bytes(range(256)) * 4
+CUBIN_B = b"\x7fELF" + b"another image" * 10
+
+
+class CountingCompiler:
+    """A stand-in for NVRTC that counts its calls."""
+
+    def __init__(self, cubin: bytes) -> None:
+        self.cubin = cubin
+        self.calls = 0
+
+    def __call__(self) -> bytes:
+        self.calls += 1
+        return self.cubin
+
+
+def _filled(directory: Path) -> CubinCache:
+    """A cache in `directory` holding CUBIN_A under KEY_A and CUBIN_B under KEY_B."""
+    cache = CubinCache(directory)
+    cache.store(KEY_A, CUBIN_A)
+    cache.store(KEY_B, CUBIN_B)
+    return cache
+
+
+# -- where the cache lives ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "xdg", "expected"),
+    [
+        ("/explicit/dir", "/xdg", "/explicit/dir"),  # the override wins
+        ("", "/xdg", "/xdg/layout-algebra"),  # empty means unset
+        (None, "/xdg", "/xdg/layout-algebra"),
+        (None, "relative/xdg", "HOME/.cache/layout-algebra"),  # XDG ignores relative paths
+        (None, None, "HOME/.cache/layout-algebra"),
+        ("~/mine", None, "HOME/mine"),  # ~ is expanded
+    ],
+)
+def test_default_cache_directory(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    variable: str | None,
+    xdg: str | None,
+    expected: str,
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in ((ENVIRONMENT_VARIABLE, variable), ("XDG_CACHE_HOME", xdg)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert default_cache_directory() == Path(expected.replace("HOME", str(tmp_path)))
+
+
+def test_directory_is_created_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    target = tmp_path / "parent" / "cache"
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(target))
+    previous = os.umask(0o002)
+    try:
+        assert cache_directory() == target
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+
+
+def test_loose_directory_is_tightened(tmp_path: Path) -> None:
+    target = tmp_path / "cache"
+    target.mkdir()
+    target.chmod(0o777)
+    prepare_directory(target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+
+
+def test_symlinked_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(CacheError, match="is a symbolic link"):
+        prepare_directory(tmp_path / "link")
+
+
+def test_file_in_place_of_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "cache").write_bytes(b"")
+    with pytest.raises(CacheError, match="exists and is not a directory"):
+        prepare_directory(tmp_path / "cache")
+
+
+def test_directory_of_another_user_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    target = tmp_path / "cache"
+    target.mkdir(mode=0o700)
+    someone_else = os.getuid() + 1
+    monkeypatch.setattr("backend.cache.os.getuid", lambda: someone_else)
+    with pytest.raises(CacheError, match=rf"owned by uid {os.stat(target).st_uid}; expected"):
+        prepare_directory(target)
+
+
+def test_default_cache_is_one_object_per_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "one"))
+    first = default_cache()
+    assert default_cache() is first
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "two"))
+    assert default_cache() is not first
+    assert default_cache().directory == tmp_path / "two"
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def test_key_is_a_sha256_of_every_component() -> None:
+    base = ("source", ("-std=c++17", "-lineinfo"), "sm_80", (13, 0))
+    variants = [
+        base,
+        ("source ", *base[1:]),
+        (base[0], ("-lineinfo", "-std=c++17"), *base[2:]),  # option order matters
+        (*base[:2], "sm_90a", base[3]),
+        (*base[:3], (13, 1)),
+    ]
+    keys = [cache_key(*variant) for variant in variants]
+    assert len(set(keys)) == len(keys)
+    assert all(len(key) == 64 and set(key) <= set("0123456789abcdef") for key in keys)
+    assert cache_key(*base) == keys[0]
+
+
+@pytest.mark.parametrize("key", ["", "../../etc/passwd", KEY_A.upper(), KEY_A[:-1], KEY_A + "0"])
+def test_entry_path_refuses_what_is_not_a_key(tmp_path: Path, key: str) -> None:
+    with pytest.raises(CacheError, match="is not a sha256"):
+        CubinCache(tmp_path).entry_path(key)
+
+
+# -- hits, misses, and what a store leaves behind -----------------------------------------------
+
+
+def test_second_lookup_hits_without_compiling(tmp_path: Path) -> None:
+    cache = CubinCache(tmp_path / "cache")
+    compiler = CountingCompiler(CUBIN_A)
+    assert cache.get_or_compile(KEY_A, compiler) == (CUBIN_A, False)
+    assert cache.get_or_compile(KEY_A, compiler) == (CUBIN_A, True)
+    assert compiler.calls == 1
+    assert cache.statistics == CacheStatistics(hits=1, misses=1, rejected=0, stores=1)
+
+
+def test_store_leaves_one_private_file_and_no_temporary(tmp_path: Path) -> None:
+    cache = _filled(tmp_path / "cache")
+    names = sorted(path.name for path in cache.directory.iterdir())
+    assert names == sorted([f"{KEY_A}.cubin", f"{KEY_B}.cubin"])
+    for name in names:
+        assert stat.S_IMODE((cache.directory / name).stat().st_mode) == 0o600
+
+
+def test_refused_store_warns_and_still_returns_the_cubin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = CubinCache(tmp_path / "cache")
+
+    def refuse(source: object, target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("backend.cache.os.replace", refuse)
+    with pytest.warns(RuntimeWarning, match="could not store a compiled kernel.*No space left"):
+        assert cache.get_or_compile(KEY_A, CountingCompiler(CUBIN_A)) == (CUBIN_A, False)
+    assert list(cache.directory.iterdir()) == []
+
+
+def test_a_second_process_hits_the_cache(tmp_path: Path) -> None:
+    script = (
+        "import hashlib, json\n"
+        "from backend.cache import default_cache\n"
+        "from backend.nvrtc import compile_cached\n"
+        "source = 'extern \"C\" __global__ void k(int* x) { x[threadIdx.x] = 7; }'\n"
+        "module = compile_cached(source, 'sm_80', include_dirs=())\n"
+        "statistics = default_cache().statistics\n"
+        "print(json.dumps({'from_cache': module.from_cache, 'hits': statistics.hits,\n"
+        "    'misses': statistics.misses, 'stores': statistics.stores,\n"
+        "    'cubin': hashlib.sha256(module.cubin).hexdigest()}))\n"
+    )
+    environment = {
+        **os.environ,
+        ENVIRONMENT_VARIABLE: str(tmp_path / "cache"),
+        "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def run() -> dict[str, object]:
+        completed = subprocess.run(
+            [sys.executable, "-c", script],
+            env=environment,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        return json.loads(completed.stdout)
+
+    first, second = run(), run()
+    assert (first["from_cache"], first["hits"], first["misses"], first["stores"]) == (
+        False,
+        0,
+        1,
+        1,
+    )
+    assert (second["from_cache"], second["hits"], second["misses"], second["stores"]) == (
+        True,
+        1,
+        0,
+        0,
+    )
+    assert first["cubin"] == second["cubin"]
+
+
+# -- refusal of bad entries ---------------------------------------------------------------------
+
+
+def _truncate(path: Path, cache: CubinCache) -> None:
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def _flip_payload_byte(path: Path, cache: CubinCache) -> None:
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _garbage_header(path: Path, cache: CubinCache) -> None:
+    magic, _, rest = path.read_bytes().partition(b"\n")
+    path.write_bytes(magic + b"\n{not json\n" + rest.partition(b"\n")[2])
+
+
+def _wrong_magic(path: Path, cache: CubinCache) -> None:
+    path.write_bytes(b"X" + path.read_bytes()[1:])
+
+
+def _empty(path: Path, cache: CubinCache) -> None:
+    path.write_bytes(b"")
+
+
+def _forged_size(path: Path, cache: CubinCache) -> None:
+    magic, _, rest = path.read_bytes().partition(b"\n")
+    header, _, payload = rest.partition(b"\n")
+    fields = json.loads(header)
+    fields["size"] += 1
+    path.write_bytes(magic + b"\n" + json.dumps(fields).encode() + b"\n" + payload)
+
+
+def _consistent_but_for_another_key(path: Path, cache: CubinCache) -> None:
+    path.write_bytes(cache.entry_path(KEY_B).read_bytes())
+
+
+def _group_writable(path: Path, cache: CubinCache) -> None:
+    path.chmod(0o620)
+
+
+def _symlink_to_valid_entry(path: Path, cache: CubinCache) -> None:
+    elsewhere = cache.directory.parent / "elsewhere.cubin"
+    elsewhere.write_bytes(path.read_bytes())
+    elsewhere.chmod(0o600)
+    path.unlink()
+    path.symlink_to(elsewhere)
+
+
+def _directory(path: Path, cache: CubinCache) -> None:
+    path.unlink()
+    path.mkdir(mode=0o777)
+    (path / "inside").write_bytes(b"x")
+
+
+def _fifo(path: Path, cache: CubinCache) -> None:
+    path.unlink()
+    os.mkfifo(path, 0o600)
+
+
+CORRUPTIONS: list[Callable[[Path, CubinCache], None]] = [
+    _truncate,
+    _flip_payload_byte,
+    _garbage_header,
+    _wrong_magic,
+    _empty,
+    _forged_size,
+    _consistent_but_for_another_key,
+    _group_writable,
+    _symlink_to_valid_entry,
+    _directory,
+    _fifo,
+]
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda corrupt: corrupt.__name__.strip("_"))
+def test_bad_entry_is_recompiled_and_replaced(
+    tmp_path: Path, corrupt: Callable[[Path, CubinCache], None]
+) -> None:
+    cache = _filled(tmp_path / "cache")
+    path = cache.entry_path(KEY_A)
+    corrupt(path, cache)
+    compiler = CountingCompiler(CUBIN_A)
+    assert cache.get_or_compile(KEY_A, compiler) == (CUBIN_A, False)
+    assert compiler.calls == 1
+    assert cache.statistics.rejected == 1
+    status = os.lstat(path)
+    assert stat.S_ISREG(status.st_mode) and stat.S_IMODE(status.st_mode) == 0o600
+    assert cache.get_or_compile(KEY_A, compiler) == (CUBIN_A, True)
+    assert compiler.calls == 1
+
+
+def test_symlink_target_is_left_untouched(tmp_path: Path) -> None:
+    cache = _filled(tmp_path / "cache")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"someone else's file")
+    path = cache.entry_path(KEY_A)
+    path.unlink()
+    path.symlink_to(outside)
+    assert cache.get_or_compile(KEY_A, CountingCompiler(CUBIN_A)) == (CUBIN_A, False)
+    assert outside.read_bytes() == b"someone else's file"
+    assert not path.is_symlink()
+
+
+def test_entry_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    cache = _filled(tmp_path / "cache")
+    os.chown(cache.entry_path(KEY_A), os.getuid() + 1, -1)
+    assert cache.load(KEY_A) is None
+    assert cache.statistics.rejected == 1
+
+
+@given(
+    position=st.integers(min_value=0, max_value=10_000),
+    value=st.integers(min_value=0, max_value=255),
+    cut=st.integers(min_value=0, max_value=3),
+)
+@settings(max_examples=60)
+def test_a_modified_entry_loads_only_its_original_content(
+    tmp_path_factory: pytest.TempPathFactory, position: int, value: int, cut: int
+) -> None:
+    cache = _filled(tmp_path_factory.mktemp("entries"))
+    path = cache.entry_path(KEY_A)
+    original = path.read_bytes()
+    payload_start = len(original) - len(CUBIN_A)
+    data = bytearray(original)
+    index = position % len(data)
+    data[index] = value
+    modified = bytes(data[: len(data) - cut])
+    path.write_bytes(modified)
+    loaded = cache.load(KEY_A)
+    assert loaded in (None, CUBIN_A)
+    if cut or (index >= payload_start and value != original[index]):
+        assert loaded is None
+
+
+def test_content_hash_is_recorded_in_the_header(tmp_path: Path) -> None:
+    cache = _filled(tmp_path / "cache")
+    magic, _, rest = cache.entry_path(KEY_A).read_bytes().partition(b"\n")
+    header, _, payload = rest.partition(b"\n")
+    assert magic == b"layout-algebra cubin cache entry"
+    assert json.loads(header) == {
+        "format": 1,
+        "key": KEY_A,
+        "sha256": hashlib.sha256(CUBIN_A).hexdigest(),
+        "size": len(CUBIN_A),
+    }
+    assert payload == CUBIN_A
