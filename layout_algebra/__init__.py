@@ -3,8 +3,12 @@
 This module only re-exports the public names; each concept lives in its own module.
 """
 
+from layout_algebra.access import AccessMap, BankConflicts, compose
 from layout_algebra.divide import divide, left_divide
 from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout, global_row_major
+from layout_algebra.infer import layout_from_table
+from layout_algebra.interop import from_cute, from_linear_layout, to_cute, to_linear_layout
 from layout_algebra.register import (
     RegisterLayout,
     column_local,
@@ -14,6 +18,16 @@ from layout_algebra.register import (
     register_layout,
     replicate,
     spatial,
+)
+from layout_algebra.shared import (
+    SharedLayout,
+    Swizzle,
+    row_swizzle,
+    shared_column_major,
+    shared_product,
+    shared_row_major,
+    shared_row_major_swizzle,
+    shared_strides,
 )
 from layout_algebra.symbolic import (
     Expr,
@@ -31,6 +45,19 @@ from layout_algebra.symbolic import (
 )
 
 __all__ = [
+    "AccessMap",
+    "BankConflicts",
+    "GlobalLayout",
+    "SharedLayout",
+    "Swizzle",
+    "compose",
+    "global_row_major",
+    "row_swizzle",
+    "shared_column_major",
+    "shared_product",
+    "shared_row_major",
+    "shared_row_major_swizzle",
+    "shared_strides",
     "Expr",
     "as_expr",
     "const",
@@ -48,10 +75,15 @@ __all__ = [
     "column_local",
     "column_spatial",
     "divide",
+    "from_cute",
+    "from_linear_layout",
+    "layout_from_table",
     "left_divide",
     "local",
     "product",
     "register_layout",
     "replicate",
     "spatial",
+    "to_cute",
+    "to_linear_layout",
 ]

@@ -10,6 +10,8 @@ immutable node: `op` names the operation, `args` holds the operands, and leaves 
     "+", "-", "*"                    (a, b)                    exact integer arithmetic
     "//", "%"                        (a, b)                    Python's floor division and modulo
     "min", "max"                     (a, b)
+    "&", "|", "^"                    (a, b)                    bitwise and, or, xor (a, b >= 0)
+    "<<", ">>"                       (a, b)                    a * 2**b, a // 2**b (a, b >= 0)
     "<", "<=", ">", ">=", "==", "!="  (a, b)                    1 when true, 0 when false
     "and", "or"                      (a, b)                    C's `&&` / `||`: nonzero is true
     "not"                            (a,)
@@ -17,19 +19,29 @@ immutable node: `op` names the operation, `args` holds the operands, and leaves 
 
 A worked example, with `t = var("t", 0, 127)`, `i = var("i", 0, 3)` and `n = var("n")`:
 
-    expression        repr                to_c()                    bounds()
-    t // 4 * 2 + i    (t // 4) * 2 + i    (t >> 2) * 2 + i          (0, 65)
-    n // 4            n // 4              n / 4 - (n % 4 < 0)       (None, None)
-    n % 4             n % 4               (n % 4 + 4) % 4           (0, 3)
-    minimum(t, 100)   minimum(t, 100)     (t < 100 ? t : 100)       (0, 100)
+    expression          repr                to_c()                    bounds()
+    t // 4 * 2 + i      (t // 4) * 2 + i    (t >> 2) * 2 + i          (0, 65)
+    n // 4              n // 4              n / 4 - (n % 4 < 0)       (None, None)
+    n % 4               n % 4               (n % 4 + 4) % 4           (0, 3)
+    minimum(t, 100)     minimum(t, 100)     (t < 100 ? t : 100)       (0, 100)
+    t ^ (t & 24) >> 3   t ^ (t & 24) >> 3   t ^ ((t & 24) >> 3)       (0, 127)
 
-Python's operators build trees: `+ - * // %` and unary `-` take an `Expr` or an int on either
-side, `< <= > >=` give boolean trees, and symbolic equality is the method `a.eq(b)` / `a.ne(b)`,
-because `==` and `hash` are structural, so that expressions can be dictionary keys. Construction
-folds constants and applies cheap identities (`x + 0`, `x * 1`, `x * 0`, `x // 1`, `x % 1`, nested
-constant offsets and scales), so that a formula applied to plain ints stays small; `simplify` does
-the stronger, bound-aware rewriting. Truth-testing a non-constant expression raises `TypeError`,
-so a Python `if` on a symbol cannot slip into a formula.
+Python's operators build trees: `+ - * // % & | ^ << >>` and unary `-` take an `Expr` or an int
+on either side, `< <= > >=` give boolean trees, and symbolic equality is the method `a.eq(b)` /
+`a.ne(b)`, because `==` and `hash` are structural, so that expressions can be dictionary keys.
+Construction folds constants and applies cheap identities (`x + 0`, `x * 1`, `x * 0`, `x // 1`,
+`x % 1`, `x ^ 0`, `x & 0`, `x | 0`, `x << 0`, `x >> 0`, nested constant offsets, scales and
+shifts), so that a formula applied to plain ints stays small; `simplify` does the stronger,
+bound-aware rewriting. Truth-testing a non-constant expression raises `TypeError`, so a Python
+`if` on a symbol cannot slip into a formula.
+
+The bitwise operators serve XOR swizzles of shared-memory addresses (CuTe's `Swizzle<B,M,S>` is
+`x ^ ((x & (((1 << B) - 1) << (M + S))) >> S)`). They are defined on non-negative operands and
+shift counts, where every evaluation (Python ints, NumPy int64 arrays without overflow, the C text)
+agrees: `&`, `|`, `^` act on the binary digits, `a << b` is `a * 2**b` and `a >> b` is `a // 2**b`.
+Beyond that domain, evaluation on ints follows Python (two's complement for negative operands,
+`>>` rounding down, a negative shift count raises `LayoutError`) and interval analysis stays sound,
+while array evaluation and the C text are unspecified.
 
 An expression evaluates on Python ints (exact) or NumPy integer arrays (broadcast, int64), prints
 as a C expression whose `/` and `%` keep Python's floor semantics (guarded where interval analysis
@@ -39,6 +51,7 @@ translates trees to Z3 by walking `op`, `args`, `name`, `value`, `lo` and `hi`.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
@@ -59,6 +72,11 @@ OPERATORS: frozenset[str] = frozenset(
         "%",
         "min",
         "max",
+        "&",
+        "|",
+        "^",
+        "<<",
+        ">>",
         "<",
         "<=",
         ">",
@@ -241,6 +259,46 @@ class Expr:
         other = _operand(other)
         return NotImplemented if other is None else _mod(other, self)
 
+    def __and__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitand(self, other)
+
+    def __rand__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitand(other, self)
+
+    def __or__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitor(self, other)
+
+    def __ror__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitor(other, self)
+
+    def __xor__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitxor(self, other)
+
+    def __rxor__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _bitxor(other, self)
+
+    def __lshift__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _lshift(self, other)
+
+    def __rlshift__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _lshift(other, self)
+
+    def __rshift__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _rshift(self, other)
+
+    def __rrshift__(self, other: ExprLike) -> Expr:
+        other = _operand(other)
+        return NotImplemented if other is None else _rshift(other, self)
+
     def __truediv__(self, other: object) -> Expr:
         raise TypeError(
             f"symbolic integers have floor division only: use `//`, not `/`, on {self!r}"
@@ -332,9 +390,9 @@ class Expr:
     def bounds(self) -> tuple[int | None, int | None]:
         """Inclusive bounds (lo, hi) of the value by interval analysis; None for an unbounded side.
 
-        Variables contribute their declared bounds. The bounds are sound for every evaluation in
-        which each variable lies within its bounds and no division by zero happens; they need not
-        be tight. Truth values have bounds within (0, 1).
+        Variables contribute their declared bounds. The bounds are sound for every evaluation on
+        ints in which each variable lies within its bounds, no division by zero happens and no
+        shift count is negative; they need not be tight. Truth values have bounds within (0, 1).
         """
         lo, hi = _interval_of(self)
         return (None if lo == -math.inf else lo, None if hi == math.inf else hi)
@@ -350,7 +408,12 @@ class Expr:
         expression with Python's floor semantics, e.g. `x // 4` with `x` of unknown sign is
         `x / 4 - (x % 4 < 0)`. min and max print as `(a < b ? a : b)`, select as `?:`,
         logical operators as `&&`, `||`, `!`, comparisons as C comparisons (which give 0 or 1).
-        The text assumes no arithmetic overflow in the C type of the variables.
+        `& | ^ << >>` print as themselves, with every operand that is not a name or a
+        non-negative constant in parentheses, and `&`, `^`, `|` in parentheses wherever they are
+        an operand (C ranks them below the comparisons); they mean what `evaluate` computes for
+        non-negative operands and shift counts below the width of the C type. The text assumes
+        no arithmetic overflow in the C type of the variables; a shift's type is that of its left
+        operand, so a constant shifted left, as in `1 << n`, is a C `int`.
         """
         return _to_c(self, {})[0]
 
@@ -361,6 +424,9 @@ class Expr:
         `floor(a / b)`, `%` `Mod`, min and max `Min` and `Max`, comparisons relations, logical
         operators `And`, `Or`, `Not`, and select a `Piecewise`. A truth value used as a number
         becomes `Piecewise((1, cond), (0, True))`; a number used as a truth value `Ne(n, 0)`.
+        `a << b` becomes `a * 2**b` and `a >> b` `floor(a / 2**b)`; `&`, `|`, `^` become the
+        functions `bitwise_and`, `bitwise_or`, `bitwise_xor`, which evaluate on two integers
+        (Python's operators) and print in LaTeX as infix operators.
         """
         return _to_sympy(self, self.is_boolean, {})
 
@@ -586,6 +652,66 @@ def _max(a: Expr, b: Expr) -> Expr:
     return _raw("max", (a, b))
 
 
+def _bitand(a: Expr, b: Expr) -> Expr:
+    """`a & b`, folding constants, `x & 0`, `0 & x` and `x & x`."""
+    if a.op == "const" and b.op == "const":
+        return const(a.value & b.value)
+    if _is_const(a, 0) or _is_const(b, 0):
+        return _ZERO
+    if a == b:
+        return a
+    return _raw("&", (a, b))
+
+
+def _bitor(a: Expr, b: Expr) -> Expr:
+    """`a | b`, folding constants, `x | 0`, `0 | x` and `x | x`."""
+    if a.op == "const" and b.op == "const":
+        return const(a.value | b.value)
+    if _is_const(b, 0) or a == b:
+        return a
+    if _is_const(a, 0):
+        return b
+    return _raw("|", (a, b))
+
+
+def _bitxor(a: Expr, b: Expr) -> Expr:
+    """`a ^ b`, folding constants, `x ^ 0`, `0 ^ x` and `x ^ x`."""
+    if a.op == "const" and b.op == "const":
+        return const(a.value ^ b.value)
+    if _is_const(b, 0):
+        return a
+    if _is_const(a, 0):
+        return b
+    if a == b:
+        return _ZERO
+    return _raw("^", (a, b))
+
+
+def _shift(op: str, a: Expr, b: Expr) -> Expr:
+    """`a << b` or `a >> b`, folding constants (non-negative count), `x << 0`, `0 << x` and
+    `(x << c1) << c2` into `x << (c1 + c2)` for non-negative constants c1, c2 (the same for >>)."""
+    count = b.value if b.op == "const" else None
+    if count is not None and count < 0:
+        return _raw(op, (a, b))
+    if a.op == "const" and count is not None:
+        return const(a.value << count if op == "<<" else a.value >> count)
+    if count == 0 or _is_const(a, 0):
+        return a
+    if count is not None and a.op == op and _is_const(a.args[1]) and a.args[1].value >= 0:
+        return _raw(op, (a.args[0], const(a.args[1].value + count)))
+    return _raw(op, (a, b))
+
+
+def _lshift(a: Expr, b: Expr) -> Expr:
+    """`a << b` (see `_shift`)."""
+    return _shift("<<", a, b)
+
+
+def _rshift(a: Expr, b: Expr) -> Expr:
+    """`a >> b` (see `_shift`)."""
+    return _shift(">>", a, b)
+
+
 def _compare(op: str, a: Expr, b: Expr) -> Expr:
     """The comparison `a op b`, folded to the constant 0 or 1 when both sides are constants."""
     if a.op == "const" and b.op == "const":
@@ -646,6 +772,11 @@ _BUILDERS: dict[str, Callable[..., Expr]] = {
     "%": _mod,
     "min": _min,
     "max": _max,
+    "&": _bitand,
+    "|": _bitor,
+    "^": _bitxor,
+    "<<": _lshift,
+    ">>": _rshift,
     "and": _and,
     "or": _or,
     "not": _not,
@@ -726,10 +857,13 @@ def evaluate(expr: ExprLike, env: Mapping[str, Any]) -> Any:
     `env` maps variable names to ints (Python, bool or NumPy scalars) or NumPy integer arrays.
     With ints only, the result is an exact Python int (a bool for a comparison or a logical
     operator), `//` and `%` follow Python's floor semantics, select, and and or read only the
-    side they need, and a division by zero raises ZeroDivisionError. When any value of `env` is
-    an array, the result is an array of the broadcast shape of all arrays in `env`: int64 (bool
-    for a comparison or a logical operator), with NumPy's floor semantics (the same as Python's),
-    int64 wrap-around, both sides of select evaluated (`np.where`), and 0 where a divisor is 0.
+    side they need, and a division by zero raises ZeroDivisionError; `& | ^ << >>` are Python's
+    (two's complement on negative operands, `>>` rounding down) and a negative shift count raises
+    LayoutError. When any value of `env` is an array, the result is an array of the broadcast
+    shape of all arrays in `env`: int64 (bool for a comparison or a logical operator), with
+    NumPy's floor semantics (the same as Python's), int64 wrap-around, both sides of select
+    evaluated (`np.where`), and 0 where a divisor is 0; the bitwise operators are NumPy's, equal
+    to Python's for non-negative operands, shift counts below 63 and results that fit in int64.
     Bounds of variables are not checked. A variable missing from `env` raises LayoutError
     naming it; a value of another type raises TypeError.
     """
@@ -798,6 +932,8 @@ def _evaluate_ints(node: Expr, values: dict[str, int], memo: dict[int, Any]) -> 
             result = _COMPARISONS[op](a, b)
         elif op in ("//", "%") and b == 0:
             raise ZeroDivisionError(f"division by zero in {node!r}")
+        elif op in ("<<", ">>") and b < 0:
+            raise LayoutError(f"negative shift count {b} in {node!r}; expected a count >= 0")
         else:
             result = int(_INT_ARITHMETIC[op](a, b))
     memo[key] = result
@@ -812,6 +948,11 @@ _INT_ARITHMETIC: dict[str, Callable[[int, int], int]] = {
     "%": operator.mod,
     "min": min,
     "max": max,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
 }
 
 _ARRAY_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
@@ -822,6 +963,11 @@ _ARRAY_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
     "%": np.mod,
     "min": np.minimum,
     "max": np.maximum,
+    "&": np.bitwise_and,
+    "|": np.bitwise_or,
+    "^": np.bitwise_xor,
+    "<<": np.left_shift,
+    ">>": np.right_shift,
     "<": np.less,
     "<=": np.less_equal,
     ">": np.greater,
@@ -956,6 +1102,57 @@ def _interval_mod(a: _Interval, b: _Interval) -> _Interval:
     return _union(parts)
 
 
+_BOUNDS_SHIFT_LIMIT = 1024
+"""Interval analysis widens shift counts above this to infinity, so bounds stay small numbers."""
+
+
+def _power_of_two_interval(count: _Interval) -> _Interval | None:
+    """An interval holding 2**b for every non-negative b in `count`; None when there is none."""
+    if count[1] < 0:
+        return None
+    low = min(max(count[0], 0), _BOUNDS_SHIFT_LIMIT)
+    high = math.inf if count[1] > _BOUNDS_SHIFT_LIMIT else 1 << count[1]
+    return 1 << low, high
+
+
+def _interval_shift(op: str, a: _Interval, count: _Interval) -> _Interval:
+    """Interval of a << b (a * 2**b) or a >> b (a // 2**b) over the non-negative counts b."""
+    scale = _power_of_two_interval(count)
+    if scale is None:
+        return _UNBOUNDED
+    if op == "<<":
+        products = [_extended_mul(x, y) for x in a for y in scale]
+        return min(products), max(products)
+    return _floordiv_positive(a, scale)
+
+
+def _twos_complement_range(a: _Interval, b: _Interval) -> _Interval:
+    """[-2**n, 2**n - 1] for the least n holding both intervals; & | ^ of its values stay in it."""
+    ends = (*a, *b)
+    if any(isinstance(end, float) for end in ends):
+        return _UNBOUNDED
+    width = max((end if end >= 0 else ~end).bit_length() for end in ends)
+    return -(1 << width), (1 << width) - 1
+
+
+def _interval_bitwise(op: str, a: _Interval, b: _Interval) -> _Interval:
+    """Interval of a & b, a | b or a ^ b."""
+    if a[0] >= 0 and b[0] >= 0:
+        # Both non-negative: a & b <= min(a, b), max(a, b) <= a | b, a ^ b <= a | b <= a + b, and
+        # neither | nor ^ sets a bit above the highest bit of max(a, b).
+        if op == "&":
+            return 0, min(a[1], b[1])
+        top = _extended_add(a[1], b[1])
+        if not isinstance(top, float):
+            top = min(top, (1 << max(a[1], b[1]).bit_length()) - 1)
+        return (max(a[0], b[0]) if op == "|" else 0), top
+    if op == "&" and max(a[0], b[0]) >= 0:
+        # One side non-negative: the result keeps some of that side's bits.
+        return 0, a[1] if a[0] >= 0 else b[1]
+    # Some side may be negative: two's complement numbers of n + 1 bits.
+    return _twos_complement_range(a, b)
+
+
 def _decide_comparison(op: str, a: _Interval, b: _Interval) -> bool | None:
     """The truth of `x op y` for every x in a and y in b, or None when it depends on them."""
     if op == "<":
@@ -1023,6 +1220,10 @@ def _interval(node: Expr) -> _Interval:
         return _interval_floordiv(a, b)
     if op == "%":
         return _interval_mod(a, b)
+    if op in ("<<", ">>"):
+        return _interval_shift(op, a, b)
+    if op in ("&", "|", "^"):
+        return _interval_bitwise(op, a, b)
     if op == "min":
         return min(a[0], b[0]), min(a[1], b[1])
     if op == "max":
@@ -1202,6 +1403,38 @@ def _difference(a: Expr, b: Expr) -> Expr:
     return _from_linear(_recombine(_linear(a).plus(_linear(b), -1)))
 
 
+_LARGEST_SIMPLIFIED_SHIFT = 62
+"""`simplify` turns shifts by a constant up to this into arithmetic (2**c stays within int64)."""
+
+
+def _low_zero_bits(linear: _Linear) -> int | None:
+    """The largest k with 2**k dividing every coefficient and the constant; None for zero."""
+    factor = math.gcd(linear.constant, *linear.terms.values())
+    return None if factor == 0 else (factor & -factor).bit_length() - 1
+
+
+def _simplify_bitwise(op: str, a: Expr, b: Expr) -> Expr | None:
+    """`a & b`, `a | b` or `a ^ b` of simplified operands rewritten into arithmetic, or None.
+
+    Where one side is a multiple of 2**k (by its linear form) and the other lies in [0, 2**k),
+    they share no bit: `&` is 0, `|` and `^` are the sum. A contiguous mask c = (2**w - 1) * 2**s
+    picks a field: `x & c` is `((x // 2**s) % 2**w) * 2**s`, rewritten only for x >= 0 (where
+    the C text of the field stays a shift and a mask).
+    """
+    for x, y in ((a, b), (b, a)):
+        k = _low_zero_bits(_linear(x))
+        lo, hi = _interval_of(y)
+        if k is not None and lo >= 0 and hi < 1 << k:
+            return _ZERO if op == "&" else _from_linear(_recombine(_linear(x).plus(_linear(y))))
+        if op == "&" and _is_const(y) and y.value > 0 and _interval_of(x)[0] >= 0:
+            shift = (y.value & -y.value).bit_length() - 1
+            width = (y.value >> shift).bit_length()
+            if y.value >> shift == (1 << width) - 1:
+                field = _simplify_mod(_simplify_floordiv(x, 1 << shift), 1 << width)
+                return _from_linear(_recombine(_linear(field).scaled(1 << shift)))
+    return None
+
+
 def _simplify_node(node: Expr, memo: dict[int, Expr]) -> Expr:
     """One node's rewriting, its operands simplified first."""
     op = node.op
@@ -1224,6 +1457,16 @@ def _simplify_node(node: Expr, memo: dict[int, Expr]) -> Expr:
         if op == "//":
             return _simplify_floordiv(args[0], args[1].value)
         return _simplify_mod(args[0], args[1].value)
+    if op in ("<<", ">>") and _is_const(args[1]) and 0 < args[1].value <= _LARGEST_SIMPLIFIED_SHIFT:
+        scale = 1 << args[1].value
+        if op == "<<":
+            return _from_linear(_recombine(_linear(args[0]).scaled(scale)))
+        if _interval_of(args[0])[0] >= 0:
+            return _simplify_floordiv(args[0], scale)
+    if op in ("&", "|", "^"):
+        rewritten = _simplify_bitwise(op, args[0], args[1])
+        if rewritten is not None:
+            return rewritten
     if op in ("min", "max"):
         difference = _interval_of(_difference(args[0], args[1]))
         if difference[1] <= 0:
@@ -1265,7 +1508,12 @@ def simplify(expr: ExprLike) -> Expr:
     (`(2x) // 4` is `x // 2`); `(x // c) // d` is `x // (c*d)`; `(x % (c*d)) % c` is `x % c`;
     `x // d` is the constant k and `x % d` is `x - k*d` where x's bounds lie in [k*d, (k+1)*d);
     min, max, comparisons and select are decided where the bounds of a - b or of the condition
-    decide them; any node whose bounds are a single value becomes that constant. Where the
+    decide them; `x << c` is `x * 2**c` and, for x >= 0, `x >> c` is `x // 2**c` (0 < c <= 62)
+    and `x & m` for a contiguous mask m = (2**w - 1) * 2**s is `((x // 2**s) % 2**w) * 2**s`
+    (so that they take part in the rewrites of `//` and `%`); `a & b` is 0 and
+    `a | b`, `a ^ b` are `a + b` where a is a multiple of 2**k (every coefficient and the
+    constant of its sum) and b lies in [0, 2**k); other bitwise nodes stay, their operands
+    simplified; any node whose bounds are a single value becomes that constant. Where the
     original divides by zero the result may have a value.
     """
     return _simplify(as_expr(expr), {})
@@ -1281,9 +1529,11 @@ _ADD = 70
 _SHIFT = 60
 _REL = 50
 _EQ = 40
-_BITAND = 30
 _AND = 20
 _OR = 10
+_BITWISE = 5
+"""C's `&`, `^`, `|` bind between `==` and `&&`, below the comparisons; printed with this lowest
+precedence, they are parenthesised wherever they are an operand, so no reader has to recall it."""
 _C_OPERATORS = {"+": "+", "-": "-", "*": "*", "and": "&&", "or": "||"}
 _C_PRECEDENCE = {"+": _ADD, "-": _ADD, "*": _MUL, "and": _AND, "or": _OR}
 
@@ -1326,7 +1576,7 @@ def _c_division(node: Expr, a: _Printed, b: _Printed) -> _Printed:
         if shift is not None and is_floordiv:
             return f"{_wrap(a, a[1] != _ATOM)} >> {shift}", _SHIFT, ">>"
         if shift is not None:
-            return f"{_wrap(a, a[1] != _ATOM)} & {node.args[1].value - 1}", _BITAND, "&"
+            return f"{_wrap(a, a[1] != _ATOM)} & {node.args[1].value - 1}", _BITWISE, "&"
         return f"{_left(a, _MUL, c_operator)} {c_operator} {_right(b, _MUL)}", _MUL, c_operator
     x = _wrap(a, a[1] < _UNARY)
     y = _wrap(b, b[1] != _ATOM)
@@ -1371,6 +1621,10 @@ def _to_c(node: Expr, memo: dict[int, _Printed]) -> _Printed:
     elif op in ("and", "or"):
         x, y = (_wrap(arg, arg[1] <= _AND) for arg in args)
         result = (f"{x} {_C_OPERATORS[op]} {y}", _C_PRECEDENCE[op], _C_OPERATORS[op])
+    elif op in ("&", "|", "^", "<<", ">>"):
+        x, y = (_wrap(arg, arg[1] != _ATOM) for arg in args)
+        precedence = _SHIFT if op in ("<<", ">>") else _BITWISE
+        result = (f"{x} {op} {y}", precedence, op)
     else:
         precedence, text = _C_PRECEDENCE[op], _C_OPERATORS[op]
         x, y = _left(args[0], precedence, text), _right(args[1], precedence)
@@ -1382,7 +1636,19 @@ def _to_c(node: Expr, memo: dict[int, _Printed]) -> _Printed:
 # -------------------------------------------------------------------------- printing: Python
 
 _PY_CMP = 50
-_PY_PRECEDENCE = {"+": _ADD, "-": _ADD, "*": _MUL, "//": _MUL, "%": _MUL}
+_PY_PRECEDENCE = {
+    "+": _ADD,
+    "-": _ADD,
+    "*": _MUL,
+    "//": _MUL,
+    "%": _MUL,
+    "<<": _SHIFT,
+    ">>": _SHIFT,
+    "&": 58,
+    "^": 56,
+    "|": 54,
+}
+"""Python's binary operators; unlike C's, `&`, `^`, `|` bind tighter than the comparisons."""
 _PY_FUNCTIONS = {
     "min": "minimum",
     "max": "maximum",
@@ -1435,6 +1701,33 @@ def _to_python(node: Expr, memo: dict[int, _Printed]) -> _Printed:
 
 # --------------------------------------------------------------------------- printing: sympy
 
+_SYMPY_BITWISE: dict[str, tuple[str, Callable[[int, int], int], str]] = {
+    "&": ("bitwise_and", operator.and_, r"\mathbin{\&}"),
+    "|": ("bitwise_or", operator.or_, r"\mathbin{|}"),
+    "^": ("bitwise_xor", operator.xor, r"\oplus"),
+}
+"""Per bitwise operator: the sympy function's name, its value on two ints, its LaTeX symbol."""
+
+
+@functools.cache
+def _sympy_bitwise(op: str) -> Any:
+    """The sympy function class of `&`, `|` or `^` (one class per operator, made on first use)."""
+    import sympy
+
+    name, function, symbol = _SYMPY_BITWISE[op]
+
+    def evaluate_integers(cls: Any, a: Any, b: Any) -> Any:
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(function(int(a), int(b)))
+        return None
+
+    def latex(self: Any, printer: Any) -> str:
+        x, y = (printer._print(arg) for arg in self.args)
+        return rf"\left({x} {symbol} {y}\right)"
+
+    namespace = {"nargs": 2, "eval": classmethod(evaluate_integers), "_latex": latex}
+    return type(name, (sympy.Function,), namespace)
+
 
 def _to_sympy(node: Expr, as_truth: bool, memo: dict[tuple[int, bool], Any]) -> Any:
     """The sympy form of a node: a Boolean when `as_truth`, else a number."""
@@ -1481,6 +1774,11 @@ def _to_sympy(node: Expr, as_truth: bool, memo: dict[tuple[int, bool], Any]) -> 
                 "%": lambda: sympy.Mod(x, y),
                 "min": lambda: sympy.Min(x, y),
                 "max": lambda: sympy.Max(x, y),
+                "<<": lambda: x * 2**y,
+                ">>": lambda: sympy.floor(x / 2**y),
+                "&": lambda: _sympy_bitwise("&")(x, y),
+                "|": lambda: _sympy_bitwise("|")(x, y),
+                "^": lambda: _sympy_bitwise("^")(x, y),
             }[op]()
         result = sympy.Ne(number, 0) if as_truth else number
     memo[key] = result
