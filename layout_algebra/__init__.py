@@ -4,11 +4,14 @@ This module only re-exports the public names; each concept lives in its own modu
 """
 
 from layout_algebra.access import AccessMap, BankConflicts, compose
+from layout_algebra.auto import auto_local_spatial
 from layout_algebra.divide import divide, left_divide
 from layout_algebra.errors import LayoutError
+from layout_algebra.expression_parser import ExpressionError, parse_layout
 from layout_algebra.global_layout import GlobalLayout, global_row_major
 from layout_algebra.infer import layout_from_table
 from layout_algebra.interop import from_cute, from_linear_layout, to_cute, to_linear_layout
+from layout_algebra.reduce import reduce
 from layout_algebra.register import (
     RegisterLayout,
     column_local,
@@ -43,6 +46,7 @@ from layout_algebra.symbolic import (
     simplify,
     var,
 )
+from layout_algebra.transform import concat, flatten, permute, reshape, squeeze, unsqueeze
 
 __all__ = [
     "AccessMap",
@@ -70,20 +74,30 @@ __all__ = [
     "select",
     "simplify",
     "var",
+    "ExpressionError",
     "LayoutError",
     "RegisterLayout",
+    "auto_local_spatial",
     "column_local",
     "column_spatial",
+    "concat",
     "divide",
+    "flatten",
     "from_cute",
     "from_linear_layout",
     "layout_from_table",
     "left_divide",
     "local",
+    "parse_layout",
+    "permute",
     "product",
+    "reduce",
     "register_layout",
     "replicate",
+    "reshape",
     "spatial",
+    "squeeze",
     "to_cute",
     "to_linear_layout",
+    "unsqueeze",
 ]

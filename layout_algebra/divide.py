@@ -76,13 +76,10 @@ def _split_off(a: RegisterLayout, b: RegisterLayout, inner: bool, op: str) -> Re
         if not isinstance(operand, RegisterLayout):
             raise LayoutError(f"{op}'s {name} must be a RegisterLayout, got {operand!r}")
     if b.rank > a.rank:
-        if any(extent != 1 for extent in b.shape[: b.rank - a.rank]):
-            raise LayoutError(
-                f"{op}: divisor {b!r} has rank {b.rank} > dividend rank {a.rank} with "
-                "non-unit leading extents"
-            )
-        b = register_layout(
-            b.shape[b.rank - a.rank :], b.mode_shape, b.spatial_modes, b.local_modes
+        raise LayoutError(
+            f"{op}: divisor {b!r} has rank {b.rank} > dividend rank {a.rank}, and a product with "
+            f"it has rank >= {b.rank}, so no layout c satisfies "
+            f"{'c * b' if inner else 'b * c'} == a"
         )
     rank = a.rank
     rest_shape = []

@@ -1509,12 +1509,12 @@ def simplify(expr: ExprLike) -> Expr:
     `x // d` is the constant k and `x % d` is `x - k*d` where x's bounds lie in [k*d, (k+1)*d);
     min, max, comparisons and select are decided where the bounds of a - b or of the condition
     decide them; `x << c` is `x * 2**c` and, for x >= 0, `x >> c` is `x // 2**c` (0 < c <= 62)
-    and `x & m` for a contiguous mask m = (2**w - 1) * 2**s is `((x // 2**s) % 2**w) * 2**s`
-    (so that they take part in the rewrites of `//` and `%`); `a & b` is 0 and
-    `a | b`, `a ^ b` are `a + b` where a is a multiple of 2**k (every coefficient and the
-    constant of its sum) and b lies in [0, 2**k); other bitwise nodes stay, their operands
-    simplified; any node whose bounds are a single value becomes that constant. Where the
-    original divides by zero the result may have a value.
+    and `x & m` for a contiguous mask m = (2**w - 1) * 2**s is `((x // 2**s) % 2**w) * 2**s`,
+    so that they take part in the rewrites of `//` and `%`; `a & b` is 0 and `a | b`, `a ^ b`
+    are `a + b` where a is a multiple of 2**k (every coefficient and the constant of its sum)
+    and b lies in [0, 2**k); other bitwise nodes stay, their operands simplified; any node whose
+    bounds are a single value becomes that constant. Where the original divides by zero the
+    result may have a value.
     """
     return _simplify(as_expr(expr), {})
 
