@@ -1,0 +1,627 @@
+"""The Python builder of tile programs: a `with` block that reads like a kernel.
+
+Example, a vector add of `n` f16 elements, 1024 per block::
+
+    with ProgramBuilder("vector_add", num_threads=128) as b:
+        n = b.int_param("n")
+        x, y, z = (b.array_param(name, dtypes.f16) for name in "xyz")
+        views = [b.global_view(p, dtypes.f16, GlobalLayout((n,), (1,))) for p in (x, y, z)]
+        tile = spatial(128).local(8)
+        origin = [b.block_x * 1024]
+        total = b.add(b.load_global(views[0], origin, tile), b.load_global(views[1], origin, tile))
+        b.store_global(views[2], total, origin)
+    program = b.program()
+
+Each method appends one instruction to the innermost open body and returns the tensor it
+defines. `for_range` and `if_` are context managers whose `with` body becomes the loop or if body;
+loop-carried values are register tensors defined before the loop and overwritten with `assign`.
+Scalars are `layout_algebra.symbolic.Expr` (ints are accepted wherever an Expr is).
+
+The builder computes each result's type (dtype, shape, layout) and raises `VerificationError`
+when it cannot; with `check=True` (the default) it also runs the verifier's per-instruction
+checks at once, so a mistake is reported at the line that made it. `check=False` builds
+ill-formed programs on purpose (for testing the verifier). `program()` returns the `Program`
+without running the whole-program checks of `ir.verify` (scopes, shared-memory size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ir.dtypes import DataType
+from ir.elementwise import BINARY_OPS, REDUCTIONS, UNARY_OPS, broadcast_shapes, result_dtype
+from ir.errors import VerificationError
+from ir.instructions import (
+    Assign,
+    Binary,
+    Cast,
+    CopyAsync,
+    CopyAsyncCommit,
+    CopyAsyncWait,
+    Dot,
+    ForRange,
+    GlobalView,
+    If,
+    Instruction,
+    LoadGlobal,
+    LoadShared,
+    Reduce,
+    RegisterTensorInit,
+    SharedTensorAlloc,
+    StoreGlobal,
+    StoreShared,
+    Sync,
+    Unary,
+    View,
+    Where,
+)
+from ir.program import BLOCK_INDICES, Program
+from ir.values import (
+    ArrayParam,
+    GlobalTensor,
+    IntParam,
+    Param,
+    RegisterTensor,
+    SharedTensor,
+)
+from ir.verifier import check_instruction
+from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
+from layout_algebra.register import RegisterLayout, replicate
+from layout_algebra.shared import SharedLayout
+from layout_algebra.symbolic import Expr, ExprLike, as_expr, var
+
+INT_PARAM_LIMIT = 2**31 - 1
+"""Default upper bound of integer parameters (they are C ints in the kernel)."""
+
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if "
+    "inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while bool true false half threadIdx blockIdx blockDim "
+    "gridDim".split()
+)
+_GENERATED_PREFIXES = ("r", "s", "g", "k")
+
+
+def _is_generated_name(name: str) -> bool:
+    return name[:1] in _GENERATED_PREFIXES and name[1:].isdigit()
+
+
+class ProgramBuilder:
+    """Builds one `Program` named `name` for blocks of `num_threads` threads.
+
+    Use as ``with ProgramBuilder(name, num_threads) as b: ...`` then ``b.program()``. With
+    `check` (default True) every instruction is checked by the verifier as it is added.
+    """
+
+    def __init__(self, name: str, num_threads: int, *, check: bool = True) -> None:
+        if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
+            raise VerificationError(f"program name {name!r} is not a C identifier")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+            raise VerificationError(f"num_threads must be an int, got {num_threads!r}")
+        if not 1 <= num_threads <= 1024:
+            raise VerificationError(f"num_threads must be in [1, 1024], got {num_threads}")
+        self.name = name
+        self.num_threads = num_threads
+        self.check = check
+        self._params: list[Param] = []
+        self._bodies: list[list[Instruction]] = [[]]
+        self._counters = dict.fromkeys(_GENERATED_PREFIXES, 0)
+
+    def __enter__(self) -> ProgramBuilder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    # ----------------------------------------------------------------------------------------
+    # Internals
+    # ----------------------------------------------------------------------------------------
+
+    def _fresh(self, prefix: str) -> str:
+        number = self._counters[prefix]
+        self._counters[prefix] = number + 1
+        return f"{prefix}{number}"
+
+    def _emit(self, instruction: Instruction) -> None:
+        if self.check:
+            check_instruction(instruction, self.num_threads)
+        self._bodies[-1].append(instruction)
+
+    def _register(self, dtype: DataType, layout: RegisterLayout) -> RegisterTensor:
+        if not isinstance(dtype, DataType):
+            raise VerificationError(f"expected a DataType such as dtypes.f16, got {dtype!r}")
+        if not isinstance(layout, RegisterLayout):
+            raise VerificationError(f"expected a RegisterLayout, got {layout!r}")
+        return RegisterTensor(self._fresh("r"), dtype, layout)
+
+    def _tensor(self, value: Any, what: str) -> RegisterTensor:
+        if not isinstance(value, RegisterTensor):
+            raise VerificationError(f"{what} must be a RegisterTensor, got {value!r}")
+        return value
+
+    def _constant(self, value: int | float, dtype: DataType) -> RegisterTensor:
+        """A rank-0 tensor held by every thread, for a Python number operand."""
+        return self.register_tensor(dtype, replicate(self.num_threads), value)
+
+    def _operands(self, values: Sequence[Any], what: str) -> list[RegisterTensor]:
+        """Register tensors for elementwise operands; Python numbers take the tensors' dtype."""
+        tensors = [v for v in values if isinstance(v, RegisterTensor)]
+        if not tensors:
+            raise VerificationError(f"{what} needs at least one RegisterTensor operand")
+        dtype = tensors[-1].dtype
+        result = []
+        for k, value in enumerate(values):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                result.append(self._constant(value, dtype))
+            else:
+                result.append(self._tensor(value, f"operand {k} of {what}"))
+        return result
+
+    def _result_layout(
+        self, operands: Sequence[RegisterTensor], layout: RegisterLayout | None, what: str
+    ) -> RegisterLayout:
+        shape = broadcast_shapes(*(x.shape for x in operands))
+        if shape is None:
+            shapes = ", ".join(str(x.shape) for x in operands)
+            raise VerificationError(f"{what}: the operand shapes {shapes} do not broadcast")
+        if layout is not None:
+            return layout
+        for operand in operands:
+            if operand.shape == shape:
+                return operand.layout
+        raise VerificationError(
+            f"{what}: no operand has the broadcast shape {shape}; pass layout= for the result"
+        )
+
+    @staticmethod
+    def _memory(tensor: Any, kind: type, what: str) -> None:
+        if not isinstance(tensor, kind):
+            raise VerificationError(f"{what} a {kind.__name__}, got {tensor!r}")
+
+    @staticmethod
+    def _scalars(values: Sequence[ExprLike], what: str) -> tuple[Expr, ...]:
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise VerificationError(f"{what} must be a sequence of ints or Exprs, got {values!r}")
+        try:
+            return tuple(as_expr(v) for v in values)
+        except TypeError as error:
+            raise VerificationError(f"{what}: {error}") from error
+
+    # ----------------------------------------------------------------------------------------
+    # Parameters and scalars
+    # ----------------------------------------------------------------------------------------
+
+    def _check_param_name(self, name: str) -> None:
+        if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
+            raise VerificationError(f"parameter name {name!r} is not a C identifier")
+        if name in _C_KEYWORDS or name.startswith("block_") or _is_generated_name(name):
+            raise VerificationError(
+                f"parameter name {name!r} is reserved (C keywords, block_*, and the generated "
+                "names r<n>, s<n>, g<n>, k<n>)"
+            )
+        if any(p.name == name for p in self._params):
+            raise VerificationError(f"parameter name {name!r} is already used")
+
+    def int_param(self, name: str, lo: int = 0, hi: int = INT_PARAM_LIMIT) -> Expr:
+        """Add an integer parameter; returns its variable, with bounds lo <= value <= hi."""
+        self._check_param_name(name)
+        param = IntParam(name, var(name, lo, hi))
+        self._params.append(param)
+        return param.var
+
+    def array_param(self, name: str, dtype: DataType) -> ArrayParam:
+        """Add a pointer parameter to a dense bitstream of `dtype` elements."""
+        self._check_param_name(name)
+        if not isinstance(dtype, DataType):
+            raise VerificationError(f"array parameter {name!r}: {dtype!r} is not a DataType")
+        param = ArrayParam(name, dtype)
+        self._params.append(param)
+        return param
+
+    @property
+    def block_x(self) -> Expr:
+        """The block's x index in the grid (blockIdx.x)."""
+        return BLOCK_INDICES[0]
+
+    @property
+    def block_y(self) -> Expr:
+        """The block's y index in the grid (blockIdx.y)."""
+        return BLOCK_INDICES[1]
+
+    @property
+    def block_z(self) -> Expr:
+        """The block's z index in the grid (blockIdx.z)."""
+        return BLOCK_INDICES[2]
+
+    # ----------------------------------------------------------------------------------------
+    # Tensors and memory
+    # ----------------------------------------------------------------------------------------
+
+    def register_tensor(
+        self, dtype: DataType, layout: RegisterLayout, init: int | float = 0
+    ) -> RegisterTensor:
+        """A register tensor with every element `init` (converted to `dtype`)."""
+        if isinstance(init, bool) or not isinstance(init, (int, float)):
+            raise VerificationError(f"register_tensor init must be an int or float, got {init!r}")
+        out = self._register(dtype, layout)
+        self._emit(RegisterTensorInit(out, init))
+        return out
+
+    def shared_tensor(self, dtype: DataType, layout: SharedLayout) -> SharedTensor:
+        """A shared-memory tensor of `dtype` addressed by the `SharedLayout` `layout`."""
+        out = SharedTensor(self._fresh("s"), dtype, layout)
+        self._emit(SharedTensorAlloc(out))
+        return out
+
+    def global_view(self, param: ArrayParam, dtype: DataType, layout: GlobalLayout) -> GlobalTensor:
+        """View array parameter `param` as `dtype` elements placed by the `GlobalLayout`."""
+        if not isinstance(param, ArrayParam):
+            raise VerificationError(f"global_view needs an ArrayParam, got {param!r}")
+        out = GlobalTensor(self._fresh("g"), dtype, layout, param)
+        self._emit(GlobalView(out, param))
+        return out
+
+    def load_global(
+        self, src: GlobalTensor, offsets: Sequence[ExprLike], layout: RegisterLayout
+    ) -> RegisterTensor:
+        """Load the tile at `offsets` of `src` into registers placed by `layout`; 0 outside."""
+        self._memory(src, GlobalTensor, "load_global reads")
+        out = self._register(src.dtype, layout)
+        self._emit(LoadGlobal(out, src, self._scalars(offsets, "load_global offsets")))
+        return out
+
+    def store_global(
+        self, dst: GlobalTensor, src: RegisterTensor, offsets: Sequence[ExprLike]
+    ) -> None:
+        """Store register tile `src` at `offsets` of `dst`; elements outside dst are skipped."""
+        self._memory(dst, GlobalTensor, "store_global writes")
+        src = self._tensor(src, "store_global's source")
+        self._emit(StoreGlobal(dst, src, self._scalars(offsets, "store_global offsets")))
+
+    def _shared_offsets(
+        self, tensor: SharedTensor, offsets: Sequence[ExprLike] | None, what: str
+    ) -> tuple[Expr, ...]:
+        if offsets is None:
+            return (as_expr(0),) * len(tensor.shape)
+        return self._scalars(offsets, what)
+
+    def load_shared(
+        self,
+        src: SharedTensor,
+        layout: RegisterLayout,
+        offsets: Sequence[ExprLike] | None = None,
+    ) -> RegisterTensor:
+        """Load the tile at `offsets` (default 0) of `src` into registers placed by `layout`."""
+        self._memory(src, SharedTensor, "load_shared reads")
+        out = self._register(src.dtype, layout)
+        self._emit(LoadShared(out, src, self._shared_offsets(src, offsets, "load_shared offsets")))
+        return out
+
+    def store_shared(
+        self, dst: SharedTensor, src: RegisterTensor, offsets: Sequence[ExprLike] | None = None
+    ) -> None:
+        """Store register tile `src` at `offsets` (default 0) of shared tensor `dst`."""
+        self._memory(dst, SharedTensor, "store_shared writes")
+        src = self._tensor(src, "store_shared's source")
+        self._emit(
+            StoreShared(dst, src, self._shared_offsets(dst, offsets, "store_shared offsets"))
+        )
+
+    def copy_async(
+        self,
+        dst: SharedTensor,
+        src: GlobalTensor,
+        src_offsets: Sequence[ExprLike],
+        dst_offsets: Sequence[ExprLike] | None = None,
+        layout: RegisterLayout | None = None,
+    ) -> None:
+        """Start copying a tile global -> shared (`ir.instructions.CopyAsync`).
+
+        The tile shape is `layout.shape` when a layout is given, else the last `src.rank`
+        extents of dst's shape; `dst_offsets` defaults to 0.
+        """
+        if not isinstance(src, GlobalTensor) or not isinstance(dst, SharedTensor):
+            raise VerificationError(
+                f"copy_async copies a GlobalTensor into a SharedTensor, got {src!r} -> {dst!r}"
+            )
+        if layout is not None:
+            shape = tuple(getattr(layout, "shape", ()))
+        else:
+            shape = dst.shape[max(0, len(dst.shape) - src.rank) :]
+        self._emit(
+            CopyAsync(
+                dst,
+                src,
+                self._scalars(src_offsets, "copy_async src_offsets"),
+                self._shared_offsets(dst, dst_offsets, "copy_async dst_offsets"),
+                shape,
+                layout,
+            )
+        )
+
+    def copy_async_commit(self) -> None:
+        """Close the group of copies issued since the last commit."""
+        self._emit(CopyAsyncCommit())
+
+    def copy_async_wait(self, pending: int = 0) -> None:
+        """Wait until at most `pending` committed copy groups are still in flight."""
+        self._emit(CopyAsyncWait(pending))
+
+    def sync(self) -> None:
+        """A barrier of all the block's threads."""
+        self._emit(Sync())
+
+    # ----------------------------------------------------------------------------------------
+    # Computation
+    # ----------------------------------------------------------------------------------------
+
+    def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
+        """`x` converted to `dtype` (the contract's conversion rules), same layout."""
+        x = self._tensor(x, "cast's operand")
+        out = self._register(dtype, x.layout)
+        self._emit(Cast(out, x))
+        return out
+
+    def view(self, x: RegisterTensor, dtype: DataType, layout: RegisterLayout) -> RegisterTensor:
+        """`x`'s register bits reinterpreted as `dtype` elements placed by `layout`."""
+        x = self._tensor(x, "view's operand")
+        out = self._register(dtype, layout)
+        self._emit(View(out, x))
+        return out
+
+    def unary(self, op: str, x: RegisterTensor) -> RegisterTensor:
+        """Elementwise `op` (a key of `ir.elementwise.UNARY_OPS`) of `x`."""
+        if op not in UNARY_OPS:
+            raise VerificationError(f"unknown unary op {op!r}; expected one of {list(UNARY_OPS)}")
+        x = self._tensor(x, f"{op}'s operand")
+        out = self._register(x.dtype, x.layout)
+        self._emit(Unary(op, out, x))
+        return out
+
+    def binary(
+        self,
+        op: str,
+        lhs: RegisterTensor | int | float,
+        rhs: RegisterTensor | int | float,
+        layout: RegisterLayout | None = None,
+    ) -> RegisterTensor:
+        """Elementwise `op` (a key of `BINARY_OPS`) with NumPy broadcasting.
+
+        A Python number operand becomes a constant of the other operand's dtype. The result
+        layout is `layout` when given, else that of the first operand with the broadcast shape.
+        """
+        if op not in BINARY_OPS:
+            raise VerificationError(f"unknown binary op {op!r}; expected one of {list(BINARY_OPS)}")
+        lhs, rhs = self._operands([lhs, rhs], op)
+        out_layout = self._result_layout([lhs, rhs], layout, op)
+        out = self._register(result_dtype(op, lhs.dtype), out_layout)
+        self._emit(Binary(op, out, lhs, rhs))
+        return out
+
+    def where(
+        self,
+        cond: RegisterTensor,
+        x: RegisterTensor | int | float,
+        y: RegisterTensor | int | float,
+        layout: RegisterLayout | None = None,
+    ) -> RegisterTensor:
+        """`x` where `cond` (u1) is 1, else `y`, with broadcasting (layout as in `binary`)."""
+        cond = self._tensor(cond, "where's condition")
+        x, y = self._operands([x, y], "where")
+        out_layout = self._result_layout([cond, x, y], layout, "where")
+        out = self._register(x.dtype, out_layout)
+        self._emit(Where(out, cond, x, y))
+        return out
+
+    def reduce(self, x: RegisterTensor, dim: int, op: str, keepdim: bool = False) -> RegisterTensor:
+        """Reduce `x` over dimension `dim` with `op` in sum, max, min (`ir.instructions.Reduce`).
+
+        The result layout is `layout_algebra.reduce(x.layout, [dim], keepdim)`.
+        """
+        x = self._tensor(x, "reduce's operand")
+        if op not in REDUCTIONS:
+            raise VerificationError(f"unknown reduction {op!r}; expected one of {REDUCTIONS}")
+        if (
+            isinstance(dim, bool)
+            or not isinstance(dim, int)
+            or not -x.layout.rank <= dim < max(x.layout.rank, 1)
+        ):
+            raise VerificationError(
+                f"reduce dim {dim!r} is not a dimension of a rank-{x.layout.rank} tensor"
+            )
+        dim %= x.layout.rank
+        try:
+            layout = reduce_layout(x.layout, [dim], keepdims=bool(keepdim))
+        except LayoutError as error:
+            raise VerificationError(f"reduce of {x.name}: {error}") from error
+        out = self._register(x.dtype, layout)
+        self._emit(Reduce(out, x, dim, op, bool(keepdim)))
+        return out
+
+    def dot(self, a: RegisterTensor, b: RegisterTensor, c: RegisterTensor) -> RegisterTensor:
+        """`a @ b + c` (`ir.instructions.Dot`); the result has c's dtype and layout."""
+        a = self._tensor(a, "dot's a")
+        b = self._tensor(b, "dot's b")
+        c = self._tensor(c, "dot's c")
+        out = self._register(c.dtype, c.layout)
+        self._emit(Dot(out, a, b, c))
+        return out
+
+    def assign(self, dst: RegisterTensor, src: RegisterTensor) -> RegisterTensor:
+        """Overwrite `dst` with `src` (same dtype and layout); returns `dst`."""
+        dst = self._tensor(dst, "assign's destination")
+        src = self._tensor(src, "assign's source")
+        self._emit(Assign(dst, src))
+        return dst
+
+    # Elementwise shorthands -----------------------------------------------------------------
+
+    def neg(self, x: RegisterTensor) -> RegisterTensor:
+        """-x."""
+        return self.unary("neg", x)
+
+    def abs(self, x: RegisterTensor) -> RegisterTensor:
+        """|x|."""
+        return self.unary("abs", x)
+
+    def invert(self, x: RegisterTensor) -> RegisterTensor:
+        """~x (integers)."""
+        return self.unary("invert", x)
+
+    def exp(self, x: RegisterTensor) -> RegisterTensor:
+        """e^x (not bit-exact on the GPU)."""
+        return self.unary("exp", x)
+
+    def exp2(self, x: RegisterTensor) -> RegisterTensor:
+        """2^x (not bit-exact on the GPU)."""
+        return self.unary("exp2", x)
+
+    def log(self, x: RegisterTensor) -> RegisterTensor:
+        """ln x (not bit-exact on the GPU)."""
+        return self.unary("log", x)
+
+    def log2(self, x: RegisterTensor) -> RegisterTensor:
+        """log2 x (not bit-exact on the GPU)."""
+        return self.unary("log2", x)
+
+    def sqrt(self, x: RegisterTensor) -> RegisterTensor:
+        """sqrt x, correctly rounded."""
+        return self.unary("sqrt", x)
+
+    def rsqrt(self, x: RegisterTensor) -> RegisterTensor:
+        """1 / sqrt x (not bit-exact on the GPU)."""
+        return self.unary("rsqrt", x)
+
+    def sigmoid(self, x: RegisterTensor) -> RegisterTensor:
+        """1 / (1 + e^-x) (not bit-exact on the GPU)."""
+        return self.unary("sigmoid", x)
+
+    def tanh(self, x: RegisterTensor) -> RegisterTensor:
+        """tanh x (not bit-exact on the GPU)."""
+        return self.unary("tanh", x)
+
+    def add(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x + y."""
+        return self.binary("add", x, y, layout)
+
+    def sub(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x - y."""
+        return self.binary("sub", x, y, layout)
+
+    def mul(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x * y."""
+        return self.binary("mul", x, y, layout)
+
+    def div(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x / y (floats: IEEE f32 division, then rounding; integers: floor division)."""
+        return self.binary("div", x, y, layout)
+
+    def mod(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x mod y (integers, floor: the result has y's sign)."""
+        return self.binary("mod", x, y, layout)
+
+    def maximum(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """max(x, y) (`ir.elementwise`: a NaN operand loses)."""
+        return self.binary("max", x, y, layout)
+
+    def minimum(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """min(x, y) (`ir.elementwise`: a NaN operand loses)."""
+        return self.binary("min", x, y, layout)
+
+    def and_(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x & y (integers)."""
+        return self.binary("and", x, y, layout)
+
+    def or_(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x | y (integers)."""
+        return self.binary("or", x, y, layout)
+
+    def xor(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x ^ y (integers)."""
+        return self.binary("xor", x, y, layout)
+
+    def shl(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x << y (integers, 0 <= y < nbits)."""
+        return self.binary("shl", x, y, layout)
+
+    def shr(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x >> y (integers, 0 <= y < nbits; arithmetic when signed)."""
+        return self.binary("shr", x, y, layout)
+
+    def lt(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x < y as u1."""
+        return self.binary("lt", x, y, layout)
+
+    def le(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x <= y as u1."""
+        return self.binary("le", x, y, layout)
+
+    def gt(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x > y as u1."""
+        return self.binary("gt", x, y, layout)
+
+    def ge(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x >= y as u1."""
+        return self.binary("ge", x, y, layout)
+
+    def eq(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x == y as u1."""
+        return self.binary("eq", x, y, layout)
+
+    def ne(self, x: Any, y: Any, layout: RegisterLayout | None = None) -> RegisterTensor:
+        """x != y as u1."""
+        return self.binary("ne", x, y, layout)
+
+    # ----------------------------------------------------------------------------------------
+    # Control flow
+    # ----------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def for_range(
+        self, start: ExprLike, stop: ExprLike | None = None, step: int = 1
+    ) -> Iterator[Expr]:
+        """``with b.for_range(start, stop, step) as k:`` a loop; `k` is the loop variable.
+
+        Like Python's `range`: one argument is the stop (start 0). `step` is a positive int.
+        """
+        if stop is None:
+            start, stop = 0, start
+        start_expr, stop_expr = self._scalars([start, stop], "for_range bounds")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise VerificationError(f"for_range step must be a positive int, got {step!r}")
+        lo = start_expr.bounds()[0]
+        hi = stop_expr.bounds()[1]
+        if hi is not None:
+            hi = hi - 1 if lo is None else max(hi - 1, lo)
+        loop_var = var(self._fresh("k"), lo, hi)
+        self._bodies.append([])
+        try:
+            yield loop_var
+        finally:
+            body = tuple(self._bodies.pop())
+        self._bodies[-1].append(ForRange(loop_var, start_expr, stop_expr, step, body))
+
+    @contextlib.contextmanager
+    def if_(self, cond: ExprLike) -> Iterator[None]:
+        """``with b.if_(cond):`` a body run when the scalar `cond` is nonzero."""
+        (cond_expr,) = self._scalars([cond], "if_ condition")
+        self._bodies.append([])
+        try:
+            yield None
+        finally:
+            body = tuple(self._bodies.pop())
+        self._bodies[-1].append(If(cond_expr, body))
+
+    # ----------------------------------------------------------------------------------------
+    # Result
+    # ----------------------------------------------------------------------------------------
+
+    def program(self) -> Program:
+        """The program built so far (every loop and if closed)."""
+        if len(self._bodies) != 1:
+            raise VerificationError("program() called inside an open for_range or if_ body")
+        return Program(self.name, self.num_threads, tuple(self._params), tuple(self._bodies[0]))

@@ -1,0 +1,260 @@
+"""The elementwise operations of the tile IR: their table and their exact NumPy meaning.
+
+Values in the reference interpreter are float32 arrays for float types (each element exactly
+representable in its type) and int64 arrays for integer types. An operation computes on those and
+then brings the result back into the result type:
+
+- Floats: compute in float32 with NumPy's float32 operations, then round to the result type
+  through its codec (`dtype.decode(dtype.encode(v))`: round to nearest even, with the type's
+  overflow, inf and NaN rules). For f16 and bf16 this equals the GPU's native f16/bf16 operation
+  for + - * / and sqrt, because float32 has more than 2p + 2 significand bits (double rounding is
+  innocuous). Operations marked ``exact=False`` (the transcendental ones) are not bit-exact on the
+  GPU; GPU differential tests compare them with a tolerance.
+- Integers: compute exactly in int64, then wrap to the type's bit width (two's complement for
+  signed types; modulo 2^nbits for unsigned ones). Integer `div` and `mod` use Python's *floor*
+  semantics (``-7 div 2 == -4``, ``-7 mod 2 == 1``), not C's truncation; the backend emits
+  floor-correct code. Division by zero, and shifts by an amount outside [0, nbits), are errors
+  (`InterpreterError`). `shr` on a signed type is arithmetic.
+- `max` and `min` on floats are written as case splits so that NaN and signed zeros are fixed:
+  ``max(a, b) = b if (a < b or a is NaN) else a`` and ``min(a, b) = b if (b < a or a is NaN) else
+  a`` (a NaN operand loses to a number, as in C's fmaxf; ``max(-0, +0) == -0``).
+- Comparisons (`lt`, `le`, `gt`, `ge`, `eq`, `ne`) give `u1` (1 for true); IEEE rules for NaN
+  (every comparison with NaN is false, except `ne`). `where(cond, x, y)` takes a `u1` condition.
+
+Binary operations require both operands of one type (casts are explicit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.errors import InterpreterError
+
+FLOAT = "float"
+INT = "int"
+
+
+@dataclass(frozen=True)
+class ElementwiseOp:
+    """One elementwise operation of the IR.
+
+    Fields: `name` (the instruction's `op`), `arity` (1 or 2), `kinds` (the operand type kinds
+    it accepts: ``"float"``, ``"int"``), `exact` (bit-exact on the GPU; False for transcendental
+    functions), `is_comparison` (the result type is `u1` instead of the operand type) and
+    `formula` (the meaning in C-like notation, for documentation and the backend).
+    """
+
+    name: str
+    arity: int
+    kinds: frozenset[str]
+    exact: bool
+    is_comparison: bool
+    formula: str
+
+
+def _op(
+    name: str, arity: int, kinds: str, exact: bool, formula: str, comparison: bool = False
+) -> ElementwiseOp:
+    return ElementwiseOp(name, arity, frozenset(kinds.split(",")), exact, comparison, formula)
+
+
+UNARY_OPS: dict[str, ElementwiseOp] = {
+    op.name: op
+    for op in (
+        _op("neg", 1, "float,int", True, "-x"),
+        _op("abs", 1, "float,int", True, "|x|"),
+        _op("invert", 1, "int", True, "~x (bitwise not)"),
+        _op("exp", 1, "float", False, "e^x"),
+        _op("exp2", 1, "float", False, "2^x"),
+        _op("log", 1, "float", False, "ln x"),
+        _op("log2", 1, "float", False, "log2 x"),
+        _op("sqrt", 1, "float", True, "sqrt(x), correctly rounded"),
+        _op("rsqrt", 1, "float", False, "1 / sqrt(x)"),
+        _op("sigmoid", 1, "float", False, "1 / (1 + e^-x)"),
+        _op("tanh", 1, "float", False, "tanh x"),
+    )
+}
+
+BINARY_OPS: dict[str, ElementwiseOp] = {
+    op.name: op
+    for op in (
+        _op("add", 2, "float,int", True, "x + y"),
+        _op("sub", 2, "float,int", True, "x - y"),
+        _op("mul", 2, "float,int", True, "x * y"),
+        _op("div", 2, "float,int", True, "x / y (float: IEEE f32 division; int: floor)"),
+        _op("mod", 2, "int", True, "x mod y (floor: the sign of y)"),
+        _op("max", 2, "float,int", True, "y if (x < y or x is NaN) else x"),
+        _op("min", 2, "float,int", True, "y if (y < x or x is NaN) else x"),
+        _op("and", 2, "int", True, "x & y"),
+        _op("or", 2, "int", True, "x | y"),
+        _op("xor", 2, "int", True, "x ^ y"),
+        _op("shl", 2, "int", True, "x << y, 0 <= y < nbits"),
+        _op("shr", 2, "int", True, "x >> y, 0 <= y < nbits (arithmetic when signed)"),
+        _op("lt", 2, "float,int", True, "x < y", comparison=True),
+        _op("le", 2, "float,int", True, "x <= y", comparison=True),
+        _op("gt", 2, "float,int", True, "x > y", comparison=True),
+        _op("ge", 2, "float,int", True, "x >= y", comparison=True),
+        _op("eq", 2, "float,int", True, "x == y", comparison=True),
+        _op("ne", 2, "float,int", True, "x != y", comparison=True),
+    )
+}
+
+REDUCTIONS = ("sum", "max", "min")
+"""The reductions of the `reduce` instruction."""
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """The NumPy broadcast of tile shapes, or None when they do not broadcast."""
+    rank = max(len(shape) for shape in shapes)
+    result = []
+    for dim in range(rank):
+        extents = {shape[dim - rank + len(shape)] for shape in shapes if dim >= rank - len(shape)}
+        extents.discard(1)
+        if len(extents) > 1:
+            return None
+        result.append(extents.pop() if extents else 1)
+    return tuple(result)
+
+
+def kind_of(dtype: DataType) -> str:
+    """``"float"`` for float types, ``"int"`` for integer types."""
+    return FLOAT if dtype.is_float else INT
+
+
+def value_dtype(dtype: DataType) -> type[np.generic]:
+    """The NumPy type of the interpreter's values of `dtype`: float32 or int64."""
+    return np.float32 if dtype.is_float else np.int64
+
+
+def round_values(dtype: DataType, values: np.ndarray) -> np.ndarray:
+    """Bring float32 (float types) or int64 (integer types) results into `dtype`.
+
+    Floats round through the codec (`f32` keeps float32 values as they are); integers wrap to the
+    type's width, two's complement when signed.
+    """
+    if dtype.is_float:
+        values = np.asarray(values, dtype=np.float32)
+        if dtype == dtypes.f32:
+            return values
+        return dtype.decode(dtype.encode(values))
+    bits = np.asarray(values, dtype=np.int64) & ((1 << dtype.nbits) - 1)
+    if dtype.is_signed:
+        bits = bits - ((bits >> (dtype.nbits - 1)) << dtype.nbits)
+    return bits
+
+
+def to_values(dtype: DataType, codes: np.ndarray) -> np.ndarray:
+    """The interpreter values (float32 or int64) of `codes` of `dtype`."""
+    return np.asarray(dtype.decode(codes), dtype=value_dtype(dtype))
+
+
+def _float_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where((a < b) | np.isnan(a), b, a)
+
+
+def _float_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where((b < a) | np.isnan(a), b, a)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    one = np.float32(1)
+    return one / (one + np.exp(-x))
+
+
+_FLOAT_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: np.float32(1) / np.sqrt(x),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+}
+
+_INT_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "invert": np.invert,
+}
+
+_FLOAT_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": _float_max,
+    "min": _float_min,
+}
+
+_INT_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.floor_divide,
+    "mod": np.mod,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+    "shl": np.left_shift,
+    "shr": np.right_shift,
+}
+
+_COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+}
+
+
+def result_dtype(op: str, dtype: DataType) -> DataType:
+    """The result type of elementwise `op` on operands of `dtype`: `u1` for comparisons."""
+    if op in BINARY_OPS and BINARY_OPS[op].is_comparison:
+        return dtypes.u1
+    return dtype
+
+
+def apply_unary(op: str, dtype: DataType, x: np.ndarray) -> np.ndarray:
+    """Values of unary `op` on values `x` of `dtype`, rounded or wrapped into `dtype`."""
+    if dtype.is_float:
+        with np.errstate(all="ignore"):
+            result = _FLOAT_UNARY[op](np.asarray(x, dtype=np.float32))
+        return round_values(dtype, result)
+    return round_values(dtype, _INT_UNARY[op](np.asarray(x, dtype=np.int64)))
+
+
+def apply_binary(op: str, dtype: DataType, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Values of binary `op` on values `x`, `y` of `dtype` (NumPy broadcasting).
+
+    The result is in `result_dtype(op, dtype)`. Raises InterpreterError on integer division or
+    modulo by zero and on a shift amount outside [0, nbits).
+    """
+    if op in _COMPARISONS:
+        with np.errstate(invalid="ignore"):
+            return _COMPARISONS[op](x, y).astype(np.int64)
+    if dtype.is_float:
+        with np.errstate(all="ignore"):
+            result = _FLOAT_BINARY[op](np.asarray(x, np.float32), np.asarray(y, np.float32))
+        return round_values(dtype, result)
+    x = np.asarray(x, dtype=np.int64)
+    y = np.asarray(y, dtype=np.int64)
+    if op in ("div", "mod") and np.any(y == 0):
+        raise InterpreterError(f"integer {op} by zero in {dtype} operands")
+    if op in ("shl", "shr") and (np.any(y < 0) or np.any(y >= dtype.nbits)):
+        bad = int(y[(y < 0) | (y >= dtype.nbits)].flat[0])
+        raise InterpreterError(
+            f"{op} by {bad}: the shift amount of a {dtype} value must be in [0, {dtype.nbits})"
+        )
+    return round_values(dtype, _INT_BINARY[op](x, y))

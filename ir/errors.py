@@ -1,0 +1,21 @@
+"""The exception types of the tile IR (besides `ir.dtypes.DtypeError`).
+
+- `VerificationError`: an ill-formed program, found by the builder while it computes a result
+  type or by `ir.verify`; the message names the instruction (its printed line) and the mismatch.
+- `InterpreterError`: what the reference interpreter refuses to run because the hardware would get
+  it wrong or because the arguments do not fit: replicas that disagree, shared memory read before
+  its copy was waited for or before a barrier, two threads storing different values to one
+  element, out-of-range shared or global accesses, integer division by zero, bad arguments.
+
+Both subclass `ValueError`: they are about a bad value (a program or its arguments).
+"""
+
+from __future__ import annotations
+
+
+class VerificationError(ValueError):
+    """An ill-formed program; the message names the instruction and what does not match."""
+
+
+class InterpreterError(ValueError):
+    """The reference interpreter refuses a program run: a race, a bad access or a bad argument."""

@@ -1,0 +1,126 @@
+"""W-A16 quantized matmul: f16 activations times low-bit weights with per-group f16 scales.
+
+C (m, n) = A (m, k) @ (W * S), where W (k, n) holds `weight_dtype` codes (any of u1..u8,
+i1..i8, the sub-byte floats such as f4e2m1 or f6e3m2) packed row-major as one dense bitstream,
+and S (ceil(k / group_size), n) holds f16 scales: the dequantized weight is
+``f16(f32(W[kk, j]) * f32(S[kk // group_size, j]))``. A and C are row-major f16; the dot
+accumulates in f32 and C is rounded to f16.
+
+Per k-tile of BK rows, each block:
+
+    copy_async the (BM, BK) activation tile into shared memory, commit
+    load the (BK, BN) weight tile as bytes: thread-chunks of `b` bytes = 8 weights of b bits
+    view the bytes as `weight_dtype` (8 weights per chunk), cast to f16
+    load the (1, BN) scale row of the k-tile's group, replicated over the rows' threads
+    multiply (broadcast over the BK rows), store the f16 tile into shared memory
+    wait for the copy, sync, run the SIMT dot over the tile in `inner_k` slices, sync
+
+Requirements: `n` a multiple of 8 at run time (so every weight row starts on a byte), and
+`group_size` a multiple of `block_k` (one scale row per k-tile). Launch with
+``grid = (ceil(n / BN), ceil(m / BM))``.
+"""
+
+from __future__ import annotations
+
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.dtypes import DataType
+from ir.errors import VerificationError
+from ir.examples.matmul import COLUMNS_PER_THREAD, simt_dot_layouts
+from ir.program import Program
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
+from layout_algebra.register import RegisterLayout, local
+from layout_algebra.shared import shared_row_major
+from layout_algebra.symbolic import simplify
+
+WEIGHTS_PER_CHUNK = 8
+"""Weights each thread views out of one chunk of `nbits` bytes (8 weights of b bits = b bytes)."""
+
+
+def weight_layouts(
+    weight_dtype: DataType, num_threads: int, block_k: int, block_n: int
+) -> tuple[RegisterLayout, RegisterLayout]:
+    """(byte layout, weight layout) of a (block_k, block_n) weight tile.
+
+    With TN = block_n // 8 thread columns, TM = num_threads // TN thread rows and R = block_k //
+    TM rows per thread, the weights are ``local(R, 1).spatial(TM, TN).local(1, 8)`` and their
+    bytes ``local(R, 1).spatial(TM, TN).local(1, b)``: each thread's b bytes of a row are
+    exactly its 8 weights, so a `view` turns one into the other. Raises VerificationError when
+    the sizes do not divide that way.
+    """
+    thread_cols = block_n // WEIGHTS_PER_CHUNK
+    if block_n % WEIGHTS_PER_CHUNK or num_threads % thread_cols:
+        raise VerificationError(
+            f"block_n {block_n} must be a multiple of {WEIGHTS_PER_CHUNK} whose chunks "
+            f"({thread_cols}) divide num_threads {num_threads}"
+        )
+    thread_rows = num_threads // thread_cols
+    if block_k % thread_rows:
+        raise VerificationError(f"block_k {block_k} must be a multiple of {thread_rows}")
+    rows = block_k // thread_rows
+    grid = local(rows, 1).spatial(thread_rows, thread_cols)
+    return grid.local(1, weight_dtype.nbits), grid.local(1, WEIGHTS_PER_CHUNK)
+
+
+def quantized_matmul(
+    weight_dtype: DataType = dtypes.u4,
+    group_size: int = 128,
+    num_threads: int = 128,
+    block_m: int = 64,
+    block_n: int = 64,
+    block_k: int = 32,
+    inner_k: int = 8,
+) -> Program:
+    """The program ``quantized_matmul(m, n, k, a, w, scales, c)`` (see the module docstring).
+
+    `w` is an array parameter of `weight_dtype` (the packed (k, n) codes), `scales` of f16.
+    Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
+    multiple of `block_k`, or tile sizes that do not fit the layouts.
+    """
+    if weight_dtype.nbits > 8:
+        raise VerificationError(f"weight_dtype must have at most 8 bits, got {weight_dtype}")
+    if group_size % block_k:
+        raise VerificationError(f"group_size {group_size} must be a multiple of {block_k}")
+    if block_k % inner_k:
+        raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
+    if block_n % COLUMNS_PER_THREAD:
+        raise VerificationError(f"block_n {block_n} must be a multiple of {COLUMNS_PER_THREAD}")
+    a_layout, b_layout, c_layout = simt_dot_layouts(num_threads, block_m, block_n, inner_k)
+    byte_layout, weight_layout = weight_layouts(weight_dtype, num_threads, block_k, block_n)
+    scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
+    bits = weight_dtype.nbits
+    f16, f32 = dtypes.f16, dtypes.f32
+    with ProgramBuilder("quantized_matmul", num_threads) as bld:
+        m, n, k = bld.int_param("m"), bld.int_param("n"), bld.int_param("k")
+        a = bld.array_param("a", f16)
+        w = bld.array_param("w", weight_dtype)
+        scales = bld.array_param("scales", f16)
+        c = bld.array_param("c", f16)
+        row_bytes = simplify(n * bits // 8)
+        groups = (k + group_size - 1) // group_size
+        a_view = bld.global_view(a, f16, GlobalLayout((m, k), (k, 1)))
+        w_bytes = bld.global_view(w, dtypes.u8, GlobalLayout((k, row_bytes), (row_bytes, 1)))
+        s_view = bld.global_view(scales, f16, GlobalLayout((groups, n), (n, 1)))
+        c_view = bld.global_view(c, f16, GlobalLayout((m, n), (n, 1)))
+        a_shared = bld.shared_tensor(f16, shared_row_major(block_m, block_k))
+        w_shared = bld.shared_tensor(f16, shared_row_major(block_k, block_n))
+        row0, col0 = bld.block_y * block_m, bld.block_x * block_n
+        accumulator = bld.register_tensor(f32, c_layout, 0.0)
+        with bld.for_range((k + block_k - 1) // block_k) as kt:
+            k0 = kt * block_k
+            bld.copy_async(a_shared, a_view, [row0, k0])
+            bld.copy_async_commit()
+            raw = bld.load_global(w_bytes, [k0, bld.block_x * (block_n * bits // 8)], byte_layout)
+            codes = bld.view(raw, weight_dtype, weight_layout)
+            scale = bld.load_global(s_view, [k0 // group_size, col0], scale_layout)
+            bld.store_shared(w_shared, bld.mul(bld.cast(codes, f16), scale))
+            bld.copy_async_wait(0)
+            bld.sync()
+            with bld.for_range(0, block_k, inner_k) as kk:
+                a_tile = bld.load_shared(a_shared, a_layout, [0, kk])
+                w_tile = bld.load_shared(w_shared, b_layout, [kk, 0])
+                bld.assign(accumulator, bld.dot(a_tile, w_tile, accumulator))
+            bld.sync()
+        bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+    return bld.program()

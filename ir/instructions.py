@@ -1,0 +1,324 @@
+"""The instructions of the tile IR: one frozen dataclass per instruction, operands as fields.
+
+Every instruction is collective: all `num_threads` threads of the block execute it together.
+Each class has a class attribute `op` (its name in the printed text) except `Unary` and `Binary`,
+whose `op` field names the elementwise operation (see `ir.elementwise`). Results are the fields
+named `out`; `Assign` and the stores write into an existing tensor instead. Scalars (offsets,
+bounds, conditions) are `layout_algebra.symbolic.Expr`; tile origins (`offsets`) have one entry
+per dimension of the memory tensor.
+
+Tensors:
+    RegisterTensorInit  out = register_tensor(dtype, layout, init)  every element = init
+    SharedTensorAlloc   out = shared_tensor(dtype, shared_layout)   (contents undefined)
+    GlobalView          out = global_view(param, dtype, global_layout)
+Memory (tile shape = the register layout's shape, padded with leading 1s to the memory rank):
+    LoadGlobal     out[c] = src[offsets + c], 0 where offsets + c is outside src's shape
+    StoreGlobal    dst[offsets + c] = src[c] where offsets + c is inside dst's shape
+    LoadShared     out[c] = src[offsets + c] (must be inside src's shape)
+    StoreShared    dst[offsets + c] = src[c] (must be inside dst's shape)
+    CopyAsync      dst[dst_offsets + c] = src[src_offsets + c] (0 outside src's shape), for c in
+                   the tile `shape`, asynchronously; `layout` (optional, a register layout of
+                   that shape) says which thread copies which element
+    CopyAsyncCommit     close the group of copies issued since the last commit
+    CopyAsyncWait       wait until at most `pending` committed groups are still in flight
+    Sync                block-wide barrier (also makes completed copies visible to all threads)
+Computation:
+    Unary, Binary, Where   elementwise with NumPy broadcasting over tile shapes
+    Cast                   out = convert(x) to another type (the contract's conversion rules)
+    View                   reinterpret each thread's register bits as another type and layout
+    Reduce                 out = reduction of x over dimension `dim` (sum, max, min)
+    Dot                    out = a @ b + c (f16/bf16 operands, f32 accumulator)
+    Assign                 dst = src (overwrite a tensor defined earlier: loop-carried values)
+Control:
+    ForRange   for var in range(start, stop, step): body   (step a positive int)
+    If         if cond: body   (cond a scalar Expr, nonzero is true)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ir.values import ArrayParam, GlobalTensor, RegisterTensor, SharedTensor
+from layout_algebra.register import RegisterLayout
+
+if TYPE_CHECKING:
+    from layout_algebra.symbolic import Expr
+
+Offsets = tuple["Expr", ...]
+
+
+@dataclass(frozen=True, eq=False)
+class RegisterTensorInit:
+    """`out = register_tensor(out.dtype, out.layout, init)`: every element set to `init`.
+
+    `init` is a Python int or float, converted to `out.dtype` (rounded or saturated).
+    """
+
+    op: ClassVar[str] = "register_tensor"
+    out: RegisterTensor
+    init: int | float
+
+
+@dataclass(frozen=True, eq=False)
+class SharedTensorAlloc:
+    """`out = shared_tensor(out.dtype, out.layout)`: a statically allocated shared buffer."""
+
+    op: ClassVar[str] = "shared_tensor"
+    out: SharedTensor
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalView:
+    """`out = global_view(param, out.dtype, out.layout)`: view an array parameter."""
+
+    op: ClassVar[str] = "global_view"
+    out: GlobalTensor
+    param: ArrayParam
+
+
+@dataclass(frozen=True, eq=False)
+class LoadGlobal:
+    """`out[c] = src[offsets + c]` for every tile coordinate c; 0 where out of src's shape."""
+
+    op: ClassVar[str] = "load_global"
+    out: RegisterTensor
+    src: GlobalTensor
+    offsets: Offsets
+
+
+@dataclass(frozen=True, eq=False)
+class StoreGlobal:
+    """`dst[offsets + c] = src[c]` where offsets + c is inside dst's shape (skipped elsewhere)."""
+
+    op: ClassVar[str] = "store_global"
+    dst: GlobalTensor
+    src: RegisterTensor
+    offsets: Offsets
+
+
+@dataclass(frozen=True, eq=False)
+class LoadShared:
+    """`out[c] = src[offsets + c]`; every accessed coordinate must be inside src's shape."""
+
+    op: ClassVar[str] = "load_shared"
+    out: RegisterTensor
+    src: SharedTensor
+    offsets: Offsets
+
+
+@dataclass(frozen=True, eq=False)
+class StoreShared:
+    """`dst[offsets + c] = src[c]`; every accessed coordinate must be inside dst's shape."""
+
+    op: ClassVar[str] = "store_shared"
+    dst: SharedTensor
+    src: RegisterTensor
+    offsets: Offsets
+
+
+@dataclass(frozen=True, eq=False)
+class CopyAsync:
+    """Asynchronous tile copy global -> shared of the tile `shape` (global rank).
+
+    `dst[dst_offsets + pad(c)] = src[src_offsets + c]`, 0 where `src_offsets + c` is outside
+    src's shape; `pad` adds leading zeros up to dst's rank. `layout`, when given, is a register
+    layout of `shape` saying which thread copies which element (None: the backend chooses). The
+    written elements stay pending until a `CopyAsyncWait` covers their group.
+    """
+
+    op: ClassVar[str] = "copy_async"
+    dst: SharedTensor
+    src: GlobalTensor
+    src_offsets: Offsets
+    dst_offsets: Offsets
+    shape: tuple[int, ...]
+    layout: RegisterLayout | None
+
+
+@dataclass(frozen=True, eq=False)
+class CopyAsyncCommit:
+    """Close the group of `CopyAsync` issued since the previous commit (possibly empty)."""
+
+    op: ClassVar[str] = "copy_async_commit"
+
+
+@dataclass(frozen=True, eq=False)
+class CopyAsyncWait:
+    """Wait until at most `pending` committed copy groups are in flight (the newest ones).
+
+    A copy's elements are then visible to the thread that copied them; a `Sync` makes them
+    visible to every thread.
+    """
+
+    op: ClassVar[str] = "copy_async_wait"
+    pending: int
+
+
+@dataclass(frozen=True, eq=False)
+class Sync:
+    """A barrier of all the block's threads; shared-memory writes before it are visible after."""
+
+    op: ClassVar[str] = "sync"
+
+
+@dataclass(frozen=True, eq=False)
+class Unary:
+    """`out = op(x)` elementwise; `op` is a key of `ir.elementwise.UNARY_OPS`."""
+
+    op: str
+    out: RegisterTensor
+    x: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Binary:
+    """`out = op(lhs, rhs)` elementwise with broadcasting; `op` is in `BINARY_OPS`.
+
+    lhs and rhs have one dtype; out has it too, or `u1` for a comparison. out's shape is the
+    NumPy broadcast of the operand shapes, and out's layout must let every thread find, in its
+    own registers, the operand elements its result elements read: a size-1 operand dimension
+    is read at coordinate 0, so e.g. a (M, 1) operand laid out as `reduce(x.layout, [1],
+    keepdims=True)` combines with x (M, N) (`ir.placement.broadcast_gather` gives the register
+    index; the verifier rejects a thread combining data it does not hold). No data moves
+    between threads.
+    """
+
+    op: str
+    out: RegisterTensor
+    lhs: RegisterTensor
+    rhs: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Where:
+    """`out = x if cond else y` elementwise with broadcasting (layouts as for `Binary`).
+
+    `cond` is `u1` (nonzero is true); x, y and out share one dtype.
+    """
+
+    op: ClassVar[str] = "where"
+    out: RegisterTensor
+    cond: RegisterTensor
+    x: RegisterTensor
+    y: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Cast:
+    """`out = convert(x)` from x.dtype to out.dtype (`ir.dtypes.convert`), same layout."""
+
+    op: ClassVar[str] = "cast"
+    out: RegisterTensor
+    x: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class View:
+    """Reinterpret each thread's register bits: x's codes in local order, LSB first, re-split.
+
+    Thread t's bits are the codes of its local elements 0, 1, ... concatenated, element 0 in the
+    lowest bits; out's local element j is bits [j*b, (j+1)*b) of them, b = out.dtype.nbits.
+    Requires equal thread counts and equal bits per thread.
+    """
+
+    op: ClassVar[str] = "view"
+    out: RegisterTensor
+    x: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce:
+    """`out = reduction(x, dim)` with `reduction` in sum, max, min; `keepdim` keeps a size-1 dim.
+
+    out's layout is `layout_algebra.reduce(x.layout, [dim], keepdim)`. Order (fixed, so the GPU
+    reproduces float sums bit-exactly): each thread first combines its own local elements of one
+    output element in increasing local index (acc = v0, then acc = acc op v1, ...); then, for each
+    reduced spatial mode from the least significant spatial entry to the most significant, the
+    partial results of the r threads differing only in that digit are combined in digit order
+    (acc = p0 op p1 op ... op p_{r-1}), so all of them end with the same value. Float sums are
+    accumulated in float32 and rounded to the type once at the end; integer sums wrap.
+    """
+
+    op: ClassVar[str] = "reduce"
+    out: RegisterTensor
+    x: RegisterTensor
+    dim: int
+    reduction: str
+    keepdim: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Dot:
+    """`out = a @ b + c`: a (M, K), b (K, N) f16 or bf16 (the same), c and out (M, N) f32.
+
+    For every (m, n): acc = c[m, n]; for k = 0 .. K-1 in order: acc = f32(acc + a[m, k] *
+    b[k, n]) (each product is exact in f32); out[m, n] = acc. out's layout is c's, and each
+    thread must hold the rows of a and columns of b that its elements of c combine: `dot` moves
+    no data between threads (`ir.placement.dot_gather`; the SIMT layouts of
+    `ir.examples.matmul.simt_dot_layouts` are the natural choice). A SIMT lowering reproduces
+    this order bit for bit; a tensor-core (mma) lowering accumulates in its own order and is
+    compared within a tolerance.
+    """
+
+    op: ClassVar[str] = "dot"
+    out: RegisterTensor
+    a: RegisterTensor
+    b: RegisterTensor
+    c: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Assign:
+    """`dst = src`: overwrite register tensor `dst` (defined in an enclosing scope) in place."""
+
+    op: ClassVar[str] = "assign"
+    dst: RegisterTensor
+    src: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class ForRange:
+    """`for var in range(start, stop, step): body` with `step` a positive int."""
+
+    op: ClassVar[str] = "for_range"
+    var: Expr
+    start: Expr
+    stop: Expr
+    step: int
+    body: tuple[Instruction, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class If:
+    """`if cond: body`, `cond` a scalar Expr (true when nonzero)."""
+
+    op: ClassVar[str] = "if"
+    cond: Expr
+    body: tuple[Instruction, ...]
+
+
+Instruction = (
+    RegisterTensorInit
+    | SharedTensorAlloc
+    | GlobalView
+    | LoadGlobal
+    | StoreGlobal
+    | LoadShared
+    | StoreShared
+    | CopyAsync
+    | CopyAsyncCommit
+    | CopyAsyncWait
+    | Sync
+    | Unary
+    | Binary
+    | Where
+    | Cast
+    | View
+    | Reduce
+    | Dot
+    | Assign
+    | ForRange
+    | If
+)
+"""Any instruction of this module."""

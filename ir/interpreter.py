@@ -1,0 +1,768 @@
+"""The NumPy reference interpreter: what every tile program means.
+
+`run_reference(program, *args, grid=..., **kwargs)` verifies the program, then executes every
+block of the grid in turn (block x fastest, then y, then z). Within a block every instruction is
+executed for all threads at once:
+
+- a register tensor is an array [num_threads, local_size] of *values* (float32 for float types,
+  holding values exactly representable in the type; int64 for integer types), see
+  `ir.elementwise`;
+- global memory is the arguments' own bytes (a C-contiguous NumPy array of any dtype whose raw
+  bytes hold the dense bitstream), mutated in place like a kernel would;
+- shared memory is one byte array per shared tensor, holding the bitstream of `layout.size`
+  elements; its initial contents are zero here (undefined on the GPU).
+
+What the hardware would get wrong is an `InterpreterError`, never a silent result:
+
+- replicas that disagree (a `view` is the one instruction that can make the threads holding
+  one element hold different bits; the interpreter checks after each view);
+- two threads storing different values to one global or shared element, and two blocks storing
+  different values to one global element in one launch (the first block to store an element
+  owns it; another block may only store the same code there);
+- shared memory read (or written) while a `copy_async` into it is still pending, i.e. not yet
+  covered by a `copy_async_wait`;
+- shared memory read by a thread other than the one that wrote it with no `sync` in between, and
+  shared memory overwritten after another thread read it with no `sync` in between (a copy
+  issued without a layout, and any access through a replicated layout, count as made by several
+  threads, so the data they touch needs a `sync` before another access);
+- out-of-range shared accesses (a tile that leaves the shared tensor's shape), global elements
+  inside the view's shape but past the end of the argument's bytes;
+- integer division by zero and out-of-range shifts; bad arguments or grid.
+
+`NaN` payloads of types narrower than f32 are not preserved (registers hold values).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ir import bitstream
+from ir.dtypes import DataType
+from ir.elementwise import (
+    apply_binary,
+    apply_unary,
+    round_values,
+    to_values,
+    value_dtype,
+)
+from ir.errors import InterpreterError
+from ir.instructions import (
+    Assign,
+    Binary,
+    Cast,
+    CopyAsync,
+    CopyAsyncCommit,
+    CopyAsyncWait,
+    Dot,
+    ForRange,
+    GlobalView,
+    If,
+    Instruction,
+    LoadGlobal,
+    LoadShared,
+    Reduce,
+    RegisterTensorInit,
+    SharedTensorAlloc,
+    StoreGlobal,
+    StoreShared,
+    Sync,
+    Unary,
+    View,
+    Where,
+)
+from ir.placement import (
+    broadcast_gather,
+    dot_gather,
+    first_owner,
+    layout_table,
+    reduce_plan,
+)
+from ir.printer import format_instruction
+from ir.program import BLOCK_INDICES, Program
+from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
+from ir.verifier import verify
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import RegisterLayout
+from layout_algebra.shared import SharedLayout
+from layout_algebra.symbolic import Expr, evaluate
+
+_CLEAN = -1
+"""Tracker value: no thread wrote / read the element since the last barrier."""
+_MANY = -2
+"""Tracker value: several (or unknown) threads did."""
+
+
+def _padded(coords: np.ndarray, rank: int) -> np.ndarray:
+    """Coordinates [..., r] padded with leading zero columns to [..., rank]."""
+    extra = rank - coords.shape[-1]
+    if extra == 0:
+        return coords
+    zeros = np.zeros((*coords.shape[:-1], extra), dtype=np.int64)
+    return np.concatenate([zeros, coords], axis=-1)
+
+
+@functools.cache
+def _shared_offsets(layout: SharedLayout) -> np.ndarray:
+    """Element offsets of every coordinate of a shared layout, as an array of its shape."""
+    table = np.asarray(layout.table(), dtype=np.int64)
+    table.setflags(write=False)
+    return table
+
+
+TileKey = RegisterLayout | tuple[int, ...]
+"""What places a tile: a register layout, or a plain shape (a copy with no layout)."""
+
+
+@functools.cache
+def _tile_coords(key: TileKey) -> np.ndarray:
+    """Tile coordinates [threads, local, rank] of a layout, or [1, size, rank] of a plain shape."""
+    if isinstance(key, RegisterLayout):
+        return layout_table(key)
+    grids = np.indices(key, dtype=np.int64).reshape(len(key), -1)
+    coords = grids.T[None].copy()
+    coords.setflags(write=False)
+    return coords
+
+
+@functools.cache
+def _tile_threads(key: TileKey) -> np.ndarray:
+    """Who touches each tile position: its thread when the layout does not replicate, else
+    _MANY (several threads, or unknown ones for a copy with no layout)."""
+    coords = _tile_coords(key)
+    shape = coords.shape[:-1]
+    if isinstance(key, RegisterLayout) and key.replication == 1:
+        threads = np.broadcast_to(np.arange(shape[0], dtype=np.int64)[:, None], shape).copy()
+    else:
+        threads = np.full(shape, _MANY, dtype=np.int64)
+    threads.setflags(write=False)
+    return threads
+
+
+@functools.cache
+def _tile_extent(key: TileKey, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(smallest, largest) tile coordinate per dimension, padded to `rank` dimensions."""
+    coords = _tile_coords(key)
+    flat = _padded(coords.reshape(-1, coords.shape[-1]), rank)
+    return flat.min(axis=0), flat.max(axis=0)
+
+
+@functools.cache
+def _tile_offsets(key: TileKey, strides: tuple[int, ...]) -> np.ndarray:
+    """Dot products of the (padded) tile coordinates with `strides`: offsets from the origin."""
+    coords = _padded(_tile_coords(key), len(strides))
+    offsets = coords @ np.array(strides, dtype=np.int64)
+    offsets.setflags(write=False)
+    return offsets
+
+
+@functools.cache
+def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for dim in range(len(shape) - 2, -1, -1):
+        strides[dim] = strides[dim + 1] * shape[dim + 1]
+    return tuple(strides)
+
+
+@functools.cache
+def _is_injective(layout: SharedLayout) -> bool:
+    """Whether distinct coordinates of the shared layout have distinct offsets."""
+    table = _shared_offsets(layout)
+    return np.unique(table).size == table.size
+
+
+@functools.cache
+def _flat_gather(result: RegisterLayout, operand: RegisterLayout) -> np.ndarray:
+    """`broadcast_gather` as indices into the operand's flattened [threads * local] values."""
+    gather = broadcast_gather(result, operand)
+    rows = np.arange(result.num_threads, dtype=np.int64)[:, None] * operand.local_size
+    flat = gather + rows
+    flat.setflags(write=False)
+    return flat
+
+
+@functools.cache
+def _flat_dot_gather(
+    c: RegisterLayout, a: RegisterLayout, b: RegisterLayout
+) -> tuple[np.ndarray, np.ndarray]:
+    """`dot_gather` as indices into the flattened values of a and b."""
+    ga, gb = dot_gather(c, a, b)
+    rows = np.arange(c.num_threads, dtype=np.int64)[:, None, None]
+    flat_a, flat_b = ga + rows * a.local_size, gb + rows * b.local_size
+    flat_a.setflags(write=False)
+    flat_b.setflags(write=False)
+    return flat_a, flat_b
+
+
+def _same_bits(dtype: DataType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise equality of values as bit patterns (NaN equals NaN of the same code)."""
+    if dtype.is_float:
+        return a.view(np.uint32) == b.view(np.uint32)
+    return a == b
+
+
+class _SharedState:
+    """One shared tensor of one block: bytes, pending copy groups and barrier trackers."""
+
+    def __init__(self, tensor: SharedTensor) -> None:
+        from ir.dtypes import packed_nbytes
+
+        size = tensor.layout.size
+        self.tensor = tensor
+        self.stream = np.zeros(packed_nbytes(size, tensor.dtype), dtype=np.uint8)
+        self.pending = np.full(size, -1, dtype=np.int64)
+        self.writer = np.full(size, _CLEAN, dtype=np.int64)
+        self.reader = np.full(size, _CLEAN, dtype=np.int64)
+
+    def mark(
+        self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray, distinct: bool
+    ) -> None:
+        """Record `threads` (or _MANY) as having touched `elements` since the last barrier.
+
+        `distinct`: no element appears twice with different threads (then no scatter is needed).
+        """
+        elements, threads = elements.ravel(), threads.ravel()
+        if not distinct:
+            # Case: one element touched through several tile positions; find who per element.
+            low = np.full(tracker.size, np.iinfo(np.int64).max, dtype=np.int64)
+            high = np.full(tracker.size, _CLEAN - 2, dtype=np.int64)
+            np.minimum.at(low, elements, threads)
+            np.maximum.at(high, elements, threads)
+            elements = np.flatnonzero(high > _CLEAN - 2)
+            threads = np.where(low[elements] == high[elements], low[elements], _MANY)
+        old = tracker[elements]
+        tracker[elements] = np.where((old == _CLEAN) | (old == threads), threads, _MANY)
+
+    def conflict(
+        self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray
+    ) -> tuple[int, int, int] | None:
+        """The first (element, other thread, thread) where another thread touched the element."""
+        other = tracker[elements]
+        bad = (other != _CLEAN) & ((other != threads) | (threads == _MANY))
+        if not bad.any():
+            return None
+        k = int(np.flatnonzero(bad.ravel())[0])
+        return int(elements.ravel()[k]), int(other.ravel()[k]), int(threads.ravel()[k])
+
+
+def _thread_text(thread: int) -> str:
+    return "several threads" if thread == _MANY else f"thread {thread}"
+
+
+class _Block:
+    """The state of one block while it runs."""
+
+    def __init__(self, run: _Run, block: tuple[int, int, int]) -> None:
+        self.run = run
+        self.program = run.program
+        self.threads = run.program.num_threads
+        self.block = block
+        self.block_number = block[0] + run.grid[0] * (block[1] + run.grid[1] * block[2])
+        self.env: dict[str, int] = dict(run.scalars)
+        for index_var, value in zip(BLOCK_INDICES, block):
+            self.env[index_var.name] = value
+        self.registers: dict[str, np.ndarray] = {}
+        self.shared: dict[str, _SharedState] = {}
+        self.committed = 0
+        self.current: Instruction | None = None
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            RegisterTensorInit: self.register_tensor,
+            SharedTensorAlloc: self.shared_tensor,
+            GlobalView: lambda instruction: None,
+            LoadGlobal: self.load_global,
+            StoreGlobal: self.store_global,
+            LoadShared: self.load_shared,
+            StoreShared: self.store_shared,
+            CopyAsync: self.copy_async,
+            CopyAsyncCommit: self.copy_async_commit,
+            CopyAsyncWait: self.copy_async_wait,
+            Sync: self.sync,
+            Unary: self.unary,
+            Binary: self.binary,
+            Where: self.where,
+            Cast: self.cast,
+            View: self.view,
+            Reduce: self.reduce,
+            Dot: self.dot,
+            Assign: self.assign,
+            ForRange: self.for_range,
+            If: self.if_,
+        }
+
+    # -------------------------------------------------------------------------------- helpers
+
+    def error(self, problem: str) -> InterpreterError:
+        where = "" if self.current is None else f"\n    in: {format_instruction(self.current)}"
+        return InterpreterError(f"block {self.block}: {problem}{where}")
+
+    def scalar(self, expr: Expr) -> int:
+        try:
+            return int(evaluate(expr, self.env))
+        except ZeroDivisionError as error:
+            raise self.error(f"division by zero in scalar {expr!r}") from error
+
+    def values(self, tensor: RegisterTensor) -> np.ndarray:
+        return self.registers[tensor.name]
+
+    def gathered(self, out: RegisterTensor, operand: RegisterTensor) -> np.ndarray:
+        """The operand values each result element reads, [num_threads, out.local_size]."""
+        values = self.values(operand)
+        if operand.layout == out.layout:
+            return values
+        return values.ravel()[_flat_gather(out.layout, operand.layout)]
+
+    def check_replicas(self, tensor: RegisterTensor, values: np.ndarray) -> None:
+        layout = tensor.layout
+        if layout.replication == 1:
+            return
+        reference = values.ravel()[first_owner(layout)]
+        bad = ~_same_bits(tensor.dtype, values, reference)
+        if bad.any():
+            t, i = (int(v) for v in np.argwhere(bad)[0])
+            coord = tuple(int(c) for c in layout_table(layout)[t, i])
+            raise self.error(
+                f"replicas disagree: thread {t} holds {values[t, i].item()!r} for element {coord} "
+                f"of {tensor.name}, its first owner holds {reference[t, i].item()!r}"
+            )
+
+    def global_layout(self, tensor: GlobalTensor) -> GlobalLayout:
+        layout = tensor.layout
+        if not layout.is_symbolic:
+            return layout
+        return self.run.bound_layout(layout, self.env)
+
+    def global_access(
+        self, tensor: GlobalTensor, offsets: Sequence[Expr], key: TileKey
+    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(in-bounds mask or None when all are in bounds, element numbers of the in-bounds
+        tile positions, the argument's byte stream) of a tile placed by `key` at `offsets`."""
+        layout = self.global_layout(tensor)
+        origin = np.array([self.scalar(o) for o in offsets], dtype=np.int64)
+        shape = np.array(layout.shape, dtype=np.int64)
+        strides = np.array(layout.strides, dtype=np.int64)
+        low, high = _tile_extent(key, layout.rank)
+        if np.all(origin + low >= 0) and np.all(origin + high < shape):
+            # Case: the whole tile is inside the view; offsets are a fixed table plus the origin.
+            inside = None
+            elements = _tile_offsets(key, layout.strides) + int(origin @ strides)
+        else:
+            # Case: a partial tile; mask the positions outside the view.
+            full = _padded(_tile_coords(key), layout.rank) + origin
+            inside = np.all((full >= 0) & (full < shape), axis=-1)
+            elements = full[inside] @ strides
+        stream = self.run.streams[tensor.param.name]
+        nbits = tensor.dtype.nbits
+        if elements.size and (int(elements.max()) + 1) * nbits > stream.size * 8:
+            bad = int(elements.max())
+            raise self.error(
+                f"element {bad} of {tensor.name} ({tensor.dtype}) lies past the end of argument "
+                f"{tensor.param.name} ({stream.size} bytes)"
+            )
+        return inside, elements, stream
+
+    def shared_access(
+        self, tensor: SharedTensor, offsets: Sequence[Expr], key: TileKey
+    ) -> np.ndarray:
+        """Element offsets in `tensor` of a tile placed by `key` at `offsets` (range-checked)."""
+        origin = np.array([self.scalar(o) for o in offsets], dtype=np.int64)
+        shape = np.array(tensor.shape, dtype=np.int64)
+        low, high = _tile_extent(key, len(tensor.shape))
+        if not (np.all(origin + low >= 0) and np.all(origin + high < shape)):
+            full = _padded(_tile_coords(key), len(tensor.shape)) + origin
+            outside = np.any((full < 0) | (full >= shape), axis=-1)
+            bad = tuple(int(c) for c in full[outside][0])
+            raise self.error(
+                f"out-of-range shared access: coordinate {bad} of shared tensor {tensor.name} "
+                f"with shape {tensor.shape}"
+            )
+        strides = _row_major_strides(tensor.shape)
+        flat = _tile_offsets(key, strides) + int(origin @ np.array(strides, dtype=np.int64))
+        return _shared_offsets(tensor.layout).ravel()[flat]
+
+    def check_store_conflicts(
+        self,
+        elements: np.ndarray,
+        codes: np.ndarray,
+        coords: np.ndarray,
+        threads: np.ndarray,
+        where: str,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct (elements, codes) of a store, after checking writers of one element agree."""
+        order = np.argsort(elements, kind="stable")
+        elements, codes = elements[order], codes[order]
+        repeated = elements[1:] == elements[:-1]
+        clash = repeated & (codes[1:] != codes[:-1])
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0])
+            first, second = order[k], order[k + 1]
+            raise self.error(
+                f"two threads store different values to one element: threads "
+                f"{int(threads[first])} and {int(threads[second])} store codes {int(codes[k])} "
+                f"and {int(codes[k + 1])} (tile elements {tuple(int(c) for c in coords[first])} "
+                f"and {tuple(int(c) for c in coords[second])}) to element {int(elements[k])} "
+                f"of {where}"
+            )
+        keep = np.concatenate([[True], ~repeated])
+        return elements[keep], codes[keep]
+
+    # ---------------------------------------------------------------------------- execution
+
+    def execute(self, body: Sequence[Instruction]) -> None:
+        for instruction in body:
+            self.current = instruction
+            self.handlers[type(instruction)](instruction)
+
+    def register_tensor(self, instruction: RegisterTensorInit) -> None:
+        out = instruction.out
+        codes = out.dtype.encode(np.array([instruction.init]))
+        value = to_values(out.dtype, codes)[0]
+        self.registers[out.name] = np.full(
+            (self.threads, out.layout.local_size), value, dtype=value_dtype(out.dtype)
+        )
+
+    def shared_tensor(self, instruction: SharedTensorAlloc) -> None:
+        self.shared[instruction.out.name] = _SharedState(instruction.out)
+
+    def load_global(self, instruction: LoadGlobal) -> None:
+        out, src = instruction.out, instruction.src
+        inside, elements, stream = self.global_access(src, instruction.offsets, out.layout)
+        if inside is None:
+            codes = bitstream.read(stream, elements, src.dtype.nbits)
+        else:
+            codes = np.zeros(inside.shape, dtype=np.int64)
+            codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+        self.registers[out.name] = to_values(out.dtype, codes)
+
+    def store_global(self, instruction: StoreGlobal) -> None:
+        dst, src = instruction.dst, instruction.src
+        inside, elements, stream = self.global_access(dst, instruction.offsets, src.layout)
+        codes = src.dtype.encode(self.values(src)).astype(np.int64)
+        coords = layout_table(src.layout)
+        threads = np.broadcast_to(np.arange(self.threads)[:, None], codes.shape)
+        if inside is None:
+            inside = np.ones(codes.shape, dtype=bool)
+            elements = elements.ravel()
+        elements, unique_codes = self.check_store_conflicts(
+            elements, codes[inside], coords[inside], threads[inside], dst.name
+        )
+        self.run.record_global_store(self, dst, elements, unique_codes)
+        bitstream.write(stream, elements, unique_codes, dst.dtype.nbits)
+
+    def read_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
+        """Check that the tile's threads may read `elements` now; record them as readers."""
+        pending = state.pending[elements] >= 0
+        if pending.any():
+            bad = int(elements[pending][0])
+            raise self.error(
+                f"shared memory read before its copy was waited for: element {bad} of "
+                f"{state.tensor.name} belongs to copy group {int(state.pending[bad])} "
+                f"({self.committed} committed; copy_async_wait waits for committed groups)"
+            )
+        threads = _tile_threads(key)
+        conflict = state.conflict(state.writer, elements, threads)
+        if conflict is not None:
+            element, writer, reader = conflict
+            raise self.error(
+                f"shared memory read without a sync: {_thread_text(reader)} reads element "
+                f"{element} of {state.tensor.name}, written by {_thread_text(writer)} since "
+                "the last sync"
+            )
+        state.mark(state.reader, elements, threads, _is_injective(state.tensor.layout))
+
+    def write_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
+        """Check that the tile's threads may overwrite `elements` now; record them as writers."""
+        pending = state.pending[elements] >= 0
+        if pending.any():
+            bad = int(elements[pending][0])
+            raise self.error(
+                f"shared memory written while a copy into it is pending: element {bad} of "
+                f"{state.tensor.name}"
+            )
+        threads = _tile_threads(key)
+        conflict = state.conflict(state.reader, elements, threads)
+        if conflict is not None:
+            element, reader, writer = conflict
+            raise self.error(
+                f"shared memory overwritten without a sync: {_thread_text(writer)} writes "
+                f"element {element} of {state.tensor.name}, read by {_thread_text(reader)} "
+                "since the last sync"
+            )
+        state.mark(state.writer, elements, threads, _is_injective(state.tensor.layout))
+
+    def load_shared(self, instruction: LoadShared) -> None:
+        out, src = instruction.out, instruction.src
+        state = self.shared[src.name]
+        elements = self.shared_access(src, instruction.offsets, out.layout)
+        self.read_shared(state, elements, out.layout)
+        codes = bitstream.read(state.stream, elements, src.dtype.nbits)
+        self.registers[out.name] = to_values(out.dtype, codes)
+
+    def store_shared(self, instruction: StoreShared) -> None:
+        dst, src = instruction.dst, instruction.src
+        state = self.shared[dst.name]
+        elements = self.shared_access(dst, instruction.offsets, src.layout)
+        self.write_shared(state, elements, src.layout)
+        codes = src.dtype.encode(self.values(src)).astype(np.int64)
+        if src.layout.replication == 1 and _is_injective(dst.layout):
+            # Case: every element is written by exactly one (thread, local index).
+            elements, codes = elements.ravel(), codes.ravel()
+        else:
+            coords = layout_table(src.layout)
+            threads = np.broadcast_to(np.arange(self.threads)[:, None], codes.shape)
+            elements, codes = self.check_store_conflicts(
+                elements.ravel(),
+                codes.ravel(),
+                coords.reshape(-1, coords.shape[-1]),
+                threads.ravel(),
+                dst.name,
+            )
+        bitstream.write(state.stream, elements, codes, dst.dtype.nbits)
+
+    def copy_async(self, instruction: CopyAsync) -> None:
+        dst, src = instruction.dst, instruction.src
+        key = instruction.shape if instruction.layout is None else instruction.layout
+        inside, elements, stream = self.global_access(src, instruction.src_offsets, key)
+        if inside is None:
+            codes = bitstream.read(stream, elements, src.dtype.nbits)
+        else:
+            codes = np.zeros(inside.shape, dtype=np.int64)
+            codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+        state = self.shared[dst.name]
+        targets = self.shared_access(dst, instruction.dst_offsets, key)
+        self.write_shared(state, targets, key)
+        targets, unique = np.unique(targets.ravel(), return_index=True)
+        bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
+        state.pending[targets] = self.committed
+
+    def copy_async_commit(self, instruction: CopyAsyncCommit) -> None:
+        self.committed += 1
+
+    def copy_async_wait(self, instruction: CopyAsyncWait) -> None:
+        complete_below = self.committed - instruction.pending
+        for state in self.shared.values():
+            done = (state.pending >= 0) & (state.pending < complete_below)
+            state.pending[done] = -1
+
+    def sync(self, instruction: Sync) -> None:
+        for state in self.shared.values():
+            state.writer[state.pending < 0] = _CLEAN
+            state.reader[:] = _CLEAN
+
+    def unary(self, instruction: Unary) -> None:
+        x = instruction.x
+        self.registers[instruction.out.name] = apply_unary(instruction.op, x.dtype, self.values(x))
+
+    def binary(self, instruction: Binary) -> None:
+        out, lhs, rhs = instruction.out, instruction.lhs, instruction.rhs
+        try:
+            result = apply_binary(
+                instruction.op, lhs.dtype, self.gathered(out, lhs), self.gathered(out, rhs)
+            )
+        except InterpreterError as error:
+            raise self.error(str(error)) from error
+        self.registers[out.name] = result
+
+    def where(self, instruction: Where) -> None:
+        out = instruction.out
+        cond = self.gathered(out, instruction.cond)
+        x, y = self.gathered(out, instruction.x), self.gathered(out, instruction.y)
+        self.registers[out.name] = np.where(cond != 0, x, y)
+
+    def cast(self, instruction: Cast) -> None:
+        out, x = instruction.out, instruction.x
+        # The values are x's decoded codes, so encoding them is `dtypes.convert` of the codes.
+        self.registers[out.name] = to_values(out.dtype, out.dtype.encode(self.values(x)))
+
+    def view(self, instruction: View) -> None:
+        out, x = instruction.out, instruction.x
+        codes = x.dtype.encode(self.values(x)).astype(np.int64)
+        bits_in = np.arange(x.dtype.nbits, dtype=np.int64)
+        bits = ((codes[..., None] >> bits_in) & 1).reshape(self.threads, -1)
+        bits = bits.reshape(self.threads, out.layout.local_size, out.dtype.nbits)
+        new_codes = (bits << np.arange(out.dtype.nbits, dtype=np.int64)).sum(axis=-1)
+        values = to_values(out.dtype, new_codes)
+        self.check_replicas(out, values)
+        self.registers[out.name] = values
+
+    def reduce(self, instruction: Reduce) -> None:
+        out, x = instruction.out, instruction.x
+        local, steps = reduce_plan(x.layout, instruction.dim, out.layout)
+        parts = np.take_along_axis(self.values(x), local.reshape(self.threads, -1), axis=1).reshape(
+            local.shape
+        )
+        combine = _combiner(instruction.reduction, x.dtype)
+        accumulator = parts[..., 0]
+        for j in range(1, parts.shape[-1]):
+            accumulator = combine(accumulator, parts[..., j])
+        for divisor, size in steps:
+            grouped = accumulator.reshape(-1, size, divisor, accumulator.shape[-1])
+            total = grouped[:, 0]
+            for digit in range(1, size):
+                total = combine(total, grouped[:, digit])
+            accumulator = np.broadcast_to(total[:, None], grouped.shape).reshape(accumulator.shape)
+        self.registers[out.name] = round_values(out.dtype, accumulator)
+
+    def dot(self, instruction: Dot) -> None:
+        out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+        flat_a, flat_b = _flat_dot_gather(c.layout, a.layout, b.layout)
+        rows = self.values(a).ravel()[flat_a]
+        cols = self.values(b).ravel()[flat_b]
+        accumulator = self.values(c)
+        for k in range(flat_a.shape[-1]):
+            accumulator = accumulator + rows[..., k] * cols[..., k]
+        self.registers[out.name] = accumulator
+
+    def assign(self, instruction: Assign) -> None:
+        self.registers[instruction.dst.name] = self.values(instruction.src)
+
+    def for_range(self, instruction: ForRange) -> None:
+        start, stop = self.scalar(instruction.start), self.scalar(instruction.stop)
+        name = instruction.var.name
+        for value in range(start, stop, instruction.step):
+            self.env[name] = value
+            self.execute(instruction.body)
+        self.env.pop(name, None)
+
+    def if_(self, instruction: If) -> None:
+        if self.scalar(instruction.cond):
+            self.execute(instruction.body)
+
+
+def _combiner(reduction: str, dtype: DataType) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The pairwise step of a reduction on interpreter values (float32 sums stay float32)."""
+    if reduction == "sum":
+        return np.add
+    op = "max" if reduction == "max" else "min"
+    if dtype.is_float:
+        return lambda a, b: apply_binary(op, dtype, a, b)
+    return np.maximum if op == "max" else np.minimum
+
+
+class _Run:
+    """One launch: the program, its bound arguments, the grid and cross-block store records."""
+
+    def __init__(
+        self, program: Program, arguments: dict[str, Any], grid: tuple[int, int, int]
+    ) -> None:
+        self.program = program
+        self.grid = grid
+        self.scalars = {
+            p.name: int(arguments[p.name]) for p in program.params if isinstance(p, IntParam)
+        }
+        self.streams: dict[str, np.ndarray] = {}
+        for param in program.params:
+            if isinstance(param, ArrayParam):
+                self.streams[param.name] = arguments[param.name].reshape(-1).view(np.uint8)
+        self.stores: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.layouts: dict[tuple[GlobalLayout, tuple[int, ...]], GlobalLayout] = {}
+
+    def bound_layout(self, layout: GlobalLayout, env: Mapping[str, int]) -> GlobalLayout:
+        names = sorted(layout.free_vars())
+        key = (layout, tuple(env[name] for name in names))
+        bound = self.layouts.get(key)
+        if bound is None:
+            bound = layout.bind({name: env[name] for name in names})
+            self.layouts[key] = bound
+        return bound
+
+    def record_global_store(
+        self, block: _Block, tensor: GlobalTensor, elements: np.ndarray, codes: np.ndarray
+    ) -> None:
+        """Check no other block stored different codes to these elements; record this store."""
+        key = (tensor.param.name, tensor.dtype.nbits)
+        if key not in self.stores:
+            count = self.streams[tensor.param.name].size * 8 // tensor.dtype.nbits
+            self.stores[key] = (np.full(count, -1, dtype=np.int64), np.zeros(count, np.int64))
+        owners, written = self.stores[key]
+        previous = owners[elements]
+        clash = (previous >= 0) & (previous != block.block_number) & (written[elements] != codes)
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0])
+            raise block.error(
+                f"two blocks store different values to one element: element {int(elements[k])} "
+                f"of {tensor.param.name} got code {int(written[elements[k]])} from block number "
+                f"{int(previous[k])} and {int(codes[k])} from this block"
+            )
+        # The first block to store an element stays its owner; the owner may overwrite it.
+        update = (previous < 0) | (previous == block.block_number)
+        owners[elements[update]] = block.block_number
+        written[elements[update]] = codes[update]
+
+
+def _bind_arguments(
+    program: Program, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Match positional and keyword arguments to parameters and check each one."""
+    params = program.params
+    if len(args) > len(params):
+        raise InterpreterError(
+            f"{program.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
+            f"got {len(args)} positional ones"
+        )
+    bound: dict[str, Any] = {}
+    for param, value in zip(params, args):
+        bound[param.name] = value
+    names = {p.name for p in params}
+    for name, value in kwargs.items():
+        if name not in names:
+            raise InterpreterError(f"{program.name} has no parameter {name!r}")
+        if name in bound:
+            raise InterpreterError(f"argument {name!r} given both by position and by name")
+        bound[name] = value
+    for param in params:
+        if param.name not in bound:
+            raise InterpreterError(f"missing argument {param.name!r} of {program.name}")
+        value = bound[param.name]
+        if isinstance(param, IntParam):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise InterpreterError(
+                    f"argument {param.name!r} must be an int, got {type(value).__name__}"
+                )
+            lo, hi = param.var.lo, param.var.hi
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise InterpreterError(
+                    f"argument {param.name}={value} is outside its bounds [{lo}, {hi}]"
+                )
+        else:
+            if not isinstance(value, np.ndarray):
+                raise InterpreterError(
+                    f"argument {param.name!r} must be a NumPy array, got {type(value).__name__}"
+                )
+            if not value.flags.c_contiguous or not value.flags.writeable:
+                raise InterpreterError(
+                    f"argument {param.name!r} must be a C-contiguous, writeable array"
+                )
+    return bound
+
+
+def _check_grid(grid: int | Sequence[int]) -> tuple[int, int, int]:
+    sizes = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    if not 1 <= len(sizes) <= 3 or any(
+        isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in sizes
+    ):
+        raise InterpreterError(f"grid must be 1 to 3 positive ints, got {grid!r}")
+    return tuple(int(s) for s in sizes) + (1,) * (3 - len(sizes))
+
+
+def run_reference(
+    program: Program, *args: Any, grid: int | Sequence[int] = 1, **kwargs: Any
+) -> tuple[np.ndarray, ...]:
+    """Run `program` over `grid` on NumPy arguments; mutate the arrays in place and return them.
+
+    Arguments are given positionally in parameter order or by name: NumPy arrays (C-contiguous,
+    any dtype: their raw bytes are the bitstream) for array parameters, ints (within the
+    parameter's bounds) for int parameters. `grid` is 1 to 3 positive ints (x, y, z). Returns the
+    array arguments in parameter order. Raises VerificationError for an ill-formed program and
+    InterpreterError for bad arguments and for everything the module docstring lists.
+    """
+    verify(program)
+    arguments = _bind_arguments(program, args, kwargs)
+    sizes = _check_grid(grid)
+    run = _Run(program, arguments, sizes)
+    for z, y, x in itertools.product(range(sizes[2]), range(sizes[1]), range(sizes[0])):
+        _Block(run, (x, y, z)).execute(program.body)
+    return tuple(arguments[p.name] for p in program.params if isinstance(p, ArrayParam))

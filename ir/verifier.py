@@ -1,0 +1,537 @@
+"""The verifier: rejects ill-formed tile programs before anything runs or compiles them.
+
+`verify(program, shared_memory_limit=...)` raises `VerificationError` whose message names the
+instruction (its op and printed line) and the mismatch. It checks:
+
+- types: operand dtypes that must agree (binary operands, stores, copies, assign), operation
+  kinds (bit operations on integers only, transcendental functions on floats only), `where`'s
+  `u1` condition, `dot`'s f16/bf16 operands and f32 accumulator;
+- shapes: broadcasting, dot's (M, K) @ (K, N) + (M, N), memory ranks and tile extents, reduce
+  dims, the reduce layout (`layout_algebra.reduce`);
+- layouts: every register tensor has the program's thread count; results have the layout their
+  instruction implies (unary ops, casts, dot, assign);
+- data placement: no thread combines data it does not hold (each operand element a binary op,
+  `where` or `dot` reads must be in the reading thread's registers; `ir.placement`);
+- view: equal bits per thread;
+- scopes: every tensor used is defined before, in the same or an enclosing body (a tensor
+  defined in a loop or if body is not visible after it); every scalar reads only parameters,
+  block indices and enclosing loop variables; names are unique;
+- shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
+  `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.elementwise import (
+    BINARY_OPS,
+    REDUCTIONS,
+    UNARY_OPS,
+    broadcast_shapes,
+    kind_of,
+    result_dtype,
+)
+from ir.errors import VerificationError
+from ir.instructions import (
+    Assign,
+    Binary,
+    Cast,
+    CopyAsync,
+    CopyAsyncCommit,
+    CopyAsyncWait,
+    Dot,
+    ForRange,
+    GlobalView,
+    If,
+    Instruction,
+    LoadGlobal,
+    LoadShared,
+    Reduce,
+    RegisterTensorInit,
+    SharedTensorAlloc,
+    StoreGlobal,
+    StoreShared,
+    Sync,
+    Unary,
+    View,
+    Where,
+)
+from ir.placement import broadcast_gather, dot_gather, layout_table
+from ir.printer import format_instruction
+from ir.program import BLOCK_INDICES, Program
+from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
+from layout_algebra.register import RegisterLayout
+from layout_algebra.shared import SharedLayout
+from layout_algebra.symbolic import Expr
+
+DEFAULT_SHARED_MEMORY_LIMIT = 227 * 1024
+"""Bytes of shared memory a block may use on sm_90 (opt-in maximum)."""
+
+SHARED_ALIGNMENT = 16
+"""Each shared tensor starts at a multiple of this many bytes."""
+
+DOT_OPERAND_DTYPES = (dtypes.f16, dtypes.bf16)
+
+
+def _fail(instruction: Instruction, problem: str) -> VerificationError:
+    try:
+        line = format_instruction(instruction)
+    except Exception:  # noqa: BLE001 - a malformed instruction may not print; name its type
+        line = type(instruction).__name__
+    return VerificationError(f"{getattr(instruction, 'op', '?')}: {problem}\n    in: {line}")
+
+
+def _check_register(instruction: Instruction, tensor: object, role: str, threads: int) -> None:
+    if not isinstance(tensor, RegisterTensor):
+        raise _fail(instruction, f"{role} must be a RegisterTensor, got {tensor!r}")
+    if not isinstance(tensor.dtype, DataType):
+        raise _fail(instruction, f"{role} {tensor.name} has dtype {tensor.dtype!r}, not a DataType")
+    if not isinstance(tensor.layout, RegisterLayout):
+        raise _fail(instruction, f"{role} {tensor.name} has layout {tensor.layout!r}")
+    if tensor.layout.num_threads != threads:
+        raise _fail(
+            instruction,
+            f"thread count mismatch: {role} {tensor.name} has a layout of "
+            f"{tensor.layout.num_threads} threads, the program has {threads}",
+        )
+
+
+def _check_same_dtype(instruction: Instruction, pairs: Sequence[tuple[str, DataType]]) -> None:
+    (first_role, first), *rest = pairs
+    for role, dtype in rest:
+        if dtype != first:
+            raise _fail(instruction, f"dtype mismatch: {first_role} is {first}, {role} is {dtype}")
+
+
+def _check_held(
+    instruction: Instruction,
+    result: RegisterTensor,
+    operand: RegisterTensor,
+    role: str,
+) -> None:
+    """Every thread holds, in `operand`, each element its result elements read."""
+    gather = broadcast_gather(result.layout, operand.layout)
+    missing = np.argwhere(gather < 0)
+    if missing.size:
+        t, i = (int(v) for v in missing[0])
+        coord = tuple(int(c) for c in layout_table(result.layout)[t, i])
+        rank = len(operand.shape)
+        read = tuple(
+            0 if extent == 1 else c for c, extent in zip(coord[len(coord) - rank :], operand.shape)
+        )
+        raise _fail(
+            instruction,
+            f"thread {t} combines {role} {operand.name} element {read} (for result element "
+            f"{coord}) that it does not hold",
+        )
+
+
+def _check_elementwise(
+    instruction: Instruction, out: RegisterTensor, operands: Sequence[tuple[str, RegisterTensor]]
+) -> None:
+    shape = broadcast_shapes(*(x.shape for _, x in operands))
+    if shape is None:
+        shapes = ", ".join(f"{role} {x.shape}" for role, x in operands)
+        raise _fail(instruction, f"shape mismatch: {shapes} do not broadcast")
+    if out.shape != shape:
+        raise _fail(
+            instruction, f"shape mismatch: result shape {out.shape}, broadcast shape {shape}"
+        )
+    for role, operand in operands:
+        _check_held(instruction, out, operand, role)
+
+
+def _check_offsets(instruction: Instruction, offsets: object, rank: int, role: str) -> None:
+    if not isinstance(offsets, tuple) or not all(isinstance(o, Expr) for o in offsets):
+        raise _fail(instruction, f"{role} must be a tuple of Exprs, got {offsets!r}")
+    if len(offsets) != rank:
+        raise _fail(
+            instruction, f"{role} has {len(offsets)} entries, the memory tensor has rank {rank}"
+        )
+
+
+def _check_tile_fits(
+    instruction: Instruction,
+    tile: Sequence[int],
+    offsets: Sequence[Expr],
+    shared: SharedTensor,
+) -> None:
+    """A tile of shape `tile` (rank <= shared rank) at `offsets` stays in the shared tensor."""
+    if len(tile) > len(shared.shape):
+        raise _fail(
+            instruction,
+            f"rank mismatch: the tile {tuple(tile)} has more dimensions than shared tensor "
+            f"{shared.name} {shared.shape}",
+        )
+    padded = (1,) * (len(shared.shape) - len(tile)) + tuple(tile)
+    for dim, (extent, offset, limit) in enumerate(zip(padded, offsets, shared.shape)):
+        low = offset.value if offset.is_const else 0
+        if extent + low > limit:
+            raise _fail(
+                instruction,
+                f"shape mismatch: the tile {padded} at offset {offset!r} overruns shared tensor "
+                f"{shared.name} {shared.shape} in dimension {dim}",
+            )
+
+
+def _check_shared(instruction: Instruction, tensor: object, role: str) -> SharedTensor:
+    if not isinstance(tensor, SharedTensor) or not isinstance(tensor.layout, SharedLayout):
+        raise _fail(
+            instruction, f"{role} must be a SharedTensor with a SharedLayout, got {tensor!r}"
+        )
+    return tensor
+
+
+def _check_global(instruction: Instruction, tensor: object, role: str) -> GlobalTensor:
+    if not isinstance(tensor, GlobalTensor) or not isinstance(tensor.layout, GlobalLayout):
+        raise _fail(
+            instruction, f"{role} must be a GlobalTensor with a GlobalLayout, got {tensor!r}"
+        )
+    return tensor
+
+
+def _check_memory_tile(
+    instruction: Instruction, register: RegisterTensor, memory_rank: int, memory: str
+) -> None:
+    if register.layout.rank > memory_rank:
+        raise _fail(
+            instruction,
+            f"rank mismatch: register tile {register.name} {register.shape} has more dimensions "
+            f"than {memory} (rank {memory_rank})",
+        )
+
+
+def check_instruction(instruction: Instruction, num_threads: int) -> None:
+    """The checks of one instruction that need no context (types, shapes, layouts, placement).
+
+    Raises VerificationError naming the instruction and the mismatch. Bodies of loops and ifs
+    are not entered (`verify` walks them).
+    """
+    threads = num_threads
+    match instruction:
+        case RegisterTensorInit(out=out, init=init):
+            _check_register(instruction, out, "result", threads)
+            if isinstance(init, bool) or not isinstance(init, (int, float)):
+                raise _fail(instruction, f"init must be an int or a float, got {init!r}")
+        case SharedTensorAlloc(out=out):
+            _check_shared(instruction, out, "result")
+            if not isinstance(out.dtype, DataType):
+                raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
+        case GlobalView(out=out, param=param):
+            _check_global(instruction, out, "result")
+            if not isinstance(param, ArrayParam) or out.param is not param:
+                raise _fail(instruction, f"{param!r} is not the view's array parameter")
+            if not isinstance(out.dtype, DataType):
+                raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
+        case LoadGlobal(out=out, src=src, offsets=offsets):
+            _check_register(instruction, out, "result", threads)
+            src = _check_global(instruction, src, "source")
+            _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
+            _check_offsets(instruction, offsets, src.rank, "offsets")
+            _check_memory_tile(instruction, out, src.rank, f"global tensor {src.name}")
+        case StoreGlobal(dst=dst, src=src, offsets=offsets):
+            _check_register(instruction, src, "source", threads)
+            dst = _check_global(instruction, dst, "destination")
+            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+            _check_offsets(instruction, offsets, dst.rank, "offsets")
+            _check_memory_tile(instruction, src, dst.rank, f"global tensor {dst.name}")
+        case LoadShared(out=out, src=src, offsets=offsets):
+            _check_register(instruction, out, "result", threads)
+            src = _check_shared(instruction, src, "source")
+            _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
+            _check_offsets(instruction, offsets, len(src.shape), "offsets")
+            _check_tile_fits(instruction, out.shape, offsets, src)
+        case StoreShared(dst=dst, src=src, offsets=offsets):
+            _check_register(instruction, src, "source", threads)
+            dst = _check_shared(instruction, dst, "destination")
+            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+            _check_offsets(instruction, offsets, len(dst.shape), "offsets")
+            _check_tile_fits(instruction, src.shape, offsets, dst)
+        case CopyAsync():
+            _check_copy_async(instruction, threads)
+        case CopyAsyncCommit() | Sync():
+            pass
+        case CopyAsyncWait(pending=pending):
+            if isinstance(pending, bool) or not isinstance(pending, int) or pending < 0:
+                raise _fail(instruction, f"pending must be an int >= 0, got {pending!r}")
+        case Unary(op=op, out=out, x=x):
+            _check_register(instruction, x, "operand", threads)
+            _check_register(instruction, out, "result", threads)
+            if op not in UNARY_OPS:
+                raise _fail(instruction, f"unknown unary op {op!r}")
+            if kind_of(x.dtype) not in UNARY_OPS[op].kinds:
+                raise _fail(instruction, f"dtype mismatch: {op} does not apply to {x.dtype}")
+            _check_same_dtype(instruction, [("operand", x.dtype), ("result", out.dtype)])
+            if out.layout != x.layout:
+                raise _fail(instruction, "layout mismatch: the result layout differs from x's")
+        case Binary(op=op, out=out, lhs=lhs, rhs=rhs):
+            _check_register(instruction, lhs, "lhs", threads)
+            _check_register(instruction, rhs, "rhs", threads)
+            _check_register(instruction, out, "result", threads)
+            if op not in BINARY_OPS:
+                raise _fail(instruction, f"unknown binary op {op!r}")
+            _check_same_dtype(instruction, [("lhs", lhs.dtype), ("rhs", rhs.dtype)])
+            if kind_of(lhs.dtype) not in BINARY_OPS[op].kinds:
+                raise _fail(instruction, f"dtype mismatch: {op} does not apply to {lhs.dtype}")
+            expected = result_dtype(op, lhs.dtype)
+            _check_same_dtype(instruction, [("expected result", expected), ("result", out.dtype)])
+            _check_elementwise(instruction, out, [("lhs", lhs), ("rhs", rhs)])
+        case Where(out=out, cond=cond, x=x, y=y):
+            for role, tensor in (("cond", cond), ("x", x), ("y", y), ("result", out)):
+                _check_register(instruction, tensor, role, threads)
+            if cond.dtype != dtypes.u1:
+                raise _fail(instruction, f"dtype mismatch: cond is {cond.dtype}, expected u1")
+            _check_same_dtype(instruction, [("x", x.dtype), ("y", y.dtype), ("result", out.dtype)])
+            _check_elementwise(instruction, out, [("cond", cond), ("x", x), ("y", y)])
+        case Cast(out=out, x=x):
+            _check_register(instruction, x, "operand", threads)
+            _check_register(instruction, out, "result", threads)
+            if out.layout != x.layout:
+                raise _fail(instruction, "layout mismatch: a cast keeps its operand's layout")
+        case View(out=out, x=x):
+            _check_register(instruction, x, "operand", threads)
+            _check_register(instruction, out, "result", threads)
+            bits_in = x.layout.local_size * x.dtype.nbits
+            bits_out = out.layout.local_size * out.dtype.nbits
+            if bits_in != bits_out:
+                raise _fail(
+                    instruction,
+                    f"unequal bits per thread: {x.name} holds {x.layout.local_size} x "
+                    f"{x.dtype.nbits} = {bits_in} bits per thread, the result "
+                    f"{out.layout.local_size} x {out.dtype.nbits} = {bits_out}",
+                )
+        case Reduce():
+            _check_reduce(instruction, threads)
+        case Dot():
+            _check_dot(instruction, threads)
+        case Assign(dst=dst, src=src):
+            _check_register(instruction, dst, "destination", threads)
+            _check_register(instruction, src, "source", threads)
+            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+            if dst.layout != src.layout:
+                raise _fail(
+                    instruction,
+                    f"layout mismatch: destination {dst.layout!r}, source {src.layout!r}",
+                )
+        case ForRange(var=loop_var, start=start, stop=stop, step=step):
+            if not all(isinstance(e, Expr) for e in (loop_var, start, stop)):
+                raise _fail(instruction, "the loop variable and bounds must be Exprs")
+            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+                raise _fail(instruction, f"step must be a positive int, got {step!r}")
+        case If(cond=cond):
+            if not isinstance(cond, Expr):
+                raise _fail(instruction, f"the condition must be an Expr, got {cond!r}")
+        case _:
+            raise VerificationError(f"not an instruction of the tile IR: {instruction!r}")
+
+
+def _check_copy_async(instruction: CopyAsync, threads: int) -> None:
+    dst = _check_shared(instruction, instruction.dst, "destination")
+    src = _check_global(instruction, instruction.src, "source")
+    _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+    _check_offsets(instruction, instruction.src_offsets, src.rank, "src_offsets")
+    _check_offsets(instruction, instruction.dst_offsets, len(dst.shape), "dst_offsets")
+    shape = instruction.shape
+    if len(shape) != src.rank:
+        raise _fail(
+            instruction,
+            f"rank mismatch: the tile {shape} has rank {len(shape)}, the source {src.rank}",
+        )
+    _check_tile_fits(instruction, shape, instruction.dst_offsets, dst)
+    layout = instruction.layout
+    if layout is not None:
+        if not isinstance(layout, RegisterLayout):
+            raise _fail(instruction, f"layout must be a RegisterLayout or None, got {layout!r}")
+        if layout.shape != tuple(shape):
+            raise _fail(instruction, f"shape mismatch: layout {layout.shape}, tile {shape}")
+        if layout.num_threads != threads:
+            raise _fail(
+                instruction,
+                f"thread count mismatch: the copy layout has {layout.num_threads} threads, the "
+                f"program has {threads}",
+            )
+
+
+def _check_reduce(instruction: Reduce, threads: int) -> None:
+    out, x = instruction.out, instruction.x
+    _check_register(instruction, x, "operand", threads)
+    _check_register(instruction, out, "result", threads)
+    if instruction.reduction not in REDUCTIONS:
+        raise _fail(instruction, f"unknown reduction {instruction.reduction!r}")
+    dim = instruction.dim
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < x.layout.rank:
+        raise _fail(instruction, f"dim {dim!r} is not a dimension of {x.name} {x.shape}")
+    _check_same_dtype(instruction, [("operand", x.dtype), ("result", out.dtype)])
+    expected = reduce_layout(x.layout, [dim], keepdims=instruction.keepdim)
+    if out.layout != expected:
+        raise _fail(
+            instruction,
+            f"layout mismatch: result layout {out.layout!r}, the reduction of {x.name} over "
+            f"dim {dim} has {expected!r}",
+        )
+
+
+def _check_dot(instruction: Dot, threads: int) -> None:
+    out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+    for role, tensor in (("a", a), ("b", b), ("c", c), ("result", out)):
+        _check_register(instruction, tensor, role, threads)
+    if a.dtype not in DOT_OPERAND_DTYPES:
+        raise _fail(instruction, f"dtype mismatch: a is {a.dtype}, expected f16 or bf16")
+    _check_same_dtype(instruction, [("a", a.dtype), ("b", b.dtype)])
+    _check_same_dtype(instruction, [("c", c.dtype), ("f32 accumulator", dtypes.f32)])
+    _check_same_dtype(instruction, [("c", c.dtype), ("result", out.dtype)])
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
+        raise _fail(instruction, f"rank mismatch: a {a.shape}, b {b.shape}, c {c.shape}")
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k != k_b or c.shape != (m, n):
+        raise _fail(
+            instruction,
+            f"shape mismatch: a {a.shape} @ b {b.shape} + c {c.shape} (expected (M, K), (K, N), "
+            "(M, N))",
+        )
+    if out.layout != c.layout:
+        raise _fail(instruction, "layout mismatch: the result layout differs from c's")
+    ga, gb = dot_gather(c.layout, a.layout, b.layout)
+    for role, gather, tensor in (("a", ga, a), ("b", gb, b)):
+        missing = np.argwhere(gather < 0)
+        if missing.size:
+            t, i, kk = (int(v) for v in missing[0])
+            row, col = (int(v) for v in layout_table(c.layout)[t, i])
+            element = (row, kk) if role == "a" else (kk, col)
+            raise _fail(
+                instruction,
+                f"thread {t} combines {role} {tensor.name} element {element} (for c element "
+                f"{(row, col)}) that it does not hold",
+            )
+
+
+class _Scope:
+    """What is visible at a point of the program: tensors and scalar variable names."""
+
+    def __init__(self, tensors: set[int], names: set[str]) -> None:
+        self.tensors = tensors
+        self.names = names
+
+    def child(self) -> _Scope:
+        return _Scope(set(self.tensors), set(self.names))
+
+
+def _operands(instruction: Instruction) -> list[object]:
+    """The tensors an instruction reads (and, for stores and assign, writes into)."""
+    fields = {
+        LoadGlobal: ("src",),
+        StoreGlobal: ("dst", "src"),
+        LoadShared: ("src",),
+        StoreShared: ("dst", "src"),
+        CopyAsync: ("dst", "src"),
+        Unary: ("x",),
+        Binary: ("lhs", "rhs"),
+        Where: ("cond", "x", "y"),
+        Cast: ("x",),
+        View: ("x",),
+        Reduce: ("x",),
+        Dot: ("a", "b", "c"),
+        Assign: ("dst", "src"),
+    }.get(type(instruction), ())
+    return [getattr(instruction, name) for name in fields]
+
+
+def _scalars(instruction: Instruction) -> list[Expr]:
+    match instruction:
+        case LoadGlobal(offsets=offsets) | StoreGlobal(offsets=offsets):
+            return list(offsets)
+        case LoadShared(offsets=offsets) | StoreShared(offsets=offsets):
+            return list(offsets)
+        case CopyAsync(src_offsets=src_offsets, dst_offsets=dst_offsets):
+            return [*src_offsets, *dst_offsets]
+        case GlobalView(out=out):
+            return [e for e in (*out.layout.shape, *out.layout.strides) if isinstance(e, Expr)]
+        case ForRange(start=start, stop=stop):
+            return [start, stop]
+        case If(cond=cond):
+            return [cond]
+    return []
+
+
+class _Walker:
+    """Walks a program once: per-instruction checks, scopes, names, shared memory."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.names: set[str] = set()
+        self.shared_bytes = 0
+        self.params = {id(p) for p in program.params if isinstance(p, ArrayParam)}
+
+    def body(self, body: Sequence[Instruction], scope: _Scope) -> None:
+        for instruction in body:
+            self.instruction(instruction, scope)
+
+    def instruction(self, instruction: Instruction, scope: _Scope) -> None:
+        check_instruction(instruction, self.program.num_threads)
+        for operand in _operands(instruction):
+            if id(operand) not in scope.tensors:
+                raise _fail(
+                    instruction,
+                    f"{operand.name} is used outside the scope that defines it (or before it)",
+                )
+        for scalar in _scalars(instruction):
+            unknown = scalar.free_vars() - scope.names
+            if unknown:
+                raise _fail(
+                    instruction,
+                    f"scalar {scalar!r} reads {sorted(unknown)}, which are not parameters, block "
+                    "indices or enclosing loop variables",
+                )
+        if isinstance(instruction, GlobalView) and id(instruction.param) not in self.params:
+            raise _fail(instruction, f"{instruction.param.name} is not a parameter of the program")
+        out = getattr(instruction, "out", None)
+        if out is not None:
+            self.define(instruction, out.name)
+            scope.tensors.add(id(out))
+        if isinstance(instruction, SharedTensorAlloc):
+            size = dtypes.packed_nbytes(instruction.out.layout.size, instruction.out.dtype)
+            self.shared_bytes += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+        if isinstance(instruction, ForRange):
+            self.define(instruction, instruction.var.name)
+            inner = scope.child()
+            inner.names.add(instruction.var.name)
+            self.body(instruction.body, inner)
+        elif isinstance(instruction, If):
+            self.body(instruction.body, scope.child())
+
+    def define(self, instruction: Instruction, name: str) -> None:
+        if name in self.names:
+            raise _fail(instruction, f"the name {name} is defined twice")
+        self.names.add(name)
+
+
+def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LIMIT) -> Program:
+    """Check `program` (see the module docstring); return it unchanged when well formed.
+
+    Raises VerificationError naming the first ill-formed instruction and the mismatch.
+    """
+    if not isinstance(program, Program):
+        raise VerificationError(f"verify expects a Program, got {program!r}")
+    walker = _Walker(program)
+    names: set[str] = {index.name for index in BLOCK_INDICES}
+    for param in program.params:
+        if not isinstance(param, (IntParam, ArrayParam)):
+            raise VerificationError(f"parameter {param!r} is not an IntParam or ArrayParam")
+        if param.name in names:
+            raise VerificationError(f"parameter name {param.name} is used twice")
+        names.add(param.name)
+    walker.names |= names
+    walker.body(program.body, _Scope(set(), names))
+    if walker.shared_bytes > shared_memory_limit:
+        raise VerificationError(
+            f"shared memory past the limit: the program's shared tensors take "
+            f"{walker.shared_bytes} bytes, the limit is {shared_memory_limit}"
+        )
+    return program

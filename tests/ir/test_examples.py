@@ -1,0 +1,142 @@
+"""Each example program against a plain NumPy formula (bit-exact where the order is fixed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ir import dtypes
+from ir.errors import VerificationError
+from ir.examples.matmul import matmul, simt_dot_layouts
+from ir.examples.quantized_matmul import quantized_matmul, weight_layouts
+from ir.examples.softmax import row_softmax
+from ir.examples.vector_add import vector_add
+from ir.interpreter import run_reference
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_vector_add_f16_equals_numpy_f16():
+    rng = np.random.default_rng(1)
+    n = 2500
+    x, y = (rng.standard_normal(n).astype(np.float16) * 100 for _ in range(2))
+    z = np.full(n + 3, 7, dtype=np.float16)  # three elements past n must stay untouched
+    run_reference(vector_add(), n, x, y, z, grid=ceil_div(n, 1024))
+    np.testing.assert_array_equal(z[:n].view(np.uint16), (x + y).view(np.uint16))
+    np.testing.assert_array_equal(z[n:], 7)
+
+
+def test_vector_add_u4_wraps_modulo_16():
+    rng = np.random.default_rng(2)
+    n = 300
+    x, y = rng.integers(0, 16, n), rng.integers(0, 16, n)
+    z = np.zeros(n // 2, dtype=np.uint8)
+    program = vector_add(dtypes.u4, num_threads=32, tile_size=256)
+    run_reference(program, n, dtypes.pack(x, dtypes.u4), dtypes.pack(y, dtypes.u4), z, grid=2)
+    np.testing.assert_array_equal(dtypes.unpack(z, dtypes.u4, n), (x + y) % 16)
+
+
+def test_row_softmax_equals_numpy_within_f16_rounding():
+    rng = np.random.default_rng(3)
+    m, n = 10, 64
+    x = (rng.standard_normal((m, n)) * 3).astype(np.float16)
+    y = np.zeros_like(x)
+    run_reference(row_softmax(n), m, x, y, grid=ceil_div(m, 4))
+    exponentials = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    expected = exponentials / exponentials.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2e-3, atol=1e-6)
+
+
+def sequential_f32_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """acc = f32(acc + a[:, k] * b[k, :]) for k in order, as `dot` defines it; then f16."""
+    accumulator = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    for k in range(a.shape[1]):
+        accumulator = accumulator + a[:, k : k + 1].astype(np.float32) * b[k].astype(np.float32)
+    return accumulator.astype(np.float16)
+
+
+def test_matmul_is_bit_exact_against_the_sequential_formula():
+    rng = np.random.default_rng(4)
+    m, n, k = 70, 72, 75  # none a multiple of the 64 x 64 x 32 tile
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    c = np.zeros((m, n), dtype=np.float16)
+    run_reference(matmul(), m, n, k, a, b, c, grid=(ceil_div(n, 64), ceil_div(m, 64)))
+    np.testing.assert_array_equal(c.view(np.uint16), sequential_f32_matmul(a, b).view(np.uint16))
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=2e-2)
+
+
+WEIGHT_DTYPES = [
+    dtypes.u1,
+    dtypes.u2,
+    dtypes.u4,
+    dtypes.u8,
+    dtypes.i3,
+    dtypes.i4,
+    dtypes.i8,
+    dtypes.f4e2m1,
+    dtypes.f6e3m2,
+    dtypes.f8e4m3,
+]
+
+
+@pytest.mark.parametrize("weight_dtype", WEIGHT_DTYPES, ids=str)
+def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype):
+    rng = np.random.default_rng(weight_dtype.nbits)
+    m, n, k, group = 33, 72, 70, 32
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    codes = rng.integers(0, 1 << weight_dtype.nbits, (k, n))
+    if weight_dtype.has_nan:
+        codes = np.where(np.isnan(weight_dtype.decode(codes)), 0, codes)
+    scales = (rng.random((ceil_div(k, group), n)) + 0.25).astype(np.float16)
+    c = np.zeros((m, n), dtype=np.float16)
+    program = quantized_matmul(weight_dtype, group_size=group)
+    weights = dtypes.pack(codes, weight_dtype)
+    run_reference(program, m, n, k, a, weights, scales, c, grid=(ceil_div(n, 64), 1))
+    weight_values = weight_dtype.decode(codes).astype(np.float64)
+    group_scales = np.repeat(scales.astype(np.float64), group, axis=0)[:k]
+    reference = a.astype(np.float64) @ (weight_values * group_scales)
+    magnitude = np.abs(a.astype(np.float64)) @ np.abs(weight_values * group_scales)
+    # f16 rounding of each dequantized weight and of the output, f32 accumulation.
+    assert np.all(np.abs(c - reference) <= 2.0**-10 * magnitude + 2.0**-10 * np.abs(reference))
+    dequantized = (weight_values * group_scales).astype(np.float32).astype(np.float16)
+    np.testing.assert_array_equal(
+        c.view(np.uint16), sequential_f32_matmul(a, dequantized).view(np.uint16)
+    )
+
+
+def test_simt_dot_layouts_hold_what_the_dot_combines():
+    a, b, c = simt_dot_layouts(128, 64, 64, 8)
+    assert (a.shape, b.shape, c.shape) == ((64, 8), (8, 64), (64, 64))
+    # Thread 9 = (row 1, column 1) holds c rows 4..7, columns 8..15, and exactly those rows of a
+    # and columns of b.
+    assert {tuple(x) for x in c.table()[9]} == {(r, q) for r in range(4, 8) for q in range(8, 16)}
+    assert {x[0] for x in a.table()[9]} == set(range(4, 8))
+    assert {x[1] for x in b.table()[9]} == set(range(8, 16))
+
+
+def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
+    byte_layout, weight_layout = weight_layouts(dtypes.i3, 128, 32, 64)
+    assert byte_layout.shape == (32, 24) and weight_layout.shape == (32, 64)
+    assert byte_layout.local_size * 8 == weight_layout.local_size * 3
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: vector_add(tile_size=1000), "tile_size 1000 must be a multiple of num_threads"),
+        (lambda: row_softmax(n_cols=48), "must be multiples of 32"),
+        (lambda: matmul(inner_k=5), "inner_k 5 must divide block_k 32"),
+        (lambda: matmul(block_n=60), "block_n 60 must be a multiple of 8"),
+        (lambda: matmul(block_m=24), "block_m 24 must be a multiple of the 16 thread rows"),
+        (lambda: quantized_matmul(group_size=48), "group_size 48 must be a multiple of 32"),
+        (lambda: quantized_matmul(dtypes.f16), "at most 8 bits, got f16"),
+        (lambda: quantized_matmul(block_k=8), "block_k 8 must be a multiple of 16"),
+    ],
+)
+def test_example_parameter_errors(build, message):
+    with pytest.raises(VerificationError, match=message):
+        build()

@@ -1,0 +1,383 @@
+"""The reference interpreter: literal results of each instruction, and every error it raises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.errors import InterpreterError, VerificationError
+from ir.interpreter import run_reference
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import local, replicate, spatial
+from layout_algebra.shared import shared_row_major
+
+F16, F32 = dtypes.f16, dtypes.f32
+
+
+def one_array_program(dtype, shape, strides, body, threads=4, name="x"):
+    """A program of one array parameter `x` viewed as `shape`/`strides`; body(b, view)."""
+    with ProgramBuilder("test", threads) as b:
+        x = b.array_param(name, dtype)
+        body(b, b.global_view(x, dtype, GlobalLayout(shape, strides)))
+    return b.program()
+
+
+# ------------------------------------------------------------------------------ global memory
+
+
+def test_masked_load_reads_zero_and_masked_store_skips():
+    def body(b, view):
+        tile = b.load_global(view, [1, 2], spatial(2, 2).local(1, 2))  # rows 1-2, cols 2-5
+        b.store_global(view, b.add(tile, 100), [0, 0])
+
+    # A (3, 4) view of rows padded to 6: columns 4, 5 of each row are never touched.
+    program = one_array_program(dtypes.i8, (3, 4), (6, 1), body)
+    x = np.arange(18, dtype=np.int8)
+    run_reference(program, x)
+    expected = np.arange(18).reshape(3, 6)
+    expected[0, 0:2] = [108, 109]  # x[1, 2], x[1, 3] + 100
+    expected[0, 2:4] = [100, 100]  # x[1, 4], x[1, 5] are outside the view: read as 0
+    expected[1, 0:2] = [114, 115]
+    expected[1, 2:4] = [100, 100]
+    np.testing.assert_array_equal(x.reshape(3, 6), expected)
+
+
+def test_sub_byte_elements_of_two_threads_share_a_byte():
+    def body(b, view):
+        b.store_global(view, b.add(b.load_global(view, [0], spatial(4)), 1), [0])
+
+    program = one_array_program(dtypes.u4, (4,), (1,), body)
+    x = np.array([0x21, 0x43], dtype=np.uint8)  # u4 elements 1, 2, 3, 4
+    run_reference(program, x)
+    np.testing.assert_array_equal(x, [0x32, 0x54])
+
+
+def test_three_bit_elements_straddling_bytes():
+    def body(b, view):
+        b.store_global(view, b.load_global(view, [1], spatial(4).local(2)), [0])
+
+    program = one_array_program(dtypes.u3, (9,), (1,), body)
+    x = dtypes.pack(np.arange(9) % 8, dtypes.u3)
+    run_reference(program, x)
+    np.testing.assert_array_equal(dtypes.unpack(x, dtypes.u3, 9), [1, 2, 3, 4, 5, 6, 7, 0, 0])
+
+
+def test_element_past_the_end_of_the_argument():
+    program = one_array_program(
+        F16, (8,), (1,), lambda b, v: b.load_global(v, [0], spatial(4).local(2))
+    )
+    with pytest.raises(InterpreterError, match=r"element 7 of g0 \(f16\) lies past the end of "):
+        run_reference(program, np.zeros(7, dtype=np.float16))
+
+
+def test_two_threads_storing_different_values_to_one_element():
+    def body(b, view):
+        tile = b.load_global(view, [0], spatial(4))
+        collapsed = GlobalLayout((4,), (0,))  # stride 0: the four elements are one
+        b.store_global(b.global_view(view.param, dtypes.u8, collapsed), tile, [0])
+
+    program = one_array_program(dtypes.u8, (4,), (1,), body)
+    with pytest.raises(InterpreterError, match=r"two threads store different values to one elem"):
+        run_reference(program, np.array([7, 8, 9, 10], dtype=np.uint8))
+
+
+def test_replicated_stores_of_equal_values_are_fine():
+    def body(b, view):
+        b.store_global(view, b.load_global(view, [0], spatial(2) * replicate(2)), [0])
+
+    x = np.array([3, 4], dtype=np.uint8)
+    run_reference(one_array_program(dtypes.u8, (2,), (1,), body), x)
+    np.testing.assert_array_equal(x, [3, 4])
+
+
+def test_two_blocks_storing_different_values_to_one_element():
+    def body(b, view):
+        b.store_global(view, b.register_tensor(dtypes.u8, spatial(4), 1), [0])
+
+    with ProgramBuilder("blocks", 4) as b:
+        out = b.array_param("out", dtypes.u8)
+        view = b.global_view(out, dtypes.u8, GlobalLayout((4,), (1,)))
+        b.store_global(view, b.register_tensor(dtypes.u8, spatial(4), 1), [0])
+        value = b.register_tensor(dtypes.u8, spatial(4), 2)
+        with b.if_(b.block_x > 0):
+            b.store_global(view, value, [0])
+    with pytest.raises(InterpreterError, match="two blocks store different values to one element"):
+        run_reference(b.program(), np.zeros(4, np.uint8), grid=2)
+    run_reference(b.program(), np.zeros(4, np.uint8), grid=1)
+
+
+# ------------------------------------------------------------------------------- computation
+
+
+def test_register_tensor_init_rounds_to_the_dtype():
+    def body(b, view):
+        b.store_global(view, b.register_tensor(dtypes.f4e2m1, spatial(4), 5.0), [0])
+
+    x = np.zeros(2, dtype=np.uint8)
+    run_reference(one_array_program(dtypes.f4e2m1, (4,), (1,), body), x)
+    np.testing.assert_array_equal(dtypes.unpack(x, dtypes.f4e2m1, 4), [6, 6, 6, 6])  # 4.0
+
+
+def test_view_bytes_as_nibbles_and_f16_as_bytes():
+    with ProgramBuilder("views", 2) as b:
+        x = b.array_param("x", dtypes.u8)
+        y = b.array_param("y", dtypes.u8)
+        bytes_view = b.global_view(x, dtypes.u8, GlobalLayout((4,), (1,)))
+        nibbles = b.view(
+            b.load_global(bytes_view, [0], spatial(2).local(2)), dtypes.u4, spatial(2).local(4)
+        )
+        halves = b.view(b.cast(nibbles, F16), dtypes.u8, spatial(2).local(8))
+        b.store_global(b.global_view(y, dtypes.u8, GlobalLayout((16,), (1,))), halves, [0])
+    x = np.array([0x21, 0x43, 0x65, 0x87], dtype=np.uint8)
+    y = np.zeros(16, dtype=np.uint8)
+    run_reference(b.program(), x, y)
+    expected = np.array([1, 2, 3, 4, 5, 6, 7, 8], dtype=np.float16).view(np.uint8)
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_view_that_makes_replicas_disagree():
+    with ProgramBuilder("replicas", 2) as b:
+        x = b.array_param("x", dtypes.u8)
+        tile = b.load_global(b.global_view(x, dtypes.u8, GlobalLayout((2,), (1,))), [0], spatial(2))
+        b.view(tile, dtypes.u8, replicate(2).local(1))
+    with pytest.raises(
+        InterpreterError,
+        match=r"replicas disagree: thread 1 holds 2 for element \(0,\) of r1, its first owner",
+    ):
+        run_reference(b.program(), np.array([1, 2], dtype=np.uint8))
+
+
+def reduce_program(layout):
+    def body(b, view):
+        total = b.reduce(b.load_global(view, [0], layout), 0, "sum")
+        b.store_global(view, b.view(total, F32, replicate(4).local(1)), [0])
+
+    return one_array_program(F32, (4,), (1,), body)
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        # Thread t sums x[2t] + x[2t+1] first: (1e8 + 1) + (-1e8 + 1) = 1e8 - 1e8 = 0.
+        (spatial(2).local(2).replicate(2), 0.0),
+        # Thread t sums x[t] + x[t+2] first: (1e8 - 1e8) + (1 + 1) = 2.
+        (local(2).spatial(2).replicate(2), 2.0),
+    ],
+)
+def test_float_sum_order_follows_the_layout(layout, expected):
+    x = np.array([1e8, 1, -1e8, 1], dtype=np.float32)
+    run_reference(reduce_program(layout), x)
+    assert x[0] == expected
+
+
+def test_reduction_over_threads_combines_digits_in_order():
+    # Four threads, one element each: acc = ((x0 + x1) + x2) + x3 in f32.
+    x = np.array([2.0**24, 1, 1, 1], dtype=np.float32)
+    run_reference(reduce_program(spatial(4)), x)
+    assert x[0] == 2.0**24  # each +1 rounds back to 2^24 (ties to even)
+
+
+def test_f16_sum_accumulates_in_f32_and_rounds_once():
+    with ProgramBuilder("sum16", 4) as b:
+        x = b.array_param("x", F16)
+        out = b.array_param("out", F16)
+        tile = b.load_global(
+            b.global_view(x, F16, GlobalLayout((4,), (1,))), [0], local(4).replicate(4)
+        )
+        total = b.reduce(tile, 0, "sum", keepdim=True)
+        b.store_global(b.global_view(out, F16, GlobalLayout((1,), (1,))), total, [0])
+    x = np.array([2048, 1, 1, 0], dtype=np.float16)  # f16 ulp at 2048 is 2
+    out = np.zeros(1, dtype=np.float16)
+    run_reference(b.program(), x, out)
+    assert out[0] == 2050  # f32 sum 2050 is exact in f16; f16 steps would give 2048
+
+
+def test_dot_accumulates_in_k_order_in_f32():
+    with ProgramBuilder("dot", 1) as b:
+        a = b.array_param("a", F16)
+        w = b.array_param("w", F16)
+        c = b.array_param("c", F32)
+        a_tile = b.load_global(
+            b.global_view(a, F16, GlobalLayout((1, 3), (3, 1))), [0, 0], local(1, 3)
+        )
+        w_tile = b.load_global(
+            b.global_view(w, F16, GlobalLayout((3, 1), (1, 1))), [0, 0], local(3, 1)
+        )
+        c_view = b.global_view(c, F32, GlobalLayout((1, 1), (1, 1)))
+        c_tile = b.load_global(c_view, [0, 0], local(1, 1))
+        b.store_global(c_view, b.dot(a_tile, w_tile, c_tile), [0, 0])
+    a = np.array([1, 1, 4096], dtype=np.float16)
+    w = np.array([1, 1, 4096], dtype=np.float16)
+    c = np.array([2.0**24], dtype=np.float32)
+    run_reference(b.program(), a, w, c)
+    assert c[0] == 2.0**24 + 2.0**24  # 2^24 + 1 + 1 stays 2^24, then + 4096^2 is exact
+
+
+def test_integer_division_by_zero_in_a_program():
+    def body(b, view):
+        tile = b.load_global(view, [0], spatial(4))
+        b.div(tile, tile)
+
+    with pytest.raises(InterpreterError, match=r"block \(0, 0, 0\): integer div by zero"):
+        run_reference(one_array_program(dtypes.i8, (4,), (1,), body), np.zeros(4, np.int8))
+
+
+def test_loops_and_ifs():
+    with ProgramBuilder("loop", 4) as b:
+        n = b.int_param("n")
+        x = b.array_param("x", dtypes.i32)
+        view = b.global_view(x, dtypes.i32, GlobalLayout((4,), (1,)))
+        acc = b.register_tensor(dtypes.i32, spatial(4), 0)
+        with b.for_range(1, n, 2) as k:
+            with b.if_(k.ne(3)):
+                b.assign(acc, b.add(acc, b.load_global(view, [0], spatial(4))))
+        b.store_global(view, acc, [0])
+    x = np.array([1, 2, 3, 4], dtype=np.int32)
+    run_reference(b.program(), x=x, n=8)  # k = 1, 5, 7 add; k = 3 skips
+    np.testing.assert_array_equal(x, [3, 6, 9, 12])
+
+
+# ------------------------------------------------------------------------------ shared memory
+
+
+def shared_program(steps, threads=4, layout=None):
+    """x (8 x f16) -> shared (8,) -> registers -> x, with `steps` choosing the instructions."""
+    layout = layout or spatial(4).local(2)
+    with ProgramBuilder("shared", threads) as b:
+        x = b.array_param("x", F16)
+        view = b.global_view(x, F16, GlobalLayout((8,), (1,)))
+        buffer = b.shared_tensor(F16, shared_row_major(8))
+        for step in steps:
+            if step == "store":
+                b.store_shared(buffer, b.load_global(view, [0], layout))
+            elif step == "copy":
+                b.copy_async(buffer, view, [0])
+            elif step == "copy_layout":
+                b.copy_async(buffer, view, [0], layout=layout)
+            elif step == "commit":
+                b.copy_async_commit()
+            elif step.startswith("wait"):
+                b.copy_async_wait(int(step[4:]))
+            elif step == "sync":
+                b.sync()
+            elif step == "load":
+                b.store_global(view, b.load_shared(buffer, local(8).replicate(threads)), [0])
+            elif step == "load_own":
+                b.store_global(view, b.load_shared(buffer, layout), [0])
+    return b.program()
+
+
+def run_shared(steps, **options):
+    x = np.arange(8, dtype=np.float16)
+    run_reference(shared_program(steps, **options), x)
+    return x
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        ["store", "sync", "load"],
+        ["store", "load_own"],  # each thread reads back what it wrote: no barrier needed
+        ["copy", "commit", "wait0", "sync", "load"],
+        ["copy_layout", "commit", "wait0", "load_own"],
+        ["copy", "commit", "wait0", "sync", "copy_layout", "commit", "wait0", "sync", "load"],
+    ],
+)
+def test_correct_shared_memory_programs(steps):
+    np.testing.assert_array_equal(run_shared(steps), np.arange(8))
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        (["copy", "commit", "sync", "load"], "shared memory read before its copy was waited for"),
+        (["copy", "wait0", "sync", "load"], r"copy group 0 \(0 committed"),  # not committed
+        (
+            ["copy", "commit", "wait0", "sync", "copy_layout", "commit", "wait1", "sync", "load"],
+            "belongs to copy group 1",
+        ),
+        (["store", "load"], "shared memory read without a sync: several threads read"),
+        (["copy", "commit", "wait0", "load_own"], "written by several threads since the last"),
+        (["store", "sync", "load", "store"], "shared memory overwritten without a sync"),
+        (["copy", "copy"], "shared memory written while a copy into it is pending"),
+    ],
+)
+def test_shared_memory_hazards(steps, message):
+    with pytest.raises(InterpreterError, match=message):
+        run_shared(steps)
+
+
+def test_out_of_range_shared_access():
+    with ProgramBuilder("range", 4) as b:
+        offset = b.int_param("offset")
+        buffer = b.shared_tensor(F16, shared_row_major(2, 4))
+        b.store_shared(buffer, b.register_tensor(F16, spatial(4)), [offset, 0])
+    program = b.program()
+    run_reference(program, 1)
+    with pytest.raises(InterpreterError, match=r"out-of-range shared access: coordinate \(2, 0\)"):
+        run_reference(program, 2)
+
+
+# ---------------------------------------------------------------------------------- arguments
+
+
+def arguments_program():
+    with ProgramBuilder("args", 1) as b:
+        b.int_param("n", 1, 10)
+        x = b.array_param("x", dtypes.u8)
+        b.store_global(
+            b.global_view(x, dtypes.u8, GlobalLayout((1,), (1,))),
+            b.register_tensor(dtypes.u8, local(1), 9),
+            [0],
+        )
+    return b.program()
+
+
+def test_arguments_by_position_or_name_and_the_result():
+    x = np.zeros(1, dtype=np.uint8)
+    result = run_reference(arguments_program(), x=x, n=3)
+    assert result[0] is x and x[0] == 9
+    y = np.zeros(1, dtype=np.uint8)
+    assert run_reference(arguments_program(), 3, y)[0][0] == 9
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((3,), {}, "missing argument 'x'"),
+        ((3, np.zeros(1, np.uint8), 5), {}, "takes 2 arguments"),
+        ((3, np.zeros(1, np.uint8)), {"y": 1}, "has no parameter 'y'"),
+        ((3, np.zeros(1, np.uint8)), {"n": 1}, "given both by position and by name"),
+        ((11, np.zeros(1, np.uint8)), {}, r"n=11 is outside its bounds \[1, 10\]"),
+        ((2.0, np.zeros(1, np.uint8)), {}, "'n' must be an int, got float"),
+        ((3, [0]), {}, "'x' must be a NumPy array, got list"),
+        ((3, np.zeros((2, 2), np.uint8)[:, 0]), {}, "C-contiguous, writeable"),
+    ],
+)
+def test_argument_errors(args, kwargs, message):
+    with pytest.raises(InterpreterError, match=message):
+        run_reference(arguments_program(), *args, **kwargs)
+
+
+@pytest.mark.parametrize("grid", [0, (1, 1, 1, 1), (2, -1), "2", (True,)])
+def test_grid_errors(grid):
+    with pytest.raises(InterpreterError, match="grid must be 1 to 3 positive ints"):
+        run_reference(arguments_program(), 3, np.zeros(1, np.uint8), grid=grid)
+
+
+def test_run_reference_verifies_first():
+    with ProgramBuilder("unverified", 4, check=False) as b:
+        b.register_tensor(F16, spatial(2))
+    with pytest.raises(VerificationError, match="thread count mismatch"):
+        run_reference(b.program())
+
+
+def test_scalar_division_by_zero():
+    with ProgramBuilder("scalar", 1) as b:
+        n = b.int_param("n")
+        x = b.array_param("x", dtypes.u8)
+        b.load_global(b.global_view(x, dtypes.u8, GlobalLayout((4,), (1,))), [4 // n], local(1))
+    with pytest.raises(InterpreterError, match="division by zero in scalar 4 // n"):
+        run_reference(b.program(), 0, np.zeros(4, np.uint8))
