@@ -8,6 +8,8 @@ from layout_algebra.auto import auto_local_spatial
 from layout_algebra.divide import divide, left_divide
 from layout_algebra.errors import LayoutError
 from layout_algebra.expression_parser import ExpressionError, parse_layout
+from layout_algebra.fragments import FRAGMENTS, Fragment, fragment
+from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout, global_row_major
 from layout_algebra.infer import layout_from_table
 from layout_algebra.interop import from_cute, from_linear_layout, to_cute, to_linear_layout
@@ -51,6 +53,10 @@ from layout_algebra.transform import concat, flatten, permute, reshape, squeeze,
 __all__ = [
     "AccessMap",
     "BankConflicts",
+    "FRAGMENTS",
+    "Fragment",
+    "FunctionLayout",
+    "fragment",
     "GlobalLayout",
     "SharedLayout",
     "Swizzle",

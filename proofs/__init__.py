@@ -4,6 +4,23 @@ Equivalence with counterexamples, injectivity and coverage checks, algebraic law
 sizes, and validation of the backend's lowering. Nothing outside this package imports z3.
 """
 
+from proofs.checks import (
+    check_bijective,
+    check_covers,
+    check_equivalent,
+    check_in_bounds,
+    check_injective,
+)
+from proofs.encode import Encoder, to_z3
+from proofs.errors import EncodingError, ProofError
+from proofs.laws import (
+    prove_divide_product,
+    prove_merge_modes,
+    prove_product_associative,
+    prove_reduce_product,
+    prove_replicate_commutes,
+)
+from proofs.result import ProofResult
 from proofs.swizzle import (
     SwizzleProof,
     check_permutation,
@@ -12,6 +29,21 @@ from proofs.swizzle import (
 )
 
 __all__ = [
+    "Encoder",
+    "EncodingError",
+    "ProofError",
+    "ProofResult",
+    "check_bijective",
+    "check_covers",
+    "check_equivalent",
+    "check_in_bounds",
+    "check_injective",
+    "prove_divide_product",
+    "prove_merge_modes",
+    "prove_product_associative",
+    "prove_reduce_product",
+    "prove_replicate_commutes",
+    "to_z3",
     "SwizzleProof",
     "check_permutation",
     "check_rows_conflict_free",

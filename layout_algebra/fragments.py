@@ -1,0 +1,164 @@
+"""Hardware fragment layouts of the tensor-core instructions, from the PTX ISA and as algebra.
+
+Each `Fragment` pairs two descriptions of one warp-level register layout:
+
+- `ptx`: a `FunctionLayout` whose formula transcribes the PTX ISA's "row and column of a matrix
+  fragment" text, with ``groupID = laneid >> 2`` written ``t // 4``, ``threadID_in_group =
+  laneid % 4`` written ``t % 4``, ``i & 1`` written ``i % 2`` and every case split ("groupID for
+  a0, a1, a4, a5, groupID + 8 otherwise") written as arithmetic on the digits of ``i``;
+- `layout`: the same function as a product of primitives, the form the algebra (division by a
+  fragment, composition with shared layouts) works with.
+
+The proofs package proves each pair equal (`proofs.check_equivalent`), so the algebraic forms are
+as trustworthy as the transcription. Registers are numbered as the ISA numbers the elements (a0,
+a1, ...: two 16-bit elements per 32-bit register, the lower-numbered one in the low half).
+
+Fragments (16-bit inputs; the accumulator layout is the one of f32 and f16 accumulators):
+
+    name                 tile (rows x cols)   registers   layout
+    mma.m16n8k16.a       16 x 16 (M x K)      8           column_local(2,2).spatial(8,4).local(1,2)
+    mma.m16n8k16.b       16 x 8  (K x N)      4           local(2,1).column_spatial(4,8).local(2,1)
+    mma.m16n8k16.c       16 x 8  (M x N)      4           local(2,1).spatial(8,4).local(1,2)
+    mma.m16n8k8.a        16 x 8  (M x K)      4           local(2,1).spatial(8,4).local(1,2)
+    mma.m16n8k8.b        8 x 8   (K x N)      2           column_spatial(4,8).local(2,1)
+    mma.m16n8k8.c        16 x 8  (M x N)      4           local(2,1).spatial(8,4).local(1,2)
+    ldmatrix.xN          8N x 8               2N          local(N,1).spatial(8,4).local(1,2)
+    ldmatrix.xN.trans    8N x 8               2N          local(N,1).column_spatial(4,8).local(2,1)
+
+`ldmatrix.sync.aligned.m8n8.xN.b16` loads N 8x8 matrices of 16-bit elements; here matrix j is
+rows ``8j .. 8j+7`` of the tile (the matrices stacked along dimension 0), and register j of every
+thread holds two elements of matrix j: row ``laneid >> 2``, columns ``(laneid % 4) * 2`` and
+``+ 1``; with ``.trans`` each matrix is read transposed, so the two elements are rows
+``(laneid % 4) * 2`` and ``+ 1`` of column ``laneid >> 2``. Which 8x8 block of a larger tile is
+matrix j depends on the row addresses the program gives (threads 8j .. 8j+7 address the rows of
+matrix j); placing the blocks is a permutation of this stacked tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from layout_algebra.errors import LayoutError
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.register import RegisterLayout, column_local, column_spatial, local, spatial
+
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True, eq=False)
+class Fragment:
+    """One hardware fragment layout: `name` (e.g. ``"mma.m16n8k16.a"``), `ptx` (the PTX ISA's
+    formula as a `FunctionLayout` of 32 threads) and `layout` (the same function as a product
+    of primitives)."""
+
+    name: str
+    ptx: FunctionLayout
+    layout: RegisterLayout
+
+
+# ------------------------------------------------------------------------------------------------
+# mma.m16n8k16 with .f16 / .bf16 inputs
+# ------------------------------------------------------------------------------------------------
+
+
+def _mma_m16n8k16_a(t: Any, i: Any) -> tuple[Any, Any]:
+    """A (16 x 16): row = groupID for a0, a1, a4, a5, groupID + 8 otherwise; col =
+    threadID_in_group * 2 + (i & 1), plus 8 for a4..a7."""
+    row = t // 4 + 8 * (i // 2 % 2)
+    col = t % 4 * 2 + i % 2 + 8 * (i // 4)
+    return row, col
+
+
+def _mma_m16n8k16_b(t: Any, i: Any) -> tuple[Any, Any]:
+    """B (16 x 8): row = threadID_in_group * 2 + (i & 1), plus 8 for b2, b3; col = groupID."""
+    return t % 4 * 2 + i % 2 + 8 * (i // 2), t // 4
+
+
+def _mma_m16n8_c(t: Any, i: Any) -> tuple[Any, Any]:
+    """C / D (16 x 8): row = groupID for c0, c1, groupID + 8 for c2, c3; col =
+    threadID_in_group * 2 + (i & 1). Also mma.m16n8k8's A (16 x 8)."""
+    return t // 4 + 8 * (i // 2), t % 4 * 2 + i % 2
+
+
+def _mma_m16n8k8_b(t: Any, i: Any) -> tuple[Any, Any]:
+    """B (8 x 8): row = threadID_in_group * 2 + (i & 1); col = groupID."""
+    return t % 4 * 2 + i, t // 4
+
+
+def _ldmatrix(t: Any, i: Any) -> tuple[Any, Any]:
+    """Register i // 2 holds matrix i // 2 (rows 8 * (i // 2) ...): row laneid >> 2, column
+    (laneid % 4) * 2 + (i & 1)."""
+    return 8 * (i // 2) + t // 4, t % 4 * 2 + i % 2
+
+
+def _ldmatrix_trans(t: Any, i: Any) -> tuple[Any, Any]:
+    """Matrix i // 2 read transposed: row (laneid % 4) * 2 + (i & 1), column laneid >> 2."""
+    return 8 * (i // 2) + t % 4 * 2 + i % 2, t // 4
+
+
+def _fragment(
+    name: str,
+    shape: tuple[int, int],
+    local_size: int,
+    formula: Callable[[Any, Any], tuple[Any, Any]],
+    layout: RegisterLayout,
+) -> Fragment:
+    return Fragment(name, FunctionLayout(shape, WARP_SIZE, local_size, formula, name), layout)
+
+
+def _build_fragments() -> dict[str, Fragment]:
+    accumulator = local(2, 1).spatial(8, 4).local(1, 2)
+    fragments = [
+        _fragment(
+            "mma.m16n8k16.a",
+            (16, 16),
+            8,
+            _mma_m16n8k16_a,
+            column_local(2, 2).spatial(8, 4).local(1, 2),
+        ),
+        _fragment(
+            "mma.m16n8k16.b",
+            (16, 8),
+            4,
+            _mma_m16n8k16_b,
+            local(2, 1).column_spatial(4, 8).local(2, 1),
+        ),
+        _fragment("mma.m16n8k16.c", (16, 8), 4, _mma_m16n8_c, accumulator),
+        _fragment("mma.m16n8k8.a", (16, 8), 4, _mma_m16n8_c, accumulator),
+        _fragment("mma.m16n8k8.b", (8, 8), 2, _mma_m16n8k8_b, column_spatial(4, 8).local(2, 1)),
+        _fragment("mma.m16n8k8.c", (16, 8), 4, _mma_m16n8_c, accumulator),
+    ]
+    for count in (1, 2, 4):
+        fragments.append(
+            _fragment(
+                f"ldmatrix.x{count}",
+                (8 * count, 8),
+                2 * count,
+                _ldmatrix,
+                local(count, 1) * spatial(8, 4).local(1, 2),
+            )
+        )
+        fragments.append(
+            _fragment(
+                f"ldmatrix.x{count}.trans",
+                (8 * count, 8),
+                2 * count,
+                _ldmatrix_trans,
+                local(count, 1) * column_spatial(4, 8).local(2, 1),
+            )
+        )
+    return {fragment.name: fragment for fragment in fragments}
+
+
+FRAGMENTS: dict[str, Fragment] = _build_fragments()
+"""Every fragment of this module by name: the mma fragments, then ldmatrix x1, x2, x4."""
+
+
+def fragment(name: str) -> Fragment:
+    """The fragment called `name` (a key of `FRAGMENTS`, e.g. ``"ldmatrix.x4.trans"``);
+    LayoutError naming the known fragments otherwise."""
+    if name not in FRAGMENTS:
+        raise LayoutError(f"unknown fragment {name!r}; expected one of {sorted(FRAGMENTS)}")
+    return FRAGMENTS[name]

@@ -1,0 +1,92 @@
+"""The verdict of a proof, and the one place where the Z3 solver is configured and run.
+
+Every check of this package answers with a `ProofResult`: `holds` is True when the solver proved
+the claim, False when a counterexample was found *and confirmed by evaluating both sides on
+ints*, None when neither happened (resource limit, timeout, an unconfirmed model, an expression
+outside the translation). An unknown is never reported as proven.
+
+The solver is bounded twice: by Z3's resource limit `rlimit` (a count of solver steps, the same
+on every machine whatever its load, so tests stay deterministic) and by a wall-clock `timeout`
+in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from proofs.errors import ProofError
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds the solver may run for one query when the caller gives no timeout."""
+
+
+@dataclass(frozen=True)
+class ProofResult:
+    """The outcome of one check.
+
+    `holds`: True (proved), False (refuted) or None (unknown). `counterexample`: for a
+    refutation, a dict naming the domain point(s) and the images that break the claim (each
+    check documents its keys); None otherwise, and also for refutations that need no solver
+    (e.g. layouts whose domains already differ). `reason`: one sentence saying what was shown
+    or why not. `seconds`: wall-clock time of the whole check.
+    """
+
+    holds: bool | None
+    counterexample: dict[str, Any] | None
+    reason: str
+    seconds: float
+
+
+def check_limits(timeout: float, rlimit: int | None) -> None:
+    """Raise ProofError unless `timeout` is a positive number of seconds and `rlimit` is None or
+    a positive int."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ProofError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if rlimit is not None and (isinstance(rlimit, bool) or not isinstance(rlimit, int)):
+        raise ProofError(f"rlimit must be a positive int or None, got {rlimit!r}")
+    if rlimit is not None and rlimit < 1:
+        raise ProofError(f"rlimit must be a positive int or None, got {rlimit!r}")
+
+
+@dataclass(frozen=True)
+class Search:
+    """What one solver query found: `verdict` (z3.sat, z3.unsat or z3.unknown), the `model` when
+    sat, and the solver's `reason_unknown` when unknown."""
+
+    verdict: Any
+    model: Any
+    reason_unknown: str
+
+
+def search(
+    constraints: Sequence[Any], violation: Any, timeout: float, rlimit: int | None
+) -> Search:
+    """Ask Z3 for a model of `constraints` and `violation` (terms of one Z3 context, the
+    solver's) within `timeout` seconds and `rlimit` resource units (no bound when None)."""
+    solver = z3.Solver(ctx=violation.ctx)
+    solver.set("timeout", max(1, int(timeout * 1000)))
+    if rlimit is not None:
+        solver.set("rlimit", rlimit)
+    solver.add(*constraints)
+    solver.add(violation)
+    verdict = solver.check()
+    if verdict == z3.sat:
+        return Search(verdict, solver.model(), "")
+    if verdict == z3.unknown:
+        return Search(verdict, None, solver.reason_unknown())
+    return Search(verdict, None, "")
+
+
+def unknown(reason: str, started: float) -> ProofResult:
+    """A result with `holds` None."""
+    return ProofResult(None, None, reason, elapsed(started))
+
+
+def elapsed(started: float) -> float:
+    """Seconds since `started` (a `time.perf_counter()` reading)."""
+    return time.perf_counter() - started
