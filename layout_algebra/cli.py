@@ -5,7 +5,10 @@ Subcommands:
 - ``show EXPR [--html FILE] [--png FILE]``: print the layout's repr, its numbers (shape,
   num_threads, local_size, replication) and its ``t:i`` grid; optionally draw it as HTML or PNG;
 - ``equiv EXPR EXPR [--timeout S]``: prove the two layouts equal with the solver, or print a
-  counterexample.
+  counterexample;
+- ``demo [--weights DTYPE] [--json]``: build the quantized matmul tile program, prove its
+  layouts and its lowering, run it in the reference interpreter, compile it, and run and compare
+  it on the GPU when there is one.
 
 EXPR is a layout expression in the restricted grammar of `layout_algebra.expression_parser`
 (never evaluated by Python). Exit codes: 0 success (for ``equiv``: proved equivalent), 1 refuted,
@@ -20,7 +23,10 @@ Packages other than `layout_algebra` are imported inside the handler that needs 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -146,9 +152,244 @@ def _add_equiv_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run_equiv)
 
 
+DEMO_SHAPE = {"m": 96, "n": 128, "k": 256}
+"""The demo's problem size: partial tiles along m, two k-groups of 128."""
+
+
+class _Progress:
+    """One-line progress bars and step reports on stderr (stdout stays free for --json)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def step(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr)
+
+    def bar(self, label: str, done: int, total: int) -> None:
+        if self.quiet or total == 0:
+            return
+        width = 30
+        filled = width * done // total
+        end = "\n" if done == total else ""
+        print(
+            f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _demo_inputs(weight_dtype: object, group_size: int, seed: int) -> dict[str, object]:
+    """Random activations, weight codes (packed) and scales for the demo's shape."""
+    import numpy as np
+
+    from ir import dtypes
+
+    rng = np.random.default_rng(seed)
+    m, n, k = DEMO_SHAPE["m"], DEMO_SHAPE["n"], DEMO_SHAPE["k"]
+    codes = rng.integers(0, 1 << weight_dtype.nbits, size=(k, n), dtype=np.int64)
+    weights = weight_dtype.decode(codes.astype(weight_dtype.code_dtype))
+    finite = np.isfinite(weights)
+    codes = np.where(finite, codes, 0).astype(weight_dtype.code_dtype)
+    groups = math.ceil(k / group_size)
+    return {
+        "a": rng.standard_normal((m, k)).astype(np.float16),
+        "codes": codes,
+        "w": dtypes.pack(codes.reshape(-1), weight_dtype),
+        "scales": (rng.random((groups, n)) * 0.1 + 0.01).astype(np.float16),
+    }
+
+
+def _demo_reference(inputs: dict[str, object], weight_dtype: object, group_size: int) -> object:
+    """Dequantize-then-matmul in float64: the formula the tile program computes."""
+    import numpy as np
+
+    weights = weight_dtype.decode(inputs["codes"]).astype(np.float64)
+    scales = np.repeat(inputs["scales"].astype(np.float64), group_size, axis=0)
+    return inputs["a"].astype(np.float64) @ (weights * scales[: weights.shape[0]])
+
+
+def _relative_error(value: object, reference: object) -> float:
+    import numpy as np
+
+    return float(np.linalg.norm(value - reference) / np.linalg.norm(reference))
+
+
+def _prove_layouts(program: object, progress: _Progress, timeout: float) -> dict[str, object]:
+    """Prove every register layout in bounds and every store's access map injective."""
+    from ir.instructions import StoreGlobal, StoreShared
+    from layout_algebra.access import compose
+    from proofs import check_in_bounds, check_injective
+
+    layouts = []
+    stores = []
+    for instruction in program.walk():
+        for value in vars(instruction).values():
+            layout = getattr(value, "layout", None)
+            if isinstance(layout, RegisterLayout) and layout not in layouts:
+                layouts.append(layout)
+        if isinstance(instruction, (StoreGlobal, StoreShared)):
+            stores.append(instruction)
+    claims = [
+        (f"{layout!r} stays inside {layout.shape}", check_in_bounds, layout) for layout in layouts
+    ]
+    for store in stores:
+        memory, register = store.dst.layout, store.src.layout
+        if register.replication == 1 and not getattr(memory, "is_symbolic", False):
+            claims.append(
+                (
+                    f"{store.op} of {register!r} writes each address once",
+                    check_injective,
+                    compose(memory, register),
+                )
+            )
+    results = []
+    for done, (claim, check, subject) in enumerate(claims, start=1):
+        result = check(subject, timeout=timeout)
+        results.append({"claim": claim, "holds": result.holds, "seconds": result.seconds})
+        progress.bar("layout proofs", done, len(claims))
+    return {
+        "proved": sum(r["holds"] is True for r in results),
+        "total": len(results),
+        "claims": results,
+    }
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from backend import compile as compile_program
+    from backend.device import current_arch
+    from backend.errors import NoDeviceError
+    from ir import dtypes, run_reference
+    from ir.examples.quantized_matmul import quantized_matmul
+    from proofs.lowering_validation import validate_lowering
+
+    progress = _Progress(quiet=args.json)
+    report: dict[str, object] = {"shape": DEMO_SHAPE, "weights": args.weights}
+    weight_dtype = dtypes.from_name(args.weights)
+    group_size = 128
+
+    started = time.perf_counter()
+    program = quantized_matmul(weight_dtype, group_size=group_size)
+    instructions = sum(1 for _ in program.walk())
+    report["program"] = {
+        "name": program.name,
+        "threads": program.num_threads,
+        "instructions": instructions,
+    }
+    progress.step(
+        f"1. built {program.name} for {weight_dtype} weights: {instructions} instructions, "
+        f"{program.num_threads} threads"
+    )
+
+    layouts = _prove_layouts(program, progress, args.timeout)
+    report["layout_proofs"] = layouts
+    progress.step(
+        f"2. proved {layouts['proved']}/{layouts['total']} layout claims "
+        "(in bounds, stores injective)"
+    )
+
+    try:
+        arch = current_arch()
+        on_gpu = True
+    except NoDeviceError:
+        arch, on_gpu = "sm_90a", False
+    compiled = compile_program(program, arch)
+    validation = validate_lowering(compiled, timeout=args.timeout)
+    proved = sum(result.holds is True for _, result in validation.results)
+    report["compile"] = {
+        "arch": arch,
+        "source_lines": compiled.source.count("\n"),
+        "cubin_bytes": len(compiled.cubin),
+    }
+    report["lowering_proofs"] = {
+        "proved": proved,
+        "total": len(validation.results),
+        "holds": validation.holds,
+    }
+    progress.step(
+        f"3. compiled for {arch} with NVRTC ({len(compiled.cubin)} bytes of CUBIN); proved "
+        f"{proved}/{len(validation.results)} printed address expressions equal to their layouts"
+    )
+
+    inputs = _demo_inputs(weight_dtype, group_size, args.seed)
+    m, n, k = DEMO_SHAPE["m"], DEMO_SHAPE["n"], DEMO_SHAPE["k"]
+    grid = (math.ceil(n / 64), math.ceil(m / 64))
+    output = np.zeros((m, n), dtype=np.float16)
+    tick = time.perf_counter()
+    run_reference(program, m, n, k, inputs["a"], inputs["w"], inputs["scales"], output, grid=grid)
+    reference = _demo_reference(inputs, weight_dtype, group_size)
+    error = _relative_error(output.astype(np.float64), reference)
+    report["interpreter"] = {"seconds": time.perf_counter() - tick, "relative_error": error}
+    progress.step(
+        f"4. interpreter: {m}x{n}x{k} in {report['interpreter']['seconds']:.2f} s, "
+        f"relative error {error:.2e} against float64"
+    )
+
+    if on_gpu:
+        import torch
+
+        device = torch.device("cuda")
+        c = torch.zeros((m, n), dtype=torch.float16, device=device)
+        compiled(
+            m,
+            n,
+            k,
+            torch.from_numpy(inputs["a"]).to(device),
+            torch.from_numpy(inputs["w"]).to(device),
+            torch.from_numpy(inputs["scales"]).to(device),
+            c,
+            grid=grid,
+        )
+        torch.cuda.synchronize()
+        gpu_output = c.cpu().numpy()
+        identical = bool(np.array_equal(gpu_output.view(np.uint16), output.view(np.uint16)))
+        report["gpu"] = {"identical_to_interpreter": identical}
+        progress.step(
+            f"5. GPU run: {'bit-identical to' if identical else 'DIFFERS from'} the interpreter"
+        )
+        ok = identical
+    else:
+        report["gpu"] = None
+        progress.step(
+            "5. no GPU found: compiled only (run on a machine with an NVIDIA GPU to compare)"
+        )
+        ok = True
+    ok = ok and error < 1e-2 and validation.holds is True
+    report["ok"] = ok
+    report["seconds"] = time.perf_counter() - started
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    return EXIT_OK if ok else EXIT_REFUTED
+
+
+def _add_demo_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="build, prove, interpret, compile and run the quantized matmul tile program",
+        description="Build the W-A16 quantized matmul tile program, prove its layouts and its "
+        "lowering, run it in the NumPy reference interpreter, compile it with NVRTC, and run and "
+        "compare it on the GPU when there is one. Exit code 0 when every step agrees.",
+    )
+    parser.add_argument("--weights", default="u4", metavar="DTYPE", help="weight type (default u4)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="per proof (default 30)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a machine-readable report")
+    parser.set_defaults(handler=_run_demo)
+
+
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_show_command,
     _add_equiv_command,
+    _add_demo_command,
 )
 
 

@@ -1,0 +1,109 @@
+"""`backend.compile`: from a tile program to a launchable, checked CUDA kernel.
+
+    kernel = compile(vector_add(), arch="sm_90a")     # verify, lower, NVRTC (cached)
+    kernel.source, kernel.cubin, kernel.accesses      # what was generated, and its addresses
+    kernel(n, x, y, z, grid=blocks)                   # torch tensors or CUDA arrays, and ints
+    kernel(x=x, y=y, z=z, n=n, grid=blocks)           # by name, as `ir.run_reference` takes them
+
+The arguments are those of the program, in its parameter order or by name: arrays as torch
+tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
+bitstream of the parameter's elements, ints within the parameter's bounds. Every argument is
+checked before the launch (`backend.kernel.Kernel`): an array must be contiguous, on the current
+device, 16-byte aligned, of a storage dtype of the element width (bytes for sub-byte elements)
+and at least as large as every global view of it reaches for the given ints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from backend.cache import CubinCache
+from backend.device import KernelResources, current_arch
+from backend.kernel import Kernel, build_kernel
+from backend.lower import Access, LoweredKernel, lower
+from ir.program import Program
+
+
+class CompiledKernel:
+    """A tile program compiled for one architecture (see the module docstring).
+
+    Attributes: `program`, `lowered` (the `backend.lower.LoweredKernel`), `kernel` (the
+    `backend.kernel.Kernel` that launches it); properties `source`, `cubin`, `arch`,
+    `accesses`, `shared_bytes`, `resources`.
+    """
+
+    def __init__(self, program: Program, lowered: LoweredKernel, kernel: Kernel) -> None:
+        self.program = program
+        self.lowered = lowered
+        self.kernel = kernel
+
+    @property
+    def source(self) -> str:
+        """The generated CUDA C++ source."""
+        return self.lowered.source
+
+    @property
+    def cubin(self) -> bytes:
+        """The compiled ELF image for `arch`."""
+        return self.kernel.cubin
+
+    @property
+    def arch(self) -> str:
+        """The architecture the CUBIN is for, e.g. ``sm_90a``."""
+        return self.kernel.arch
+
+    @property
+    def accesses(self) -> tuple[Access, ...]:
+        """Every address expression printed into the source (`backend.lower.Access`)."""
+        return self.lowered.accesses
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory per block, in bytes."""
+        return self.lowered.shared_bytes
+
+    @property
+    def resources(self) -> KernelResources:
+        """Registers, shared and local memory the kernel uses (loads it on the current GPU)."""
+        return self.kernel.resources
+
+    def __call__(self, *args: object, grid: int | Sequence[int], **kwargs: object) -> None:
+        """Launch over `grid` (an int or 1 to 3 ints) with the program's arguments.
+
+        Raises `LaunchError` before anything reaches the GPU when an argument or the grid does
+        not fit (see `backend.kernel`). The launch is asynchronous on torch's current stream
+        when an argument is a torch tensor, else on the legacy default stream.
+        """
+        self.kernel(*args, grid=grid, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledKernel({self.program.name!r}, arch={self.arch!r}, "
+            f"threads={self.lowered.block_threads}, shared_bytes={self.shared_bytes})"
+        )
+
+
+def compile(
+    program: Program, arch: str | None = None, *, cache: CubinCache | None = None
+) -> CompiledKernel:
+    """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
+
+    `arch` defaults to the current GPU's architecture and is required on a machine without one
+    (`NoDeviceError`). The CUBIN comes from the on-disk cache (`cache`, default
+    `backend.default_cache()`) when the same source and options were compiled before. Raises
+    `VerificationError` for an ill-formed program, `CompilationError` when it cannot be lowered
+    or NVRTC rejects the source, `ArchitectureError` for an unknown architecture.
+    """
+    lowered = lower(program)
+    chosen = current_arch() if arch is None else arch
+    kernel = build_kernel(
+        lowered.source,
+        lowered.entry,
+        lowered.params,
+        lowered.block_threads,
+        lowered.shared_bytes,
+        arch=chosen,
+        options=lowered.options,
+        cache=cache,
+    )
+    return CompiledKernel(program, lowered, kernel)

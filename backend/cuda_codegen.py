@@ -1,0 +1,320 @@
+"""Pieces of CUDA C++ that the lowering assembles: a code writer, types, packing and op formulas.
+
+Register tensors live in per-thread arrays of *codes*, one array element per tile element, in the
+narrowest unsigned type that holds a code (`storage_type`); every index into them is a
+compile-time constant, so NVCC keeps them in registers. Memory moves whole vectors of 1 to 16
+bytes (`VECTOR_TYPES`): `unpack_expressions` cuts a loaded vector into element codes and
+`pack_expression` builds one from codes, both following the dense LSB-first bitstream of the
+contract (element k in bits [k*b, (k+1)*b) of the little-endian vector).
+
+Elementwise operations compute on values (`backend.conversions.value_type`): float types in
+float32 with the round-to-nearest intrinsics (`__fadd_rn` ...), which NVCC never contracts into a
+fused multiply-add, so each operation rounds exactly as the reference interpreter's NumPy float32
+operation does; integer types in 32-bit two's complement, wrapped to the type's width at the end,
+with floor division and modulo (`la_floordiv`, `la_floormod`). `OPERATION_SOURCE` defines those
+and the memory helpers: element-by-element loads of sub-byte elements (`la_load_bits`) and stores
+that change only the element's own bits with atomic AND/OR on the containing 32-bit words
+(`la_store_bits`), so that threads sharing a byte keep each other's elements. It is plain CUDA
+C++ without inline PTX; the PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from ir.dtypes import DataType
+
+VECTOR_TYPES: dict[int, str] = {
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "uint2",
+    16: "uint4",
+}
+"""The C type of a vector access of each size in bytes."""
+
+_VECTOR_WORDS = {8: ("x", "y"), 16: ("x", "y", "z", "w")}
+
+OPERATION_SOURCE = r"""
+/* ---- operation and memory helpers (see backend/cuda_codegen.py) ---- */
+
+/* Float max and min with the IR's rules: a NaN first operand loses, signed zeros keep the
+   first operand when equal. */
+static __device__ __forceinline__ float la_fmax(float a, float b)
+{
+    return (a < b || a != a) ? b : a;
+}
+
+static __device__ __forceinline__ float la_fmin(float a, float b)
+{
+    return (b < a || a != a) ? b : a;
+}
+
+/* Integer absolute value (wrapping: the most negative int stays itself), max and min. */
+static __device__ __forceinline__ int la_iabs(int a)
+{
+    return a < 0 ? (int)(0u - (la_u32)a) : a;
+}
+
+static __device__ __forceinline__ int la_imax(int a, int b)
+{
+    return a < b ? b : a;
+}
+
+static __device__ __forceinline__ int la_imin(int a, int b)
+{
+    return b < a ? b : a;
+}
+
+/* Python's floor division and modulo on 32-bit ints (computed in 64 bits: INT_MIN / -1). */
+static __device__ __forceinline__ int la_floordiv(int a, int b)
+{
+    long long quotient = (long long)a / b;
+    if (quotient * b != a && ((a < 0) != (b < 0))) {
+        quotient -= 1;
+    }
+    return (int)quotient;
+}
+
+static __device__ __forceinline__ int la_floormod(int a, int b)
+{
+    long long remainder = (long long)a % b;
+    if (remainder != 0 && ((remainder < 0) != (b < 0))) {
+        remainder += b;
+    }
+    return (int)remainder;
+}
+
+/* The code of the `nbits`-bit element at bit `bit` of the bitstream at `base` (one or two
+   bytes read; never a byte past the element). */
+static __device__ __forceinline__ la_u32 la_load_bits(const unsigned char* base, long long bit,
+                                                      int nbits)
+{
+    const long long byte = bit >> 3;
+    const int shift = (int)(bit & 7);
+    la_u32 window = base[byte];
+    if (shift + nbits > 8) {
+        window |= (la_u32)base[byte + 1] << 8;
+    }
+    return (window >> shift) & ((1u << nbits) - 1u);
+}
+
+/* Write `code` as the `nbits`-bit element at bit `bit` of the bitstream at `base` (4-byte
+   aligned), changing no other bit: atomic AND then OR on the 32-bit words holding it. */
+static __device__ __forceinline__ void la_store_bits(unsigned char* base, long long bit,
+                                                     la_u32 code, int nbits)
+{
+    unsigned int* word = (unsigned int*)base + (bit >> 5);
+    const int shift = (int)(bit & 31);
+    const la_u32 mask = (1u << nbits) - 1u;
+    code &= mask;
+    atomicAnd(word, ~(mask << shift));
+    atomicOr(word, code << shift);
+    if (shift + nbits > 32) {
+        atomicAnd(word + 1, ~(mask >> (32 - shift)));
+        atomicOr(word + 1, code >> (32 - shift));
+    }
+}
+"""
+
+
+ASYNC_COPY_SOURCE = r"""
+/* ---- asynchronous copies global -> shared (sm_80+; see backend/cuda_codegen.py) ---- */
+
+/* Copy 4, 8 or 16 bytes; 16-byte copies bypass L1 (.cg). */
+static __device__ __forceinline__ void la_cp_async_16(void* shared, const void* global)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void la_cp_async_8(void* shared, const void* global)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(address), "l"(global)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void la_cp_async_4(void* shared, const void* global)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global)
+                 : "memory");
+}
+
+/* Close the group of copies issued since the last commit. */
+static __device__ __forceinline__ void la_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most `pending` committed groups are still in flight. */
+template <int pending>
+static __device__ __forceinline__ void la_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+"""
+
+
+class CodeWriter:
+    """Lines of C++ with block indentation (four spaces a level).
+
+    ``with writer.block("if (x)"):`` writes ``if (x) {``, indents what the body writes, then
+    ``}``. `text()` is the whole source.
+    """
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._depth = 0
+
+    def line(self, text: str = "") -> None:
+        """Append one line at the current indentation (an empty line when `text` is empty)."""
+        self._lines.append("    " * self._depth + text if text else "")
+
+    def lines(self, text: str) -> None:
+        """Append every line of a multi-line `text` at the current indentation."""
+        for item in text.strip("\n").split("\n"):
+            self.line(item)
+
+    def comment(self, text: str) -> None:
+        """Append a `//` comment (newlines in `text` become spaces)."""
+        self.line("// " + " ".join(text.split()))
+
+    @contextlib.contextmanager
+    def block(self, header: str = "") -> Iterator[None]:
+        """Write ``header {`` (a bare ``{`` without a header), the indented body, then ``}``."""
+        self.line(f"{header} {{" if header else "{")
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.line("}")
+
+    def text(self) -> str:
+        """The source written so far, newline-terminated."""
+        return "\n".join(self._lines) + "\n"
+
+
+def storage_type(dtype: DataType) -> str:
+    """The C type of one register holding a code of `dtype`: the narrowest unsigned type."""
+    if dtype.nbits <= 8:
+        return "unsigned char"
+    return "unsigned short" if dtype.nbits <= 16 else "unsigned int"
+
+
+def register_declaration(name: str, dtype: DataType, size: int) -> str:
+    """The declaration of a register array `name` of `size` codes of `dtype`."""
+    return f"{storage_type(dtype)} {name}[{size}];"
+
+
+def code_mask(dtype: DataType) -> str:
+    """The C literal of the mask of a `dtype` code's bits, e.g. ``0xFu`` for 4 bits."""
+    return f"0x{(1 << dtype.nbits) - 1:X}u"
+
+
+def unpack_expressions(vector: str, vector_bytes: int, element_bits: int) -> list[str]:
+    """The code of every element in the vector variable `vector` of `vector_bytes` bytes.
+
+    Element k is bits [k*b, (k+1)*b) of the little-endian vector (b = `element_bits`, a divisor
+    of 32 or 32 itself, with b dividing 8 * `vector_bytes`).
+    """
+    count = vector_bytes * 8 // element_bits
+    mask = f"0x{(1 << element_bits) - 1:X}u"
+    words = _VECTOR_WORDS.get(vector_bytes, ("",))
+    result = []
+    for k in range(count):
+        bit = k * element_bits
+        word = words[bit // 32]
+        source = f"{vector}.{word}" if word else f"(la_u32){vector}"
+        shift = bit % 32
+        shifted = f"({source} >> {shift})" if shift else source
+        result.append(shifted if element_bits == 32 else f"({shifted} & {mask})")
+    return result
+
+
+def pack_expression(codes: Sequence[str], vector_bytes: int, element_bits: int) -> str:
+    """The C value of a vector of `vector_bytes` bytes holding the element `codes` in order.
+
+    Each code must already fit in `element_bits` bits (register codes do).
+    """
+    words: list[list[str]] = [[] for _ in range(max(1, vector_bytes // 4))]
+    for k, code in enumerate(codes):
+        bit = k * element_bits
+        shift = bit % 32
+        words[bit // 32].append(f"((la_u32){code} << {shift})" if shift else f"(la_u32){code}")
+    joined = [" | ".join(parts) for parts in words]
+    if vector_bytes == 16:
+        return f"make_uint4({', '.join(joined)})"
+    if vector_bytes == 8:
+        return f"make_uint2({', '.join(joined)})"
+    return f"({VECTOR_TYPES[vector_bytes]})({joined[0]})"
+
+
+def unary_value(op: str, dtype: DataType, x: str) -> str:
+    """The C value (float or int, `value_type`) of elementwise `op` on the value `x` of `dtype`,
+    before rounding or wrapping into `dtype` (`ir.elementwise` gives the meaning)."""
+    if dtype.is_float:
+        formulas = {
+            "neg": f"la_bits_to_float(la_float_to_bits({x}) ^ 0x80000000u)",
+            "abs": f"la_bits_to_float(la_float_to_bits({x}) & 0x7FFFFFFFu)",
+            "exp": f"expf({x})",
+            "exp2": f"exp2f({x})",
+            "log": f"logf({x})",
+            "log2": f"log2f({x})",
+            "sqrt": f"__fsqrt_rn({x})",
+            "rsqrt": f"__fdiv_rn(1.0f, __fsqrt_rn({x}))",
+            "sigmoid": f"__fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-({x}))))",
+            "tanh": f"tanhf({x})",
+        }
+        return formulas[op]
+    formulas = {
+        "neg": f"(int)(0u - (la_u32)({x}))",
+        "abs": f"la_iabs({x})",
+        "invert": f"(~({x}))",
+    }
+    return formulas[op]
+
+
+def binary_value(op: str, dtype: DataType, x: str, y: str) -> str:
+    """The C value of elementwise `op` on values `x`, `y` of `dtype`, before rounding or
+    wrapping into the result type; comparisons give an int, 0 or 1."""
+    comparisons = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+    if op in comparisons:
+        return f"(int)(({x}) {comparisons[op]} ({y}))"
+    if dtype.is_float:
+        formulas = {
+            "add": f"__fadd_rn({x}, {y})",
+            "sub": f"__fsub_rn({x}, {y})",
+            "mul": f"__fmul_rn({x}, {y})",
+            "div": f"__fdiv_rn({x}, {y})",
+            "max": f"la_fmax({x}, {y})",
+            "min": f"la_fmin({x}, {y})",
+        }
+        return formulas[op]
+    formulas = {
+        "add": f"(int)((la_u32)({x}) + (la_u32)({y}))",
+        "sub": f"(int)((la_u32)({x}) - (la_u32)({y}))",
+        "mul": f"(int)((la_u32)({x}) * (la_u32)({y}))",
+        "div": f"la_floordiv({x}, {y})",
+        "mod": f"la_floormod({x}, {y})",
+        "max": f"la_imax({x}, {y})",
+        "min": f"la_imin({x}, {y})",
+        "and": f"(({x}) & ({y}))",
+        "or": f"(({x}) | ({y}))",
+        "xor": f"(({x}) ^ ({y}))",
+        "shl": f"(int)((la_u32)({x}) << ({y}))",
+        "shr": f"(({x}) >> ({y}))",
+    }
+    return formulas[op]
+
+
+def wrap_expression(dtype: DataType, value: str) -> str:
+    """The code of integer `dtype` for the int `value` wrapped to its width (two's complement),
+    as integer operations do."""
+    if dtype.nbits == 32:
+        return f"(la_u32)({value})"
+    return f"((la_u32)({value}) & {code_mask(dtype)})"

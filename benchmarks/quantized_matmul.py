@@ -1,0 +1,283 @@
+"""W-A16 quantized matmul on the GPU: our tile program against cuBLAS fp16 and Humming.
+
+For each weight type, each (K, N) of large language models and each batch M, three kernels run
+in this one process on the same random inputs:
+
+- ours: ``backend.compile(ir.examples.quantized_matmul(weight, group_size=128))``, C = A (M, K)
+  @ (W * S) with W the packed (K, N) codes and S the (K / 128, N) f16 scales;
+- cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
+- Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
+  names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
+
+Protocol (the project's GPU notes): every result is checked before it is timed (ours against
+cuBLAS on the same dequantized weights, within f16 rounding; Humming against the unquantized
+product within its quantization error); each timed run is preceded by a read of a 512 MiB buffer
+(more than twice the 60 MB L2, so weights come from HBM; a read, not a write, so no dirty lines
+are written back during the timed kernel) and by a short sleep kernel that hides the launch;
+CUDA events time the kernel alone; the median of `--repeats` (at least 30) runs after warm-up is
+reported. The roofline time is the larger of the bytes that must move (packed weights, scales,
+activations, output) over 4.4 TB/s and the FLOPs over 800 TFLOP/s; a single cold kernel also
+pays about 3 us of fixed cost, which the roofline leaves out.
+
+Per point: microseconds of each kernel, our speedup over cuBLAS (cuBLAS time / ours), our ratio
+to the best peer (best peer time / ours: above 1 we are faster) and the fraction of the roofline
+we reach (roofline time / ours). Results go to ``<output>/quantized_matmul.json`` and
+``<output>/quantized_matmul.md``; the short table is printed last.
+
+Usage (on a GPU machine, with the checkout on PYTHONPATH)::
+
+    python benchmarks/quantized_matmul.py [--quick] [--weights i4,u4] [--repeats 30]
+        [--output benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import backend
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.examples.quantized_matmul import quantized_matmul
+
+SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
+"""(K, N) of the weight matrices."""
+BATCHES = [1, 16, 256, 4096]
+QUICK_SHAPES = [(4096, 12288)]
+QUICK_BATCHES = [1, 256]
+GROUP_SIZE = 128
+BLOCK_M = BLOCK_N = 64
+BANDWIDTH = 4.4e12
+"""Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
+FLOP_RATE = 800e12
+"""FLOP per second of the tensor cores in f16 / bf16 on an H200."""
+FLUSH_BYTES = 512 * 2**20
+SLEEP_CYCLES = 400_000
+"""About 200 us at 2 GHz: longer than a checked launch from Python takes."""
+
+
+@dataclass
+class Point:
+    """One measurement: the problem, each kernel's median microseconds (None when it did not
+    run, with the reason in `notes`), and the ratios of the module docstring."""
+
+    weight: str
+    k: int
+    n: int
+    m: int
+    ours_us: float
+    cublas_us: float
+    humming_us: float | None
+    roofline_us: float
+    speedup_over_cublas: float
+    ratio_to_best_peer: float
+    roofline_fraction: float
+    notes: str
+
+
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """The dense LSB-first bitstream (uint8) of a flat tensor of codes, on the codes' device:
+    element j at bits ``[j b, (j + 1) b)``. Requires a length that is a multiple of 8."""
+    groups = codes.reshape(-1, 8).to(torch.int64)
+    shifts = torch.arange(8, device=codes.device, dtype=torch.int64) * bits
+    words = (groups << shifts).sum(dim=1)
+    byte_shifts = torch.arange(bits, device=codes.device, dtype=torch.int64) * 8
+    return ((words[:, None] >> byte_shifts) & 0xFF).to(torch.uint8).reshape(-1)
+
+
+def decode_table(dtype: DataType, device: torch.device) -> torch.Tensor:
+    """The float32 value of every code of `dtype`, indexed by code."""
+    codes = np.arange(1 << dtype.nbits)
+    return torch.tensor(dtype.decode(codes).astype(np.float32), device=device)
+
+
+def roofline_us(weight: DataType, k: int, n: int, m: int) -> float:
+    """The larger of the byte time and the FLOP time of one matmul, in microseconds."""
+    weight_bytes = k * n * weight.nbits / 8
+    scale_bytes = math.ceil(k / GROUP_SIZE) * n * 2
+    moved = weight_bytes + scale_bytes + 2 * m * k + 2 * m * n
+    return 1e6 * max(moved / BANDWIDTH, 2 * m * n * k / FLOP_RATE)
+
+
+def median_us(run: Callable[[], Any], flush: torch.Tensor, repeats: int) -> float:
+    """The median time of `run` (one kernel launch) over `repeats` timed runs after two
+    warm-up runs, each preceded by reading `flush` and a sleep kernel."""
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush.sum()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(1e3 * start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def humming_layer(weight: DataType, dequantized: torch.Tensor) -> tuple[Any | None, str]:
+    """A transformed `HummingLayer` for the (K, N) weights, or None and the reason."""
+    if weight.is_float or not weight.is_signed:
+        return None, f"Humming: no symmetric scaled format for {weight}"
+    try:
+        from humming.layer import HummingLayer
+    except ImportError as error:
+        return None, f"Humming not importable: {error}"
+    k, n = dequantized.shape
+    layer = HummingLayer(
+        shape_n=n,
+        shape_k=k,
+        weight_config={"dtype": f"int{weight.nbits}", "group_size": GROUP_SIZE},
+        torch_dtype=torch.float16,
+    ).cuda()
+    layer.load_from_unquantized(dequantized.t().contiguous())
+    layer.transform()
+    return layer, ""
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``|actual - expected| / |expected|`` in the Frobenius norm, in float64."""
+    difference = (actual.double() - expected.double()).norm()
+    return float(difference / expected.double().norm().clamp_min(1e-30))
+
+
+def run_point(
+    weight: DataType,
+    kernel: backend.CompiledKernel,
+    k: int,
+    n: int,
+    batches: list[int],
+    flush: torch.Tensor,
+    repeats: int,
+) -> list[Point]:
+    """Measure every batch of one (K, N): inputs, checks, timings, ratios."""
+    device = flush.device
+    generator = torch.Generator(device=device).manual_seed(k * 131 + n)
+    codes = torch.randint(0, 1 << weight.nbits, (k * n,), device=device, generator=generator)
+    packed = pack_codes(codes, weight.nbits)
+    groups = math.ceil(k / GROUP_SIZE)
+    scales = (torch.rand((groups, n), device=device, generator=generator) + 0.5) / (
+        2 ** (weight.nbits - 1)
+    )
+    scales = scales.to(torch.float16)
+    values = decode_table(weight, device)[codes].reshape(k, n)
+    group_scales = scales.float().repeat_interleave(GROUP_SIZE, dim=0)[:k]
+    dequantized = (values * group_scales).to(torch.float16)
+    layer, humming_note = humming_layer(weight, dequantized)
+    points = []
+    for m in batches:
+        a = (torch.rand((m, k), device=device, generator=generator) * 2 - 1).to(torch.float16)
+        ours_out = torch.zeros((m, n), device=device, dtype=torch.float16)
+        grid = (math.ceil(n / BLOCK_N), math.ceil(m / BLOCK_M))
+        ours = functools.partial(kernel, m, n, k, a, packed, scales, ours_out, grid=grid)
+        cublas_out = torch.matmul(a, dequantized)
+        ours()
+        torch.cuda.synchronize()
+        error = relative_error(ours_out, cublas_out)
+        if not error < 2e-3:
+            raise RuntimeError(
+                f"{weight} K={k} N={n} M={m}: our result differs from cuBLAS by {error:.2e}"
+            )
+        ours_us = median_us(ours, flush, repeats)
+        cublas_us = median_us(functools.partial(torch.matmul, a, dequantized), flush, repeats)
+        humming_us, note = None, humming_note
+        if layer is not None:
+            humming_error = relative_error(layer(a), a.float() @ dequantized.float())
+            if humming_error < 0.25:
+                humming_us = median_us(functools.partial(layer, a), flush, repeats)
+            else:
+                note = f"Humming result off by {humming_error:.2e}: not timed"
+        best_peer = min(t for t in (cublas_us, humming_us) if t is not None)
+        roofline = roofline_us(weight, k, n, m)
+        points.append(
+            Point(
+                weight=weight.name,
+                k=k,
+                n=n,
+                m=m,
+                ours_us=ours_us,
+                cublas_us=cublas_us,
+                humming_us=humming_us,
+                roofline_us=roofline,
+                speedup_over_cublas=cublas_us / ours_us,
+                ratio_to_best_peer=best_peer / ours_us,
+                roofline_fraction=roofline / ours_us,
+                notes=note,
+            )
+        )
+        print(f"  {weight} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True)
+    return points
+
+
+def table(points: list[Point]) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| weight | K | N | M | ours us | cuBLAS us | Humming us | vs cuBLAS | vs best peer "
+        "| roofline |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in points:
+        humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
+        lines.append(
+            f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.ours_us:.1f} | {p.cublas_us:.1f} "
+            f"| {humming} | {p.speedup_over_cublas:.2f}x | {p.ratio_to_best_peer:.2f}x "
+            f"| {100 * p.roofline_fraction:.1f}% |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (see the module docstring); return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one shape, M in {1, 256}")
+    parser.add_argument("--weights", default="i4", help="weight types, comma-separated")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs per kernel (>= 30)")
+    parser.add_argument("--output", default="benchmarks/results", help="directory of results")
+    options = parser.parse_args(argv)
+    if options.repeats < 30:
+        parser.error(f"--repeats must be at least 30, got {options.repeats}")
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    weights = [dtypes.from_name(name.strip()) for name in options.weights.split(",")]
+    shapes = QUICK_SHAPES if options.quick else SHAPES
+    batches = QUICK_BATCHES if options.quick else BATCHES
+    device = torch.device("cuda")
+    flush = torch.ones(FLUSH_BYTES // 4, device=device, dtype=torch.float32)
+    points: list[Point] = []
+    for weight in weights:
+        kernel = backend.compile(quantized_matmul(weight, group_size=GROUP_SIZE))
+        for k, n in shapes:
+            points += run_point(weight, kernel, k, n, batches, flush, options.repeats)
+    output = Path(options.output)
+    output.mkdir(parents=True, exist_ok=True)
+    record = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "repeats": options.repeats,
+        "group_size": GROUP_SIZE,
+        "points": [asdict(p) for p in points],
+    }
+    (output / "quantized_matmul.json").write_text(json.dumps(record, indent=2) + "\n")
+    text = table(points)
+    (output / "quantized_matmul.md").write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

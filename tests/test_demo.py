@@ -1,0 +1,42 @@
+"""The `layout-algebra demo` command end to end (no GPU: build, prove, interpret, compile)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layout_algebra.cli import EXIT_OK, main
+
+pytest.importorskip("cuda.bindings.nvrtc")
+
+
+def _demo_report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["demo", "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_demo_proves_interprets_and_compiles(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _demo_report(capsys)
+    assert code == EXIT_OK
+    assert report["ok"] is True
+    assert report["program"]["name"] == "quantized_matmul"
+    assert report["layout_proofs"]["proved"] == report["layout_proofs"]["total"] > 0
+    lowering = report["lowering_proofs"]
+    assert lowering["holds"] is True
+    assert lowering["proved"] == lowering["total"] > 0
+    assert report["interpreter"]["relative_error"] < 1e-2
+    assert report["compile"]["cubin_bytes"] > 0
+
+
+@pytest.mark.parametrize("weights", ["i3", "f4e2m1"])
+def test_demo_other_weight_types(capsys: pytest.CaptureFixture[str], weights: str) -> None:
+    code, report = _demo_report(capsys, "--weights", weights)
+    assert code == EXIT_OK
+    assert report["weights"] == weights
+    assert report["interpreter"]["relative_error"] < 1e-2
+
+
+def test_demo_rejects_an_unknown_weight_type(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--weights", "float8_e4m3"]) == 4
+    assert "ambiguous" in capsys.readouterr().err
