@@ -1,6 +1,8 @@
 """The instructions of the tile IR: one frozen dataclass per instruction, operands as fields.
 
 Every instruction is collective: all `num_threads` threads of the block execute it together.
+Data moves between threads only through memory, except in `Reduce` (over its reduced modes) and
+`Dot` (within each warp of 32 threads).
 Each class has a class attribute `op` (its name in the printed text) except `Unary` and `Binary`,
 whose `op` field names the elementwise operation (see `ir.elementwise`). Results are the fields
 named `out`; `Assign` and the stores write into an existing tensor instead. Scalars (offsets,
@@ -27,7 +29,9 @@ Computation:
     Cast                   out = convert(x) to another type (the contract's conversion rules)
     View                   reinterpret each thread's register bits as another type and layout
     Reduce                 out = reduction of x over dimension `dim` (sum, max, min)
-    Dot                    out = a @ b + c (f16/bf16 operands, f32 accumulator)
+    Dot                    out = a @ b + c (f16/bf16 operands, f32 accumulator, k summed in
+                           order); warp-collective: a warp's threads together hold the operands
+                           (SIMT lowering bit-exact, tensor-core lowering within a tolerance)
     Assign                 dst = src (overwrite a tensor defined earlier: loop-carried values)
 Control:
     ForRange   for var in range(start, stop, step): body   (step a positive int)
@@ -252,13 +256,21 @@ class Reduce:
 class Dot:
     """`out = a @ b + c`: a (M, K), b (K, N) f16 or bf16 (the same), c and out (M, N) f32.
 
-    For every (m, n): acc = c[m, n]; for k = 0 .. K-1 in order: acc = f32(acc + a[m, k] *
-    b[k, n]) (each product is exact in f32); out[m, n] = acc. out's layout is c's, and each
-    thread must hold the rows of a and columns of b that its elements of c combine: `dot` moves
-    no data between threads (`ir.placement.dot_gather`; the SIMT layouts of
-    `ir.examples.matmul.simt_dot_layouts` are the natural choice). A SIMT lowering reproduces
-    this order bit for bit; a tensor-core (mma) lowering accumulates in its own order and is
-    compared within a tolerance.
+    Arithmetic: for every (m, n): acc = c[m, n]; for k = 0 .. K-1 in order: acc = f32(acc +
+    a[m, k] * b[k, n]) (each product is exact in f32); out[m, n] = acc. out's layout is c's.
+
+    Placement (warp-collective): for every warp (threads 32w .. 32w + 31, or all threads when
+    the block has fewer than 32), the threads of that warp together must hold every a[m, k] and
+    b[k, n] (all k) needed by the c elements the warp holds; the thread holding c[m, n] need
+    not hold them itself (`ir.placement.dot_warp_gather`). Tensor-core fragment layouts are of
+    that kind: a warp grid times repeats times the PTX m16n8k16 fragments (`mma_dot_layouts`
+    in `ir.examples.matmul`). The special case where every thread holds all it combines
+    (`ir.placement.dot_is_thread_local`; e.g. `simt_dot_layouts` there) is what a SIMT
+    lowering needs.
+
+    Lowerings: a SIMT lowering reproduces the sequential order above bit for bit; a tensor-core
+    (mma) lowering adds each 16-wide k step's products in the hardware's own order and
+    precision, so its results are compared with this definition within a tolerance.
     """
 
     op: ClassVar[str] = "dot"

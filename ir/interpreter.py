@@ -11,6 +11,10 @@ executed for all threads at once:
   bytes hold the dense bitstream), mutated in place like a kernel would;
 - shared memory is one byte array per shared tensor, holding the bitstream of `layout.size`
   elements; its initial contents are zero here (undefined on the GPU).
+- `dot` is warp-collective: each c element's a[m, k] and b[k, n] are read from the first thread
+  of its warp that holds them (`ir.placement.dot_warp_gather`; replicas agree, so the choice of
+  holder does not change the result), then summed over k in order in float32
+  (`ir.instructions.Dot`).
 
 What the hardware would get wrong is an `InterpreterError`, never a silent result:
 
@@ -77,7 +81,7 @@ from ir.instructions import (
 )
 from ir.placement import (
     broadcast_gather,
-    dot_gather,
+    dot_warp_gather,
     first_owner,
     layout_table,
     reduce_plan,
@@ -183,19 +187,6 @@ def _flat_gather(result: RegisterLayout, operand: RegisterLayout) -> np.ndarray:
     flat = gather + rows
     flat.setflags(write=False)
     return flat
-
-
-@functools.cache
-def _flat_dot_gather(
-    c: RegisterLayout, a: RegisterLayout, b: RegisterLayout
-) -> tuple[np.ndarray, np.ndarray]:
-    """`dot_gather` as indices into the flattened values of a and b."""
-    ga, gb = dot_gather(c, a, b)
-    rows = np.arange(c.num_threads, dtype=np.int64)[:, None, None]
-    flat_a, flat_b = ga + rows * a.local_size, gb + rows * b.local_size
-    flat_a.setflags(write=False)
-    flat_b.setflags(write=False)
-    return flat_a, flat_b
 
 
 def _same_bits(dtype: DataType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -608,7 +599,7 @@ class _Block:
 
     def dot(self, instruction: Dot) -> None:
         out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
-        flat_a, flat_b = _flat_dot_gather(c.layout, a.layout, b.layout)
+        flat_a, flat_b = dot_warp_gather(c.layout, a.layout, b.layout)
         rows = self.values(a).ravel()[flat_a]
         cols = self.values(b).ravel()[flat_b]
         accumulator = self.values(c)

@@ -1,8 +1,8 @@
 """Where the elements an instruction reads live in each thread's registers.
 
 The verifier and the interpreter (and the backend, to pick register indices) share these tables,
-all NumPy int64 arrays indexed by thread first. -1 marks "this thread does not hold that element",
-which the verifier reports as a thread combining data it does not hold.
+all NumPy int64 arrays indexed by thread first. -1 marks "this thread (for `dot`: this thread's
+warp) does not hold that element", which the verifier reports as combining data not held.
 
 - `inverse_table(L)`: [num_threads, num_elements], the local index at which thread t holds the
   element of row-major number e, or -1.
@@ -11,10 +11,17 @@ which the verifier reports as a thread combining data it does not hold.
   dimensions stretched): the local index at which thread t holds, in O, the operand element that
   R's element (t, i) reads.
 - `dot_gather(C, A, B)`: two [num_threads, C.local_size, K] tables: where thread t holds a[m, k]
-  and b[k, n] for its element (t, i) = (m, n) of c.
+  and b[k, n] for its element (t, i) = (m, n) of c (in its own registers).
+- `dot_warp_gather(C, A, B)`: the same, but from any thread of t's warp (`dot` is
+  warp-collective): flat positions t' * local_size + i' of a holder in t's warp.
+- `dot_is_thread_local(dot)`: whether every thread holds all it combines itself (what a SIMT
+  lowering needs; a tensor-core lowering shares fragments across a warp instead).
 - `reduce_plan(L, dim, R)`: how `reduce` combines (see `ir.instructions.Reduce` for the order).
 
-Every function is cached on its (hashable, immutable) layout arguments.
+Warps: warp w is threads 32w .. 32w + 31 (`WARP_SIZE`), the last one possibly partial; a block of
+fewer than 32 threads is one warp.
+
+Every table is cached on its (hashable, immutable) layout arguments.
 """
 
 from __future__ import annotations
@@ -24,7 +31,11 @@ import math
 
 import numpy as np
 
+from ir.instructions import Dot
 from layout_algebra.register import RegisterLayout
+
+WARP_SIZE = 32
+"""Threads per warp: warp w of a block is threads 32w .. 32w + 31 (fewer in the last one)."""
 
 
 def _flat_index(coords: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -126,6 +137,68 @@ def dot_gather(
     ga.setflags(write=False)
     gb.setflags(write=False)
     return ga, gb
+
+
+@functools.cache
+def warp_inverse_table(layout: RegisterLayout) -> np.ndarray:
+    """[num_warps, num_elements]: where the first holder of element e in warp w keeps it, or -1.
+
+    num_warps = ceil(num_threads / 32). The entry is the flat position t * local_size + i of the
+    (thread, local index) with the smallest t (then i) among warp w's threads t that hold element
+    e (row-major number) at local index i; -1 when no thread of the warp holds it.
+    """
+    threads, size = layout.num_threads, layout.local_size
+    warps = -(-threads // WARP_SIZE)
+    elements = math.prod(layout.shape)
+    unset = threads * size
+    first = np.full((warps, elements), unset, dtype=np.int64)
+    positions = np.arange(threads * size, dtype=np.int64)
+    np.minimum.at(first, (positions // size // WARP_SIZE, flat_table(layout).ravel()), positions)
+    first[first == unset] = -1
+    first.setflags(write=False)
+    return first
+
+
+@functools.cache
+def dot_warp_gather(
+    c: RegisterLayout, a: RegisterLayout, b: RegisterLayout
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where, within each thread's warp, the a and b elements its c elements combine are held.
+
+    Requires: c (M, N), a (M, K), b (K, N), equal thread counts. Returns (ga, gb), each
+    [num_threads, c.local_size, K]: ga[t, i, k] is the flat position t' * a.local_size + i' of
+    a[m, k] in the first thread t' of t's warp that holds it (`warp_inverse_table`), and gb[t, i,
+    k] that of b[k, n] (t' * b.local_size + i'), where (m, n) = c.map(t, i); -1 where no thread
+    of t's warp holds it. The thread t' may differ from t: `dot` gathers within a warp.
+    """
+    coords = layout_table(c)
+    k_extent = a.shape[1]
+    k = np.arange(k_extent, dtype=np.int64)
+    rows = coords[..., 0, None]
+    cols = coords[..., 1, None]
+    warps = (np.arange(c.num_threads, dtype=np.int64) // WARP_SIZE)[:, None, None]
+    ga = warp_inverse_table(a)[warps, rows * k_extent + k]
+    gb = warp_inverse_table(b)[warps, k * b.shape[1] + cols]
+    ga.setflags(write=False)
+    gb.setflags(write=False)
+    return ga, gb
+
+
+@functools.cache
+def _is_thread_local(c: RegisterLayout, a: RegisterLayout, b: RegisterLayout) -> bool:
+    ga, gb = dot_gather(c, a, b)
+    return bool(np.all(ga >= 0) and np.all(gb >= 0))
+
+
+def dot_is_thread_local(dot: Dot) -> bool:
+    """Whether every thread of `dot` holds, itself, each a[m, k] and b[k, n] its c elements need.
+
+    Requires: a well-formed `dot` (shapes (M, K), (K, N), (M, N), equal thread counts). True
+    exactly when `dot_gather` has no -1: the dot then runs with no data moving between threads
+    (a SIMT dot). False when some operand element lives only in other threads of the warp (as in
+    tensor-core fragment layouts), which the IR allows but a SIMT lowering cannot do.
+    """
+    return _is_thread_local(dot.c.layout, dot.a.layout, dot.b.layout)
 
 
 @functools.cache

@@ -10,8 +10,11 @@ instruction (its op and printed line) and the mismatch. It checks:
   dims, the reduce layout (`layout_algebra.reduce`);
 - layouts: every register tensor has the program's thread count; results have the layout their
   instruction implies (unary ops, casts, dot, assign);
-- data placement: no thread combines data it does not hold (each operand element a binary op,
-  `where` or `dot` reads must be in the reading thread's registers; `ir.placement`);
+- data placement: no thread combines data it does not hold (each operand element a binary op
+  or `where` reads must be in the reading thread's registers; `ir.placement`); `dot` is
+  warp-collective: each a[m, k] and b[k, n] that a warp's c elements combine must be held by
+  some thread of that warp (threads 32w .. 32w + 31, all threads when fewer than 32), not
+  necessarily the thread holding c[m, n];
 - view: equal bits per thread;
 - scopes: every tensor used is defined before, in the same or an enclosing body (a tensor
   defined in a loop or if body is not visible after it); every scalar reads only parameters,
@@ -61,7 +64,7 @@ from ir.instructions import (
     View,
     Where,
 )
-from ir.placement import broadcast_gather, dot_gather, layout_table
+from ir.placement import WARP_SIZE, broadcast_gather, dot_warp_gather, layout_table
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
@@ -398,17 +401,20 @@ def _check_dot(instruction: Dot, threads: int) -> None:
         )
     if out.layout != c.layout:
         raise _fail(instruction, "layout mismatch: the result layout differs from c's")
-    ga, gb = dot_gather(c.layout, a.layout, b.layout)
+    ga, gb = dot_warp_gather(c.layout, a.layout, b.layout)
     for role, gather, tensor in (("a", ga, a), ("b", gb, b)):
         missing = np.argwhere(gather < 0)
         if missing.size:
             t, i, kk = (int(v) for v in missing[0])
             row, col = (int(v) for v in layout_table(c.layout)[t, i])
             element = (row, kk) if role == "a" else (kk, col)
+            warp = t // WARP_SIZE
+            first = warp * WARP_SIZE
+            last = min(first + WARP_SIZE, threads) - 1
             raise _fail(
                 instruction,
-                f"thread {t} combines {role} {tensor.name} element {element} (for c element "
-                f"{(row, col)}) that it does not hold",
+                f"warp {warp} (threads {first}..{last}) combines {role} {tensor.name} element "
+                f"{element} (for c element {(row, col)}) that none of its threads holds",
             )
 
 

@@ -1,4 +1,4 @@
-"""Tiled f16 matmul with shared memory, `copy_async` double buffering and a SIMT dot.
+"""Tiled f16 matmul with shared memory, `copy_async` double buffering and a SIMT or mma dot.
 
 C (m, n) = A (m, k) @ B (k, n), all row-major f16, accumulated in f32. Block (x, y) computes
 the tile C[y*BM : (y+1)*BM, x*BN : (x+1)*BN]:
@@ -12,24 +12,43 @@ the tile C[y*BM : (y+1)*BM, x*BN : (x+1)*BN]:
         sync                                # before the next prefetch overwrites this stage
     C tile = f16(acc)
 
-The SIMT dot layouts (`simt_dot_layouts`): thread (i, j) of a TM x TN grid holds an RM x 8
-block of the accumulator; A's slice is held as whole rows replicated over the TN threads of a
-thread row, B's as whole columns replicated over the TM threads of a thread column, so every
-thread holds exactly the data it combines. Launch with ``grid = (ceil(n / BN), ceil(m / BM))``.
+Two choices of the dot's operand layouts (`dot_layouts`):
+
+- SIMT (`simt_dot_layouts`, the default): thread (i, j) of a TM x TN grid holds an RM x 8 block
+  of the accumulator; A's slice is held as whole rows replicated over the TN threads of a thread
+  row, B's as whole columns replicated over the TM threads of a thread column, so every thread
+  holds exactly the data it combines. The result is bit-exact against the interpreter.
+- Tensor cores (`mma_dot_layouts`, ``tensor_cores=True``): a grid of warps, each accumulating
+  whole 16 x 8 tiles in the PTX m16n8k16 fragment layouts; a warp's 32 threads hold the A and B
+  fragments collectively (`ir.instructions.Dot` is warp-collective). An mma lowering rounds
+  differently from the interpreter's sequential sum: compare within a tolerance.
+
+Launch with ``grid = (ceil(n / BN), ceil(m / BM))``.
 """
 
 from __future__ import annotations
 
+import math
+
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
+from ir.placement import WARP_SIZE
 from ir.program import Program
+from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, replicate, spatial
 from layout_algebra.shared import shared_row_major
 
 COLUMNS_PER_THREAD = 8
 """Accumulator columns per thread: 8 f16 outputs make one 16-byte store."""
+
+SIMT_INNER_K = 8
+"""The default k slice of one SIMT dot."""
+
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+"""The tile (M, N, K) of one ``mma.sync`` m16n8k16; MMA_K is also the default k slice of one
+tensor-core dot."""
 
 
 def simt_dot_layouts(
@@ -61,22 +80,88 @@ def simt_dot_layouts(
     return a, b, c
 
 
+def warp_grid(num_warps: int) -> tuple[int, int]:
+    """(warps_m, warps_n) with warps_m * warps_n = num_warps, as square as divisors allow.
+
+    warps_m is the largest divisor of num_warps not above its square root: 1 -> (1, 1), 2 ->
+    (1, 2), 4 -> (2, 2), 8 -> (2, 4). Raises VerificationError for num_warps < 1.
+    """
+    if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps < 1:
+        raise VerificationError(f"num_warps must be a positive int, got {num_warps!r}")
+    warps_m = max(d for d in range(1, math.isqrt(num_warps) + 1) if num_warps % d == 0)
+    return warps_m, num_warps // warps_m
+
+
+def mma_dot_layouts(
+    num_threads: int, block_m: int, block_n: int, inner_k: int
+) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
+    """(a, b, c) tensor-core layouts for a `dot` of (block_m, inner_k) @ (inner_k, block_n).
+
+    With F_A (16 x 16), F_B (16 x 8), F_C (16 x 8) the m16n8k16 fragments of
+    `layout_algebra.fragments`, (WM, WN) = `warp_grid(num_threads // 32)`, RM = block_m / (16
+    WM), RN = block_n / (8 WN) and KS = inner_k / 16: ``c = spatial(WM, WN).local(RM, RN) *
+    F_C`` (warp w = wm * WN + wn accumulates rows [wm * block_m / WM, ...) and columns [wn *
+    block_n / WN, ...) as RM x RN tiles of 16 x 8), ``a = spatial(WM, 1).replicate(WN).local(RM,
+    KS) * F_A`` and ``b = replicate(WM).spatial(1, WN).local(KS, RN) * F_B``: the operand
+    layouts a tensor-core lowering takes (``mma.sync`` per 16 x 8 x 16 tile, k steps in order).
+    Raises VerificationError when num_threads is not a multiple of 32 or the sizes do not
+    split into whole mma tiles per warp.
+    """
+    if num_threads < WARP_SIZE or num_threads % WARP_SIZE:
+        raise VerificationError(
+            f"num_threads {num_threads} must be a positive multiple of {WARP_SIZE} for mma"
+        )
+    warps_m, warps_n = warp_grid(num_threads // WARP_SIZE)
+    if block_m % (MMA_M * warps_m) or block_n % (MMA_N * warps_n) or inner_k % MMA_K:
+        raise VerificationError(
+            f"block ({block_m}, {block_n}) with inner_k {inner_k} must split into {warps_m} x "
+            f"{warps_n} warps of whole {MMA_M} x {MMA_N} x {MMA_K} mma tiles"
+        )
+    rows, cols = block_m // (MMA_M * warps_m), block_n // (MMA_N * warps_n)
+    steps = inner_k // MMA_K
+    fragment_a = fragment("mma.m16n8k16.a").layout
+    fragment_b = fragment("mma.m16n8k16.b").layout
+    fragment_c = fragment("mma.m16n8k16.c").layout
+    c = spatial(warps_m, warps_n).local(rows, cols) * fragment_c
+    a = (spatial(warps_m, 1) * replicate(warps_n)).local(rows, steps) * fragment_a
+    b = (replicate(warps_m) * spatial(1, warps_n)).local(steps, cols) * fragment_b
+    return a, b, c
+
+
+def dot_layouts(
+    num_threads: int, block_m: int, block_n: int, inner_k: int, tensor_cores: bool
+) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
+    """(a, b, c): `mma_dot_layouts` when `tensor_cores`, else `simt_dot_layouts`."""
+    choose = mma_dot_layouts if tensor_cores else simt_dot_layouts
+    return choose(num_threads, block_m, block_n, inner_k)
+
+
+def default_inner_k(tensor_cores: bool) -> int:
+    """The k slice of one dot when none is given: MMA_K (16) for tensor cores, else 8."""
+    return MMA_K if tensor_cores else SIMT_INNER_K
+
+
 def matmul(
     num_threads: int = 128,
     block_m: int = 64,
     block_n: int = 64,
     block_k: int = 32,
-    inner_k: int = 8,
+    inner_k: int | None = None,
+    tensor_cores: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
-    The accumulation order is the dot's (k increasing), so the result is bit-exact against
-    `ir.run_reference` on the GPU's SIMT path. Raises VerificationError when the tile sizes do
-    not fit the layouts (`simt_dot_layouts`) or `inner_k` does not divide `block_k`.
+    `tensor_cores` picks the dot's layouts (`dot_layouts`); `inner_k` None means
+    `default_inner_k(tensor_cores)`. The accumulation order is the dot's (k increasing), so
+    with SIMT layouts the result is bit-exact against `ir.run_reference` on the GPU; with
+    tensor-core layouts the GPU result is within mma rounding of it. Raises VerificationError
+    when the tile sizes do not fit the layouts or `inner_k` does not divide `block_k`.
     """
+    if inner_k is None:
+        inner_k = default_inner_k(tensor_cores)
     if block_k % inner_k:
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
-    a_layout, b_layout, c_layout = simt_dot_layouts(num_threads, block_m, block_n, inner_k)
+    a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:
         m, n, k = bld.int_param("m"), bld.int_param("n"), bld.int_param("k")

@@ -13,7 +13,11 @@ Per k-tile of BK rows, each block:
     view the bytes as `weight_dtype` (8 weights per chunk), cast to f16
     load the (1, BN) scale row of the k-tile's group, replicated over the rows' threads
     multiply (broadcast over the BK rows), store the f16 tile into shared memory
-    wait for the copy, sync, run the SIMT dot over the tile in `inner_k` slices, sync
+    wait for the copy, sync, run the dot over the tile in `inner_k` slices, sync
+
+The dot's operand layouts are the SIMT ones by default (bit-exact against the interpreter on the
+GPU) or, with ``tensor_cores=True``, the warp-collective mma fragment layouts of
+`ir.examples.matmul.mma_dot_layouts` (within mma rounding of the interpreter).
 
 Requirements: `n` a multiple of 8 at run time (so every weight row starts on a byte), and
 `group_size` a multiple of `block_k` (one scale row per k-tile). Launch with
@@ -26,7 +30,7 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
-from ir.examples.matmul import COLUMNS_PER_THREAD, simt_dot_layouts
+from ir.examples.matmul import COLUMNS_PER_THREAD, default_inner_k, dot_layouts
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -70,14 +74,19 @@ def quantized_matmul(
     block_m: int = 64,
     block_n: int = 64,
     block_k: int = 32,
-    inner_k: int = 8,
+    inner_k: int | None = None,
+    tensor_cores: bool = False,
 ) -> Program:
     """The program ``quantized_matmul(m, n, k, a, w, scales, c)`` (see the module docstring).
 
     `w` is an array parameter of `weight_dtype` (the packed (k, n) codes), `scales` of f16.
-    Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
-    multiple of `block_k`, or tile sizes that do not fit the layouts.
+    `tensor_cores` picks the dot's layouts (`ir.examples.matmul.dot_layouts`); `inner_k` None
+    means `ir.examples.matmul.default_inner_k(tensor_cores)`. Raises VerificationError for a
+    weight type wider than 8 bits, a group size that is not a multiple of `block_k`, or tile
+    sizes that do not fit the layouts.
     """
+    if inner_k is None:
+        inner_k = default_inner_k(tensor_cores)
     if weight_dtype.nbits > 8:
         raise VerificationError(f"weight_dtype must have at most 8 bits, got {weight_dtype}")
     if group_size % block_k:
@@ -86,7 +95,7 @@ def quantized_matmul(
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
     if block_n % COLUMNS_PER_THREAD:
         raise VerificationError(f"block_n {block_n} must be a multiple of {COLUMNS_PER_THREAD}")
-    a_layout, b_layout, c_layout = simt_dot_layouts(num_threads, block_m, block_n, inner_k)
+    a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
     byte_layout, weight_layout = weight_layouts(weight_dtype, num_threads, block_k, block_n)
     scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
     bits = weight_dtype.nbits

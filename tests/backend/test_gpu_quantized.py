@@ -6,8 +6,8 @@
   in torch (cuBLAS).
 - The tensor-core path: a matmul whose dot has mma operand layouts (`mma_operand_layouts`) and
   whose operands come from shared memory through ldmatrix-shaped loads, within the tensor core's
-  rounding of the interpreter (whose dot sums k sequentially in float32). It needs the IR to
-  accept a dot that gathers its operands within a warp, which the verifier does not yet do.
+  rounding of the interpreter (whose dot sums k sequentially in float32); the IR's dot is
+  warp-collective, so the fragments a warp holds together are valid operands.
 
 All tests need torch and a CUDA device (marked `gpu`).
 """
@@ -24,7 +24,6 @@ from backend.tensor_core import mma_operand_layouts
 from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
-from ir.errors import VerificationError
 from ir.examples.quantized_matmul import quantized_matmul
 from ir.program import Program
 from layout_algebra import GlobalLayout, shared_row_major, shared_row_major_swizzle
@@ -135,11 +134,6 @@ def _mma_matmul(dtype: DataType) -> Program:
     return bld.program()
 
 
-@pytest.mark.xfail(
-    raises=VerificationError,
-    strict=True,
-    reason="the IR's dot still requires every thread to hold the rows and columns it combines",
-)
 @pytest.mark.parametrize("dtype", [dtypes.f16, dtypes.bf16], ids=str)
 def test_gpu_mma_matmul_within_tolerance_of_interpreter(dtype: DataType) -> None:
     torch = _torch()

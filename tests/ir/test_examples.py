@@ -7,11 +7,17 @@ import pytest
 
 from ir import dtypes
 from ir.errors import VerificationError
-from ir.examples.matmul import matmul, simt_dot_layouts
+from ir.examples.matmul import matmul, mma_dot_layouts, simt_dot_layouts, warp_grid
 from ir.examples.quantized_matmul import quantized_matmul, weight_layouts
 from ir.examples.softmax import row_softmax
 from ir.examples.vector_add import vector_add
+from ir.instructions import Dot, ForRange, If, Instruction
 from ir.interpreter import run_reference
+from ir.placement import dot_is_thread_local
+from ir.program import Program
+from ir.verifier import verify
+from layout_algebra.fragments import fragment
+from layout_algebra.register import replicate, spatial
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -57,13 +63,31 @@ def sequential_f32_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return accumulator.astype(np.float16)
 
 
-def test_matmul_is_bit_exact_against_the_sequential_formula():
+def dots(body: tuple[Instruction, ...]) -> list[Dot]:
+    """Every `Dot` of a program body, loop and if bodies included."""
+    found = []
+    for instruction in body:
+        if isinstance(instruction, Dot):
+            found.append(instruction)
+        elif isinstance(instruction, (ForRange, If)):
+            found += dots(instruction.body)
+    return found
+
+
+def only_dot(program: Program) -> Dot:
+    (dot,) = dots(program.body)
+    return dot
+
+
+@pytest.mark.parametrize("tensor_cores", [False, True], ids=["simt", "mma"])
+def test_matmul_is_bit_exact_against_the_sequential_formula(tensor_cores):
     rng = np.random.default_rng(4)
     m, n, k = 70, 72, 75  # none a multiple of the 64 x 64 x 32 tile
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     c = np.zeros((m, n), dtype=np.float16)
-    run_reference(matmul(), m, n, k, a, b, c, grid=(ceil_div(n, 64), ceil_div(m, 64)))
+    program = matmul(tensor_cores=tensor_cores)
+    run_reference(program, m, n, k, a, b, c, grid=(ceil_div(n, 64), ceil_div(m, 64)))
     np.testing.assert_array_equal(c.view(np.uint16), sequential_f32_matmul(a, b).view(np.uint16))
     reference = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=2e-2)
@@ -83,8 +107,12 @@ WEIGHT_DTYPES = [
 ]
 
 
-@pytest.mark.parametrize("weight_dtype", WEIGHT_DTYPES, ids=str)
-def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype):
+@pytest.mark.parametrize(
+    ("weight_dtype", "tensor_cores"),
+    [(dtype, False) for dtype in WEIGHT_DTYPES] + [(dtypes.u4, True), (dtypes.f4e2m1, True)],
+    ids=str,
+)
+def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_cores):
     rng = np.random.default_rng(weight_dtype.nbits)
     m, n, k, group = 33, 72, 70, 32
     a = rng.standard_normal((m, k)).astype(np.float16)
@@ -93,7 +121,7 @@ def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype):
         codes = np.where(np.isnan(weight_dtype.decode(codes)), 0, codes)
     scales = (rng.random((ceil_div(k, group), n)) + 0.25).astype(np.float16)
     c = np.zeros((m, n), dtype=np.float16)
-    program = quantized_matmul(weight_dtype, group_size=group)
+    program = quantized_matmul(weight_dtype, group_size=group, tensor_cores=tensor_cores)
     weights = dtypes.pack(codes, weight_dtype)
     run_reference(program, m, n, k, a, weights, scales, c, grid=(ceil_div(n, 64), 1))
     weight_values = weight_dtype.decode(codes).astype(np.float64)
@@ -118,6 +146,39 @@ def test_simt_dot_layouts_hold_what_the_dot_combines():
     assert {x[1] for x in b.table()[9]} == set(range(8, 16))
 
 
+@pytest.mark.parametrize(("warps", "grid"), [(1, (1, 1)), (2, (1, 2)), (4, (2, 2)), (8, (2, 4))])
+def test_warp_grid(warps, grid):
+    assert warp_grid(warps) == grid
+
+
+def test_mma_dot_layouts_literal():
+    # 4 warps as 2 x 2 over a 64 x 64 accumulator, k slice 32: each warp 2 x 4 tiles of 16 x 8
+    # and 2 k steps of 16.
+    f_a, f_b, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "abc")
+    a, b, c = mma_dot_layouts(128, 64, 64, 32)
+    assert c == spatial(2, 2).local(2, 4) * f_c
+    assert a == (spatial(2, 1) * replicate(2)).local(2, 2) * f_a
+    assert b == (replicate(2) * spatial(1, 2)).local(2, 4) * f_b
+    assert (a.shape, b.shape, c.shape) == ((64, 32), (32, 64), (64, 64))
+    # Thread 0 (warp 0, lane 0) holds c[0, 0], c[0, 1], c[8, 0], c[8, 1] of its first tile.
+    assert [tuple(x) for x in c.table()[0, :4]] == [(0, 0), (0, 1), (8, 0), (8, 1)]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [matmul(tensor_cores=True), quantized_matmul(dtypes.u4, tensor_cores=True)],
+    ids=["matmul", "quantized_matmul"],
+)
+def test_mma_examples_verify_with_a_warp_collective_dot(program):
+    assert verify(program) is program
+    assert not dot_is_thread_local(only_dot(program))
+
+
+@pytest.mark.parametrize("program", [matmul(), quantized_matmul()], ids=["matmul", "q_matmul"])
+def test_simt_examples_have_a_thread_local_dot(program):
+    assert dot_is_thread_local(only_dot(program))
+
+
 def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
     byte_layout, weight_layout = weight_layouts(dtypes.i3, 128, 32, 64)
     assert byte_layout.shape == (32, 24) and weight_layout.shape == (32, 64)
@@ -135,6 +196,18 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: quantized_matmul(group_size=48), "group_size 48 must be a multiple of 32"),
         (lambda: quantized_matmul(dtypes.f16), "at most 8 bits, got f16"),
         (lambda: quantized_matmul(block_k=8), "block_k 8 must be a multiple of 16"),
+        (
+            lambda: matmul(num_threads=48, tensor_cores=True),
+            "num_threads 48 must be a positive multiple of 32 for mma",
+        ),
+        (
+            lambda: matmul(tensor_cores=True, inner_k=8),
+            r"block \(64, 64\) with inner_k 8 must split into 2 x 2 warps of whole 16 x 8 x 16",
+        ),
+        (
+            lambda: quantized_matmul(block_m=16, tensor_cores=True),
+            r"block \(16, 64\) with inner_k 16 must split into 2 x 2 warps",
+        ),
     ],
 )
 def test_example_parameter_errors(build, message):

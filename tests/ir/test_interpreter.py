@@ -9,6 +9,7 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import InterpreterError, VerificationError
 from ir.interpreter import run_reference
+from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import local, replicate, spatial
 from layout_algebra.shared import shared_row_major
@@ -213,6 +214,82 @@ def test_dot_accumulates_in_k_order_in_f32():
     c = np.array([2.0**24], dtype=np.float32)
     run_reference(b.program(), a, w, c)
     assert c[0] == 2.0**24 + 2.0**24  # 2^24 + 1 + 1 stays 2^24, then + 4096^2 is exact
+
+
+def dot_program(threads, a_layout, b_layout, c_layout, dtype=F16):
+    """``c = a @ b + c`` on one tile: a (M, K), b (K, N) of `dtype`, c (M, N) f32, row-major."""
+    (m, k), n = a_layout.shape, b_layout.shape[1]
+    with ProgramBuilder("dot", threads) as b:
+        a = b.array_param("a", dtype)
+        w = b.array_param("w", dtype)
+        c = b.array_param("c", F32)
+        a_tile = b.load_global(
+            b.global_view(a, dtype, GlobalLayout((m, k), (k, 1))), [0, 0], a_layout
+        )
+        w_tile = b.load_global(
+            b.global_view(w, dtype, GlobalLayout((k, n), (n, 1))), [0, 0], b_layout
+        )
+        c_view = b.global_view(c, F32, GlobalLayout((m, n), (n, 1)))
+        c_tile = b.load_global(c_view, [0, 0], c_layout)
+        b.store_global(c_view, b.dot(a_tile, w_tile, c_tile), [0, 0])
+    return b.program()
+
+
+def sequential_dot(a, w, c):
+    """acc = c; for k in order: acc = f32(acc + f32(a[:, k]) * f32(w[k, :])), in NumPy."""
+    accumulator = c.astype(np.float32)
+    for k in range(a.shape[1]):
+        accumulator = accumulator + a[:, k : k + 1].astype(np.float32) * w[k].astype(np.float32)
+    return accumulator
+
+
+def test_dot_gathers_operands_across_the_warp():
+    # Every thread holds one element of each of a, b, c (spatial(2, 2)): c[m, n] reads a[m, :]
+    # and b[:, n] from the other threads of its warp.
+    layout = spatial(2, 2)
+    a = np.array([1, 2, 3, 4], dtype=np.float16)
+    w = np.array([5, 6, 7, 8], dtype=np.float16)
+    c = np.array([0.5, 0.25, -1, 2], dtype=np.float32)
+    run_reference(dot_program(4, layout, layout, layout), a, w, c)
+    np.testing.assert_array_equal(c, [19.5, 22.25, 42, 52])  # [[19, 22], [43, 50]] + c
+
+
+def test_dot_of_two_warps_gathers_within_each_warp():
+    # 64 threads: warp w holds rows 4w .. 4w + 3 of c and of a (each a element in 2 threads),
+    # and all of b; each thread holds one element of each.
+    a_layout = spatial(2, 1) * spatial(4, 4).replicate(2)
+    b_layout = replicate(2) * spatial(4, 8)
+    c_layout = spatial(2, 1) * spatial(4, 8)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((8, 4)).astype(np.float16)
+    w = rng.standard_normal((4, 8)).astype(np.float16)
+    c = rng.standard_normal((8, 8)).astype(np.float32)
+    expected = sequential_dot(a, w, c)
+    run_reference(dot_program(64, a_layout, b_layout, c_layout), a, w, c)
+    np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [F16, dtypes.bf16], ids=str)
+def test_dot_on_mma_fragments_equals_the_sequential_formula(dtype):
+    # One warp, one m16n8k16 tile in the PTX fragment layouts. Magnitudes spread over 2^-8 ..
+    # 2^8 so that the order of the f32 additions shows in the low bits.
+    a_layout, b_layout, c_layout = (fragment(f"mma.m16n8k16.{x}").layout for x in "abc")
+    rng = np.random.default_rng(9)
+
+    def values(shape):
+        spread = 2.0 ** rng.integers(-8, 9, shape)
+        return (rng.uniform(-1, 1, shape) * spread).astype(np.float32)
+
+    a, w = values((16, 16)), values((16, 8))
+    a_codes = dtype.encode(a.ravel()).astype(np.uint16)
+    w_codes = dtype.encode(w.ravel()).astype(np.uint16)
+    a_exact = dtype.decode(a_codes).reshape(16, 16)
+    w_exact = dtype.decode(w_codes).reshape(16, 8)
+    c = values((16, 8))
+    expected = sequential_dot(a_exact, w_exact, c)
+    program = dot_program(32, a_layout, b_layout, c_layout, dtype)
+    run_reference(program, a_codes, w_codes, c)
+    np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
 
 
 def test_integer_division_by_zero_in_a_program():

@@ -32,6 +32,7 @@ from ir.instructions import (
 from ir.program import Program
 from ir.values import ArrayParam, GlobalTensor, RegisterTensor, SharedTensor
 from ir.verifier import verify
+from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import column_spatial, local, replicate, spatial
 from layout_algebra.shared import shared_row_major
@@ -153,18 +154,11 @@ def dot_operands(b, a_dtype=F16, b_dtype=F16, c_dtype=F32, a_layout=None, k=3):
         ({"b_dtype": dtypes.bf16}, "dtype mismatch: a is f16, b is bf16"),
         ({"c_dtype": F16}, "dtype mismatch: c is f16, f32 accumulator is f32"),
         ({"k": 2}, r"shape mismatch: a \(2, 2\) @ b \(3, 2\) \+ c \(2, 2\)"),
-        (
-            {
-                "a_layout": spatial(2, 2).local(1, 3)[0]
-                if False
-                else spatial(2, 1).local(1, 3).replicate(2)
-            },
-            None,
-        ),
-        (
-            {"a_layout": replicate(2) * spatial(2, 1).local(1, 3)},
-            r"thread 1 combines a r0 element \(0, 0\) \(for c element \(0, 1\)\)",
-        ),
+        # Rows of a replicated over the innermost thread bit: still every thread's own rows.
+        ({"a_layout": spatial(2, 1).local(1, 3).replicate(2)}, None),
+        # Rows of a on the wrong threads (thread 1 holds row 1, its c elements are in row 0):
+        # fine, the 4 threads are one warp and dot gathers within a warp.
+        ({"a_layout": replicate(2) * spatial(2, 1).local(1, 3)}, None),
     ],
 )
 def test_dot_checks(options, message):
@@ -174,6 +168,56 @@ def test_dot_checks(options, message):
         assert verify(b.program())
     else:
         rejects(b, message)
+
+
+def test_dot_operands_spread_over_one_warp_verify():
+    # Each of 4 threads holds one element of a, b and c (all spatial(2, 2)); no thread holds a
+    # row of a and a column of b, but the warp (all 4 threads) holds everything.
+    b = unchecked()
+    a, w, c = (b.register_tensor(dtype, spatial(2, 2)) for dtype in (F16, F16, F32))
+    b.dot(a, w, c)
+    assert verify(b.program())
+
+
+def test_dot_on_mma_fragments_verifies():
+    # One warp, one mma.m16n8k16: a (16, 16), b (16, 8), c (16, 8) in the PTX fragment layouts.
+    b = unchecked(32)
+    a, w, c = (
+        b.register_tensor(dtype, fragment(f"mma.m16n8k16.{role}").layout)
+        for dtype, role in ((F16, "a"), (F16, "b"), (F32, "c"))
+    )
+    b.dot(a, w, c)
+    assert verify(b.program())
+
+
+def test_dot_rejects_a_warp_lacking_an_operand_element():
+    # 64 threads: warp w holds c rows 4w .. 4w + 3, but a keeps rows {0, 1, 4, 5} in warp 0 and
+    # {2, 3, 6, 7} in warp 1. Thread 16 (warp 0) holds c[2, 0] and no thread of warp 0 holds
+    # a[2, 0].
+    b = unchecked(64)
+    a = b.register_tensor(F16, local(2, 1) * spatial(4, 4).replicate(4))
+    w = b.register_tensor(F16, replicate(2) * spatial(4, 8))
+    c = b.register_tensor(F32, spatial(2, 1) * spatial(4, 8))
+    b.dot(a, w, c)
+    rejects(
+        b,
+        r"dot: warp 0 \(threads 0\.\.31\) combines a r0 element \(2, 0\) \(for c element "
+        r"\(2, 0\)\) that none of its threads holds\n"
+        r"    in: r3: f32\[8, 8\] spatial\(8,8\) = dot\(r0, r1, r2\)",
+    )
+
+
+def test_dot_rejects_a_partial_warp_lacking_an_operand_element():
+    # 48 threads, so warp 1 is threads 32..47. Threads 24..47 hold c row 1 (all 8 columns)
+    # and b columns 4..7 only: warp 1 lacks b[:, 0:4] (warp 0 holds them, in threads 0..23).
+    b = unchecked(48)
+    a = b.register_tensor(F16, replicate(48).local(2, 2))
+    w = b.register_tensor(F16, spatial(1, 2).replicate(24).local(2, 4))
+    c = b.register_tensor(F32, spatial(2, 1).replicate(24).local(1, 8))
+    b.dot(a, w, c)
+    rejects(
+        b, r"warp 1 \(threads 32\.\.47\) combines b r1 element \(0, 0\) \(for c element \(1, 0\)\)"
+    )
 
 
 def test_assign_needs_equal_dtype_and_layout():
