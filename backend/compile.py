@@ -21,6 +21,8 @@ from backend.cache import CubinCache
 from backend.device import KernelResources, current_arch
 from backend.kernel import Kernel, build_kernel
 from backend.lower import Access, LoweredKernel, lower
+from backend.nvrtc import check_arch
+from backend.tensor_core import LdmatrixPlan, MmaPlan
 from ir.program import Program
 
 
@@ -29,7 +31,7 @@ class CompiledKernel:
 
     Attributes: `program`, `lowered` (the `backend.lower.LoweredKernel`), `kernel` (the
     `backend.kernel.Kernel` that launches it); properties `source`, `cubin`, `arch`,
-    `accesses`, `shared_bytes`, `resources`.
+    `accesses`, `plans`, `shared_bytes`, `resources`.
     """
 
     def __init__(self, program: Program, lowered: LoweredKernel, kernel: Kernel) -> None:
@@ -56,6 +58,11 @@ class CompiledKernel:
     def accesses(self) -> tuple[Access, ...]:
         """Every address expression printed into the source (`backend.lower.Access`)."""
         return self.lowered.accesses
+
+    @property
+    def plans(self) -> tuple[MmaPlan | LdmatrixPlan, ...]:
+        """The tensor-core plans the kernel uses (`backend.tensor_core`)."""
+        return self.lowered.plans
 
     @property
     def shared_bytes(self) -> int:
@@ -89,13 +96,15 @@ def compile(
     """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
 
     `arch` defaults to the current GPU's architecture and is required on a machine without one
-    (`NoDeviceError`). The CUBIN comes from the on-disk cache (`cache`, default
-    `backend.default_cache()`) when the same source and options were compiled before. Raises
-    `VerificationError` for an ill-formed program, `CompilationError` when it cannot be lowered
-    or NVRTC rejects the source, `ArchitectureError` for an unknown architecture.
+    (`NoDeviceError`). The lowering uses the architecture's tensor cores where it can
+    (`backend.lower.lower`: such dots match the interpreter within rounding). The CUBIN comes
+    from the on-disk cache (`cache`, default `backend.default_cache()`) when the same source and
+    options were compiled before. Raises `VerificationError` for an ill-formed program,
+    `CompilationError` when it cannot be lowered or NVRTC rejects the source,
+    `ArchitectureError` for an unknown architecture.
     """
-    lowered = lower(program)
-    chosen = current_arch() if arch is None else arch
+    chosen = check_arch(current_arch() if arch is None else arch)
+    lowered = lower(program, chosen)
     kernel = build_kernel(
         lowered.source,
         lowered.entry,

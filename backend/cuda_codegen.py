@@ -10,12 +10,13 @@ contract (element k in bits [k*b, (k+1)*b) of the little-endian vector).
 Elementwise operations compute on values (`backend.conversions.value_type`): float types in
 float32 with the round-to-nearest intrinsics (`__fadd_rn` ...), which NVCC never contracts into a
 fused multiply-add, so each operation rounds exactly as the reference interpreter's NumPy float32
-operation does; integer types in 32-bit two's complement, wrapped to the type's width at the end,
-with floor division and modulo (`la_floordiv`, `la_floormod`). `OPERATION_SOURCE` defines those
-and the memory helpers: element-by-element loads of sub-byte elements (`la_load_bits`) and stores
-that change only the element's own bits with atomic AND/OR on the containing 32-bit words
-(`la_store_bits`), so that threads sharing a byte keep each other's elements. It is plain CUDA
-C++ without inline PTX; the PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`.
+operation does, with the NaN results NumPy gives on x86-64 (`la_nan_result`); integer types in
+32-bit two's complement, wrapped to the type's width at the end, with floor division and modulo
+(`la_floordiv`, `la_floormod`). `OPERATION_SOURCE` defines those and the memory helpers:
+element-by-element loads of sub-byte elements (`la_load_bits`) and stores that change only the
+element's own bits with atomic AND/OR on the containing 32-bit words (`la_store_bits`), so that
+threads sharing a byte keep each other's elements. It is plain CUDA C++ without inline PTX; the
+PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,50 @@ _VECTOR_WORDS = {8: ("x", "y"), 16: ("x", "y", "z", "w")}
 
 OPERATION_SOURCE = r"""
 /* ---- operation and memory helpers (see backend/cuda_codegen.py) ---- */
+
+/* The NaN result of an arithmetic operation, as IEEE 754 recommends and x86 implements it
+   (so as the reference interpreter's NumPy computes on x86-64): the first NaN operand, quieted;
+   a NaN made from numbers (0 / 0, inf - inf, sqrt(-1)) is the default NaN 0xFFC00000. Any other
+   result is returned as it is. The GPU itself would give its canonical NaN 0x7FFFFFFF. */
+static __device__ __forceinline__ float la_nan_result(float result, float a, float b)
+{
+    if (result == result) {
+        return result;
+    }
+    if (a != a) {
+        return la_bits_to_float(la_float_to_bits(a) | 0x00400000u);
+    }
+    if (b != b) {
+        return la_bits_to_float(la_float_to_bits(b) | 0x00400000u);
+    }
+    return la_bits_to_float(0xFFC00000u);
+}
+
+/* Float arithmetic rounded to nearest even, never contracted, with `la_nan_result`. */
+static __device__ __forceinline__ float la_fadd(float a, float b)
+{
+    return la_nan_result(__fadd_rn(a, b), a, b);
+}
+
+static __device__ __forceinline__ float la_fsub(float a, float b)
+{
+    return la_nan_result(__fsub_rn(a, b), a, b);
+}
+
+static __device__ __forceinline__ float la_fmul(float a, float b)
+{
+    return la_nan_result(__fmul_rn(a, b), a, b);
+}
+
+static __device__ __forceinline__ float la_fdiv(float a, float b)
+{
+    return la_nan_result(__fdiv_rn(a, b), a, b);
+}
+
+static __device__ __forceinline__ float la_fsqrt(float a)
+{
+    return la_nan_result(__fsqrt_rn(a), a, a);
+}
 
 /* Float max and min with the IR's rules: a NaN first operand loses, signed zeros keep the
    first operand when equal. */
@@ -141,6 +186,34 @@ static __device__ __forceinline__ void la_cp_async_4(void* shared, const void* g
 {
     const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global)
+                 : "memory");
+}
+
+/* Copy `bytes` (0 to 16) of a 16-byte vector and zero-fill the rest (the PTX src-size). */
+static __device__ __forceinline__ void la_cp_async_zfill_16(void* shared, const void* global,
+                                                            int bytes)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void la_cp_async_zfill_8(void* shared, const void* global,
+                                                           int bytes)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(address), "l"(global),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void la_cp_async_zfill_4(void* shared, const void* global,
+                                                           int bytes)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
+                 "r"(bytes)
                  : "memory");
 }
 
@@ -265,9 +338,9 @@ def unary_value(op: str, dtype: DataType, x: str) -> str:
             "exp2": f"exp2f({x})",
             "log": f"logf({x})",
             "log2": f"log2f({x})",
-            "sqrt": f"__fsqrt_rn({x})",
-            "rsqrt": f"__fdiv_rn(1.0f, __fsqrt_rn({x}))",
-            "sigmoid": f"__fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-({x}))))",
+            "sqrt": f"la_fsqrt({x})",
+            "rsqrt": f"la_fdiv(1.0f, la_fsqrt({x}))",
+            "sigmoid": f"la_fdiv(1.0f, la_fadd(1.0f, expf(-({x}))))",
             "tanh": f"tanhf({x})",
         }
         return formulas[op]
@@ -287,10 +360,10 @@ def binary_value(op: str, dtype: DataType, x: str, y: str) -> str:
         return f"(int)(({x}) {comparisons[op]} ({y}))"
     if dtype.is_float:
         formulas = {
-            "add": f"__fadd_rn({x}, {y})",
-            "sub": f"__fsub_rn({x}, {y})",
-            "mul": f"__fmul_rn({x}, {y})",
-            "div": f"__fdiv_rn({x}, {y})",
+            "add": f"la_fadd({x}, {y})",
+            "sub": f"la_fsub({x}, {y})",
+            "mul": f"la_fmul({x}, {y})",
+            "div": f"la_fdiv({x}, {y})",
             "max": f"la_fmax({x}, {y})",
             "min": f"la_fmin({x}, {y})",
         }

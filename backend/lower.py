@@ -32,23 +32,35 @@ How each part of the IR becomes C++:
   the one whose replication digits of the thread index are all 0, which is the element's owner
   with the smallest thread index.
 - `copy_async` moves 4, 8 or 16-byte vectors with ``cp.async`` (``.cg`` for 16 bytes, ``.ca``
-  otherwise), grouped by ``cp.async.commit_group`` and ``cp.async.wait_group``; anything else
-  (a partial vector at the edge, narrower accesses) is copied synchronously, which is allowed
-  because a copy's data may land any time before the wait that covers it. Without a layout the
-  copy is spread by `default_copy_layout`.
+  otherwise), grouped by ``cp.async.commit_group`` and ``cp.async.wait_group``. A vector that
+  runs past the end of the source along one dimension reads its first elements and zero-fills
+  the rest (``cp.async``'s src-size); anything else (other partial vectors, narrower accesses)
+  is copied synchronously, which is allowed because a copy's data may land any time before the
+  wait that covers it. Without a layout the copy is spread by `default_copy_layout`.
 - `reduce` combines in exactly the interpreter's order (`ir.instructions.Reduce`): each thread's
   own elements in increasing local index, then each reduced spatial mode in digit order, with
   warp shuffles when every group of threads lies in one warp, else through a shared-memory
   scratch area placed after the program's shared tensors.
 - `dot` is a SIMT dot: ``acc = c; acc = acc + a[m, k] * b[k, n]`` for k in order, each step
-  rounded in float32 (``__fadd_rn(acc, __fmul_rn(a, b))``), as the interpreter does.
+  rounded in float32 (``la_fadd(acc, la_fmul(a, b))``), as the interpreter does. When a thread
+  needs operand elements that only other threads of its warp hold (the IR's dot is
+  warp-collective), the operands are first staged through a shared-memory scratch copy. Given an
+  architecture of sm_80 or newer, a dot whose layouts divide by the ``mma.m16n8k16`` fragments
+  runs on tensor cores instead (`backend.tensor_core.plan_mma`): the tensor core adds the 16
+  products of a k step in its own order, so such a dot equals the interpreter's within rounding,
+  not bit for bit. Likewise a `load_shared` of 16-bit elements that ``ldmatrix`` can do uses it
+  (`plan_ldmatrix`; a load, so exact).
 - Elementwise operations, `where`, `cast` and `view` work on each thread's codes
-  (`cuda_codegen`, `conversions`). When an operand element's register depends on the thread
-  (e.g. a fully replicated operand), the index is computed and selected among the candidates.
+  (`cuda_codegen`, `conversions`). With an architecture of sm_80 or newer, a cast of u2, i2,
+  u4, i4, u8, i8 or f4e2m1 to f16 or bf16 converts whole 32-bit words of codes with the bit
+  tricks of `backend.fast_conversions` (exact, like the generic path). When an operand
+  element's register depends on the thread (e.g. a fully replicated operand), the index is
+  computed and selected among the candidates.
 
 `Access` records let `proofs.lowering_validation` prove, for every thread and every value of the
 variables, that each printed expression equals the specification of its layouts, that vector
-addresses are aligned, and that each printed mask holds exactly when its elements are in bounds.
+addresses are aligned, that each printed mask holds exactly when its elements are in bounds and
+that each zero-fill count is the number of its elements in bounds.
 """
 
 from __future__ import annotations
@@ -80,8 +92,21 @@ from backend.cuda_codegen import (
     wrap_expression,
 )
 from backend.errors import CompilationError
+from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES, FAST_CONVERSIONS, fast_conversion
 from backend.kernel import ArrayParam as KernelArrayParam
 from backend.kernel import IntParam as KernelIntParam
+from backend.tensor_core import (
+    MAX_OFFSET_POINTS,
+    MINIMUM_MMA_ARCH,
+    TENSOR_CORE_SOURCE,
+    LdmatrixPlan,
+    MmaPlan,
+    arch_number,
+    emit_ldmatrix,
+    emit_mma,
+    plan_ldmatrix,
+    plan_mma,
+)
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS
@@ -109,7 +134,7 @@ from ir.instructions import (
     View,
     Where,
 )
-from ir.placement import broadcast_gather, dot_gather, reduce_plan
+from ir.placement import broadcast_gather, dot_gather, dot_is_thread_local, reduce_plan
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor
@@ -117,15 +142,18 @@ from ir.verifier import SHARED_ALIGNMENT, verify
 from layout_algebra.access import compose
 from layout_algebra.auto import auto_local_spatial
 from layout_algebra.errors import LayoutError
+from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, local, register_layout, replicate
-from layout_algebra.shared import SharedLayout, shared_strides
+from layout_algebra.shared import SharedLayout, shared_row_major, shared_strides
 from layout_algebra.symbolic import (
     Expr,
     as_expr,
     evaluate,
     logical_and,
     maximum,
+    minimum,
+    select,
     simplify,
     var,
 )
@@ -144,7 +172,6 @@ NVRTC_OPTIONS = ("--fmad=false", "--diag-suppress=177")
 no warning for the helpers and variables a kernel does not use."""
 
 WARP_SIZE = 32
-MAX_VECTOR_BYTES = 16
 SHARED_MEMORY_LIMIT = 227 * 1024
 """Dynamic shared memory a block may use (sm_90; sm_80 allows 163 KiB)."""
 REDUCE_SCRATCH_WORDS = 2048
@@ -164,9 +191,12 @@ class Access:
     local_index + width - 1`` of thread `thread` (the symbolic thread index, 0 <= t <
     `register.num_threads`) of a tile placed by `register` (padded with leading size-1
     dimensions to the memory's rank) at `origin` of a memory tensor addressed by `memory` (a
-    `SharedLayout` or `GlobalLayout`), whose elements have `element_bits` bits. The source holds
-    `expr`, an address in units of `unit_bits` bits from the tensor's base: a typed index
-    (`unit_bits` = `element_bits`), a byte offset (8) or a bit offset (1).
+    `SharedLayout` or `GlobalLayout`), whose elements have `element_bits` bits. A dot staged
+    through shared memory records its scratch copies as row-major shared tensors of float32:
+    the writes with the operand's layout, the reads with a `FunctionLayout` (register i of
+    thread t reads row ``c.map(t, i)[0]`` of a, or column ``c.map(t, i)[1]`` of b, at one k).
+    The source holds `expr`, an address in units of `unit_bits` bits from the tensor's base: a
+    typed index (`unit_bits` = `element_bits`), a byte offset (8) or a bit offset (1).
 
     Claims (checked by `proofs.lowering_validation`), for every thread, every value of the
     variables within their bounds and under `assumptions` (facts that hold where the access
@@ -177,12 +207,15 @@ class Access:
     - when width > 1, ``expr * unit_bits`` is a multiple of ``width * element_bits`` (the vector
       is aligned to its size);
     - `mask`, when not None (global memory), is true exactly when every element
-      ``origin + register.map(t, local_index + j)`` lies inside the tensor's shape.
+      ``origin + register.map(t, local_index + j)`` lies inside the tensor's shape;
+    - `count`, when not None (a ``cp.async`` that zero-fills), is the number of leading
+      registers the access reads from memory: register local_index + j lies inside the tensor's
+      shape exactly when j < count.
     """
 
     instruction: Instruction
     memory: SharedLayout | GlobalLayout
-    register: RegisterLayout
+    register: RegisterLayout | FunctionLayout
     origin: tuple[Expr, ...]
     local_index: int
     width: int
@@ -192,6 +225,7 @@ class Access:
     mask: Expr | None
     thread: Expr
     assumptions: tuple[Expr, ...]
+    count: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -201,8 +235,10 @@ class LoweredKernel:
     Fields: `source` (CUDA C++), `entry` (the kernel's name: the program's), `params` (the
     launch signature, `backend.kernel.ArrayParam` / `IntParam` in the program's parameter
     order), `block_threads`, `shared_bytes` (dynamic shared memory per block), `options`
-    (NVRTC options the source is meant for) and `accesses` (every printed address, in source
-    order).
+    (NVRTC options the source is meant for), `accesses` (every printed address, in source
+    order) and `plans` (the tensor-core plans used: `backend.tensor_core.MmaPlan` for a dot on
+    ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
+    obligations of what they print).
     """
 
     source: str
@@ -212,6 +248,7 @@ class LoweredKernel:
     shared_bytes: int
     options: tuple[str, ...]
     accesses: tuple[Access, ...]
+    plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
 
 
 # ---------------------------------------------------------------------------------- layouts
@@ -284,8 +321,8 @@ def known_divisor(expr: Expr | int) -> int:
     """The largest int known to divide `expr` for every value of its variables (0 for 0).
 
     Read structurally: a constant its absolute value, a variable 1, a product the product of its
-    factors', a sum, difference, min or max the gcd of its operands', a select that of its
-    branches, anything else 1.
+    factors', a shift left by a constant c the operand's times 2**c, a sum, difference, min or
+    max the gcd of its operands', a select that of its branches, anything else 1.
     """
     if not isinstance(expr, Expr):
         return abs(int(expr))
@@ -297,6 +334,8 @@ def known_divisor(expr: Expr | int) -> int:
         return math.gcd(known_divisor(expr.args[0]), known_divisor(expr.args[1]))
     if expr.op == "select":
         return math.gcd(known_divisor(expr.args[1]), known_divisor(expr.args[2]))
+    if expr.op == "<<" and expr.args[1].is_const and expr.args[1].value >= 0:
+        return known_divisor(expr.args[0]) << expr.args[1].value
     return 1
 
 
@@ -390,6 +429,27 @@ class _Tile:
             condition = logical_and(condition, origin + start + high < extent)
         return simplify(condition)
 
+    def prefix(self, thread: Expr, first: int, width: int) -> tuple[Expr, Expr] | None:
+        """(condition, count) when registers first .. first + width - 1 run along one dimension
+        with consecutive coordinates: under `condition` (the run does not start below 0), the
+        registers inside the shape are exactly the first `count`. None for any other run."""
+        parts = [self.register.map(0, first + j) for j in range(width)]
+        varying = [d for d in range(self.register.rank) if parts[0][d] != parts[-1][d]]
+        if len(varying) != 1:
+            return None
+        (dim,) = varying
+        if [part[dim] for part in parts] != list(range(parts[0][dim], parts[0][dim] + width)):
+            return None
+        base = self.register.map(thread, 0)
+        starts = [o + b + p for o, b, p in zip(self.origin, base, parts[0])]
+        others: Expr = as_expr(1)
+        for d, (start, extent) in enumerate(zip(starts, self.memory.shape)):
+            if d != dim:
+                others = logical_and(others, logical_and(start >= 0, start < extent))
+        inside = maximum(0, minimum(width, self.memory.shape[dim] - starts[dim]))
+        count = select(others, inside, 0)
+        return simplify(starts[dim] >= 0), simplify(count)
+
 
 # -------------------------------------------------------------------------------- lowerer
 
@@ -397,14 +457,17 @@ class _Tile:
 class _Lowerer:
     """Emits one program's kernel; see the module docstring."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, arch: str | None) -> None:
         self.program = program
+        self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
+        self.arch = arch
+        self.plans: list[MmaPlan | LdmatrixPlan] = []
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
         self.accesses: list[Access] = []
         self.facts: list[Expr] = []
-        self.loops: dict[str, tuple[Expr, Expr, int]] = {}
+        self.loops: dict[str, tuple[Expr, Expr, int, Expr]] = {}
         self.current: Instruction | None = None
         self.temporaries = 0
         self.shared_base: dict[str, int] = {}
@@ -478,6 +541,7 @@ class _Lowerer:
         expr: Expr,
         unit_bits: int,
         mask: Expr | None,
+        count: Expr | None = None,
     ) -> None:
         assert self.current is not None
         self.accesses.append(
@@ -494,6 +558,7 @@ class _Lowerer:
                 mask=mask,
                 thread=self.thread,
                 assumptions=tuple(self.facts),
+                count=count,
             )
         )
 
@@ -557,6 +622,11 @@ class _Lowerer:
         out.lines(CONVERSION_SOURCE)
         out.lines(OPERATION_SOURCE)
         out.lines(ASYNC_COPY_SOURCE)
+        if self.tensor_cores:
+            out.lines(TENSOR_CORE_SOURCE)
+            out.lines(FAST_CONVERSION_PRIMITIVES)
+            for conversion in FAST_CONVERSIONS.values():
+                out.lines(conversion.source)
         out.line()
         signature = ", ".join(
             f"unsigned char* {p.name}" if isinstance(p, ArrayParam) else f"int {p.name}"
@@ -592,6 +662,7 @@ class _Lowerer:
             shared_bytes=shared_bytes,
             options=NVRTC_OPTIONS,
             accesses=tuple(self.accesses),
+            plans=tuple(self.plans),
         )
 
     def warp_mask(self) -> str:
@@ -621,14 +692,19 @@ class _Lowerer:
         params: list[KernelArrayParam | KernelIntParam] = []
         for param in self.program.params:
             if isinstance(param, IntParam):
-                params.append(KernelIntParam(param.name, 32, True, param.var.lo, param.var.hi))
+                low, high = param.var.lo, param.var.hi
+                if (low is not None and low < _INT_MIN) or (high is not None and high > _INT_MAX):
+                    raise CompilationError(
+                        f"int parameter {param.name} has bounds [{low}, {high}]; the kernel "
+                        f"passes it as a C int, expected bounds within [{_INT_MIN}, {_INT_MAX}]"
+                    )
+                params.append(KernelIntParam(param.name, 32, True, low, high))
                 continue
             total: Expr | int = 0
             for bits in needed.get(param.name, []):
                 total = maximum(total, bits)
             nbits = param.dtype.nbits
-            count = simplify(maximum(as_expr(total), 0) + (nbits - 1)) // nbits
-            count = simplify(count)
+            count = simplify((maximum(as_expr(total), 0) + nbits - 1) // nbits)
             params.append(
                 KernelArrayParam(param.name, nbits, count.value if count.is_const else count)
             )
@@ -672,7 +748,7 @@ class _Lowerer:
             return abs(int(expr))
         mapping = {
             name: start + step * var(f"{RESERVED_PREFIX}q_{name}", 0, None)
-            for name, (_, start, step) in self.loops.items()
+            for name, (_, start, step, _) in self.loops.items()
             if step > 1
         }
         return known_divisor(simplify(expr.substitute(mapping)))
@@ -690,7 +766,7 @@ class _Lowerer:
         domains = []
         for name in names:
             if name in self.loops:
-                loop_var, start, step = self.loops[name]
+                loop_var, start, step, _ = self.loops[name]
                 low, high = loop_var.lo, loop_var.hi
                 if not start.is_const:
                     step = 1
@@ -925,9 +1001,51 @@ class _Lowerer:
 
     def load_shared(self, instruction: LoadShared) -> None:
         out, src = instruction.out, instruction.src
-        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
         self.declare(out)
+        plan = None
+        if self.tensor_cores and src.dtype.nbits == 16:
+            ranges = self.loop_ranges(instruction.offsets)
+            if self.few_offset_values(instruction.offsets, ranges):
+                plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)
+        if plan is not None:
+            self.plans.append(plan)
+            self.out.lines(
+                emit_ldmatrix(plan, f"((unsigned short*){src.name})", out.name, THREAD_NAME)
+            )
+            return
+        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
         self.load_tile(out, src.name, tile, self.shared_width(tile), masked=False)
+
+    @staticmethod
+    def few_offset_values(offsets: Sequence[Expr], ranges: dict[str, range]) -> bool:
+        """Whether the offsets' variables take at most `MAX_OFFSET_POINTS` values together (the
+        ones of `ranges`, the others over their bounds), so `plan_ldmatrix` can check each."""
+        total = 1
+        seen: set[str] = set()
+        for offset in offsets:
+            for node in offset.variables():
+                if node.name in seen:
+                    continue
+                seen.add(node.name)
+                if node.name in ranges:
+                    total *= len(ranges[node.name])
+                elif node.lo is None or node.hi is None:
+                    return False
+                else:
+                    total *= node.hi - node.lo + 1
+                if total > MAX_OFFSET_POINTS:
+                    return False
+        return True
+
+    def loop_ranges(self, offsets: Sequence[Expr]) -> dict[str, range]:
+        """The values each enclosing loop variable of `offsets` with constant bounds takes."""
+        names = set().union(*(o.free_vars() for o in offsets))
+        ranges = {}
+        for name in names & set(self.loops):
+            _, start, step, stop = self.loops[name]
+            if start.is_const and stop.is_const:
+                ranges[name] = range(start.value, stop.value, step)
+        return {name: values for name, values in ranges.items() if len(values)}
 
     def store_shared(self, instruction: StoreShared) -> None:
         dst, src = instruction.dst, instruction.src
@@ -955,7 +1073,39 @@ class _Lowerer:
                     with self.out.block(f"if ({self.c(mask)})"):
                         self.copy_vector(source, src.name, target, dst.name, first, width, mask)
                     with self.out.block("else"):
-                        self.copy_elements(source, src.name, target, dst.name, first, width)
+                        self.copy_edge(source, src.name, target, dst.name, first, width)
+
+    def copy_edge(
+        self, source: _Tile, src: str, target: _Tile, dst: str, first: int, width: int
+    ) -> None:
+        """Copy a vector not wholly inside the source: when its registers inside are a prefix,
+        one ``cp.async`` reads them and zero-fills the rest; else element by element."""
+        vector_bytes = width * source.element_bits // 8
+        prefix = source.prefix(self.thread, first, width)
+        if prefix is None or vector_bytes < 4:
+            self.copy_elements(source, src, target, dst, first, width)
+            return
+        condition, count = prefix
+        with self.out.block("" if _is_true(condition) else f"if ({self.c(condition)})"):
+            self.facts.append(condition)
+            src_address = self.vector_address(source, first)
+            dst_address = self.vector_address(target, first)
+            self.record(source, first, width, src_address, 8, None, count)
+            self.record(target, first, width, dst_address, 8, None)
+            self.facts.pop()
+            elements = self.temporary("count")
+            self.out.line(f"const int {elements} = {self.c(count)};")
+            # With nothing to read, point at the tensor's base: no byte is read, and no address
+            # outside the tensor is formed.
+            frm = f"({elements} > 0 ? {src} + ({self.c(src_address)}) : {src})"
+            to = f"{dst} + ({self.c(dst_address)})"
+            bytes_read = f"{elements} * {source.element_bits // 8}"
+            if source.element_bits % 8:
+                bytes_read = f"{elements} * {source.element_bits} / 8"
+            self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+        if not _is_true(condition):
+            with self.out.block("else"):
+                self.copy_elements(source, src, target, dst, first, width)
 
     def copy_vector(
         self,
@@ -1049,7 +1199,25 @@ class _Lowerer:
     def cast(self, instruction: Cast) -> None:
         out, x = instruction.out, instruction.x
         self.declare(out)
-        for i in range(out.layout.local_size):
+        fast = fast_conversion(x.dtype, out.dtype) if self.tensor_cores else None
+        size = out.layout.local_size
+        if fast is not None and size % fast.elements_per_word == 0:
+            # Whole 32-bit words of codes: the bit-trick conversion, a word at a time.
+            count = fast.elements_per_word
+            for first in range(0, size, count):
+                codes = [f"{x.name}[{first + j}]" for j in range(count)]
+                word, halves = self.temporary("word"), self.temporary("halves")
+                with self.out.block():
+                    self.out.line(
+                        f"const unsigned int {word} = {pack_expression(codes, 4, x.dtype.nbits)};"
+                    )
+                    self.out.line(f"unsigned int {halves}[{fast.output_words}];")
+                    self.out.line(fast.call(word, halves))
+                    for j in range(count):
+                        shift = " >> 16" if j % 2 else " & 0xFFFFu"
+                        self.out.line(f"{out.name}[{first + j}] = {halves}[{j // 2}]{shift};")
+            return
+        for i in range(size):
             code = convert_expression(x.dtype, out.dtype, f"{x.name}[{i}]")
             self.out.line(f"{out.name}[{i}] = {code};")
 
@@ -1110,8 +1278,10 @@ class _Lowerer:
         return bool(np.all(base // WARP_SIZE == last // WARP_SIZE))
 
     def group_base(self, divisor: int, count: int, lane: bool) -> str:
-        thread = f"{THREAD_NAME} % {WARP_SIZE}" if lane else THREAD_NAME
-        return f"{thread} - ({THREAD_NAME} / {divisor} % {count}) * {divisor}"
+        """C text of the first thread (or, with `lane`, its lane) of the calling thread's group
+        of threads differing only in the digit (t // divisor) % count."""
+        thread = self.thread % WARP_SIZE if lane else self.thread
+        return self.c(simplify(thread - self.thread // divisor % count * divisor))
 
     def reduce_by_shuffles(
         self,
@@ -1173,8 +1343,16 @@ class _Lowerer:
 
     def dot(self, instruction: Dot) -> None:
         out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
-        gather_a, gather_b = dot_gather(c.layout, a.layout, b.layout)
         self.declare(out)
+        plan = plan_mma(instruction, self.arch) if self.tensor_cores else None
+        if plan is not None:
+            self.plans.append(plan)
+            self.out.lines(emit_mma(plan, a.name, b.name, c.name, out.name))
+            return
+        if not dot_is_thread_local(instruction):
+            self.staged_dot(instruction)
+            return
+        gather_a, gather_b = dot_gather(c.layout, a.layout, b.layout)
         values_a, values_b = self.temporary("a"), self.temporary("b")
         with self.out.block():
             for name, tensor in ((values_a, a), (values_b, b)):
@@ -1197,8 +1375,57 @@ class _Lowerer:
 
                     x = self.read(shadow_a, gather_a[:, i, k], row)
                     y = self.read(shadow_b, gather_b[:, i, k], column)
-                    self.out.line(f"{accumulator} = __fadd_rn({accumulator}, __fmul_rn({x}, {y}));")
+                    self.out.line(f"{accumulator} = la_fadd({accumulator}, la_fmul({x}, {y}));")
                 self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
+
+    def staged_dot(self, instruction: Dot) -> None:
+        """A dot whose threads need operand elements held by other threads of their warp: every
+        a and b element goes, as a float32, to a row-major scratch copy in shared memory (by its
+        primary replica), then each thread reads what its c elements combine, in k order."""
+        out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+        (m, k_extent), n = a.shape, b.shape[1]
+        a_scratch, b_scratch = shared_row_major(m, k_extent), shared_row_major(k_extent, n)
+        a_bytes = 4 * m * k_extent
+        self.scratch_bytes = max(self.scratch_bytes, a_bytes + 4 * k_extent * n)
+        names = self.temporary("sa"), self.temporary("sb")
+        with self.out.block():
+            for name, start in zip(names, (0, a_bytes)):
+                offset = self.user_shared_bytes + start
+                self.out.line(f"float* const {name} = (float*)(la_smem + {offset});")
+            for name, tensor, scratch in zip(names, (a, b), (a_scratch, b_scratch)):
+                tile = _Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32)
+                primary = primary_condition(tensor.layout, self.thread)
+                with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+                    for i in range(tensor.layout.local_size):
+                        address = tile.offset(self.thread, i)
+                        self.record(tile, i, 1, address, 32, None)
+                        value = decode_expression(tensor.dtype, f"{tensor.name}[{i}]")
+                        self.out.line(f"{name}[{self.c(address)}] = {value};")
+            self.out.line("__syncthreads();")
+            threads, size = self.threads, c.layout.local_size
+            for i in range(size):
+                accumulator = self.temporary("acc")
+                self.out.line(f"float {accumulator} = la_bits_to_float({c.name}[{i}]);")
+                for k in range(k_extent):
+                    rows = FunctionLayout(
+                        (m, k_extent), threads, size, lambda t, j, k=k: (c.layout.map(t, j)[0], k)
+                    )
+                    columns = FunctionLayout(
+                        (k_extent, n), threads, size, lambda t, j, k=k: (k, c.layout.map(t, j)[1])
+                    )
+                    reads = []
+                    for name, scratch, layout in zip(
+                        names, (a_scratch, b_scratch), (rows, columns)
+                    ):
+                        tile = _Tile(scratch, layout, (as_expr(0), as_expr(0)), 32)
+                        address = tile.offset(self.thread, i)
+                        self.record(tile, i, 1, address, 32, None)
+                        reads.append(f"{name}[{self.c(address)}]")
+                    self.out.line(
+                        f"{accumulator} = la_fadd({accumulator}, la_fmul({reads[0]}, {reads[1]}));"
+                    )
+                self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
+            self.out.line("__syncthreads();")
 
     # -------------------------------------------------------------------------- control
 
@@ -1216,9 +1443,8 @@ class _Lowerer:
             facts.append(((loop_var - instruction.start) % instruction.step).eq(0))
         with self.out.block(header):
             self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
-            self.out.line(f"(void){WIDE_PREFIX}{name};")
             self.facts.extend(facts)
-            self.loops[name] = (loop_var, instruction.start, instruction.step)
+            self.loops[name] = (loop_var, instruction.start, instruction.step, instruction.stop)
             self.execute(instruction.body)
             del self.loops[name]
             del self.facts[len(self.facts) - len(facts) :]
@@ -1248,19 +1474,23 @@ def _combiner(reduction: str, dtype: DataType) -> Callable[[str, str], str]:
     """The C text of one step of a reduction on values of `dtype` (float sums in float32)."""
     if reduction == "sum":
         if dtype.is_float:
-            return lambda a, b: f"__fadd_rn({a}, {b})"
+            return lambda a, b: f"la_fadd({a}, {b})"
         return lambda a, b: f"(int)((la_u32)({a}) + (la_u32)({b}))"
     op = "max" if reduction == "max" else "min"
     return lambda a, b: binary_value(op, dtype, a, b)
 
 
-def lower(program: Program) -> LoweredKernel:
+def lower(program: Program, arch: str | None = None) -> LoweredKernel:
     """Lower `program` to a CUDA C++ kernel (see the module docstring).
 
-    Verifies the program first (`ir.verify`, `VerificationError`). Raises `CompilationError`
-    when the program cannot be lowered: a parameter or program name starting with ``la_``, a
-    view whose size depends on anything but int parameters, more shared memory than a block
-    has.
+    `arch` (e.g. ``"sm_90a"``) lets the lowering use what that architecture has: with sm_80 or
+    newer, ``mma.sync`` for dots and ``ldmatrix`` for loads where a plan exists. Without it the
+    kernel uses neither (it then runs on any architecture NVRTC targets, bit-exact with the
+    interpreter). Verifies the program first (`ir.verify`, `VerificationError`). Raises
+    `CompilationError` when the program cannot be lowered: a parameter or program name starting
+    with ``la_``, an int parameter wider than a C int, a view whose size depends on anything but
+    int parameters, more shared memory than a block has; `ArchitectureError` for a malformed
+    `arch`.
     """
     verify(program)
-    return _Lowerer(program).lower()
+    return _Lowerer(program, arch).lower()

@@ -1,0 +1,277 @@
+"""Compile and run every example and feature program once on the GPU; compare with the
+interpreter.
+
+    python tests/backend/gpu_examples_main.py            # a table, exit status 1 on a mismatch
+    compute-sanitizer --tool memcheck python tests/backend/gpu_examples_main.py
+    compute-sanitizer --tool racecheck python tests/backend/gpu_examples_main.py
+
+Each program runs on torch CUDA tensors through `backend.compile` (for the current GPU's
+architecture) and on NumPy copies of the same arguments through `ir.run_reference`; every array
+argument must come back with the same bytes (within a tolerance for programs with inexact
+operations: `exp` and friends). The table also shows each kernel's registers per thread and its
+local memory per thread (spills: 0 when the register arrays stayed in registers). The functions
+here are also what test_gpu_differential.py uses to run programs on the GPU. Needs torch and a
+CUDA device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backend import compile
+from backend.compile import CompiledKernel
+from backend.tensor_core import MmaPlan
+from ir import dtypes, run_reference
+from ir.dtypes import DataType
+from ir.program import Program
+from ir.values import ArrayParam
+
+_STORAGE = {16: np.int16, 32: np.int32}
+
+
+def load_sibling(name: str, filename: str) -> Any:
+    """Import a module of this directory by file name (the tests have no packages)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def to_device(array: np.ndarray, element_bits: int) -> Any:
+    """A CUDA torch tensor holding the bytes of `array`, of the storage dtype the kernel
+    accepts for `element_bits`-bit elements (int16 / int32 for 16 / 32 bits, else uint8),
+    padded with zero bytes to a whole number of items."""
+    import torch
+
+    data = np.ascontiguousarray(array).view(np.uint8).ravel()
+    storage = _STORAGE.get(element_bits, np.uint8)
+    item = np.dtype(storage).itemsize
+    padded = np.zeros(-(-max(data.size, 1) // item) * item, dtype=np.uint8)
+    padded[: data.size] = data
+    return torch.from_numpy(padded.view(storage)).cuda()
+
+
+def from_device(tensor: Any, nbytes: int) -> np.ndarray:
+    """The first `nbytes` bytes of a CUDA tensor, as a uint8 NumPy array."""
+    return tensor.cpu().numpy().view(np.uint8)[:nbytes].copy()
+
+
+def run_on_gpu(kernel: CompiledKernel, arguments: Sequence[Any], grid: Sequence[int]) -> list[Any]:
+    """Launch `kernel` on copies of `arguments` (NumPy arrays become CUDA tensors) and return
+    the arguments afterwards (arrays as uint8 NumPy arrays of their original byte size)."""
+    import torch
+
+    params = kernel.program.params
+    launched = []
+    for param, value in zip(params, arguments):
+        if isinstance(param, ArrayParam):
+            launched.append(to_device(value, param.dtype.nbits))
+        else:
+            launched.append(value)
+    kernel(*launched, grid=tuple(grid))
+    torch.cuda.synchronize()
+    results = []
+    for param, value, device in zip(params, arguments, launched):
+        if isinstance(param, ArrayParam):
+            results.append(from_device(device, np.asarray(value).view(np.uint8).size))
+        else:
+            results.append(value)
+    return results
+
+
+def run_reference_copy(
+    program: Program, arguments: Sequence[Any], grid: Sequence[int]
+) -> list[Any]:
+    """`ir.run_reference` on copies of `arguments`; the arguments afterwards (arrays as uint8)."""
+    copies = [
+        np.ascontiguousarray(a).view(np.uint8).ravel().copy() if isinstance(a, np.ndarray) else a
+        for a in arguments
+    ]
+    run_reference(program, *copies, grid=tuple(grid))
+    return copies
+
+
+def compare(
+    program: Program,
+    actual: Sequence[Any],
+    expected: Sequence[Any],
+    exact: bool,
+    atol: float = 1e-6,
+) -> list[str]:
+    """Descriptions of the array arguments that differ (empty when all match).
+
+    Arrays must hold identical bytes, except that in arrays of a float type two NaN codes match
+    (the sign and payload of a NaN that arithmetic creates are not specified), and, for
+    programs with inexact operations (`exact` False), values within a relative 2e-3 (absolute
+    `atol`) match.
+    """
+    problems = []
+    for param, got, want in zip(program.params, actual, expected):
+        if not isinstance(param, ArrayParam) or np.array_equal(got, want):
+            continue
+        dtype = param.dtype
+        if not dtype.is_float:
+            bad = np.flatnonzero(got != want)
+            problems.append(
+                f"{param.name}: {bad.size} of {got.size} bytes differ, first at byte {bad[0]}: "
+                f"{got[bad[0]]:#04x} != {want[bad[0]]:#04x}"
+            )
+            continue
+        count = got.size * 8 // dtype.nbits
+        got_codes = dtypes.unpack(got, dtype, count)
+        want_codes = dtypes.unpack(want, dtype, count)
+        got_values = dtype.decode(got_codes).astype(np.float64)
+        want_values = dtype.decode(want_codes).astype(np.float64)
+        ok = (got_codes == want_codes) | (np.isnan(got_values) & np.isnan(want_values))
+        if not exact:
+            with np.errstate(invalid="ignore"):
+                ok |= np.abs(got_values - want_values) <= atol + 2e-3 * np.abs(want_values)
+        if not ok.all():
+            bad = np.flatnonzero(~ok)
+            problems.append(
+                f"{param.name}: {bad.size} of {count} elements differ, first at {bad[0]}: "
+                f"{got_values[bad[0]]} != {want_values[bad[0]]}"
+            )
+    return problems
+
+
+def uses_tensor_cores(kernel: CompiledKernel) -> bool:
+    """Whether a dot of the kernel runs on ``mma.sync`` (then it equals the interpreter within
+    rounding only: the tensor core adds the products of a k step in its own order)."""
+    return any(isinstance(plan, MmaPlan) for plan in kernel.plans)
+
+
+MMA_ATOL = 1e-2
+"""Absolute tolerance for results of tensor-core dots (sums of a few dozen products of order 1)."""
+
+
+def example_cases(emulated: Any) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
+    """The examples at sizes that span several blocks and cut tiles at the edges."""
+    from ir.examples.matmul import matmul
+    from ir.examples.quantized_matmul import quantized_matmul
+    from ir.examples.softmax import row_softmax
+    from ir.examples.vector_add import vector_add
+
+    rng = np.random.default_rng(23)
+
+    def packed(dtype: DataType, count: int) -> np.ndarray:
+        return emulated.packed_codes(rng, dtype, count)
+
+    cases = []
+    n = 100_003
+    cases.append(
+        (
+            "vector_add f16",
+            vector_add(),
+            [n, *(packed(dtypes.f16, n) for _ in range(3))],
+            (98,),
+            True,
+        )
+    )
+    for dtype in (dtypes.bf16, dtypes.u4, dtypes.f8e4m3):
+        program = vector_add(dtype, 128, 1024)
+        cases.append(
+            (
+                f"vector_add {dtype}",
+                program,
+                [5001, *(packed(dtype, 5001) for _ in range(3))],
+                (5,),
+                True,
+            )
+        )
+    rows = 301
+    cases.append(
+        (
+            "row_softmax",
+            row_softmax(),
+            [rows, packed(dtypes.f16, rows * 128), packed(dtypes.f16, rows * 128)],
+            (76,),
+            False,
+        )
+    )
+    m, n, k = 130, 200, 96
+    cases.append(
+        (
+            "matmul",
+            matmul(),
+            [
+                m,
+                n,
+                k,
+                packed(dtypes.f16, m * k),
+                packed(dtypes.f16, k * n),
+                packed(dtypes.f16, m * n),
+            ],
+            (4, 3),
+            True,
+        )
+    )
+    for weight in (
+        dtypes.u4,
+        dtypes.i4,
+        dtypes.f4e2m1,
+        dtypes.f6e3m2,
+        dtypes.i3,
+        dtypes.u8,
+        dtypes.f8e5m2,
+        dtypes.u1,
+    ):
+        m, n, k = 70, 136, 256
+        scales = packed(dtypes.f16, -(-k // 128) * n)
+        arguments = [
+            m,
+            n,
+            k,
+            packed(dtypes.f16, m * k),
+            packed(weight, k * n),
+            scales,
+            packed(dtypes.f16, m * n),
+        ]
+        cases.append(
+            (f"quantized_matmul {weight}", quantized_matmul(weight), arguments, (3, 2), True)
+        )
+    return cases
+
+
+def main() -> int:
+    """Run every case; print one line each and a summary; 0 when all match, else 1."""
+    emulated = load_sibling("lower_emulated", "test_lower_emulated.py")
+    cases = example_cases(emulated)
+    cases += [
+        (f"feature {c.name}", c.program, list(c.arguments), c.grid, c.exact)
+        for c in emulated.FEATURES
+    ]
+    failures = 0
+    print(f"{'program':<32} {'compile s':>9} {'run s':>7} {'regs':>5} {'local B':>7}  result")
+    for name, program, arguments, grid, exact in cases:
+        started = time.perf_counter()
+        kernel = compile(program)
+        compiled = time.perf_counter() - started
+        started = time.perf_counter()
+        actual = run_on_gpu(kernel, arguments, grid)
+        ran = time.perf_counter() - started
+        expected = run_reference_copy(program, arguments, grid)
+        if uses_tensor_cores(kernel):
+            problems = compare(program, actual, expected, False, MMA_ATOL)
+        else:
+            problems = compare(program, actual, expected, exact)
+        failures += bool(problems)
+        resources = kernel.resources
+        print(
+            f"{name:<32} {compiled:>9.2f} {ran:>7.3f} {resources.registers_per_thread:>5} "
+            f"{resources.local_bytes:>7}  {'ok' if not problems else problems[0]}"
+        )
+    print(f"{len(cases) - failures} of {len(cases)} programs match the interpreter")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
