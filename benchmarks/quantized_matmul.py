@@ -3,8 +3,9 @@
 For each weight type, each (K, N) of large language models and each batch M, three kernels run
 in this one process on the same random inputs:
 
-- ours: ``backend.compile(ir.examples.quantized_matmul(weight, group_size=128))``, C = A (M, K)
-  @ (W * S) with W the packed (K, N) codes and S the (K / 128, N) f16 scales;
+- ours: ``backend.compile(ir.examples.quantized_matmul(weight, group_size=128,
+  tensor_cores=...))``, C = A (M, K) @ (W * S) with W the packed (K, N) codes and S the
+  (K / 128, N) f16 scales, once with the CUDA-core (SIMT) dot and once with mma.sync;
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -73,6 +74,7 @@ class Point:
     run, with the reason in `notes`), and the ratios of the module docstring."""
 
     weight: str
+    kernel: str
     k: int
     n: int
     m: int
@@ -158,6 +160,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def run_point(
     weight: DataType,
     kernel: backend.CompiledKernel,
+    variant: str,
     k: int,
     n: int,
     batches: list[int],
@@ -206,6 +209,7 @@ def run_point(
         points.append(
             Point(
                 weight=weight.name,
+                kernel=variant,
                 k=k,
                 n=n,
                 m=m,
@@ -219,21 +223,22 @@ def run_point(
                 notes=note,
             )
         )
-        print(f"  {weight} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True)
+        print(f"  {weight} {variant} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True)
     return points
 
 
 def table(points: list[Point]) -> str:
     """The results as a Markdown table."""
     lines = [
-        "| weight | K | N | M | ours us | cuBLAS us | Humming us | vs cuBLAS | vs best peer "
-        "| roofline |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| weight | kernel | K | N | M | ours us | cuBLAS us | Humming us | vs cuBLAS "
+        "| vs best peer | roofline |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
         lines.append(
-            f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.ours_us:.1f} | {p.cublas_us:.1f} "
+            f"| {p.weight} | {p.kernel} | {p.k} | {p.n} | {p.m} | {p.ours_us:.1f} "
+            f"| {p.cublas_us:.1f} "
             f"| {humming} | {p.speedup_over_cublas:.2f}x | {p.ratio_to_best_peer:.2f}x "
             f"| {100 * p.roofline_fraction:.1f}% |"
         )
@@ -247,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default="i4", help="weight types, comma-separated")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per kernel (>= 30)")
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
+    parser.add_argument(
+        "--kernels",
+        default="simt,mma",
+        help="our kernels, comma-separated: simt (CUDA-core dot), mma (mma.sync tensor cores)",
+    )
     options = parser.parse_args(argv)
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
@@ -259,10 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     flush = torch.ones(FLUSH_BYTES // 4, device=device, dtype=torch.float32)
     points: list[Point] = []
+    variants = [name.strip() for name in options.kernels.split(",")]
+    unknown = sorted(set(variants) - {"simt", "mma"})
+    if unknown:
+        parser.error(f"--kernels takes simt and mma, got {unknown}")
     for weight in weights:
-        kernel = backend.compile(quantized_matmul(weight, group_size=GROUP_SIZE))
-        for k, n in shapes:
-            points += run_point(weight, kernel, k, n, batches, flush, options.repeats)
+        for variant in variants:
+            program = quantized_matmul(weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma")
+            kernel = backend.compile(program)
+            for k, n in shapes:
+                points += run_point(weight, kernel, variant, k, n, batches, flush, options.repeats)
     output = Path(options.output)
     output.mkdir(parents=True, exist_ok=True)
     record = {
