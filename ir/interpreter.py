@@ -383,6 +383,8 @@ class _Block:
         where: str,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Distinct (elements, codes) of a store, after checking writers of one element agree."""
+        if elements.size == 0:
+            return elements, codes
         order = np.argsort(elements, kind="stable")
         elements, codes = elements[order], codes[order]
         repeated = elements[1:] == elements[:-1]

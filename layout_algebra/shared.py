@@ -300,6 +300,17 @@ class SharedLayout:
             return NotImplemented
         return shared_product(self, other)
 
+    def _repr_html_(self) -> str:
+        from layout_algebra.render import shared_html
+
+        return shared_html(self)
+
+    def plot(self, element_bits: int = 16, **kwargs: Any) -> Any:
+        """A matplotlib figure: each cell's offset and bank (for `element_bits`-bit elements)."""
+        from layout_algebra.render import shared_figure
+
+        return shared_figure(self, element_bits, **kwargs)
+
     def __repr__(self) -> str:
         for name, make in (
             ("shared_row_major", shared_row_major),

@@ -45,6 +45,16 @@ def test_masked_load_reads_zero_and_masked_store_skips():
     np.testing.assert_array_equal(x.reshape(3, 6), expected)
 
 
+def test_store_entirely_outside_the_view_changes_nothing():
+    def body(b, view):
+        b.store_global(view, b.add(b.load_global(view, [0, 0], spatial(2, 2)), 1), [3, 0])
+
+    program = one_array_program(dtypes.i8, (3, 4), (4, 1), body)
+    x = np.arange(12, dtype=np.int8)
+    run_reference(program, x)
+    np.testing.assert_array_equal(x, np.arange(12))
+
+
 def test_sub_byte_elements_of_two_threads_share_a_byte():
     def body(b, view):
         b.store_global(view, b.add(b.load_global(view, [0], spatial(4)), 1), [0])

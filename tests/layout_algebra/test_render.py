@@ -361,3 +361,11 @@ def test_access_figure_large_tile_is_a_role_map() -> None:
     # Access 0 of warp 0: threads 0-31 move columns 0-7 of rows 0-31, all 32 rows in banks 0-3.
     assert set(np.unique(roles)) == {0, 2}
     assert (roles[:32, :8] == 2).all() and (roles[32:, :] == 0).all()
+
+
+def test_shared_layout_draws_itself_in_jupyter_and_matplotlib():
+    layout = shared_row_major_swizzle(8, 64, element_bits=16)
+    assert layout._repr_html_() == shared_html(layout)
+    figure = layout.plot()
+    texts = [text.get_text() for axes in figure.axes for text in axes.texts]
+    assert any(str(layout.offset((1, 0))) in text for text in texts)
