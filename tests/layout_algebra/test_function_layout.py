@@ -7,10 +7,8 @@ FunctionLayouts written from a register layout's definition with the `RegisterLa
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,13 +16,8 @@ import pytest
 from hypothesis import given
 
 from layout_algebra import LayoutError, RegisterLayout, evaluate, local, select, spatial, var
+from layout_algebra import testing as strategies
 from layout_algebra.function_layout import FunctionLayout
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).with_name("strategies.py")
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
 
 
 def accumulator(t: Any, i: Any) -> tuple[Any, Any]:

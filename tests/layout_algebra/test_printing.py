@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,12 +18,7 @@ from layout_algebra import (
     replicate,
     spatial,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).with_name("strategies.py")
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
+from layout_algebra import testing as strategies
 
 PUBLIC_NAMES = {name: getattr(layout_algebra, name) for name in layout_algebra.__all__}
 layouts = st.one_of(strategies.register_layouts(), strategies.arbitrary_register_layouts())

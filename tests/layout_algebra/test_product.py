@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -18,12 +15,7 @@ from layout_algebra import (
     replicate,
     spatial,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).with_name("strategies.py")
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
+from layout_algebra import testing as strategies
 
 
 def test_product_worked_example() -> None:

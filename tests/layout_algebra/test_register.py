@@ -7,9 +7,6 @@ canonical form is checked against `map` evaluated straight from the definition o
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -24,12 +21,7 @@ from layout_algebra import (
     replicate,
     spatial,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).with_name("strategies.py")
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
+from layout_algebra import testing as strategies
 
 # The mma.m16n8k16 fragments (f16 / bf16 inputs, f32 accumulator) as products of primitives.
 MMA_A = column_local(2, 2).spatial(8, 4).local(1, 2)  # 16 x 16, a0..a7

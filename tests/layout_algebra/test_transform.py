@@ -7,10 +7,8 @@ transforms must succeed exactly when the brute-force table of their result is a 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,12 +31,7 @@ from layout_algebra import (
     squeeze,
     unsqueeze,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).with_name("strategies.py")
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
+from layout_algebra import testing as strategies
 
 MMA_A = column_local(2, 2).spatial(8, 4).local(1, 2)
 MMA_C = local(2, 1).spatial(8, 4).local(1, 2)

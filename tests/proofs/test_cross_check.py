@@ -9,8 +9,6 @@ checked the same way. Every counterexample is re-evaluated here.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layout_algebra import SharedLayout, Swizzle, register_layout
+from layout_algebra import testing as strategies
 from layout_algebra.function_layout import FunctionLayout
 from proofs import (
     check_bijective,
@@ -25,12 +24,6 @@ from proofs import (
     check_equivalent,
     check_injective,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).parents[1] / "layout_algebra" / "strategies.py"
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
 
 LIMITS = {"timeout": 60.0, "rlimit": 20_000_000}
 

@@ -9,9 +9,7 @@ and by brute force.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ from layout_algebra import (
     replicate,
     spatial,
 )
+from layout_algebra import testing as strategies
 from layout_algebra.function_layout import FunctionLayout
 from proofs import ProofError, check_equivalent
 from proofs.laws import (
@@ -36,12 +35,6 @@ from proofs.laws import (
     prove_reduce_product,
     prove_replicate_commutes,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "layout_strategies", Path(__file__).parents[1] / "layout_algebra" / "strategies.py"
-)
-strategies = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(strategies)
 
 RLIMIT = 50_000_000
 TIMEOUT = 120.0

@@ -1,7 +1,7 @@
-"""Hypothesis strategies for register layouts, shared by the test suites.
+"""Hypothesis strategies for register layouts, for the project's tests and for users' own.
 
-Other test files import this module by path, so the signatures of its public functions are
-stable:
+It imports hypothesis (a test dependency), so the package never imports it; the signatures of
+its public functions are stable:
 
 - `register_layouts(max_rank=3, max_factors=3, replication=True)`: products of 1 to `max_factors`
   primitive factors (`local`, `spatial`, `column_local`, `column_spatial`, and `replicate` when
