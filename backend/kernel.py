@@ -209,7 +209,9 @@ class IntParam:
 
     `lo` and `hi` (inclusive, None for the type's own limit) are the values the generated code
     was compiled for, e.g. the bounds of the IR variable that simplification relied on; an
-    argument outside them is refused. Construction raises `LaunchError` for an invalid field.
+    argument outside them is refused. Likewise an argument that is not a multiple of
+    `multiple_of` (a positive int; the code may rely on it for aligned vector accesses).
+    Construction raises `LaunchError` for an invalid field.
     """
 
     name: str
@@ -217,6 +219,7 @@ class IntParam:
     signed: bool = True
     lo: int | None = None
     hi: int | None = None
+    multiple_of: int = 1
 
     def __post_init__(self) -> None:
         _check_name(self.name, "int parameter")
@@ -233,6 +236,11 @@ class IntParam:
                     f"int parameter {self.name!r}: {which}={bound!r} is not an int in the range "
                     f"of {self.c_type_name} [{self.min_value}, {self.max_value}]"
                 )
+        if not _is_int(self.multiple_of) or self.multiple_of < 1:
+            raise LaunchError(
+                f"int parameter {self.name!r}: multiple_of={self.multiple_of!r}; expected a "
+                "positive int"
+            )
         if self.least > self.greatest:
             raise LaunchError(
                 f"int parameter {self.name!r}: lo={self.lo} > hi={self.hi}; expected lo <= hi"
@@ -264,8 +272,8 @@ class IntParam:
         return self.max_value if self.hi is None else self.hi
 
     def check(self, value: object) -> int:
-        """`value` as an int when it is an integer (not a bool) in range of the C type and
-        within [least, greatest]; else `LaunchError`."""
+        """`value` as an int when it is an integer (not a bool) in range of the C type,
+        within [least, greatest] and a multiple of `multiple_of`; else `LaunchError`."""
         if isinstance(value, bool | np.bool_):
             raise LaunchError(
                 f"argument {self.name!r} = {value!r} is a bool; expected an integer for the "
@@ -287,6 +295,11 @@ class IntParam:
             raise LaunchError(
                 f"argument {self.name!r} = {integer} is outside the range the kernel was "
                 f"compiled for; expected {self.least} <= value <= {self.greatest}"
+            )
+        if integer % self.multiple_of:
+            raise LaunchError(
+                f"argument {self.name!r} = {integer} is not a multiple of {self.multiple_of}, "
+                "which the kernel was compiled for"
             )
         return integer
 

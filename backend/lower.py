@@ -18,7 +18,9 @@ How each part of the IR becomes C++:
 - Vector accesses of up to 16 bytes move `w` consecutive registers at once when the access map
   allows it: for global memory `AccessMap.vector_width` (which counts symbolic strides only with
   their known divisibility) narrowed until the tile origin's offset is a known multiple of w
-  (loop variables counted as ``start + step * q``); for shared memory the offsets of every value
+  (loop variables counted as ``start + step * q``, and an int parameter declared a multiple of
+  m, ``ProgramBuilder.int_param(..., multiple_of=m)``, as ``m * q``: the launch check refuses
+  any other argument, and every `Access` assumes it); for shared memory the offsets of every value
   the origin can take (by enumeration), or the same analysis for unswizzled strided layouts.
   Global base addresses are 16-byte aligned by the launch check (`ArrayParam.alignment`), and
   every shared tensor starts at a multiple of 16 bytes of the one dynamic allocation.
@@ -200,7 +202,8 @@ class Access:
 
     Claims (checked by `proofs.lowering_validation`), for every thread, every value of the
     variables within their bounds and under `assumptions` (facts that hold where the access
-    sits: loop ranges and strides, if conditions):
+    sits: loop ranges and strides, if conditions, and ``p % m == 0`` for each int parameter p
+    declared a multiple of m > 1):
 
     - ``expr * unit_bits == (memory.offset(origin + register.map(t, local_index + j)) - j) *
       element_bits`` for every j < width: the registers sit at consecutive elements from expr;
@@ -466,7 +469,16 @@ class _Lowerer:
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
         self.accesses: list[Access] = []
-        self.facts: list[Expr] = []
+        self.facts: list[Expr] = [
+            (p.var % p.multiple_of).eq(0)
+            for p in program.params
+            if isinstance(p, IntParam) and p.multiple_of > 1
+        ]
+        self.multiples = {
+            p.name: p.multiple_of * _quotient(p)
+            for p in program.params
+            if isinstance(p, IntParam) and p.multiple_of > 1
+        }
         self.loops: dict[str, tuple[Expr, Expr, int, Expr]] = {}
         self.current: Instruction | None = None
         self.temporaries = 0
@@ -698,7 +710,7 @@ class _Lowerer:
                         f"int parameter {param.name} has bounds [{low}, {high}]; the kernel "
                         f"passes it as a C int, expected bounds within [{_INT_MIN}, {_INT_MAX}]"
                     )
-                params.append(KernelIntParam(param.name, 32, True, low, high))
+                params.append(KernelIntParam(param.name, 32, True, low, high, param.multiple_of))
                 continue
             total: Expr | int = 0
             for bits in needed.get(param.name, []):
@@ -741,9 +753,17 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ vector widths
 
+    def with_multiples(self, expr: Expr | int) -> Expr | int:
+        """`expr` with each int parameter declared a multiple of m > 1 written as ``m * q``
+        (q >= 0), simplified, so that `known_divisor` sees the divisibility."""
+        if not isinstance(expr, Expr):
+            return expr
+        return simplify(expr.substitute(self.multiples))
+
     def loop_divisor(self, expr: Expr | int) -> int:
         """`known_divisor` of `expr` with each enclosing loop variable written as
-        ``start + step * q`` (q >= 0)."""
+        ``start + step * q`` (q >= 0), then each int parameter declared a multiple of m as
+        ``m * q``."""
         if not isinstance(expr, Expr):
             return abs(int(expr))
         mapping = {
@@ -751,11 +771,12 @@ class _Lowerer:
             for name, (_, start, step, _) in self.loops.items()
             if step > 1
         }
-        return known_divisor(simplify(expr.substitute(mapping)))
+        return known_divisor(self.with_multiples(expr.substitute(mapping)))
 
     def global_width(self, tile: _Tile, view: GlobalTensor) -> int:
         """The vector width of a tile of a global view (see the module docstring)."""
-        tile_layout = GlobalLayout(tile.register.shape, view.layout.strides)
+        strides = tuple(self.with_multiples(stride) for stride in view.layout.strides)
+        tile_layout = GlobalLayout(tile.register.shape, strides)
         width = compose(tile_layout, tile.register).vector_width(tile.element_bits)
         base = view.layout.offset(list(tile.origin))
         return _narrow(width, self.loop_divisor(base), tile.element_bits)
@@ -1456,6 +1477,17 @@ class _Lowerer:
             self.execute(instruction.body)
             self.facts.pop()
         self.current = instruction
+
+
+def _quotient(param: IntParam) -> Expr:
+    """The variable q of ``param = multiple_of * q``, bounded so that the product stays within
+    the parameter's bounds."""
+    low, high, divisor = param.var.lo, param.var.hi, param.multiple_of
+    return var(
+        f"{RESERVED_PREFIX}q_{param.name}",
+        None if low is None else -(-low // divisor),
+        None if high is None else high // divisor,
+    )
 
 
 def _unsigned(bits: int) -> str:

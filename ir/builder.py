@@ -206,10 +206,28 @@ class ProgramBuilder:
         if any(p.name == name for p in self._params):
             raise VerificationError(f"parameter name {name!r} is already used")
 
-    def int_param(self, name: str, lo: int = 0, hi: int = INT_PARAM_LIMIT) -> Expr:
-        """Add an integer parameter; returns its variable, with bounds lo <= value <= hi."""
+    def int_param(
+        self, name: str, lo: int = 0, hi: int = INT_PARAM_LIMIT, multiple_of: int = 1
+    ) -> Expr:
+        """Add an integer parameter; returns its variable, with bounds lo <= value <= hi.
+
+        Every argument must also be a multiple of `multiple_of` (a positive int), e.g. 8 for a
+        row length that keeps rows of 16-bit elements 16-byte aligned; the backend uses it to
+        pick vector accesses. Raises VerificationError for a `multiple_of` that is not a
+        positive int or has no multiple within [lo, hi].
+        """
         self._check_param_name(name)
-        param = IntParam(name, var(name, lo, hi))
+        if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
+            raise VerificationError(
+                f"int parameter {name!r}: multiple_of={multiple_of!r}; expected a positive int"
+            )
+        bounded = lo is not None and hi is not None
+        if bounded and multiple_of > 1 and -(-lo // multiple_of) * multiple_of > hi:
+            raise VerificationError(
+                f"int parameter {name!r}: no multiple of {multiple_of} lies within its bounds "
+                f"[{lo}, {hi}]"
+            )
+        param = IntParam(name, var(name, lo, hi), multiple_of)
         self._params.append(param)
         return param.var
 

@@ -720,6 +720,11 @@ def _bind_arguments(
                 raise InterpreterError(
                     f"argument {param.name}={value} is outside its bounds [{lo}, {hi}]"
                 )
+            if value % param.multiple_of:
+                raise InterpreterError(
+                    f"argument {param.name}={value} is not a multiple of {param.multiple_of}, "
+                    "as the parameter requires"
+                )
         else:
             if not isinstance(value, np.ndarray):
                 raise InterpreterError(

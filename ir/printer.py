@@ -9,7 +9,8 @@ Example (the vector add of `ir.examples.vector_add`)::
       r2: f16[1024] spatial(128).local(8) = add(r0, r1)
       store_global(g2, r2, [block_x * 1024])
 
-Register tensors show their type, shape and layout where they are defined; scalars print as
+An int parameter that must be a multiple of m prints as ``k: int multiple_of=m``. Register
+tensors show their type, shape and layout where they are defined; scalars print as
 Python-like expressions (`layout_algebra.symbolic`), layouts as their rebuilding `repr`.
 """
 
@@ -43,7 +44,7 @@ from ir.instructions import (
     View,
     Where,
 )
-from ir.values import ArrayParam, RegisterTensor
+from ir.values import ArrayParam, Param, RegisterTensor
 
 if TYPE_CHECKING:
     from ir.program import Program
@@ -124,11 +125,16 @@ def format_body(body: Sequence[Instruction], depth: int = 1) -> list[str]:
     return lines
 
 
+def _format_param(param: Param) -> str:
+    if isinstance(param, ArrayParam):
+        return f"{param.name}: {param.dtype}*"
+    if param.multiple_of > 1:
+        return f"{param.name}: int multiple_of={param.multiple_of}"
+    return f"{param.name}: int"
+
+
 def format_program(program: Program) -> str:
     """The whole program: a header line with the parameters, then the body."""
-    params = ", ".join(
-        f"{p.name}: {p.dtype}*" if isinstance(p, ArrayParam) else f"{p.name}: int"
-        for p in program.params
-    )
+    params = ", ".join(_format_param(p) for p in program.params)
     header = f"program {program.name}({params}) num_threads={program.num_threads}"
     return "\n".join([header, *format_body(program.body)])

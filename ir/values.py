@@ -1,7 +1,8 @@
 """The values a tile program computes with: parameters and tensors.
 
 - `IntParam`: an integer kernel parameter; its `var` is the symbolic variable that scalar
-  expressions use (`layout_algebra.symbolic`).
+  expressions use (`layout_algebra.symbolic`), and every argument is a multiple of its
+  `multiple_of` (a promise the backend relies on for vector widths, checked at launch).
 - `ArrayParam`: a pointer parameter; its `dtype` is the element type, and the argument is any
   array whose raw bytes hold the dense bitstream of such elements (section 4 of the contract).
 - `RegisterTensor`: a tile held in the threads' registers, placed by a `RegisterLayout`.
@@ -31,10 +32,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class IntParam:
-    """An integer parameter `name`; `var` is its symbolic variable (same name)."""
+    """An integer parameter `name`; `var` is its symbolic variable (same name).
+
+    Every argument must be a multiple of `multiple_of` (a positive int; 1, the default, allows
+    any value): the interpreter and the launch check refuse any other.
+    """
 
     name: str
     var: Expr
+    multiple_of: int = 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,7 +23,10 @@ Two choices of the dot's operand layouts (`dot_layouts`):
   fragments collectively (`ir.instructions.Dot` is warp-collective). An mma lowering rounds
   differently from the interpreter's sequential sum: compare within a tolerance.
 
-Launch with ``grid = (ceil(n / BN), ceil(m / BM))``.
+Requirements: `n` and `k` multiples of 8 at run time (``ROW_MULTIPLE``, declared with
+``multiple_of``, so checked by the interpreter and at launch): every row of A and B then starts
+16-byte aligned and the tiles are copied with 16-byte ``cp.async``. Launch with
+``grid = (ceil(n / BN), ceil(m / BM))``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ COLUMNS_PER_THREAD = 8
 
 SIMT_INNER_K = 8
 """The default k slice of one SIMT dot."""
+
+ROW_MULTIPLE = 8
+"""What `n` and `k` must be multiples of: 8 f16 elements make 16 bytes, so rows stay aligned."""
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 """The tile (M, N, K) of one ``mma.sync`` m16n8k16; MMA_K is also the default k slice of one
@@ -164,7 +170,9 @@ def matmul(
     a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:
-        m, n, k = bld.int_param("m"), bld.int_param("n"), bld.int_param("k")
+        m = bld.int_param("m")
+        n = bld.int_param("n", multiple_of=ROW_MULTIPLE)
+        k = bld.int_param("k", multiple_of=ROW_MULTIPLE)
         a, b, c = (bld.array_param(name, f16) for name in ("a", "b", "c"))
         a_view = bld.global_view(a, f16, GlobalLayout((m, k), (k, 1)))
         b_view = bld.global_view(b, f16, GlobalLayout((k, n), (n, 1)))

@@ -19,8 +19,11 @@ The dot's operand layouts are the SIMT ones by default (bit-exact against the in
 GPU) or, with ``tensor_cores=True``, the warp-collective mma fragment layouts of
 `ir.examples.matmul.mma_dot_layouts` (within mma rounding of the interpreter).
 
-Requirements: `n` a multiple of 8 at run time (so every weight row starts on a byte), and
-`group_size` a multiple of `block_k` (one scale row per k-tile). Launch with
+Requirements: `n` and `k` multiples of 8 at run time, declared so (``multiple_of=8``, checked by
+the interpreter and at launch): every weight row then starts on a byte, and every activation row
+and every row of weight bytes starts 16-byte aligned, so the activation tile is copied with
+16-byte ``cp.async`` and each thread loads its weight bytes as one vector; and `group_size` a
+multiple of `block_k` (one scale row per k-tile). Launch with
 ``grid = (ceil(n / BN), ceil(m / BM))``.
 """
 
@@ -101,7 +104,9 @@ def quantized_matmul(
     bits = weight_dtype.nbits
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("quantized_matmul", num_threads) as bld:
-        m, n, k = bld.int_param("m"), bld.int_param("n"), bld.int_param("k")
+        m = bld.int_param("m")
+        n = bld.int_param("n", multiple_of=WEIGHTS_PER_CHUNK)
+        k = bld.int_param("k", multiple_of=WEIGHTS_PER_CHUNK)
         a = bld.array_param("a", f16)
         w = bld.array_param("w", weight_dtype)
         scales = bld.array_param("scales", f16)

@@ -685,6 +685,37 @@ def test_num_elements_may_read_only_int_parameters(device: FakeDevice) -> None:
         )
 
 
+def test_int_divisor_is_enforced() -> None:
+    param = IntParam("k", lo=0, multiple_of=8)
+    assert param.check(0) == 0 and param.check(4096) == 4096
+    with pytest.raises(LaunchError, match=r"argument 'k' = 4100 is not a multiple of 8"):
+        param.check(4100)
+
+
+@pytest.mark.parametrize("multiple_of", [0, -8, 2.0, True])
+def test_invalid_int_divisor_is_refused(multiple_of: object) -> None:
+    with pytest.raises(LaunchError, match=rf"multiple_of={multiple_of!r}; expected a positive"):
+        IntParam("k", multiple_of=multiple_of)
+
+
+def test_non_multiple_argument_is_refused_before_launch(device: FakeDevice) -> None:
+    device.parameter_types = (ctypes.c_uint64, ctypes.c_int32)
+    kernel = Kernel(
+        source="",
+        cubin=b"",
+        arch="sm_80",
+        entry="k",
+        params=(ArrayParam("a", 16, var("k")), IntParam("k", multiple_of=8)),
+        block_threads=32,
+        device=device,
+    )
+    halves = device_array(device, (16,), "<f2")
+    kernel(halves, 16, grid=1)
+    with pytest.raises(LaunchError, match=r"argument 'k' = 12 is not a multiple of 8"):
+        kernel(halves, 12, grid=1)
+    assert len(device.launches) == 1
+
+
 def test_num_elements_that_cannot_be_evaluated_is_refused(device: FakeDevice) -> None:
     device.parameter_types = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32)
     params = (ArrayParam("a", 8, var("n") // var("m")), IntParam("n"), IntParam("m"))

@@ -31,7 +31,7 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.vector_add import vector_add
-from ir.instructions import LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from ir.instructions import CopyAsync, LoadGlobal, LoadShared, StoreGlobal, StoreShared
 from ir.program import Program
 from ir.testing import program_cases
 from layout_algebra import (
@@ -350,6 +350,42 @@ def test_without_tensor_cores_a_warp_collective_dot_is_staged_through_shared_mem
     assert "la_mma" not in kernel.source.split("__launch_bounds__")[1]
     assert "float* const la_sa9 = (float*)(la_smem + 4096);" in kernel.source
     assert kernel.shared_bytes == 2 * 64 * 16 * 2 + 4 * (64 * 16 + 16 * 64)
+
+
+def test_declared_divisors_give_vector_accesses_in_the_quantized_matmul() -> None:
+    from ir.examples.quantized_matmul import quantized_matmul
+
+    kernel = lower(quantized_matmul(dtypes.i4, 128, tensor_cores=True), "sm_90a")
+    ints = {p.name: p.multiple_of for p in kernel.params if isinstance(p, KernelIntParam)}
+    assert ints == {"m": 1, "n": 8, "k": 8}
+    a_copy = (
+        "la_cp_async_16(s0 + (la_thread * 16), g0 + ((la_w_block_y * 64 + (la_w_la_thread >> 2))"
+        " * la_w_k * 2 + la_w_k0 * 64 + (la_w_la_thread & 3) * 16));"
+    )
+    assert a_copy in kernel.source
+    weight_load = (
+        "const unsigned int la_v3 = *(const unsigned int*)(g1 + ((la_w_k0 * 32 + "
+        "(la_w_la_thread >> 3)) * (la_w_n >> 1) + la_w_block_x * 32 + (la_w_la_thread & 7) * 4));"
+    )
+    assert weight_load in kernel.source
+    global_copies = [
+        access
+        for access in kernel.accesses
+        if isinstance(access.instruction, CopyAsync) and isinstance(access.memory, GlobalLayout)
+    ]
+    assert {access.width for access in global_copies} == {8}
+    assert all((var("k", 0, 2**31 - 1) % 8).eq(0) in a.assumptions for a in global_copies)
+
+
+def test_without_a_divisor_the_activation_rows_copy_element_by_element() -> None:
+    with ProgramBuilder("rows", 32) as b:
+        k = b.int_param("k")
+        a = b.array_param("a", dtypes.f16)
+        view = b.global_view(a, dtypes.f16, GlobalLayout((4, k), (k, 1)))
+        b.copy_async(b.shared_tensor(dtypes.f16, shared_row_major(4, 64)), view, [0, 0])
+    kernel = lower(b.program())
+    assert {access.width for access in kernel.accesses} == {1}
+    assert "la_cp_async" not in kernel.source.split("__launch_bounds__")[1]
 
 
 def test_thread_local_dot_stays_simt() -> None:

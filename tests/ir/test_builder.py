@@ -179,6 +179,34 @@ def test_int_param_bounds_reach_the_variable():
     assert (n.lo, n.hi) == (1, 64)
 
 
+def test_int_param_divisor_is_kept_and_printed():
+    with ProgramBuilder("divisors", 1) as b:
+        b.int_param("m")
+        b.int_param("k", multiple_of=8)
+    program = b.program()
+    assert [p.multiple_of for p in program.params] == [1, 8]
+    assert str(program).splitlines()[0] == (
+        "program divisors(m: int, k: int multiple_of=8) num_threads=1"
+    )
+
+
+@pytest.mark.parametrize("multiple_of", [0, -2, 2.0, True])
+def test_int_param_divisor_must_be_a_positive_int(multiple_of):
+    with (
+        ProgramBuilder("divisors", 1) as b,
+        pytest.raises(VerificationError, match=rf"multiple_of={multiple_of!r}; expected"),
+    ):
+        b.int_param("k", multiple_of=multiple_of)
+
+
+def test_int_param_divisor_needs_a_multiple_within_the_bounds():
+    with (
+        ProgramBuilder("divisors", 1) as b,
+        pytest.raises(VerificationError, match=r"no multiple of 8 lies within its bounds \[1, 7\]"),
+    ):
+        b.int_param("k", 1, 7, multiple_of=8)
+
+
 def test_global_views_print_their_layout():
     with ProgramBuilder("views", 1) as b:
         w = b.array_param("w", dtypes.u4)

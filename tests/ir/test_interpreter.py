@@ -448,6 +448,15 @@ def test_argument_errors(args, kwargs, message):
         run_reference(arguments_program(), *args, **kwargs)
 
 
+def test_argument_not_a_declared_multiple_is_refused():
+    with ProgramBuilder("aligned", 4) as b:
+        b.int_param("k", multiple_of=8)
+    program = b.program()
+    run_reference(program, 16)
+    with pytest.raises(InterpreterError, match=r"argument k=12 is not a multiple of 8"):
+        run_reference(program, 12)
+
+
 @pytest.mark.parametrize("grid", [0, (1, 1, 1, 1), (2, -1), "2", (True,)])
 def test_grid_errors(grid):
     with pytest.raises(InterpreterError, match="grid must be 1 to 3 positive ints"):

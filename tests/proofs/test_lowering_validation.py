@@ -184,6 +184,24 @@ def test_same_pair_as_elements_is_proved() -> None:
         assert validate_access(element, rlimit=RLIMIT).holds is True
 
 
+def test_vector_alignment_rests_on_the_declared_divisor() -> None:
+    k = var("k", 0, 2**31 - 1)
+    (access,) = [
+        a
+        for a in lower(matmul()).accesses
+        if a.width == 8 and isinstance(a.memory, GlobalLayout) and "k" in a.expr.free_vars()
+    ][:1]
+    assert (k % 8).eq(0) in access.assumptions
+    assert validate_access(access, rlimit=RLIMIT).holds is True
+    without = dataclasses.replace(
+        access, assumptions=tuple(f for f in access.assumptions if f != (k % 8).eq(0))
+    )
+    result = validate_access(without, rlimit=RLIMIT)
+    assert result.holds is False
+    assert result.counterexample["claim"] == "alignment"
+    assert result.counterexample["variables"]["k"] % 8 != 0
+
+
 def test_starved_solver_is_unknown_never_proved() -> None:
     accesses = lower(matmul()).accesses
     results = [validate_access(a, rlimit=1).holds for a in accesses[:5]]
