@@ -30,21 +30,9 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr
+from layout_algebra.validation import check_int, is_int
 
 IntTuple = tuple[int, ...]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _check_size(value: Any, what: str) -> int:
-    """`value` as an int when it is an integer >= 1, else LayoutError."""
-    if not _is_int(value):
-        raise LayoutError(f"{what} must be an integer, got {value!r}")
-    if value < 1:
-        raise LayoutError(f"{what} must be >= 1, got {value!r}")
-    return int(value)
 
 
 class FunctionLayout:
@@ -78,14 +66,14 @@ class FunctionLayout:
     ) -> None:
         if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
             raise LayoutError(f"shape must be a tuple of integers, got {shape!r}")
-        checked = tuple(_check_size(extent, f"shape[{k}]") for k, extent in enumerate(shape))
+        checked = tuple(check_int(extent, f"shape[{k}]") for k, extent in enumerate(shape))
         if not callable(fn):
             raise LayoutError(f"fn must be a callable fn(t, i) -> coordinates, got {fn!r}")
         if name is not None and not isinstance(name, str):
             raise LayoutError(f"name must be a str or None, got {name!r}")
         object.__setattr__(self, "shape", checked)
-        object.__setattr__(self, "num_threads", _check_size(num_threads, "num_threads"))
-        object.__setattr__(self, "local_size", _check_size(local_size, "local_size"))
+        object.__setattr__(self, "num_threads", check_int(num_threads, "num_threads"))
+        object.__setattr__(self, "local_size", check_int(local_size, "local_size"))
         object.__setattr__(self, "fn", fn)
         object.__setattr__(self, "name", name or getattr(fn, "__name__", "fn"))
 
@@ -138,7 +126,7 @@ class FunctionLayout:
         """
         if isinstance(t, Expr) or isinstance(i, Expr):
             return self._coordinates(t, i)
-        if _is_int(t) and _is_int(i):
+        if is_int(t) and is_int(i):
             t, i = int(t), int(i)
             if not 0 <= t < self.num_threads:
                 raise LayoutError(f"thread {t} is out of range [0, {self.num_threads})")
@@ -149,7 +137,7 @@ class FunctionLayout:
                 for c in self._coordinates(t, i)
             )
             for k, c in enumerate(coords):
-                if not _is_int(c):
+                if not is_int(c):
                     raise LayoutError(
                         f"{self.name}({t}, {i}) gave coordinate {k} = {c!r}, expected an int"
                     )
@@ -208,7 +196,7 @@ class FunctionLayout:
         """
         if isinstance(coord, (str, bytes)) or not isinstance(coord, Sequence):
             raise LayoutError(f"coord must be a tuple of {self.rank} integers, got {coord!r}")
-        if len(coord) != self.rank or not all(_is_int(c) for c in coord):
+        if len(coord) != self.rank or not all(is_int(c) for c in coord):
             raise LayoutError(f"coord {coord!r} must be {self.rank} integers")
         for dim, (c, extent) in enumerate(zip(coord, self.shape)):
             if not 0 <= c < extent:

@@ -23,12 +23,9 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr, evaluate, simplify
+from layout_algebra.validation import is_int
 
 Extent = int | Expr
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _check_entries(values: Any, what: str, minimum: int) -> tuple[Extent, ...]:
@@ -39,7 +36,7 @@ def _check_entries(values: Any, what: str, minimum: int) -> tuple[Extent, ...]:
     for k, value in enumerate(values):
         if isinstance(value, Expr) and value.is_const:
             value = value.value
-        if _is_int(value):
+        if is_int(value):
             if value < minimum:
                 raise LayoutError(f"{what}[{k}] must be >= {minimum}, got {value}")
             checked.append(int(value))
@@ -52,9 +49,9 @@ def _check_entries(values: Any, what: str, minimum: int) -> tuple[Extent, ...]:
 
 def _times(a: Any, b: Any) -> Any:
     """a * b, leaving out factors of 1 so symbolic products stay small."""
-    if _is_int(a) and a == 1:
+    if is_int(a) and a == 1:
         return b
-    if _is_int(b) and b == 1:
+    if is_int(b) and b == 1:
         return a
     return a * b
 
@@ -147,8 +144,8 @@ class GlobalLayout:
         terms: list[Any] = []
         arrays = False
         for dim, (c, extent, stride) in enumerate(zip(coord, self.shape, self.strides)):
-            if _is_int(c):
-                if c < 0 or (_is_int(extent) and c >= extent):
+            if is_int(c):
+                if c < 0 or (is_int(extent) and c >= extent):
                     raise LayoutError(
                         f"coord {tuple(coord)!r} is outside shape {self.shape!r} in dim {dim}"
                     )
@@ -156,7 +153,7 @@ class GlobalLayout:
             elif isinstance(c, np.ndarray):
                 if c.dtype.kind not in "iu":
                     raise LayoutError(f"coord[{dim}] must be an integer array, got {c.dtype}")
-                if c.size and (c.min() < 0 or (_is_int(extent) and c.max() >= extent)):
+                if c.size and (c.min() < 0 or (is_int(extent) and c.max() >= extent)):
                     raise LayoutError(
                         f"coord[{dim}] holds values in [{c.min()}, {c.max()}], outside "
                         f"[0, {extent!r})"

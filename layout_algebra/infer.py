@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from layout_algebra.errors import LayoutError
-from layout_algebra.register import RegisterLayout, _check_int_tuple, register_layout
+from layout_algebra.register import RegisterLayout, register_layout
+from layout_algebra.validation import check_int_tuple
 
 
 def _check_table(table: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -97,7 +98,7 @@ def layout_from_table(table: Any, shape: Sequence[int]) -> RegisterLayout:
     two dimensions or backwards, the strides of a dimension are not a mixed-radix split of its
     extent (a gap, an overlap, a partial cover), or f(t, i) is not f(t, 0) + f(0, i).
     """
-    shape = _check_int_tuple(shape, "shape")
+    shape = check_int_tuple(shape, "shape")
     array = _check_table(table, shape)
     rank = array.shape[2]
     if array[0, 0].any():

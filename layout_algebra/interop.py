@@ -34,7 +34,8 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.infer import layout_from_table
-from layout_algebra.register import RegisterLayout, _check_int_tuple, register_layout
+from layout_algebra.register import RegisterLayout, register_layout
+from layout_algebra.validation import check_int_tuple
 
 NestedInt = int | tuple["NestedInt", ...]
 
@@ -191,7 +192,7 @@ def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
             f"CuTe layout {text!r}: expected two top-level modes (threads, values), got "
             f"shape {layout_shape}"
         )
-    tile = _check_int_tuple(shape, "shape")
+    tile = check_int_tuple(shape, "shape")
     modes = []
     for name, mode_shape, mode_stride in zip(("thread", "value"), layout_shape, layout_stride):
         sizes, strides = _flatten(mode_shape), _flatten(mode_stride)
@@ -325,7 +326,7 @@ def from_linear_layout(
     bit of one dimension, two bases setting the same bit, a bit of the tile set by no basis, a
     basis outside the tile, or a zero register basis (a thread holding an element twice).
     """
-    tile = _check_int_tuple(shape, "shape")
+    tile = check_int_tuple(shape, "shape")
     for d, extent in enumerate(tile):
         if _log2_exact(extent) is None:
             raise LayoutError(f"shape[{d}] = {extent}: a linear layout needs powers of two")

@@ -29,34 +29,14 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr, as_expr
+from layout_algebra.validation import (
+    check_index_tuple,
+    check_int,
+    check_int_tuple,
+    is_int,
+)
 
 IntTuple = tuple[int, ...]
-
-
-def _check_int(value: Any, what: str, minimum: int = 1) -> int:
-    """Return `value` as an int when it is an integer >= `minimum`, else raise LayoutError."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise LayoutError(f"{what} must be an integer, got {value!r}")
-    if value < minimum:
-        raise LayoutError(f"{what} must be >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_int_tuple(values: Any, what: str, minimum: int = 1) -> IntTuple:
-    """Return `values` as a tuple of ints >= `minimum`, else raise LayoutError."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise LayoutError(f"{what} must be a tuple of integers, got {values!r}")
-    return tuple(_check_int(v, f"{what}[{k}]", minimum) for k, v in enumerate(values))
-
-
-def _check_index_tuple(values: Any, what: str) -> IntTuple:
-    """Return `values` as a tuple of ints (any sign), else raise LayoutError."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise LayoutError(f"{what} must be a tuple of integers, got {values!r}")
-    for k, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise LayoutError(f"{what}[{k}] must be an integer, got {v!r}")
-    return tuple(int(v) for v in values)
 
 
 def mode_dims(shape: IntTuple, mode_shape: IntTuple) -> IntTuple:
@@ -182,10 +162,10 @@ class RegisterLayout:
     local_modes: IntTuple
 
     def __post_init__(self) -> None:
-        shape = _check_int_tuple(self.shape, "shape")
-        mode_shape = _check_int_tuple(self.mode_shape, "mode_shape")
-        spatial = _check_index_tuple(self.spatial_modes, "spatial_modes")
-        local = _check_index_tuple(self.local_modes, "local_modes")
+        shape = check_int_tuple(self.shape, "shape")
+        mode_shape = check_int_tuple(self.mode_shape, "mode_shape")
+        spatial = check_index_tuple(self.spatial_modes, "spatial_modes")
+        local = check_index_tuple(self.local_modes, "local_modes")
         mode_shape, spatial, local = _canonicalize(shape, mode_shape, spatial, local)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "mode_shape", mode_shape)
@@ -270,7 +250,7 @@ class RegisterLayout:
         """
         if isinstance(t, Expr) or isinstance(i, Expr):
             coords = [as_expr(0)] * self.rank
-        elif _is_int(t) and _is_int(i):
+        elif is_int(t) and is_int(i):
             t, i = int(t), int(i)
             if not 0 <= t < self.num_threads:
                 raise LayoutError(f"thread {t} is out of range [0, {self.num_threads})")
@@ -307,7 +287,7 @@ class RegisterLayout:
         More than one pair exactly when the layout replicates. Raises LayoutError for a
         coordinate of the wrong rank or out of the shape.
         """
-        coord = _check_index_tuple(coord, "coord")
+        coord = check_index_tuple(coord, "coord")
         if len(coord) != self.rank:
             raise LayoutError(f"coord {coord} has rank {len(coord)}, expected {self.rank}")
         for dim, (c, extent) in enumerate(zip(coord, self.shape)):
@@ -447,10 +427,6 @@ class RegisterLayout:
         return layout_figure(self, **kwargs)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _varargs(values: tuple[Any, ...]) -> Any:
     """The one sequence in `values` when it is a single list or tuple, else `values` itself."""
     if len(values) == 1 and isinstance(values[0], (tuple, list)):
@@ -476,7 +452,7 @@ def register_layout(
 def _single_modes(shape: Sequence[int], what: str) -> IntTuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return _check_int_tuple(tuple(shape), f"{what} shape")
+    return check_int_tuple(tuple(shape), f"{what} shape")
 
 
 def local(*shape: int) -> RegisterLayout:
@@ -505,7 +481,7 @@ def column_spatial(*shape: int) -> RegisterLayout:
 
 def replicate(num_threads: int) -> RegisterLayout:
     """A rank-0 layout of `num_threads` threads all holding the same (empty) data."""
-    n = _check_int(num_threads, "replicate num_threads")
+    n = check_int(num_threads, "replicate num_threads")
     return register_layout((), (), (-n,) if n > 1 else (), ())
 
 

@@ -38,28 +38,9 @@ import numpy as np
 from layout_algebra.errors import LayoutError
 from layout_algebra.register import mode_dims
 from layout_algebra.symbolic import Expr
+from layout_algebra.validation import check_int, check_int_tuple, is_int
 
 IntTuple = tuple[int, ...]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _check_int(value: Any, what: str, minimum: int) -> int:
-    """`value` as an int when it is an integer >= `minimum`, else LayoutError."""
-    if not _is_int(value):
-        raise LayoutError(f"{what} must be an integer, got {value!r}")
-    if value < minimum:
-        raise LayoutError(f"{what} must be >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_int_tuple(values: Any, what: str, minimum: int) -> IntTuple:
-    """`values` as a tuple of ints >= `minimum`, else LayoutError."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise LayoutError(f"{what} must be a tuple of integers, got {values!r}")
-    return tuple(_check_int(v, f"{what}[{k}]", minimum) for k, v in enumerate(values))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,9 +66,9 @@ class Swizzle:
     shift: int
 
     def __post_init__(self) -> None:
-        bits = _check_int(self.bits, "swizzle bits", 0)
-        base = _check_int(self.base, "swizzle base", 0)
-        shift = _check_int(self.shift, "swizzle shift", 0)
+        bits = check_int(self.bits, "swizzle bits", 0)
+        base = check_int(self.base, "swizzle base", 0)
+        shift = check_int(self.shift, "swizzle shift", 0)
         if shift < bits:
             raise LayoutError(
                 f"swizzle shift {shift} is smaller than its bits {bits}: expected shift >= bits, "
@@ -119,7 +100,7 @@ class Swizzle:
         Ints give an int, arrays an int64 array (elementwise), expressions an expression built
         with ``^``, ``&`` and ``>>``. A negative int or array entry raises LayoutError.
         """
-        if _is_int(x):
+        if is_int(x):
             if x < 0:
                 raise LayoutError(f"swizzle offsets must be non-negative, got {x}")
             x = int(x)
@@ -189,9 +170,9 @@ class SharedLayout:
     swizzle: Swizzle | None = None
 
     def __post_init__(self) -> None:
-        shape = _check_int_tuple(self.shape, "shape", 1)
-        mode_shape = _check_int_tuple(self.mode_shape, "mode_shape", 1)
-        strides = _check_int_tuple(self.mode_strides, "mode_strides", 0)
+        shape = check_int_tuple(self.shape, "shape", 1)
+        mode_shape = check_int_tuple(self.mode_shape, "mode_shape", 1)
+        strides = check_int_tuple(self.mode_strides, "mode_strides", 0)
         if len(strides) != len(mode_shape):
             raise LayoutError(
                 f"mode_strides {strides} has {len(strides)} entries, but mode_shape {mode_shape} "
@@ -279,7 +260,7 @@ class SharedLayout:
         if isinstance(linear, np.ndarray):
             shape = np.broadcast_shapes(*(np.shape(c) for c in coord))
             linear = np.broadcast_to(np.asarray(linear, dtype=np.int64), shape).copy()
-        elif _is_int(linear) and any(isinstance(c, np.ndarray) for c in coord):
+        elif is_int(linear) and any(isinstance(c, np.ndarray) for c in coord):
             shape = np.broadcast_shapes(*(np.shape(c) for c in coord))
             linear = np.full(shape, linear, dtype=np.int64)
         return linear if self.swizzle is None else self.swizzle(linear)
@@ -342,7 +323,7 @@ def _check_coord(coord: Any, shape: IntTuple) -> tuple[Any, ...]:
         raise LayoutError(f"coord {tuple(coord)!r} has rank {len(coord)}, expected {len(shape)}")
     checked: list[Any] = []
     for dim, (c, extent) in enumerate(zip(coord, shape)):
-        if _is_int(c):
+        if is_int(c):
             if not 0 <= c < extent:
                 raise LayoutError(f"coord {tuple(coord)!r} is outside shape {shape} in dim {dim}")
             checked.append(int(c))
@@ -376,7 +357,7 @@ def _shape_args(shape: Sequence[Any], what: str) -> IntTuple:
     """`*shape` arguments (or one tuple) as a tuple of positive ints."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return _check_int_tuple(tuple(shape), f"{what} shape", 1)
+    return check_int_tuple(tuple(shape), f"{what} shape", 1)
 
 
 def _row_major_strides(shape: IntTuple) -> IntTuple:
@@ -388,8 +369,8 @@ def _row_major_strides(shape: IntTuple) -> IntTuple:
 
 def shared_strides(shape: Sequence[int], strides: Sequence[int]) -> SharedLayout:
     """One mode per dimension with the given strides: ``offset(c) = sum(c[k] * strides[k])``."""
-    shape = _check_int_tuple(shape, "shape", 1)
-    strides = _check_int_tuple(strides, "strides", 0)
+    shape = check_int_tuple(shape, "shape", 1)
+    strides = check_int_tuple(strides, "strides", 0)
     if len(strides) != len(shape):
         raise LayoutError(
             f"strides {strides} has rank {len(strides)}, shape {shape} has {len(shape)}"
@@ -441,8 +422,8 @@ def row_swizzle(row_elements: int, element_bits: int) -> Swizzle:
     `element_bits` a power of two <= 128 and rows of a whole number of 16-byte chunks
     (LayoutError otherwise).
     """
-    element_bits = _check_int(element_bits, "element_bits", 1)
-    row_elements = _check_int(row_elements, "row length", 1)
+    element_bits = check_int(element_bits, "element_bits", 1)
+    row_elements = check_int(row_elements, "row length", 1)
     if element_bits not in _SWIZZLE_ELEMENT_BITS:
         raise LayoutError(
             f"element_bits {element_bits} is not a power of two <= 128, so 16-byte vectors do "

@@ -22,15 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Integral
 
 from layout_algebra.divide import left_divide
 from layout_algebra.errors import LayoutError
 from layout_algebra.register import RegisterLayout, local, register_layout
-
-
-def _is_integer(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+from layout_algebra.validation import is_int
 
 
 def _check_layout(layout: object, op: str, name: str = "layout") -> RegisterLayout:
@@ -41,7 +37,7 @@ def _check_layout(layout: object, op: str, name: str = "layout") -> RegisterLayo
 
 def _check_dim(dim: object, rank: int, op: str) -> int:
     """`dim` in [-rank, rank) as a dimension in [0, rank)."""
-    if not _is_integer(dim):
+    if not is_int(dim):
         raise LayoutError(f"{op}: dimension {dim!r} must be an integer")
     if not -rank <= dim < rank:
         raise LayoutError(f"{op}: dimension {dim} is out of range for rank {rank}")
@@ -54,7 +50,7 @@ def normalize_dims(dims: int | Sequence[int], rank: int, op: str) -> tuple[int, 
     Negative dimensions count from the end, as in NumPy. Raises LayoutError, naming `op`, for a
     non-integer, an out-of-range or a repeated dimension.
     """
-    if _is_integer(dims):
+    if is_int(dims):
         dims = (dims,)
     if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence):
         raise LayoutError(f"{op}: dims must be an integer or a sequence of integers, got {dims!r}")
@@ -95,12 +91,12 @@ def permute(layout: RegisterLayout, dims: Sequence[int]) -> RegisterLayout:
 
 def _resolve_shape(shape: int | Sequence[int], num_elements: int) -> tuple[int, ...]:
     """`shape` with its one optional -1 entry inferred so that it holds `num_elements`."""
-    if _is_integer(shape):
+    if is_int(shape):
         shape = (shape,)
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
         raise LayoutError(f"reshape: shape must be a sequence of integers, got {shape!r}")
     for k, extent in enumerate(shape):
-        if not _is_integer(extent) or (extent < 1 and extent != -1):
+        if not is_int(extent) or (extent < 1 and extent != -1):
             raise LayoutError(f"reshape: shape[{k}] = {extent!r} must be a positive integer or -1")
     if list(shape).count(-1) > 1:
         raise LayoutError(f"reshape: shape {tuple(shape)} may hold at most one -1")
