@@ -22,7 +22,6 @@ from proofs.laws import (
 )
 from proofs.result import ProofResult
 from proofs.swizzle import (
-    SwizzleProof,
     check_permutation,
     check_rows_conflict_free,
     check_swizzle_bijective,
@@ -44,7 +43,6 @@ __all__ = [
     "prove_reduce_product",
     "prove_replicate_commutes",
     "to_z3",
-    "SwizzleProof",
     "check_permutation",
     "check_rows_conflict_free",
     "check_swizzle_bijective",

@@ -2,7 +2,8 @@
 
 Two claims, each decided by Z3 over bit-vectors (the theory in which XOR, AND and shifts are
 native) on the very expressions the library builds: `Swizzle.__call__` and `SharedLayout.offset`
-applied to symbolic variables, translated node by node.
+applied to symbolic variables, translated by the shared `proofs.encode.Encoder` in its
+whole-query bit-vector mode (width from `proofs.encode.bitvector_width`).
 
 - `check_swizzle_bijective(swizzle)`: the swizzle permutes ``[0, 2**swizzle.width)``.
   `check_permutation(expr, name, width)` is the general form, for any expression in one variable.
@@ -12,152 +13,68 @@ applied to symbolic variables, translated node by node.
   (``(byte_address // 16) % 8``), so 8 threads reading them with 16-byte vectors (one phase) hit
   every bank once.
 
-Translation. Every sub-expression is bounded by interval arithmetic from the variables' bounds;
-when all bounds are non-negative, a bit-vector one bit wider than the largest bound holds every
-intermediate value exactly, so the unsigned bit-vector operations (``+ - * UDiv URem & | ^ <<
-LShR``) compute exactly the integer values. An expression with a possibly negative part, or an
-operator outside that list, is not translated: the result is unknown (`holds` None), never proven.
+The checked expressions may use ``+ - * // % & | ^ << >>``, min and max, with every
+sub-expression's interval non-negative and every divisor at least 1; then the bit-vector
+translation is exact. Anything else is not translated: the result is unknown (`holds` None),
+never proven.
 
-Results carry `holds` (True proven, False refuted, None unknown), a `counterexample` dict when
-refuted, a `reason` and the `seconds` spent. The solver is bounded by Z3's resource limit
-(`rlimit`, independent of machine load) and by a wall-clock `timeout` in seconds.
+Results are `proofs.result.ProofResult`s. A model the solver finds is confirmed by evaluating
+the expressions on ints before it is reported as a counterexample (`holds` False); a model that
+does not confirm gives `holds` None. The solver is bounded by Z3's resource limit (`rlimit`,
+independent of machine load) and by a wall-clock `timeout` in seconds.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import z3
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.shared import SharedLayout, Swizzle
-from layout_algebra.symbolic import Expr, const, var
+from layout_algebra.symbolic import Expr, const, evaluate, var
+from proofs.encode import Encoder, bitvector_width
+from proofs.result import ProofResult, elapsed, search, unknown
 
 DEFAULT_RLIMIT = 20_000_000
 DEFAULT_TIMEOUT = 30.0
 
-
-@dataclass(frozen=True)
-class SwizzleProof:
-    """The verdict of one swizzle claim.
-
-    `holds`: True when proven, False when refuted, None when unknown (resource limit, timeout,
-    or an expression outside the translatable fragment). `counterexample`: for a refutation, the
-    variable values and images that break the claim (keys named by each check), else None.
-    `reason`: a sentence saying what was shown or why not. `seconds`: wall-clock time spent.
-    """
-
-    holds: bool | None
-    counterexample: dict[str, int] | None
-    reason: str
-    seconds: float
+_FRAGMENT = frozenset(
+    {"var", "const", "+", "-", "*", "//", "%", "&", "|", "^", "<<", ">>", "min", "max"}
+)
+_EVALUATION_ERRORS = (ArithmeticError, ValueError, TypeError)
 
 
-class _Untranslatable(Exception):
-    """An expression the exact bit-vector translation does not cover."""
+def _nodes(expressions: list[Expr]) -> Iterator[Expr]:
+    """Every node of the trees once, parents before their arguments."""
+    seen: set[int] = set()
+    stack = list(reversed(expressions))
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            stack.extend(reversed(node.args))
 
 
-Interval = tuple[int, int]
+def _untranslatable(expressions: list[Expr]) -> str | None:
+    """Why the exact bit-vector translation does not cover `expressions`, or None if it does."""
+    for node in _nodes(expressions):
+        if node.op not in _FRAGMENT:
+            return f"operator {node.op!r} is outside the bit-vector fragment"
+        lo, hi = node.bounds()
+        if lo is None or hi is None or lo < 0:
+            return f"{node!r} may be negative or unbounded (bounds {(lo, hi)})"
+        if node.op in ("//", "%") and node.args[1].bounds()[0] < 1:
+            return f"divisor of {node.op!r} may be zero (bounds {node.args[1].bounds()})"
+    return None
 
 
-def _interval(node: Expr, memo: dict[int, Interval]) -> Interval:
-    """Inclusive bounds of a node's value from its variables' (finite) bounds; raises
-    _Untranslatable for a possibly negative value or an operator outside the fragment."""
-    done = memo.get(id(node))
-    if done is not None:
-        return done
-    op = node.op
-    if op == "var":
-        result = (node.lo, node.hi)
-    elif op == "const":
-        result = (node.value, node.value)
-    else:
-        parts = [_interval(arg, memo) for arg in node.args]
-        result = _combine(op, parts)
-    if result[0] < 0:
-        raise _Untranslatable(f"{node!r} may be negative (bounds {result})")
-    memo[id(node)] = result
-    return result
-
-
-def _combine(op: str, parts: list[Interval]) -> Interval:
-    """Bounds of `op` on operands with non-negative bounds `parts`."""
-    if op in ("min", "max"):
-        pick = min if op == "min" else max
-        return pick(parts[0][0], parts[1][0]), pick(parts[0][1], parts[1][1])
-    (a_lo, a_hi), (b_lo, b_hi) = parts
-    if op == "+":
-        return a_lo + b_lo, a_hi + b_hi
-    if op == "-":
-        return a_lo - b_hi, a_hi - b_lo
-    if op == "*":
-        return a_lo * b_lo, a_hi * b_hi
-    if op in ("//", "%") and b_lo < 1:
-        raise _Untranslatable(f"divisor of {op!r} may be zero (bounds {(b_lo, b_hi)})")
-    if op == "//":
-        return a_lo // b_hi, a_hi // b_lo
-    if op == "%":
-        return 0, min(a_hi, b_hi - 1)
-    if op == "&":
-        return 0, min(a_hi, b_hi)
-    if op in ("|", "^"):
-        return 0, (1 << max(a_hi, b_hi).bit_length()) - 1
-    if op == "<<":
-        return a_lo << b_lo, a_hi << b_hi
-    if op == ">>":
-        return a_lo >> b_hi, a_hi >> b_lo
-    raise _Untranslatable(f"operator {op!r} is outside the bit-vector fragment")
-
-
-_BITVECTOR_OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "//": z3.UDiv,
-    "%": z3.URem,
-    "&": lambda a, b: a & b,
-    "|": lambda a, b: a | b,
-    "^": lambda a, b: a ^ b,
-    "<<": lambda a, b: a << b,
-    ">>": z3.LShR,
-    "min": lambda a, b: z3.If(z3.ULE(a, b), a, b),
-    "max": lambda a, b: z3.If(z3.ULE(a, b), b, a),
-}
-
-
-class _Translation:
-    """Exact bit-vector forms of non-negative expressions sharing one width and variables."""
-
-    def __init__(self, expressions: list[Expr], headroom: int = 0) -> None:
-        """Bound every sub-expression; the width leaves `headroom` spare bits above the largest
-        bound, for products the caller forms on the translated values."""
-        memo: dict[int, Interval] = {}
-        largest = max(_interval(e, memo)[1] for e in expressions)
-        self.width = largest.bit_length() + 1 + headroom
-        self.variables: dict[str, Any] = {}
-        self.constraints: list[Any] = []
-        self._memo: dict[int, Any] = {}
-
-    def __call__(self, node: Expr) -> Any:
-        done = self._memo.get(id(node))
-        if done is not None:
-            return done
-        if node.op == "var":
-            result = self.variables.get(node.name)
-            if result is None:
-                result = z3.BitVec(node.name, self.width)
-                self.variables[node.name] = result
-                self.constraints += [z3.UGE(result, node.lo), z3.ULE(result, node.hi)]
-        elif node.op == "const":
-            result = z3.BitVecVal(node.value, self.width)
-        else:
-            result = _BITVECTOR_OPS[node.op](*(self(arg) for arg in node.args))
-        self._memo[id(node)] = result
-        return result
+def _encoder(expressions: list[Expr]) -> Encoder:
+    """A bit-vector Encoder, in a fresh Z3 context, wide enough for every one of `expressions`."""
+    return Encoder(ctx=z3.Context(), width=bitvector_width(expressions))
 
 
 def _check_limits(timeout: float, rlimit: int) -> None:
@@ -167,39 +84,38 @@ def _check_limits(timeout: float, rlimit: int) -> None:
         raise LayoutError(f"rlimit must be a positive integer, got {rlimit!r}")
 
 
-def _search(
-    translation: _Translation,
-    violation: Any,
+def _decide(
+    encoder: Encoder,
+    violation: z3.BoolRef,
     report: dict[str, Expr],
+    violated: Callable[[dict[str, int]], bool],
     proven: str,
     refuted: str,
-    timeout: float,
-    rlimit: int,
-) -> tuple[bool | None, dict[str, int] | None, str]:
-    """Look for a model of `violation`: (holds, counterexample, reason)."""
-    solver = z3.Solver()
-    solver.set("timeout", max(1, int(timeout * 1000)))
-    solver.set("rlimit", rlimit)
-    solver.add(*translation.constraints, violation)
-    verdict = solver.check()
-    if verdict == z3.unsat:
-        return True, None, proven
-    if verdict == z3.sat:
-        model = solver.model()
-        example = {
-            key: model.eval(translation(expression), model_completion=True).as_long()
-            for key, expression in report.items()
-        }
-        return False, example, refuted
-    return None, None, f"the solver gave up: {solver.reason_unknown()}"
-
-
-def _unknown(error: _Untranslatable, started: float) -> SwizzleProof:
-    return SwizzleProof(None, None, f"not translated to bit-vectors: {error}", _since(started))
-
-
-def _since(started: float) -> float:
-    return time.perf_counter() - started
+    limits: tuple[float, int],
+    started: float,
+) -> ProofResult:
+    """Search for a model of `violation` under the variables' bounds. Unsat proves the claim
+    (`proven`); a model is evaluated on ints at the keys of `report` and refutes it (`refuted`)
+    only when `violated` holds of those values; otherwise the result is unknown."""
+    found = search(encoder.bounds(), violation, *limits)
+    if found.verdict == z3.unsat:
+        return ProofResult(True, None, proven, elapsed(started))
+    if found.verdict != z3.sat:
+        return unknown(f"the solver gave up: {found.reason_unknown}", started)
+    point = {
+        name: found.model.eval(term, model_completion=True).as_long()
+        for name, term in encoder.variables.items()
+    }
+    try:
+        example = {key: evaluate(expression, point) for key, expression in report.items()}
+    except _EVALUATION_ERRORS as error:
+        return unknown(
+            f"the solver's point {point} did not confirm on ints: evaluating raised {error!r}",
+            started,
+        )
+    if not violated(example):
+        return unknown(f"the solver's point did not confirm on ints: {example}", started)
+    return ProofResult(False, example, refuted, elapsed(started))
 
 
 def check_permutation(
@@ -209,7 +125,7 @@ def check_permutation(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     rlimit: int = DEFAULT_RLIMIT,
-) -> SwizzleProof:
+) -> ProofResult:
     """Whether x -> `expr` (x the variable `name`) maps ``[0, 2**width)`` one-to-one onto itself.
 
     Searches for x != y in the range with equal images, or an x whose image leaves the range;
@@ -230,32 +146,35 @@ def check_permutation(
     x = var("x", 0, top)
     y = var("y", 0, top)
     image_x, image_y = expr.substitute({name: x}), expr.substitute({name: y})
-    try:
-        translation = _Translation([image_x, image_y, x, y, const(top)])
-    except _Untranslatable as error:
-        return _unknown(error, started)
-    bx, by = translation(x), translation(y)
-    fx, fy = translation(image_x), translation(image_y)
-    limit = z3.BitVecVal(top, translation.width)
+    why = _untranslatable([image_x, image_y])
+    if why is not None:
+        return unknown(f"not translated to bit-vectors: {why}", started)
+    encoder = _encoder([image_x, image_y, x, y, const(top)])
+    bx, by = encoder.term(x), encoder.term(y)
+    fx, fy = encoder.term(image_x), encoder.term(image_y)
     violation = z3.Or(
         z3.And(bx != by, fx == fy),
-        z3.And(bx == by, z3.UGT(fx, limit)),
+        z3.And(bx == by, fx > encoder.term(const(top))),
     )
-    holds, example, reason = _search(
-        translation,
+
+    def violated(e: dict[str, int]) -> bool:
+        return (e["x"] != e["y"] and e["image_x"] == e["image_y"]) or e["image_x"] > top
+
+    return _decide(
+        encoder,
         violation,
         {"x": x, "y": y, "image_x": image_x, "image_y": image_y},
+        violated,
         f"{expr!r} permutes [0, 2**{width})",
         f"{expr!r} does not permute [0, 2**{width})",
-        timeout,
-        rlimit,
+        (timeout, rlimit),
+        started,
     )
-    return SwizzleProof(holds, example, reason, _since(started))
 
 
 def check_swizzle_bijective(
     swizzle: Swizzle, *, timeout: float = DEFAULT_TIMEOUT, rlimit: int = DEFAULT_RLIMIT
-) -> SwizzleProof:
+) -> ProofResult:
     """Prove that `swizzle` permutes ``[0, 2**swizzle.width)``: `check_permutation` of the
     expression ``swizzle(x)`` that the library builds (and the backend prints)."""
     if not isinstance(swizzle, Swizzle):
@@ -281,7 +200,7 @@ def check_rows_conflict_free(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     rlimit: int = DEFAULT_RLIMIT,
-) -> SwizzleProof:
+) -> ProofResult:
     """Prove the row-access claim of `shared_row_major_swizzle` for `layout`.
 
     The last dimension is the row; the leading dimensions, flattened row-major, number the rows.
@@ -314,44 +233,54 @@ def check_rows_conflict_free(
     chunk = var("chunk", 0, row_length // lanes - 1)
     lane = var("lane", 0, lanes - 1)
     start = chunk * lanes
-    offset = layout.offset(_row_coordinates(layout.shape, row, start + lane))
+    column = start + lane
+    offset = layout.offset(_row_coordinates(layout.shape, row, column))
     chunk_start = layout.offset(_row_coordinates(layout.shape, row, start))
     other_offset = layout.offset(_row_coordinates(layout.shape, other_row, start))
-    try:
-        translation = _Translation(
-            [offset, chunk_start, other_offset, row, other_row, chunk, lane, const(128)],
-            headroom=element_bits.bit_length(),
-        )
-    except _Untranslatable as error:
-        return _unknown(error, started)
-    bits = z3.BitVecVal(element_bits, translation.width)
-
-    def bank_group(expression: Expr) -> Any:
-        return z3.LShR(translation(expression) * bits, 7) & 7
-
-    broken_chunk = z3.Or(
-        translation(offset) != translation(chunk_start) + translation(lane),
-        z3.URem(translation(chunk_start), lanes) != 0,
+    why = _untranslatable([offset, chunk_start, other_offset])
+    if why is not None:
+        return unknown(f"not translated to bit-vectors: {why}", started)
+    group, other_group = ((o * element_bits) >> 7 & 7 for o in (chunk_start, other_offset))
+    misalignment, row_window = chunk_start % lanes, row + 8
+    encoder = _encoder(
+        [offset, chunk_start, column, lane, misalignment, group, other_group, row_window]
     )
-    holds, example, reason = _search(
-        translation,
+    term = encoder.term
+    broken_chunk = z3.Or(term(offset) != term(chunk_start) + term(lane), term(misalignment) != 0)
+
+    def chunk_broken(e: dict[str, int]) -> bool:
+        return (
+            e["offset"] != e["chunk_start"] + e["column"] % lanes or e["chunk_start"] % lanes != 0
+        )
+
+    result = _decide(
+        encoder,
         broken_chunk,
-        {"row": row, "column": start + lane, "offset": offset, "chunk_start": chunk_start},
+        {"row": row, "column": column, "offset": offset, "chunk_start": chunk_start},
+        chunk_broken,
         "",
         "a 16-byte chunk of a row is not contiguous and aligned",
-        timeout,
-        rlimit,
+        (timeout, rlimit),
+        started,
     )
-    if holds is not True:
-        return SwizzleProof(holds, example, reason, _since(started))
-    r1, r2 = translation(row), translation(other_row)
+    if result.holds is not True:
+        return result
     shared_group = z3.And(
-        z3.ULT(r1, r2),
-        z3.ULT(r2 - r1, 8),
-        bank_group(chunk_start) == bank_group(other_offset),
+        term(row) < term(other_row),
+        term(other_row) < term(row_window),
+        term(group) == term(other_group),
     )
-    holds, example, reason = _search(
-        translation,
+
+    def group_shared(e: dict[str, int]) -> bool:
+        def bank_group(value: int) -> int:
+            return (value * element_bits) >> 7 & 7
+
+        return 0 < e["other_row"] - e["row"] < 8 and bank_group(e["offset"]) == bank_group(
+            e["other_offset"]
+        )
+
+    return _decide(
+        encoder,
         shared_group,
         {
             "row": row,
@@ -360,10 +289,10 @@ def check_rows_conflict_free(
             "offset": chunk_start,
             "other_offset": other_offset,
         },
+        group_shared,
         f"16-byte chunks of {layout!r} stay whole and aligned, and any 8 consecutive rows put "
         f"one chunk column in 8 distinct bank groups ({element_bits}-bit elements)",
         "two of 8 consecutive rows put a chunk column in the same bank group",
-        timeout,
-        rlimit,
+        (timeout, rlimit),
+        started,
     )
-    return SwizzleProof(holds, example, reason, _since(started))
