@@ -152,6 +152,7 @@ from layout_algebra.symbolic import (
     Expr,
     as_expr,
     evaluate,
+    known_divisor,
     logical_and,
     maximum,
     minimum,
@@ -318,28 +319,6 @@ def primary_condition(layout: RegisterLayout, thread: Expr) -> Expr | None:
             condition = logical_and(condition, (thread // divisor % size).eq(0))
         divisor *= size
     return simplify(condition)
-
-
-def known_divisor(expr: Expr | int) -> int:
-    """The largest int known to divide `expr` for every value of its variables (0 for 0).
-
-    Read structurally: a constant its absolute value, a variable 1, a product the product of its
-    factors', a shift left by a constant c the operand's times 2**c, a sum, difference, min or
-    max the gcd of its operands', a select that of its branches, anything else 1.
-    """
-    if not isinstance(expr, Expr):
-        return abs(int(expr))
-    if expr.op == "const":
-        return abs(expr.value)
-    if expr.op == "*":
-        return known_divisor(expr.args[0]) * known_divisor(expr.args[1])
-    if expr.op in ("+", "-", "min", "max"):
-        return math.gcd(known_divisor(expr.args[0]), known_divisor(expr.args[1]))
-    if expr.op == "select":
-        return math.gcd(known_divisor(expr.args[1]), known_divisor(expr.args[2]))
-    if expr.op == "<<" and expr.args[1].is_const and expr.args[1].value >= 0:
-        return known_divisor(expr.args[0]) << expr.args[1].value
-    return 1
 
 
 def _nodes(expr: Expr) -> list[Expr]:

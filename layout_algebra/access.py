@@ -25,7 +25,6 @@ words from each of banks 0..3, so the access costs 4 phases * 8 = 32 wavefronts 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
-from layout_algebra.symbolic import Expr
+from layout_algebra.symbolic import Expr, known_divisor
 
 MemoryLayout = SharedLayout | GlobalLayout
 
@@ -58,27 +57,6 @@ def _check_alignment(value: Any) -> int:
     if value & (value - 1):
         raise LayoutError(f"base_alignment must be a power of two (in bytes), got {value}")
     return value
-
-
-def _known_divisor(value: int | Expr) -> int:
-    """The largest positive int known to divide `value` for every value of its variables.
-
-    An int gives its absolute value (0 for 0, which every int divides). An `Expr` is read
-    structurally: a constant gives its absolute value, a variable 1, a product the product of its
-    factors', a sum, difference, min or max the gcd of its operands', a select the gcd of its
-    branches', anything else 1. Sound, not complete: ``var("K") * 8`` gives 8.
-    """
-    if not isinstance(value, Expr):
-        return abs(int(value))
-    if value.op == "const":
-        return abs(value.value)
-    if value.op == "*":
-        return _known_divisor(value.args[0]) * _known_divisor(value.args[1])
-    if value.op in ("+", "-", "min", "max"):
-        return math.gcd(_known_divisor(value.args[0]), _known_divisor(value.args[1]))
-    if value.op == "select":
-        return math.gcd(_known_divisor(value.args[1]), _known_divisor(value.args[2]))
-    return 1
 
 
 @dataclass(frozen=True)
@@ -196,7 +174,7 @@ class AccessMap:
         symbolic: list[tuple[np.ndarray, int]] = []
         for coord, stride in zip(coords, self.memory.strides):
             if isinstance(stride, Expr):
-                symbolic.append((coord, _known_divisor(stride)))
+                symbolic.append((coord, known_divisor(stride)))
             else:
                 concrete = concrete + coord * stride
         return concrete, symbolic

@@ -19,7 +19,6 @@ from backend.kernel import IntParam as KernelIntParam
 from backend.lower import (
     default_copy_layout,
     is_wide,
-    known_divisor,
     local_index_expression,
     lower,
     pad_layout,
@@ -443,21 +442,6 @@ def test_local_index_expression_of_the_mma_accumulator() -> None:
         for i in range(layout.local_size):
             r, c = layout.map(t, i)
             assert index.evaluate({"r": r, "c": c}) == i
-
-
-@pytest.mark.parametrize(
-    ("expr", "divisor"),
-    [
-        (var("k") * 8, 8),
-        (var("k") * 8 + 12, 4),
-        (var("a") * 6 + var("b") * 9, 3),
-        (var("k") << 3, 8),
-        (var("k") // 8, 1),
-        (0, 0),
-    ],
-)
-def test_known_divisor_table(expr: object, divisor: int) -> None:
-    assert known_divisor(expr) == divisor
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,9 @@
 Literal tables pin construction, evaluation, bounds, simplification and the C text down; hypothesis
 properties over random expression trees (depth <= 4, small ranges including negatives, bitwise
 nodes over non-negative operands and shift counts in [0, 3]) compare evaluation with Python's own
-arithmetic, array evaluation with int evaluation, and simplification with the original;
-differential checks compare with sympy and with the C text compiled by gcc.
+arithmetic, array evaluation with int evaluation, simplification with the original, and check
+that every value is a multiple of `known_divisor`; differential checks compare with sympy and with
+the C text compiled by gcc.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import sympy
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from layout_algebra.errors import LayoutError
@@ -31,6 +32,7 @@ from layout_algebra.symbolic import (
     as_expr,
     const,
     evaluate,
+    known_divisor,
     logical_and,
     logical_not,
     logical_or,
@@ -706,6 +708,57 @@ def test_to_sympy_of_bitwise_operators() -> None:
     assert (N ^ (M & 7))._repr_latex_() == r"$\left(n \oplus \left(m \mathbin{\&} 7\right)\right)$"
 
 
+# ---------------------------------------------------------------------------- known divisors
+
+KNOWN_DIVISOR_TABLE = [
+    (0, 0),
+    (-12, 12),
+    (const(0), 0),
+    (N, 1),
+    (T, 1),
+    (Expr("*", (N, const(0))), 0),
+    (N * 8, 8),
+    (N * 8 + 12, 4),
+    (N * 6 + M * 9, 3),
+    (N * 6 - 4, 2),
+    (-(N * 6), 6),
+    (N * 6 * (M * 4), 24),
+    (N << 3, 8),
+    ((N * 3) << 2, 12),
+    (N << M, 1),
+    ((N * 4) << M, 4),
+    ((N * 24) >> 3, 3),
+    (Expr(">>", (N * 24, const(4))), 1),
+    (Expr("//", (N * 24, const(4))), 6),
+    (Expr("//", (N * 24, const(16))), 1),
+    (Expr("//", (N * 40, const(16))), 1),
+    (Expr(">>", (N * 40, const(4))), 1),
+    (Expr(">>", (N * 40, const(0))), 40),
+    (N // 8, 1),
+    (Expr("//", (N * 8, M * 4)), 1),
+    ((N * 8) % 12, 4),
+    (N % 8, 1),
+    ((N * 16) % (M * 24), 8),
+    (minimum(N * 6, 9), 3),
+    (maximum(N * 4, M * 10), 2),
+    (select(N < 3, N * 8, M * 12), 4),
+    (select(N * 8, 1, 0), 1),
+    ((N * 8) & M, 8),
+    ((N * 8) & (M * 12), 8),
+    ((N * 8) | (M * 12), 4),
+    ((N * 24) ^ 4, 4),
+    (Expr("^", (const(0), N * 12)), 12),
+    (swizzle(U * 8, 3, 3, 3), 8),
+    (N * 8 < 16, 1),
+    (logical_and(N * 8, M * 8), 1),
+]
+
+
+@pytest.mark.parametrize(("expression", "divisor"), KNOWN_DIVISOR_TABLE)
+def test_known_divisor_table(expression: Expr | int, divisor: int) -> None:
+    assert known_divisor(expression) == divisor
+
+
 # ---------------------------------------------------------------------------------- properties
 
 
@@ -775,6 +828,57 @@ def test_bounds_contain_every_value(tree: tuple[Expr, Reference], env: dict[str,
         lo, hi = expression.bounds()
         assert lo is None or lo <= value
         assert hi is None or value <= hi
+
+
+SCALES = (1, 2, 3, 4, 6, 8, 16)
+
+
+def scaled_tree(integer: Callable[[int, int], int], depth: int, nonnegative: bool = False) -> Expr:
+    """A random expression like `random_tree`'s whose leaves are multiplied by a random scale
+    from SCALES, so that its subexpressions have divisors other than 1."""
+    kind = integer(0, 5) if depth > 0 else integer(0, 1)
+    scale = SCALES[integer(0, len(SCALES) - 1)]
+    if kind == 0:
+        variables = NONNEGATIVE_VARIABLES if nonnegative else TREE_VARIABLES
+        return variables[integer(0, len(variables) - 1)] * scale
+    if kind == 1:
+        return const(scale * (integer(0, 9) if nonnegative else integer(-6, 6)))
+    names = NONNEGATIVE_NAMES if nonnegative else OPERATION_NAMES
+    name = names[integer(0, len(names) - 1)]
+    arity, build, _ = TREE_OPERATIONS[name]
+    nonnegative_operands = nonnegative or name in BITWISE_NAMES
+    return build(*(scaled_tree(integer, depth - 1, nonnegative_operands) for _ in range(arity)))
+
+
+@st.composite
+def scaled_trees(draw: st.DrawFn) -> Expr:
+    return scaled_tree(lambda lo, hi: draw(st.integers(lo, hi)), 4)
+
+
+@settings(max_examples=300)
+@given(scaled_trees(), environments())
+def test_every_value_is_a_multiple_of_the_known_divisor(
+    expression: Expr, env: dict[str, int]
+) -> None:
+    value = outcome(expression.evaluate, env)
+    assume(value is not ZeroDivisionError)
+    divisor = known_divisor(expression)
+    if divisor == 0:
+        assert value == 0
+    else:
+        assert value % divisor == 0
+
+
+def test_known_divisor_divides_the_values_of_many_random_trees() -> None:
+    # Hypothesis draws small values (often 0, a multiple of everything); uniform draws do not.
+    generator = random.Random(20261130)
+    for _ in range(3000):
+        expression = scaled_tree(generator.randint, 4)
+        divisor = known_divisor(expression)
+        for _ in range(3):
+            value = outcome(expression.evaluate, random_environment(generator.randint))
+            if value is not ZeroDivisionError:
+                assert value % divisor == 0 if divisor else value == 0, (expression, divisor)
 
 
 PYTHON_BITWISE = {
