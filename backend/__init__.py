@@ -17,9 +17,9 @@ from backend.errors import LaunchError as LaunchError
 from backend.errors import NoDeviceError as NoDeviceError
 from backend.fast_conversions import FastConversion as FastConversion
 from backend.fast_conversions import fast_conversion as fast_conversion
-from backend.kernel import ArrayParam as ArrayParam
-from backend.kernel import IntParam as IntParam
 from backend.kernel import Kernel as Kernel
+from backend.kernel import KernelArrayParam as KernelArrayParam
+from backend.kernel import KernelIntParam as KernelIntParam
 from backend.kernel import build_kernel as build_kernel
 from backend.lower import Access as Access
 from backend.lower import LoweredKernel as LoweredKernel

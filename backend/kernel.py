@@ -1,12 +1,14 @@
 """A compiled kernel: its parameter signature, the checking of every argument, and its launch.
 
 A `Kernel` holds a CUDA C++ source, its CUBIN for one architecture, the name of its
-`extern "C" __global__` entry, and a signature: one `ArrayParam` or `IntParam` per kernel
-parameter, in the order of the C signature. Arrays travel as 8-byte device pointers, ints as the
-C integer type of their `IntParam`.
+`extern "C" __global__` entry, and a signature: one `KernelArrayParam` or `KernelIntParam` per
+kernel parameter, in the order of the C signature (the `Kernel` prefix tells them from the IR's
+`ir.ArrayParam` and `ir.IntParam`, which `backend.lower` turns into these). Arrays travel as
+8-byte device pointers, ints as the C integer type of their `KernelIntParam`.
 
     n = var("n")                           # layout_algebra.symbolic
-    params = (ArrayParam("a", 16, n), ArrayParam("b", 16, n), ArrayParam("c", 16, n), IntParam("n"))
+    halves = [KernelArrayParam(name, 16, n) for name in ("a", "b", "c")]
+    params = (*halves, KernelIntParam("n"))
     kernel = build_kernel(source, "vector_add", params, block_threads=128)
     kernel(a, b, c, 1000, grid=8)          # or kernel(a, b, c=c, n=1000, grid=(8, 1, 1))
 
@@ -52,10 +54,11 @@ from backend.device import (
 )
 from backend.errors import CompilationError, LaunchError
 from backend.nvrtc import compile_cached, cubin_kernels
+from ir.arguments import bind_arguments
+from ir.arguments import check_grid as check_arguments_grid
 from layout_algebra.symbolic import Expr
 
 MAX_BLOCK_THREADS = 1024
-MAX_GRID = (2**31 - 1, 2**16 - 1, 2**16 - 1)
 RESERVED_NAMES = frozenset({"grid"})
 """Names a parameter may not take: they are keywords of `Kernel.__call__`."""
 
@@ -116,7 +119,7 @@ def _is_int(value: object) -> bool:
 
 
 @dataclass(frozen=True)
-class ArrayParam:
+class KernelArrayParam:
     """A pointer parameter: an array of `num_elements` elements of `element_bits` bits each,
     stored as a dense little-endian bitstream (element k in bits [k*b, (k+1)*b)).
 
@@ -203,7 +206,7 @@ _INT_TYPES = {
 
 
 @dataclass(frozen=True)
-class IntParam:
+class KernelIntParam:
     """An integer parameter passed by value as the C type `int<bits>_t` (`signed`) or
     `uint<bits>_t`; `bits` is 8, 16, 32 or 64.
 
@@ -304,7 +307,7 @@ class IntParam:
         return integer
 
 
-Param = ArrayParam | IntParam
+Param = KernelArrayParam | KernelIntParam
 
 
 def _format_ints(ints: Mapping[str, int]) -> str:
@@ -312,31 +315,8 @@ def _format_ints(ints: Mapping[str, int]) -> str:
 
 
 def check_grid(grid: object) -> tuple[int, int, int]:
-    """`grid` as (x, y, z): a positive int is (grid, 1, 1); a tuple or list of 1 to 3 positive
-    ints is padded with 1s. Raises `LaunchError` for anything else or a dimension over the
-    hardware limit (x < 2**31, y and z < 2**16)."""
-    expected = (
-        "expected a positive int or a tuple of 1 to 3 positive ints "
-        f"(x <= {MAX_GRID[0]}, y and z <= {MAX_GRID[1]})"
-    )
-    dimensions = grid if isinstance(grid, tuple | list) else (grid,)
-    if not 1 <= len(dimensions) <= 3:
-        raise LaunchError(f"grid {grid!r} has {len(dimensions)} dimensions; {expected}")
-    result = []
-    for axis, (value, limit) in enumerate(zip(dimensions, MAX_GRID, strict=False)):
-        if isinstance(value, bool | np.bool_):
-            raise LaunchError(f"grid {grid!r}: dimension {axis} is a bool; {expected}")
-        try:
-            size = operator.index(value)
-        except TypeError:
-            raise LaunchError(
-                f"grid {grid!r}: dimension {axis} is not an integer; {expected}"
-            ) from None
-        if not 1 <= size <= limit:
-            raise LaunchError(f"grid {grid!r}: dimension {axis} is {size}; {expected}")
-        result.append(size)
-    padded = (*result, 1, 1)
-    return padded[0], padded[1], padded[2]
+    """`grid` as (x, y, z) by the rules of `ir.arguments.check_grid`; `LaunchError` otherwise."""
+    return check_arguments_grid(grid, LaunchError)
 
 
 class Kernel:
@@ -366,17 +346,18 @@ class Kernel:
             raise LaunchError(f"kernel entry {entry!r} is not a C identifier")
         params = tuple(params)
         for param in params:
-            if not isinstance(param, ArrayParam | IntParam):
+            if not isinstance(param, KernelArrayParam | KernelIntParam):
                 raise LaunchError(
-                    f"kernel {entry!r}: parameter {param!r} is not an ArrayParam or IntParam"
+                    f"kernel {entry!r}: parameter {param!r} is not a KernelArrayParam or "
+                    "KernelIntParam"
                 )
         names = [param.name for param in params]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise LaunchError(f"kernel {entry!r}: parameter names {duplicates} appear twice")
-        int_names = {param.name for param in params if isinstance(param, IntParam)}
+        int_names = {param.name for param in params if isinstance(param, KernelIntParam)}
         for param in params:
-            if isinstance(param, ArrayParam) and isinstance(param.num_elements, Expr):
+            if isinstance(param, KernelArrayParam) and isinstance(param.num_elements, Expr):
                 unknown = sorted(param.num_elements.free_vars() - int_names)
                 if unknown:
                     raise LaunchError(
@@ -466,7 +447,7 @@ class Kernel:
         ints = {
             param.name: param.check(bound[param.name])
             for param in self._params
-            if isinstance(param, IntParam)
+            if isinstance(param, KernelIntParam)
         }
         grid3 = check_grid(grid)
         torch = sys.modules.get("torch")
@@ -482,7 +463,7 @@ class Kernel:
         views = {
             param.name: self._check_array(param, bound[param.name], ints, ordinal, stream)
             for param in self._params
-            if isinstance(param, ArrayParam)
+            if isinstance(param, KernelArrayParam)
         }
         function = self._load(ordinal)
         if self._block_threads > function.resources.max_threads_per_block:
@@ -493,7 +474,7 @@ class Kernel:
             )
         values = [
             ctypes.c_uint64(views[param.name].address)
-            if isinstance(param, ArrayParam)
+            if isinstance(param, KernelArrayParam)
             else _INT_TYPES[param.bits, param.signed](ints[param.name])
             for param in self._params
         ]
@@ -516,34 +497,14 @@ class Kernel:
         )
 
     def _bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
-        """Map each parameter name to its argument; `LaunchError` for too many, unknown,
-        repeated or missing arguments."""
+        """Map each parameter name to its argument (`ir.arguments.bind_arguments`);
+        `LaunchError` for too many, unknown, repeated or missing arguments."""
         names = [param.name for param in self._params]
-        if len(args) > len(names):
-            raise LaunchError(
-                f"kernel {self._entry!r} takes {len(names)} arguments ({', '.join(names)}); "
-                f"got {len(args)} positional arguments"
-            )
-        bound = dict(zip(names, args, strict=False))
-        for name, value in kwargs.items():
-            if name not in names:
-                raise LaunchError(
-                    f"kernel {self._entry!r} has no parameter {name!r}; its parameters are "
-                    f"{', '.join(names)}"
-                )
-            if name in bound:
-                raise LaunchError(
-                    f"kernel {self._entry!r}: argument {name!r} given both by position and by name"
-                )
-            bound[name] = value
-        missing = [name for name in names if name not in bound]
-        if missing:
-            raise LaunchError(f"kernel {self._entry!r}: missing arguments {', '.join(missing)}")
-        return bound
+        return bind_arguments(f"kernel {self._entry!r}", names, args, kwargs, LaunchError)
 
     def _check_array(
         self,
-        param: ArrayParam,
+        param: KernelArrayParam,
         value: object,
         ints: Mapping[str, int],
         ordinal: int,

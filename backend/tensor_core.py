@@ -62,11 +62,11 @@ from ir.instructions import Dot
 from layout_algebra.errors import LayoutError
 from layout_algebra.fragments import fragment
 from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import SharedLayout
 from layout_algebra.symbolic import Expr, ExprLike, as_expr, evaluate, simplify, var
 
-WARP_SIZE = 32
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 """The tile of one ``mma.sync`` m16n8k16: (M, N, K)."""
 MINIMUM_MMA_ARCH = 80

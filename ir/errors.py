@@ -7,7 +7,11 @@
   its copy was waited for or before a barrier, two threads storing different values to one
   element, out-of-range shared or global accesses, integer division by zero, bad arguments.
 
-Both subclass `ValueError`: they are about a bad value (a program or its arguments).
+- `VisitorError`: an instruction visitor that lacks the method of an instruction (raised when
+  the visitor class is created), or an instruction given to a visitor that does not handle it.
+
+The first two subclass `ValueError`: they are about a bad value (a program or its arguments).
+`VisitorError` is a `TypeError`: it is about code that does not handle an instruction type.
 """
 
 from __future__ import annotations
@@ -19,3 +23,7 @@ class VerificationError(ValueError):
 
 class InterpreterError(ValueError):
     """The reference interpreter refuses a program run: a race, a bad access or a bad argument."""
+
+
+class VisitorError(TypeError):
+    """A visitor lacks the method of an instruction class, or was given one it does not handle."""

@@ -36,63 +36,189 @@ Computation:
 Control:
     ForRange   for var in range(start, stop, step): body   (step a positive int)
     If         if cond: body   (cond a scalar Expr, nonzero is true)
+
+The base class `Instruction` gives every instruction the same generic view of its fields, derived
+once per class from the field types, so that no consumer needs to know an instruction's field
+names:
+
+- `results()`: the tensors it defines (fields declared with `result()`);
+- `operands()`: the tensors it reads, or writes into in place (the other tensor fields);
+- `scalars()`: the scalar expressions it reads (`Expr` and offset-tuple fields, and the extents
+  and strides of a global view it defines), not the loop variable a `ForRange` binds;
+- `bodies()`: its nested instruction sequences (`ForRange` and `If`).
+
+`all_instruction_types()` lists every concrete instruction class, in definition order; the
+visitors of `ir.visitor` check, when they are created, that they handle each of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
 from ir.values import ArrayParam, GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.register import RegisterLayout
+from layout_algebra.symbolic import Expr
 
-if TYPE_CHECKING:
-    from layout_algebra.symbolic import Expr
+Offsets = tuple[Expr, ...]
+"""A tile origin: one scalar per dimension of the memory tensor."""
 
-Offsets = tuple["Expr", ...]
+Tensor = RegisterTensor | SharedTensor | GlobalTensor
+"""Any tensor an instruction defines or uses."""
+
+_TENSOR_TYPES = (RegisterTensor, SharedTensor, GlobalTensor)
+_ROLE = "role"
+_RESULT = "result"
+_BINDING = "binding"
+
+
+def result() -> Any:
+    """Declare an instruction field as a result: a tensor the instruction defines."""
+    return dataclasses.field(metadata={_ROLE: _RESULT})
+
+
+def binding() -> Any:
+    """Declare an instruction field as a scalar variable the instruction binds (a loop index)."""
+    return dataclasses.field(metadata={_ROLE: _BINDING})
+
+
+@dataclass(frozen=True)
+class _FieldKinds:
+    """The names of an instruction class's fields, by what they hold."""
+
+    results: tuple[str, ...]
+    operands: tuple[str, ...]
+    scalars: tuple[str, ...]
+    scalar_tuples: tuple[str, ...]
+    bodies: tuple[str, ...]
+
+
+_REGISTRY: list[type[Instruction]] = []
 
 
 @dataclass(frozen=True, eq=False)
-class RegisterTensorInit:
+class Instruction:
+    """The base of every instruction: a frozen dataclass, compared by identity.
+
+    Subclasses are dataclasses too; each one is registered when it is defined (see
+    `all_instruction_types`). The generic accessors below read the fields by their declared
+    types: a tensor field is a result when declared with `result()`, else an operand; an `Expr`
+    field is a scalar unless declared with `binding()`; an `Offsets` field holds scalars; a
+    `tuple[Instruction, ...]` field is a body.
+    """
+
+    op: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _REGISTRY.append(cls)
+
+    @classmethod
+    def _kinds(cls) -> _FieldKinds:
+        return _field_kinds(cls)
+
+    def results(self) -> tuple[Tensor, ...]:
+        """The tensors this instruction defines."""
+        return tuple(getattr(self, name) for name in self._kinds().results)
+
+    def operands(self) -> tuple[Tensor, ...]:
+        """The tensors this instruction reads, or writes into in place (stores, `Assign`)."""
+        return tuple(getattr(self, name) for name in self._kinds().operands)
+
+    def scalars(self) -> tuple[Expr, ...]:
+        """The scalar expressions this instruction reads: its scalar and offset fields, and the
+        symbolic extents and strides of a global view it defines."""
+        kinds = self._kinds()
+        found: list[Expr] = [getattr(self, name) for name in kinds.scalars]
+        for name in kinds.scalar_tuples:
+            found.extend(getattr(self, name))
+        for tensor in self.results():
+            if isinstance(tensor, GlobalTensor):
+                layout = tensor.layout
+                found.extend(e for e in (*layout.shape, *layout.strides) if isinstance(e, Expr))
+        return tuple(found)
+
+    def bodies(self) -> tuple[tuple[Instruction, ...], ...]:
+        """The instruction sequences nested in this one (empty for all but loops and ifs)."""
+        return tuple(getattr(self, name) for name in self._kinds().bodies)
+
+
+@functools.cache
+def _field_kinds(cls: type[Instruction]) -> _FieldKinds:
+    """Classify the fields of `cls` by their declared types (resolved once per class)."""
+    hints = typing.get_type_hints(cls)
+    kinds: dict[str, list[str]] = {
+        "results": [],
+        "operands": [],
+        "scalars": [],
+        "scalar_tuples": [],
+        "bodies": [],
+    }
+    for field in dataclasses.fields(cls):
+        declared = hints[field.name]
+        role = field.metadata.get(_ROLE)
+        members = typing.get_args(declared) or (declared,)
+        if any(isinstance(m, type) and issubclass(m, _TENSOR_TYPES) for m in members):
+            kinds["results" if role == _RESULT else "operands"].append(field.name)
+        elif declared is Expr and role != _BINDING:
+            kinds["scalars"].append(field.name)
+        elif declared == Offsets:
+            kinds["scalar_tuples"].append(field.name)
+        elif declared == tuple[Instruction, ...]:
+            kinds["bodies"].append(field.name)
+    return _FieldKinds(**{key: tuple(names) for key, names in kinds.items()})
+
+
+def all_instruction_types() -> tuple[type[Instruction], ...]:
+    """Every concrete instruction class defined so far (this module's, then any defined
+    elsewhere), in definition order."""
+    return tuple(_REGISTRY)
+
+
+@dataclass(frozen=True, eq=False)
+class RegisterTensorInit(Instruction):
     """`out = register_tensor(out.dtype, out.layout, init)`: every element set to `init`.
 
     `init` is a Python int or float, converted to `out.dtype` (rounded or saturated).
     """
 
     op: ClassVar[str] = "register_tensor"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     init: int | float
 
 
 @dataclass(frozen=True, eq=False)
-class SharedTensorAlloc:
+class SharedTensorAlloc(Instruction):
     """`out = shared_tensor(out.dtype, out.layout)`: a statically allocated shared buffer."""
 
     op: ClassVar[str] = "shared_tensor"
-    out: SharedTensor
+    out: SharedTensor = result()
 
 
 @dataclass(frozen=True, eq=False)
-class GlobalView:
+class GlobalView(Instruction):
     """`out = global_view(param, out.dtype, out.layout)`: view an array parameter."""
 
     op: ClassVar[str] = "global_view"
-    out: GlobalTensor
+    out: GlobalTensor = result()
     param: ArrayParam
 
 
 @dataclass(frozen=True, eq=False)
-class LoadGlobal:
+class LoadGlobal(Instruction):
     """`out[c] = src[offsets + c]` for every tile coordinate c; 0 where out of src's shape."""
 
     op: ClassVar[str] = "load_global"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     src: GlobalTensor
     offsets: Offsets
 
 
 @dataclass(frozen=True, eq=False)
-class StoreGlobal:
+class StoreGlobal(Instruction):
     """`dst[offsets + c] = src[c]` where offsets + c is inside dst's shape (skipped elsewhere)."""
 
     op: ClassVar[str] = "store_global"
@@ -102,17 +228,17 @@ class StoreGlobal:
 
 
 @dataclass(frozen=True, eq=False)
-class LoadShared:
+class LoadShared(Instruction):
     """`out[c] = src[offsets + c]`; every accessed coordinate must be inside src's shape."""
 
     op: ClassVar[str] = "load_shared"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     src: SharedTensor
     offsets: Offsets
 
 
 @dataclass(frozen=True, eq=False)
-class StoreShared:
+class StoreShared(Instruction):
     """`dst[offsets + c] = src[c]`; every accessed coordinate must be inside dst's shape."""
 
     op: ClassVar[str] = "store_shared"
@@ -122,7 +248,7 @@ class StoreShared:
 
 
 @dataclass(frozen=True, eq=False)
-class CopyAsync:
+class CopyAsync(Instruction):
     """Asynchronous tile copy global -> shared of the tile `shape` (global rank).
 
     `dst[dst_offsets + pad(c)] = src[src_offsets + c]`, 0 where `src_offsets + c` is outside
@@ -141,14 +267,14 @@ class CopyAsync:
 
 
 @dataclass(frozen=True, eq=False)
-class CopyAsyncCommit:
+class CopyAsyncCommit(Instruction):
     """Close the group of `CopyAsync` issued since the previous commit (possibly empty)."""
 
     op: ClassVar[str] = "copy_async_commit"
 
 
 @dataclass(frozen=True, eq=False)
-class CopyAsyncWait:
+class CopyAsyncWait(Instruction):
     """Wait until at most `pending` committed copy groups are in flight (the newest ones).
 
     A copy's elements are then visible to the thread that copied them; a `Sync` makes them
@@ -160,23 +286,23 @@ class CopyAsyncWait:
 
 
 @dataclass(frozen=True, eq=False)
-class Sync:
+class Sync(Instruction):
     """A barrier of all the block's threads; shared-memory writes before it are visible after."""
 
     op: ClassVar[str] = "sync"
 
 
 @dataclass(frozen=True, eq=False)
-class Unary:
+class Unary(Instruction):
     """`out = op(x)` elementwise; `op` is a key of `ir.elementwise.UNARY_OPS`."""
 
     op: str
-    out: RegisterTensor
+    out: RegisterTensor = result()
     x: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class Binary:
+class Binary(Instruction):
     """`out = op(lhs, rhs)` elementwise with broadcasting; `op` is in `BINARY_OPS`.
 
     lhs and rhs have one dtype; out has it too, or `u1` for a comparison. out's shape is the
@@ -189,36 +315,36 @@ class Binary:
     """
 
     op: str
-    out: RegisterTensor
+    out: RegisterTensor = result()
     lhs: RegisterTensor
     rhs: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class Where:
+class Where(Instruction):
     """`out = x if cond else y` elementwise with broadcasting (layouts as for `Binary`).
 
     `cond` is `u1` (nonzero is true); x, y and out share one dtype.
     """
 
     op: ClassVar[str] = "where"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     cond: RegisterTensor
     x: RegisterTensor
     y: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class Cast:
+class Cast(Instruction):
     """`out = convert(x)` from x.dtype to out.dtype (`ir.dtypes.convert`), same layout."""
 
     op: ClassVar[str] = "cast"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     x: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class View:
+class View(Instruction):
     """Reinterpret each thread's register bits: x's codes in local order, LSB first, re-split.
 
     Thread t's bits are the codes of its local elements 0, 1, ... concatenated, element 0 in the
@@ -227,12 +353,12 @@ class View:
     """
 
     op: ClassVar[str] = "view"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     x: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class Reduce:
+class Reduce(Instruction):
     """`out = reduction(x, dim)` with `reduction` in sum, max, min; `keepdim` keeps a size-1 dim.
 
     out's layout is `layout_algebra.reduce(x.layout, [dim], keepdim)`. Order (fixed, so the GPU
@@ -245,7 +371,7 @@ class Reduce:
     """
 
     op: ClassVar[str] = "reduce"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     x: RegisterTensor
     dim: int
     reduction: str
@@ -253,7 +379,7 @@ class Reduce:
 
 
 @dataclass(frozen=True, eq=False)
-class Dot:
+class Dot(Instruction):
     """`out = a @ b + c`: a (M, K), b (K, N) f16 or bf16 (the same), c and out (M, N) f32.
 
     Arithmetic: for every (m, n): acc = c[m, n]; for k = 0 .. K-1 in order: acc = f32(acc +
@@ -274,14 +400,14 @@ class Dot:
     """
 
     op: ClassVar[str] = "dot"
-    out: RegisterTensor
+    out: RegisterTensor = result()
     a: RegisterTensor
     b: RegisterTensor
     c: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)
-class Assign:
+class Assign(Instruction):
     """`dst = src`: overwrite register tensor `dst` (defined in an enclosing scope) in place."""
 
     op: ClassVar[str] = "assign"
@@ -290,11 +416,11 @@ class Assign:
 
 
 @dataclass(frozen=True, eq=False)
-class ForRange:
+class ForRange(Instruction):
     """`for var in range(start, stop, step): body` with `step` a positive int."""
 
     op: ClassVar[str] = "for_range"
-    var: Expr
+    var: Expr = binding()
     start: Expr
     stop: Expr
     step: int
@@ -302,35 +428,9 @@ class ForRange:
 
 
 @dataclass(frozen=True, eq=False)
-class If:
+class If(Instruction):
     """`if cond: body`, `cond` a scalar Expr (true when nonzero)."""
 
     op: ClassVar[str] = "if"
     cond: Expr
     body: tuple[Instruction, ...]
-
-
-Instruction = (
-    RegisterTensorInit
-    | SharedTensorAlloc
-    | GlobalView
-    | LoadGlobal
-    | StoreGlobal
-    | LoadShared
-    | StoreShared
-    | CopyAsync
-    | CopyAsyncCommit
-    | CopyAsyncWait
-    | Sync
-    | Unary
-    | Binary
-    | Where
-    | Cast
-    | View
-    | Reduce
-    | Dot
-    | Assign
-    | ForRange
-    | If
-)
-"""Any instruction of this module."""

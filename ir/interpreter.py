@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from ir import bitstream
+from ir import bitstream, instructions
+from ir.arguments import bind_arguments, check_grid
 from ir.dtypes import DataType
 from ir.elementwise import (
     apply_binary,
@@ -55,30 +56,7 @@ from ir.elementwise import (
     value_dtype,
 )
 from ir.errors import InterpreterError
-from ir.instructions import (
-    Assign,
-    Binary,
-    Cast,
-    CopyAsync,
-    CopyAsyncCommit,
-    CopyAsyncWait,
-    Dot,
-    ForRange,
-    GlobalView,
-    If,
-    Instruction,
-    LoadGlobal,
-    LoadShared,
-    Reduce,
-    RegisterTensorInit,
-    SharedTensorAlloc,
-    StoreGlobal,
-    StoreShared,
-    Sync,
-    Unary,
-    View,
-    Where,
-)
+from ir.instructions import Instruction
 from ir.placement import (
     broadcast_gather,
     dot_warp_gather,
@@ -90,6 +68,7 @@ from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
 from ir.verifier import verify
+from ir.visitor import InstructionVisitor
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
@@ -244,7 +223,7 @@ def _thread_text(thread: int) -> str:
     return "several threads" if thread == _MANY else f"thread {thread}"
 
 
-class _Block:
+class BlockInterpreter(InstructionVisitor[None]):
     """The state of one block while it runs."""
 
     def __init__(self, run: _Run, block: tuple[int, int, int]) -> None:
@@ -260,29 +239,6 @@ class _Block:
         self.shared: dict[str, _SharedState] = {}
         self.committed = 0
         self.current: Instruction | None = None
-        self.handlers: dict[type, Callable[[Any], None]] = {
-            RegisterTensorInit: self.register_tensor,
-            SharedTensorAlloc: self.shared_tensor,
-            GlobalView: lambda instruction: None,
-            LoadGlobal: self.load_global,
-            StoreGlobal: self.store_global,
-            LoadShared: self.load_shared,
-            StoreShared: self.store_shared,
-            CopyAsync: self.copy_async,
-            CopyAsyncCommit: self.copy_async_commit,
-            CopyAsyncWait: self.copy_async_wait,
-            Sync: self.sync,
-            Unary: self.unary,
-            Binary: self.binary,
-            Where: self.where,
-            Cast: self.cast,
-            View: self.view,
-            Reduce: self.reduce,
-            Dot: self.dot,
-            Assign: self.assign,
-            ForRange: self.for_range,
-            If: self.if_,
-        }
 
     # -------------------------------------------------------------------------------- helpers
 
@@ -407,9 +363,9 @@ class _Block:
     def execute(self, body: Sequence[Instruction]) -> None:
         for instruction in body:
             self.current = instruction
-            self.handlers[type(instruction)](instruction)
+            self.visit(instruction)
 
-    def register_tensor(self, instruction: RegisterTensorInit) -> None:
+    def visit_register_tensor_init(self, instruction: instructions.RegisterTensorInit) -> None:
         out = instruction.out
         codes = out.dtype.encode(np.array([instruction.init]))
         value = to_values(out.dtype, codes)[0]
@@ -417,10 +373,13 @@ class _Block:
             (self.threads, out.layout.local_size), value, dtype=value_dtype(out.dtype)
         )
 
-    def shared_tensor(self, instruction: SharedTensorAlloc) -> None:
+    def visit_global_view(self, instruction: instructions.GlobalView) -> None:
+        pass  # a view only names memory; its accesses do the work
+
+    def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
         self.shared[instruction.out.name] = _SharedState(instruction.out)
 
-    def load_global(self, instruction: LoadGlobal) -> None:
+    def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src
         inside, elements, stream = self.global_access(src, instruction.offsets, out.layout)
         if inside is None:
@@ -430,7 +389,7 @@ class _Block:
             codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
         self.registers[out.name] = to_values(out.dtype, codes)
 
-    def store_global(self, instruction: StoreGlobal) -> None:
+    def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         inside, elements, stream = self.global_access(dst, instruction.offsets, src.layout)
         codes = src.dtype.encode(self.values(src)).astype(np.int64)
@@ -486,7 +445,7 @@ class _Block:
             )
         state.mark(state.writer, elements, threads, _is_injective(state.tensor.layout))
 
-    def load_shared(self, instruction: LoadShared) -> None:
+    def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
         out, src = instruction.out, instruction.src
         state = self.shared[src.name]
         elements = self.shared_access(src, instruction.offsets, out.layout)
@@ -494,7 +453,7 @@ class _Block:
         codes = bitstream.read(state.stream, elements, src.dtype.nbits)
         self.registers[out.name] = to_values(out.dtype, codes)
 
-    def store_shared(self, instruction: StoreShared) -> None:
+    def visit_store_shared(self, instruction: instructions.StoreShared) -> None:
         dst, src = instruction.dst, instruction.src
         state = self.shared[dst.name]
         elements = self.shared_access(dst, instruction.offsets, src.layout)
@@ -515,7 +474,7 @@ class _Block:
             )
         bitstream.write(state.stream, elements, codes, dst.dtype.nbits)
 
-    def copy_async(self, instruction: CopyAsync) -> None:
+    def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
         dst, src = instruction.dst, instruction.src
         key = instruction.shape if instruction.layout is None else instruction.layout
         inside, elements, stream = self.global_access(src, instruction.src_offsets, key)
@@ -531,25 +490,25 @@ class _Block:
         bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
         state.pending[targets] = self.committed
 
-    def copy_async_commit(self, instruction: CopyAsyncCommit) -> None:
+    def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
         self.committed += 1
 
-    def copy_async_wait(self, instruction: CopyAsyncWait) -> None:
+    def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> None:
         complete_below = self.committed - instruction.pending
         for state in self.shared.values():
             done = (state.pending >= 0) & (state.pending < complete_below)
             state.pending[done] = -1
 
-    def sync(self, instruction: Sync) -> None:
+    def visit_sync(self, instruction: instructions.Sync) -> None:
         for state in self.shared.values():
             state.writer[state.pending < 0] = _CLEAN
             state.reader[:] = _CLEAN
 
-    def unary(self, instruction: Unary) -> None:
+    def visit_unary(self, instruction: instructions.Unary) -> None:
         x = instruction.x
         self.registers[instruction.out.name] = apply_unary(instruction.op, x.dtype, self.values(x))
 
-    def binary(self, instruction: Binary) -> None:
+    def visit_binary(self, instruction: instructions.Binary) -> None:
         out, lhs, rhs = instruction.out, instruction.lhs, instruction.rhs
         try:
             result = apply_binary(
@@ -559,18 +518,18 @@ class _Block:
             raise self.error(str(error)) from error
         self.registers[out.name] = result
 
-    def where(self, instruction: Where) -> None:
+    def visit_where(self, instruction: instructions.Where) -> None:
         out = instruction.out
         cond = self.gathered(out, instruction.cond)
         x, y = self.gathered(out, instruction.x), self.gathered(out, instruction.y)
         self.registers[out.name] = np.where(cond != 0, x, y)
 
-    def cast(self, instruction: Cast) -> None:
+    def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
         # The values are x's decoded codes, so encoding them is `dtypes.convert` of the codes.
         self.registers[out.name] = to_values(out.dtype, out.dtype.encode(self.values(x)))
 
-    def view(self, instruction: View) -> None:
+    def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x
         codes = x.dtype.encode(self.values(x)).astype(np.int64)
         bits_in = np.arange(x.dtype.nbits, dtype=np.int64)
@@ -581,7 +540,7 @@ class _Block:
         self.check_replicas(out, values)
         self.registers[out.name] = values
 
-    def reduce(self, instruction: Reduce) -> None:
+    def visit_reduce(self, instruction: instructions.Reduce) -> None:
         out, x = instruction.out, instruction.x
         local, steps = reduce_plan(x.layout, instruction.dim, out.layout)
         parts = np.take_along_axis(self.values(x), local.reshape(self.threads, -1), axis=1).reshape(
@@ -599,7 +558,7 @@ class _Block:
             accumulator = np.broadcast_to(total[:, None], grouped.shape).reshape(accumulator.shape)
         self.registers[out.name] = round_values(out.dtype, accumulator)
 
-    def dot(self, instruction: Dot) -> None:
+    def visit_dot(self, instruction: instructions.Dot) -> None:
         out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
         flat_a, flat_b = dot_warp_gather(c.layout, a.layout, b.layout)
         rows = self.values(a).ravel()[flat_a]
@@ -609,10 +568,10 @@ class _Block:
             accumulator = accumulator + rows[..., k] * cols[..., k]
         self.registers[out.name] = accumulator
 
-    def assign(self, instruction: Assign) -> None:
+    def visit_assign(self, instruction: instructions.Assign) -> None:
         self.registers[instruction.dst.name] = self.values(instruction.src)
 
-    def for_range(self, instruction: ForRange) -> None:
+    def visit_for_range(self, instruction: instructions.ForRange) -> None:
         start, stop = self.scalar(instruction.start), self.scalar(instruction.stop)
         name = instruction.var.name
         for value in range(start, stop, instruction.step):
@@ -620,7 +579,7 @@ class _Block:
             self.execute(instruction.body)
         self.env.pop(name, None)
 
-    def if_(self, instruction: If) -> None:
+    def visit_if(self, instruction: instructions.If) -> None:
         if self.scalar(instruction.cond):
             self.execute(instruction.body)
 
@@ -663,7 +622,7 @@ class _Run:
         return bound
 
     def record_global_store(
-        self, block: _Block, tensor: GlobalTensor, elements: np.ndarray, codes: np.ndarray
+        self, block: BlockInterpreter, tensor: GlobalTensor, elements: np.ndarray, codes: np.ndarray
     ) -> None:
         """Check no other block stored different codes to these elements; record this store."""
         key = (tensor.param.name, tensor.dtype.nbits)
@@ -690,25 +649,9 @@ def _bind_arguments(
     program: Program, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Match positional and keyword arguments to parameters and check each one."""
-    params = program.params
-    if len(args) > len(params):
-        raise InterpreterError(
-            f"{program.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), "
-            f"got {len(args)} positional ones"
-        )
-    bound: dict[str, Any] = {}
-    for param, value in zip(params, args):
-        bound[param.name] = value
-    names = {p.name for p in params}
-    for name, value in kwargs.items():
-        if name not in names:
-            raise InterpreterError(f"{program.name} has no parameter {name!r}")
-        if name in bound:
-            raise InterpreterError(f"argument {name!r} given both by position and by name")
-        bound[name] = value
-    for param in params:
-        if param.name not in bound:
-            raise InterpreterError(f"missing argument {param.name!r} of {program.name}")
+    names = [param.name for param in program.params]
+    bound = bind_arguments(program.name, names, args, kwargs, InterpreterError)
+    for param in program.params:
         value = bound[param.name]
         if isinstance(param, IntParam):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -737,15 +680,6 @@ def _bind_arguments(
     return bound
 
 
-def _check_grid(grid: int | Sequence[int]) -> tuple[int, int, int]:
-    sizes = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
-    if not 1 <= len(sizes) <= 3 or any(
-        isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in sizes
-    ):
-        raise InterpreterError(f"grid must be 1 to 3 positive ints, got {grid!r}")
-    return tuple(int(s) for s in sizes) + (1,) * (3 - len(sizes))
-
-
 def run_reference(
     program: Program, *args: Any, grid: int | Sequence[int] = 1, **kwargs: Any
 ) -> tuple[np.ndarray, ...]:
@@ -753,14 +687,15 @@ def run_reference(
 
     Arguments are given positionally in parameter order or by name: NumPy arrays (C-contiguous,
     any dtype: their raw bytes are the bitstream) for array parameters, ints (within the
-    parameter's bounds) for int parameters. `grid` is 1 to 3 positive ints (x, y, z). Returns the
-    array arguments in parameter order. Raises VerificationError for an ill-formed program and
+    parameter's bounds) for int parameters. `grid` is 1 to 3 positive ints (x, y, z) within the
+    hardware's limits (`ir.arguments.check_grid`). Returns the array arguments in parameter
+    order. Raises VerificationError for an ill-formed program and
     InterpreterError for bad arguments and for everything the module docstring lists.
     """
     verify(program)
     arguments = _bind_arguments(program, args, kwargs)
-    sizes = _check_grid(grid)
+    sizes = check_grid(grid, InterpreterError)
     run = _Run(program, arguments, sizes)
     for z, y, x in itertools.product(range(sizes[2]), range(sizes[1]), range(sizes[0])):
-        _Block(run, (x, y, z)).execute(program.body)
+        BlockInterpreter(run, (x, y, z)).execute(program.body)
     return tuple(arguments[p.name] for p in program.params if isinstance(p, ArrayParam))

@@ -32,10 +32,8 @@ import math
 import numpy as np
 
 from ir.instructions import Dot
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout
-
-WARP_SIZE = 32
-"""Threads per warp: warp w of a block is threads 32w .. 32w + 31 (fewer in the last one)."""
 
 
 def _flat_index(coords: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

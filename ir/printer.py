@@ -19,32 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ir import instructions
 from ir.errors import VerificationError
-from ir.instructions import (
-    Assign,
-    Binary,
-    Cast,
-    CopyAsync,
-    CopyAsyncCommit,
-    CopyAsyncWait,
-    Dot,
-    ForRange,
-    GlobalView,
-    If,
-    Instruction,
-    LoadGlobal,
-    LoadShared,
-    Reduce,
-    RegisterTensorInit,
-    SharedTensorAlloc,
-    StoreGlobal,
-    StoreShared,
-    Sync,
-    Unary,
-    View,
-    Where,
-)
+from ir.instructions import Instruction
 from ir.values import ArrayParam, Param, RegisterTensor
+from ir.visitor import InstructionVisitor
 
 if TYPE_CHECKING:
     from ir.program import Program
@@ -63,56 +42,111 @@ def _register(tensor: RegisterTensor) -> str:
     return f"{tensor.name}: {tensor.dtype}[{shape}] {tensor.layout!r}"
 
 
+class _LinePrinter(InstructionVisitor[str]):
+    """The one-line text of each instruction (a loop or if: its header, without the body)."""
+
+    def visit_register_tensor_init(self, instruction: instructions.RegisterTensorInit) -> str:
+        return f"{_register(instruction.out)} = register_tensor({instruction.init!r})"
+
+    def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> str:
+        out = instruction.out
+        return f"{out.name}: {out.dtype} {out.layout!r} = shared_tensor()"
+
+    def visit_global_view(self, instruction: instructions.GlobalView) -> str:
+        out = instruction.out
+        return f"{out.name} = global_view({instruction.param.name}, {out.dtype}, {out.layout!r})"
+
+    def visit_load_global(self, instruction: instructions.LoadGlobal) -> str:
+        i = instruction
+        return f"{_register(i.out)} = load_global({i.src.name}, {_offsets(i.offsets)})"
+
+    def visit_store_global(self, instruction: instructions.StoreGlobal) -> str:
+        i = instruction
+        return f"store_global({i.dst.name}, {i.src.name}, {_offsets(i.offsets)})"
+
+    def visit_load_shared(self, instruction: instructions.LoadShared) -> str:
+        i = instruction
+        return f"{_register(i.out)} = load_shared({i.src.name}, {_offsets(i.offsets)})"
+
+    def visit_store_shared(self, instruction: instructions.StoreShared) -> str:
+        i = instruction
+        return f"store_shared({i.dst.name}, {i.src.name}, {_offsets(i.offsets)})"
+
+    def visit_copy_async(self, instruction: instructions.CopyAsync) -> str:
+        layout = "" if instruction.layout is None else f", layout={instruction.layout!r}"
+        return (
+            f"copy_async({instruction.dst.name}, {instruction.src.name}, "
+            f"src={_offsets(instruction.src_offsets)}, "
+            f"dst={_offsets(instruction.dst_offsets)}, shape={instruction.shape}{layout})"
+        )
+
+    def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> str:
+        return f"{instruction.op}()"
+
+    def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> str:
+        return f"copy_async_wait({instruction.pending})"
+
+    def visit_sync(self, instruction: instructions.Sync) -> str:
+        return f"{instruction.op}()"
+
+    def visit_unary(self, instruction: instructions.Unary) -> str:
+        return f"{_register(instruction.out)} = {instruction.op}({instruction.x.name})"
+
+    def visit_binary(self, instruction: instructions.Binary) -> str:
+        i = instruction
+        return f"{_register(i.out)} = {i.op}({i.lhs.name}, {i.rhs.name})"
+
+    def visit_where(self, instruction: instructions.Where) -> str:
+        i = instruction
+        return f"{_register(i.out)} = where({i.cond.name}, {i.x.name}, {i.y.name})"
+
+    def visit_cast(self, instruction: instructions.Cast) -> str:
+        return f"{_register(instruction.out)} = cast({instruction.x.name})"
+
+    def visit_view(self, instruction: instructions.View) -> str:
+        return f"{_register(instruction.out)} = view({instruction.x.name})"
+
+    def visit_reduce(self, instruction: instructions.Reduce) -> str:
+        i = instruction
+        keep = ", keepdim=True" if i.keepdim else ""
+        return f"{_register(i.out)} = reduce_{i.reduction}({i.x.name}, dim={i.dim}{keep})"
+
+    def visit_dot(self, instruction: instructions.Dot) -> str:
+        i = instruction
+        return f"{_register(i.out)} = dot({i.a.name}, {i.b.name}, {i.c.name})"
+
+    def visit_assign(self, instruction: instructions.Assign) -> str:
+        return f"{instruction.dst.name} = {instruction.src.name}"
+
+    def visit_for_range(self, instruction: instructions.ForRange) -> str:
+        i = instruction
+        return f"for {i.var.name} in range({i.start!r}, {i.stop!r}, {i.step}):"
+
+    def visit_if(self, instruction: instructions.If) -> str:
+        return f"if {instruction.cond!r}:"
+
+    def visit_other(self, instruction: Instruction) -> str:
+        """An instruction without a line of its own: its results, op, operands and scalars."""
+        results = ", ".join(
+            _register(t) if isinstance(t, RegisterTensor) else t.name for t in instruction.results()
+        )
+        arguments = [t.name for t in instruction.operands()]
+        arguments += [repr(scalar) for scalar in instruction.scalars()]
+        call = f"{instruction.op}({', '.join(arguments)})"
+        return f"{results} = {call}" if results else call
+
+
+_LINE_PRINTER = _LinePrinter()
+
+
 def format_instruction(instruction: Instruction) -> str:
-    """One line of text for `instruction` (for a loop or if: its header, without the body)."""
-    match instruction:
-        case RegisterTensorInit(out=out, init=init):
-            return f"{_register(out)} = register_tensor({init!r})"
-        case SharedTensorAlloc(out=out):
-            return f"{out.name}: {out.dtype} {out.layout!r} = shared_tensor()"
-        case GlobalView(out=out, param=param):
-            return f"{out.name} = global_view({param.name}, {out.dtype}, {out.layout!r})"
-        case LoadGlobal(out=out, src=src, offsets=offsets):
-            return f"{_register(out)} = load_global({src.name}, {_offsets(offsets)})"
-        case StoreGlobal(dst=dst, src=src, offsets=offsets):
-            return f"store_global({dst.name}, {src.name}, {_offsets(offsets)})"
-        case LoadShared(out=out, src=src, offsets=offsets):
-            return f"{_register(out)} = load_shared({src.name}, {_offsets(offsets)})"
-        case StoreShared(dst=dst, src=src, offsets=offsets):
-            return f"store_shared({dst.name}, {src.name}, {_offsets(offsets)})"
-        case CopyAsync():
-            layout = "" if instruction.layout is None else f", layout={instruction.layout!r}"
-            return (
-                f"copy_async({instruction.dst.name}, {instruction.src.name}, "
-                f"src={_offsets(instruction.src_offsets)}, "
-                f"dst={_offsets(instruction.dst_offsets)}, shape={instruction.shape}{layout})"
-            )
-        case CopyAsyncCommit() | Sync():
-            return f"{instruction.op}()"
-        case CopyAsyncWait(pending=pending):
-            return f"copy_async_wait({pending})"
-        case Unary(op=op, out=out, x=x):
-            return f"{_register(out)} = {op}({x.name})"
-        case Binary(op=op, out=out, lhs=lhs, rhs=rhs):
-            return f"{_register(out)} = {op}({lhs.name}, {rhs.name})"
-        case Where(out=out, cond=cond, x=x, y=y):
-            return f"{_register(out)} = where({cond.name}, {x.name}, {y.name})"
-        case Cast(out=out, x=x):
-            return f"{_register(out)} = cast({x.name})"
-        case View(out=out, x=x):
-            return f"{_register(out)} = view({x.name})"
-        case Reduce(out=out, x=x, dim=dim, reduction=reduction, keepdim=keepdim):
-            keep = ", keepdim=True" if keepdim else ""
-            return f"{_register(out)} = reduce_{reduction}({x.name}, dim={dim}{keep})"
-        case Dot(out=out, a=a, b=b, c=c):
-            return f"{_register(out)} = dot({a.name}, {b.name}, {c.name})"
-        case Assign(dst=dst, src=src):
-            return f"{dst.name} = {src.name}"
-        case ForRange(var=var, start=start, stop=stop, step=step):
-            return f"for {var.name} in range({start!r}, {stop!r}, {step}):"
-        case If(cond=cond):
-            return f"if {cond!r}:"
-    raise VerificationError(f"not an instruction of the tile IR: {instruction!r}")
+    """One line of text for `instruction` (for a loop or if: its header, without the body).
+
+    Raises VerificationError for an object that is not an instruction of the tile IR.
+    """
+    if not isinstance(instruction, Instruction):
+        raise VerificationError(f"not an instruction of the tile IR: {instruction!r}")
+    return _LINE_PRINTER.visit(instruction)
 
 
 def format_body(body: Sequence[Instruction], depth: int = 1) -> list[str]:
@@ -120,8 +154,8 @@ def format_body(body: Sequence[Instruction], depth: int = 1) -> list[str]:
     lines = []
     for instruction in body:
         lines.append(INDENT * depth + format_instruction(instruction))
-        if isinstance(instruction, (ForRange, If)):
-            lines.extend(format_body(instruction.body, depth + 1))
+        for inner in instruction.bodies():
+            lines.extend(format_body(inner, depth + 1))
     return lines
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ir.instructions import ForRange, If, Instruction
+from ir.instructions import Instruction
 from ir.values import Param
 from layout_algebra.symbolic import Expr, var
 
@@ -64,5 +64,5 @@ def walk(body: tuple[Instruction, ...]) -> Iterator[Instruction]:
     """Every instruction of `body` in order, each followed by the instructions of its body."""
     for instruction in body:
         yield instruction
-        if isinstance(instruction, (ForRange, If)):
-            yield from walk(instruction.body)
+        for inner in instruction.bodies():
+            yield from walk(inner)

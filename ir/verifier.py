@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ir import dtypes
+from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.elementwise import (
     BINARY_OPS,
@@ -40,42 +40,23 @@ from ir.elementwise import (
     result_dtype,
 )
 from ir.errors import VerificationError
-from ir.instructions import (
-    Assign,
-    Binary,
-    Cast,
-    CopyAsync,
-    CopyAsyncCommit,
-    CopyAsyncWait,
-    Dot,
-    ForRange,
-    GlobalView,
-    If,
-    Instruction,
-    LoadGlobal,
-    LoadShared,
-    Reduce,
-    RegisterTensorInit,
-    SharedTensorAlloc,
-    StoreGlobal,
-    StoreShared,
-    Sync,
-    Unary,
-    View,
-    Where,
-)
-from ir.placement import WARP_SIZE, broadcast_gather, dot_warp_gather, layout_table
+from ir.instructions import Instruction
+from ir.placement import broadcast_gather, dot_warp_gather, layout_table
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
+from ir.visitor import InstructionVisitor
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import LARGEST_SHARED_MEMORY_LIMIT, WARP_SIZE
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
 from layout_algebra.symbolic import Expr
 
-DEFAULT_SHARED_MEMORY_LIMIT = 227 * 1024
-"""Bytes of shared memory a block may use on sm_90 (opt-in maximum)."""
+DEFAULT_SHARED_MEMORY_LIMIT = LARGEST_SHARED_MEMORY_LIMIT
+"""Bytes of shared memory a block may use on the largest architecture (sm_90: 227 KiB); the
+lowering checks the limit of the architecture it compiles for
+(`layout_algebra.hardware.shared_memory_limit`)."""
 
 SHARED_ALIGNMENT = 16
 """Each shared tensor starts at a multiple of this many bytes."""
@@ -211,131 +192,191 @@ def _check_memory_tile(
         )
 
 
+class _InstructionChecker(InstructionVisitor[None]):
+    """The context-free checks of one instruction (see `check_instruction`)."""
+
+    def __init__(self, num_threads: int) -> None:
+        self.threads = num_threads
+
+    def visit_register_tensor_init(self, instruction: instructions.RegisterTensorInit) -> None:
+        _check_register(instruction, instruction.out, "result", self.threads)
+        init = instruction.init
+        if isinstance(init, bool) or not isinstance(init, (int, float)):
+            raise _fail(instruction, f"init must be an int or a float, got {init!r}")
+
+    def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
+        out = _check_shared(instruction, instruction.out, "result")
+        if not isinstance(out.dtype, DataType):
+            raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
+
+    def visit_global_view(self, instruction: instructions.GlobalView) -> None:
+        out = _check_global(instruction, instruction.out, "result")
+        param = instruction.param
+        if not isinstance(param, ArrayParam) or out.param is not param:
+            raise _fail(instruction, f"{param!r} is not the view's array parameter")
+        if not isinstance(out.dtype, DataType):
+            raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
+
+    def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
+        out = instruction.out
+        _check_register(instruction, out, "result", self.threads)
+        src = _check_global(instruction, instruction.src, "source")
+        _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
+        _check_offsets(instruction, instruction.offsets, src.rank, "offsets")
+        _check_memory_tile(instruction, out, src.rank, f"global tensor {src.name}")
+
+    def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
+        src = instruction.src
+        _check_register(instruction, src, "source", self.threads)
+        dst = _check_global(instruction, instruction.dst, "destination")
+        _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+        _check_offsets(instruction, instruction.offsets, dst.rank, "offsets")
+        _check_memory_tile(instruction, src, dst.rank, f"global tensor {dst.name}")
+
+    def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
+        out, offsets = instruction.out, instruction.offsets
+        _check_register(instruction, out, "result", self.threads)
+        src = _check_shared(instruction, instruction.src, "source")
+        _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
+        _check_offsets(instruction, offsets, len(src.shape), "offsets")
+        _check_tile_fits(instruction, out.shape, offsets, src)
+
+    def visit_store_shared(self, instruction: instructions.StoreShared) -> None:
+        src, offsets = instruction.src, instruction.offsets
+        _check_register(instruction, src, "source", self.threads)
+        dst = _check_shared(instruction, instruction.dst, "destination")
+        _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+        _check_offsets(instruction, offsets, len(dst.shape), "offsets")
+        _check_tile_fits(instruction, src.shape, offsets, dst)
+
+    def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
+        _check_copy_async(instruction, self.threads)
+
+    def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
+        pass
+
+    def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> None:
+        pending = instruction.pending
+        if isinstance(pending, bool) or not isinstance(pending, int) or pending < 0:
+            raise _fail(instruction, f"pending must be an int >= 0, got {pending!r}")
+
+    def visit_sync(self, instruction: instructions.Sync) -> None:
+        pass
+
+    def visit_unary(self, instruction: instructions.Unary) -> None:
+        op, out, x = instruction.op, instruction.out, instruction.x
+        _check_register(instruction, x, "operand", self.threads)
+        _check_register(instruction, out, "result", self.threads)
+        if op not in UNARY_OPS:
+            raise _fail(instruction, f"unknown unary op {op!r}")
+        if kind_of(x.dtype) not in UNARY_OPS[op].kinds:
+            raise _fail(instruction, f"dtype mismatch: {op} does not apply to {x.dtype}")
+        _check_same_dtype(instruction, [("operand", x.dtype), ("result", out.dtype)])
+        if out.layout != x.layout:
+            raise _fail(instruction, "layout mismatch: the result layout differs from x's")
+
+    def visit_binary(self, instruction: instructions.Binary) -> None:
+        op, out, lhs, rhs = instruction.op, instruction.out, instruction.lhs, instruction.rhs
+        _check_register(instruction, lhs, "lhs", self.threads)
+        _check_register(instruction, rhs, "rhs", self.threads)
+        _check_register(instruction, out, "result", self.threads)
+        if op not in BINARY_OPS:
+            raise _fail(instruction, f"unknown binary op {op!r}")
+        _check_same_dtype(instruction, [("lhs", lhs.dtype), ("rhs", rhs.dtype)])
+        if kind_of(lhs.dtype) not in BINARY_OPS[op].kinds:
+            raise _fail(instruction, f"dtype mismatch: {op} does not apply to {lhs.dtype}")
+        expected = result_dtype(op, lhs.dtype)
+        _check_same_dtype(instruction, [("expected result", expected), ("result", out.dtype)])
+        _check_elementwise(instruction, out, [("lhs", lhs), ("rhs", rhs)])
+
+    def visit_where(self, instruction: instructions.Where) -> None:
+        out, cond, x, y = instruction.out, instruction.cond, instruction.x, instruction.y
+        for role, tensor in (("cond", cond), ("x", x), ("y", y), ("result", out)):
+            _check_register(instruction, tensor, role, self.threads)
+        if cond.dtype != dtypes.u1:
+            raise _fail(instruction, f"dtype mismatch: cond is {cond.dtype}, expected u1")
+        _check_same_dtype(instruction, [("x", x.dtype), ("y", y.dtype), ("result", out.dtype)])
+        _check_elementwise(instruction, out, [("cond", cond), ("x", x), ("y", y)])
+
+    def visit_cast(self, instruction: instructions.Cast) -> None:
+        out, x = instruction.out, instruction.x
+        _check_register(instruction, x, "operand", self.threads)
+        _check_register(instruction, out, "result", self.threads)
+        if out.layout != x.layout:
+            raise _fail(instruction, "layout mismatch: a cast keeps its operand's layout")
+
+    def visit_view(self, instruction: instructions.View) -> None:
+        out, x = instruction.out, instruction.x
+        _check_register(instruction, x, "operand", self.threads)
+        _check_register(instruction, out, "result", self.threads)
+        bits_in = x.layout.local_size * x.dtype.nbits
+        bits_out = out.layout.local_size * out.dtype.nbits
+        if bits_in != bits_out:
+            raise _fail(
+                instruction,
+                f"unequal bits per thread: {x.name} holds {x.layout.local_size} x "
+                f"{x.dtype.nbits} = {bits_in} bits per thread, the result "
+                f"{out.layout.local_size} x {out.dtype.nbits} = {bits_out}",
+            )
+
+    def visit_reduce(self, instruction: instructions.Reduce) -> None:
+        _check_reduce(instruction, self.threads)
+
+    def visit_dot(self, instruction: instructions.Dot) -> None:
+        _check_dot(instruction, self.threads)
+
+    def visit_assign(self, instruction: instructions.Assign) -> None:
+        dst, src = instruction.dst, instruction.src
+        _check_register(instruction, dst, "destination", self.threads)
+        _check_register(instruction, src, "source", self.threads)
+        _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+        if dst.layout != src.layout:
+            raise _fail(
+                instruction,
+                f"layout mismatch: destination {dst.layout!r}, source {src.layout!r}",
+            )
+
+    def visit_for_range(self, instruction: instructions.ForRange) -> None:
+        loop_var, start, stop, step = (
+            instruction.var,
+            instruction.start,
+            instruction.stop,
+            instruction.step,
+        )
+        if not all(isinstance(e, Expr) for e in (loop_var, start, stop)):
+            raise _fail(instruction, "the loop variable and bounds must be Exprs")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise _fail(instruction, f"step must be a positive int, got {step!r}")
+
+    def visit_other(self, instruction: Instruction) -> None:
+        """An instruction without checks of its own: its register tensors have the program's
+        thread count, its other tensors are tensors, its scalars are expressions."""
+        for tensor in (*instruction.results(), *instruction.operands()):
+            if isinstance(tensor, RegisterTensor):
+                _check_register(instruction, tensor, "tensor", self.threads)
+            elif not isinstance(tensor, (SharedTensor, GlobalTensor)):
+                raise _fail(instruction, f"{tensor!r} is not a tensor")
+        for scalar in instruction.scalars():
+            if not isinstance(scalar, Expr):
+                raise _fail(instruction, f"scalar {scalar!r} is not an Expr")
+
+    def visit_if(self, instruction: instructions.If) -> None:
+        if not isinstance(instruction.cond, Expr):
+            raise _fail(instruction, f"the condition must be an Expr, got {instruction.cond!r}")
+
+
 def check_instruction(instruction: Instruction, num_threads: int) -> None:
     """The checks of one instruction that need no context (types, shapes, layouts, placement).
 
     Raises VerificationError naming the instruction and the mismatch. Bodies of loops and ifs
     are not entered (`verify` walks them).
     """
-    threads = num_threads
-    match instruction:
-        case RegisterTensorInit(out=out, init=init):
-            _check_register(instruction, out, "result", threads)
-            if isinstance(init, bool) or not isinstance(init, (int, float)):
-                raise _fail(instruction, f"init must be an int or a float, got {init!r}")
-        case SharedTensorAlloc(out=out):
-            _check_shared(instruction, out, "result")
-            if not isinstance(out.dtype, DataType):
-                raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
-        case GlobalView(out=out, param=param):
-            _check_global(instruction, out, "result")
-            if not isinstance(param, ArrayParam) or out.param is not param:
-                raise _fail(instruction, f"{param!r} is not the view's array parameter")
-            if not isinstance(out.dtype, DataType):
-                raise _fail(instruction, f"dtype {out.dtype!r} is not a DataType")
-        case LoadGlobal(out=out, src=src, offsets=offsets):
-            _check_register(instruction, out, "result", threads)
-            src = _check_global(instruction, src, "source")
-            _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
-            _check_offsets(instruction, offsets, src.rank, "offsets")
-            _check_memory_tile(instruction, out, src.rank, f"global tensor {src.name}")
-        case StoreGlobal(dst=dst, src=src, offsets=offsets):
-            _check_register(instruction, src, "source", threads)
-            dst = _check_global(instruction, dst, "destination")
-            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
-            _check_offsets(instruction, offsets, dst.rank, "offsets")
-            _check_memory_tile(instruction, src, dst.rank, f"global tensor {dst.name}")
-        case LoadShared(out=out, src=src, offsets=offsets):
-            _check_register(instruction, out, "result", threads)
-            src = _check_shared(instruction, src, "source")
-            _check_same_dtype(instruction, [("source", src.dtype), ("result", out.dtype)])
-            _check_offsets(instruction, offsets, len(src.shape), "offsets")
-            _check_tile_fits(instruction, out.shape, offsets, src)
-        case StoreShared(dst=dst, src=src, offsets=offsets):
-            _check_register(instruction, src, "source", threads)
-            dst = _check_shared(instruction, dst, "destination")
-            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
-            _check_offsets(instruction, offsets, len(dst.shape), "offsets")
-            _check_tile_fits(instruction, src.shape, offsets, dst)
-        case CopyAsync():
-            _check_copy_async(instruction, threads)
-        case CopyAsyncCommit() | Sync():
-            pass
-        case CopyAsyncWait(pending=pending):
-            if isinstance(pending, bool) or not isinstance(pending, int) or pending < 0:
-                raise _fail(instruction, f"pending must be an int >= 0, got {pending!r}")
-        case Unary(op=op, out=out, x=x):
-            _check_register(instruction, x, "operand", threads)
-            _check_register(instruction, out, "result", threads)
-            if op not in UNARY_OPS:
-                raise _fail(instruction, f"unknown unary op {op!r}")
-            if kind_of(x.dtype) not in UNARY_OPS[op].kinds:
-                raise _fail(instruction, f"dtype mismatch: {op} does not apply to {x.dtype}")
-            _check_same_dtype(instruction, [("operand", x.dtype), ("result", out.dtype)])
-            if out.layout != x.layout:
-                raise _fail(instruction, "layout mismatch: the result layout differs from x's")
-        case Binary(op=op, out=out, lhs=lhs, rhs=rhs):
-            _check_register(instruction, lhs, "lhs", threads)
-            _check_register(instruction, rhs, "rhs", threads)
-            _check_register(instruction, out, "result", threads)
-            if op not in BINARY_OPS:
-                raise _fail(instruction, f"unknown binary op {op!r}")
-            _check_same_dtype(instruction, [("lhs", lhs.dtype), ("rhs", rhs.dtype)])
-            if kind_of(lhs.dtype) not in BINARY_OPS[op].kinds:
-                raise _fail(instruction, f"dtype mismatch: {op} does not apply to {lhs.dtype}")
-            expected = result_dtype(op, lhs.dtype)
-            _check_same_dtype(instruction, [("expected result", expected), ("result", out.dtype)])
-            _check_elementwise(instruction, out, [("lhs", lhs), ("rhs", rhs)])
-        case Where(out=out, cond=cond, x=x, y=y):
-            for role, tensor in (("cond", cond), ("x", x), ("y", y), ("result", out)):
-                _check_register(instruction, tensor, role, threads)
-            if cond.dtype != dtypes.u1:
-                raise _fail(instruction, f"dtype mismatch: cond is {cond.dtype}, expected u1")
-            _check_same_dtype(instruction, [("x", x.dtype), ("y", y.dtype), ("result", out.dtype)])
-            _check_elementwise(instruction, out, [("cond", cond), ("x", x), ("y", y)])
-        case Cast(out=out, x=x):
-            _check_register(instruction, x, "operand", threads)
-            _check_register(instruction, out, "result", threads)
-            if out.layout != x.layout:
-                raise _fail(instruction, "layout mismatch: a cast keeps its operand's layout")
-        case View(out=out, x=x):
-            _check_register(instruction, x, "operand", threads)
-            _check_register(instruction, out, "result", threads)
-            bits_in = x.layout.local_size * x.dtype.nbits
-            bits_out = out.layout.local_size * out.dtype.nbits
-            if bits_in != bits_out:
-                raise _fail(
-                    instruction,
-                    f"unequal bits per thread: {x.name} holds {x.layout.local_size} x "
-                    f"{x.dtype.nbits} = {bits_in} bits per thread, the result "
-                    f"{out.layout.local_size} x {out.dtype.nbits} = {bits_out}",
-                )
-        case Reduce():
-            _check_reduce(instruction, threads)
-        case Dot():
-            _check_dot(instruction, threads)
-        case Assign(dst=dst, src=src):
-            _check_register(instruction, dst, "destination", threads)
-            _check_register(instruction, src, "source", threads)
-            _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
-            if dst.layout != src.layout:
-                raise _fail(
-                    instruction,
-                    f"layout mismatch: destination {dst.layout!r}, source {src.layout!r}",
-                )
-        case ForRange(var=loop_var, start=start, stop=stop, step=step):
-            if not all(isinstance(e, Expr) for e in (loop_var, start, stop)):
-                raise _fail(instruction, "the loop variable and bounds must be Exprs")
-            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-                raise _fail(instruction, f"step must be a positive int, got {step!r}")
-        case If(cond=cond):
-            if not isinstance(cond, Expr):
-                raise _fail(instruction, f"the condition must be an Expr, got {cond!r}")
-        case _:
-            raise VerificationError(f"not an instruction of the tile IR: {instruction!r}")
+    if not isinstance(instruction, Instruction):
+        raise VerificationError(f"not an instruction of the tile IR: {instruction!r}")
+    _InstructionChecker(num_threads).visit(instruction)
 
 
-def _check_copy_async(instruction: CopyAsync, threads: int) -> None:
+def _check_copy_async(instruction: instructions.CopyAsync, threads: int) -> None:
     dst = _check_shared(instruction, instruction.dst, "destination")
     src = _check_global(instruction, instruction.src, "source")
     _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
@@ -362,7 +403,7 @@ def _check_copy_async(instruction: CopyAsync, threads: int) -> None:
             )
 
 
-def _check_reduce(instruction: Reduce, threads: int) -> None:
+def _check_reduce(instruction: instructions.Reduce, threads: int) -> None:
     out, x = instruction.out, instruction.x
     _check_register(instruction, x, "operand", threads)
     _check_register(instruction, out, "result", threads)
@@ -381,7 +422,7 @@ def _check_reduce(instruction: Reduce, threads: int) -> None:
         )
 
 
-def _check_dot(instruction: Dot, threads: int) -> None:
+def _check_dot(instruction: instructions.Dot, threads: int) -> None:
     out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
     for role, tensor in (("a", a), ("b", b), ("c", c), ("result", out)):
         _check_register(instruction, tensor, role, threads)
@@ -429,43 +470,6 @@ class _Scope:
         return _Scope(set(self.tensors), set(self.names))
 
 
-def _operands(instruction: Instruction) -> list[object]:
-    """The tensors an instruction reads (and, for stores and assign, writes into)."""
-    fields = {
-        LoadGlobal: ("src",),
-        StoreGlobal: ("dst", "src"),
-        LoadShared: ("src",),
-        StoreShared: ("dst", "src"),
-        CopyAsync: ("dst", "src"),
-        Unary: ("x",),
-        Binary: ("lhs", "rhs"),
-        Where: ("cond", "x", "y"),
-        Cast: ("x",),
-        View: ("x",),
-        Reduce: ("x",),
-        Dot: ("a", "b", "c"),
-        Assign: ("dst", "src"),
-    }.get(type(instruction), ())
-    return [getattr(instruction, name) for name in fields]
-
-
-def _scalars(instruction: Instruction) -> list[Expr]:
-    match instruction:
-        case LoadGlobal(offsets=offsets) | StoreGlobal(offsets=offsets):
-            return list(offsets)
-        case LoadShared(offsets=offsets) | StoreShared(offsets=offsets):
-            return list(offsets)
-        case CopyAsync(src_offsets=src_offsets, dst_offsets=dst_offsets):
-            return [*src_offsets, *dst_offsets]
-        case GlobalView(out=out):
-            return [e for e in (*out.layout.shape, *out.layout.strides) if isinstance(e, Expr)]
-        case ForRange(start=start, stop=stop):
-            return [start, stop]
-        case If(cond=cond):
-            return [cond]
-    return []
-
-
 class _Walker:
     """Walks a program once: per-instruction checks, scopes, names, shared memory."""
 
@@ -481,13 +485,13 @@ class _Walker:
 
     def instruction(self, instruction: Instruction, scope: _Scope) -> None:
         check_instruction(instruction, self.program.num_threads)
-        for operand in _operands(instruction):
+        for operand in instruction.operands():
             if id(operand) not in scope.tensors:
                 raise _fail(
                     instruction,
                     f"{operand.name} is used outside the scope that defines it (or before it)",
                 )
-        for scalar in _scalars(instruction):
+        for scalar in instruction.scalars():
             unknown = scalar.free_vars() - scope.names
             if unknown:
                 raise _fail(
@@ -495,22 +499,24 @@ class _Walker:
                     f"scalar {scalar!r} reads {sorted(unknown)}, which are not parameters, block "
                     "indices or enclosing loop variables",
                 )
-        if isinstance(instruction, GlobalView) and id(instruction.param) not in self.params:
+        if (
+            isinstance(instruction, instructions.GlobalView)
+            and id(instruction.param) not in self.params
+        ):
             raise _fail(instruction, f"{instruction.param.name} is not a parameter of the program")
-        out = getattr(instruction, "out", None)
-        if out is not None:
+        for out in instruction.results():
             self.define(instruction, out.name)
             scope.tensors.add(id(out))
-        if isinstance(instruction, SharedTensorAlloc):
+        if isinstance(instruction, instructions.SharedTensorAlloc):
             size = dtypes.packed_nbytes(instruction.out.layout.size, instruction.out.dtype)
             self.shared_bytes += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
-        if isinstance(instruction, ForRange):
+        if isinstance(instruction, instructions.ForRange):
             self.define(instruction, instruction.var.name)
+        for body in instruction.bodies():
             inner = scope.child()
-            inner.names.add(instruction.var.name)
-            self.body(instruction.body, inner)
-        elif isinstance(instruction, If):
-            self.body(instruction.body, scope.child())
+            if isinstance(instruction, instructions.ForRange):
+                inner.names.add(instruction.var.name)
+            self.body(body, inner)
 
     def define(self, instruction: Instruction, name: str) -> None:
         if name in self.names:

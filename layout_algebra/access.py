@@ -33,15 +33,13 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import BANK_BYTES, NUM_BANKS, WARP_SIZE
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
 from layout_algebra.symbolic import Expr, known_divisor
 
 MemoryLayout = SharedLayout | GlobalLayout
 
-WARP_SIZE = 32
-NUM_BANKS = 32
-BANK_BYTES = 4
 SECTOR_BYTES = 32
 MAX_VECTOR_BYTES = 16
 

@@ -42,9 +42,8 @@ from typing import Any
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, column_local, column_spatial, local, spatial
-
-WARP_SIZE = 32
 
 
 @dataclass(frozen=True, eq=False)

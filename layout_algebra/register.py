@@ -485,9 +485,13 @@ def replicate(num_threads: int) -> RegisterLayout:
     return register_layout((), (), (-n,) if n > 1 else (), ())
 
 
-def _pad(layout: RegisterLayout, rank: int) -> RegisterLayout:
-    """`layout` with leading size-1 dimensions up to `rank` (size-1 dimensions have no modes)."""
+def pad_layout(layout: RegisterLayout, rank: int) -> RegisterLayout:
+    """`layout` with leading size-1 dimensions up to `rank`: the same function of (t, i), with
+    0 as each new leading coordinate (size-1 dimensions have no modes). A layout of `rank` or
+    more dimensions is returned as it is."""
     extra = rank - layout.rank
+    if extra <= 0:
+        return layout
     return register_layout(
         (1,) * extra + layout.shape, layout.mode_shape, layout.spatial_modes, layout.local_modes
     )
@@ -506,7 +510,7 @@ def product(a: RegisterLayout, b: RegisterLayout) -> RegisterLayout:
         if not isinstance(operand, RegisterLayout):
             raise LayoutError(f"product's {name} operand must be a RegisterLayout, got {operand!r}")
     rank = max(a.rank, b.rank)
-    a, b = _pad(a, rank), _pad(b, rank)
+    a, b = pad_layout(a, rank), pad_layout(b, rank)
     a_dims, b_dims = a.mode_dims, b.mode_dims
     mode_shape: list[int] = []
     a_index: dict[int, int] = {}

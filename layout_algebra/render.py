@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from layout_algebra.access import NUM_BANKS, WARP_SIZE, AccessMap
+from layout_algebra.access import AccessMap
 from layout_algebra.errors import LayoutError
+from layout_algebra.hardware import NUM_BANKS, WARP_SIZE
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
 

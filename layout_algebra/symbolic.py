@@ -355,10 +355,15 @@ class Expr:
             object.__setattr__(self, "_free_vars", names)
         return self._free_vars
 
+    def nodes(self) -> Iterator[Expr]:
+        """Every node of the tree once (a shared subtree once), parents before their operands,
+        operands left to right."""
+        return _walk(self)
+
     def variables(self) -> tuple[Expr, ...]:
         """The distinct variable nodes (with their bounds), in order of first appearance."""
         found: dict[Expr, None] = {}
-        for node in _walk(self):
+        for node in self.nodes():
             if node.op == "var":
                 found.setdefault(node)
         return tuple(found)

@@ -36,10 +36,10 @@ import math
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
-from ir.placement import WARP_SIZE
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, replicate, spatial
 from layout_algebra.shared import shared_row_major
 

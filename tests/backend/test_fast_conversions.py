@@ -324,7 +324,7 @@ def test_device_source_compiles_with_nvrtc(arch: str) -> None:
 @pytest.mark.gpu
 def test_gpu_conversion_matches_convert_on_every_code() -> None:
     torch = pytest.importorskip("torch")
-    from backend.kernel import ArrayParam, IntParam, build_kernel
+    from backend.kernel import KernelArrayParam, KernelIntParam, build_kernel
     from layout_algebra.symbolic import var
 
     count = var("count")
@@ -332,10 +332,10 @@ def test_gpu_conversion_matches_convert_on_every_code() -> None:
         _device_source(),
         "fast_convert",
         (
-            ArrayParam("words", 32, count),
-            ArrayParam("results", 32, count * MAX_OUTPUT_WORDS),
-            IntParam("count"),
-            IntParam("job"),
+            KernelArrayParam("words", 32, count),
+            KernelArrayParam("results", 32, count * MAX_OUTPUT_WORDS),
+            KernelIntParam("count"),
+            KernelIntParam("job"),
         ),
         block_threads=128,
     )

@@ -30,9 +30,9 @@ from backend.device import (
 )
 from backend.errors import CompilationError, LaunchError, NoDeviceError
 from backend.kernel import (
-    ArrayParam,
-    IntParam,
     Kernel,
+    KernelArrayParam,
+    KernelIntParam,
     build_kernel,
     check_grid,
     default_storage_dtypes,
@@ -233,10 +233,10 @@ N = var("n")
 
 def vector_add_params(count: int | Expr = N) -> tuple:
     return (
-        ArrayParam("a", 16, count, ("float16", "int16", "uint16")),
-        ArrayParam("b", 16, count, ("float16", "int16", "uint16")),
-        ArrayParam("c", 16, count, ("float16", "int16", "uint16")),
-        IntParam("n"),
+        KernelArrayParam("a", 16, count, ("float16", "int16", "uint16")),
+        KernelArrayParam("b", 16, count, ("float16", "int16", "uint16")),
+        KernelArrayParam("c", 16, count, ("float16", "int16", "uint16")),
+        KernelIntParam("n"),
     )
 
 
@@ -327,7 +327,11 @@ def test_packed_subbyte_array_with_expression_size(device: FakeDevice) -> None:
         cubin=b"",
         arch="sm_80",
         entry="unpack",
-        params=(ArrayParam("w", 4, var("m") * var("k")), IntParam("m"), IntParam("k")),
+        params=(
+            KernelArrayParam("w", 4, var("m") * var("k")),
+            KernelIntParam("m"),
+            KernelIntParam("k"),
+        ),
         block_threads=32,
         device=device,
     )
@@ -346,13 +350,13 @@ def test_packed_subbyte_array_with_expression_size(device: FakeDevice) -> None:
 
 def test_dlpack_producer_is_read_and_told_the_stream(device: FakeDevice) -> None:
     device.parameter_types = (ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32)
-    params = tuple(ArrayParam(name, 16, N) for name in "abc")
+    params = tuple(KernelArrayParam(name, 16, N) for name in "abc")
     kernel = Kernel(
         source="",
         cubin=b"",
         arch="sm_80",
         entry="vector_add",
-        params=(*params, IntParam("n")),
+        params=(*params, KernelIntParam("n")),
         block_threads=128,
         device=device,
     )
@@ -627,17 +631,17 @@ def test_block_larger_than_the_kernel_allows_is_refused(device: FakeDevice) -> N
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: ArrayParam("2a", 16, 8), r"array parameter name '2a' is not a C identifier"),
-        (lambda: ArrayParam("grid", 16, 8), r"array parameter name 'grid' is reserved"),
-        (lambda: ArrayParam("a", 0, 8), r"element_bits 0 is not an int from 1 to 64"),
-        (lambda: ArrayParam("a", 65, 8), r"element_bits 65 is not an int from 1 to 64"),
-        (lambda: ArrayParam("a", 16, -1), r"num_elements -1 is negative"),
-        (lambda: ArrayParam("a", 16, 2.5), r"num_elements 2.5 is neither an int nor"),
-        (lambda: ArrayParam("a", 16, 8, ("half",)), r"unknown storage dtypes \['half'\]"),
-        (lambda: ArrayParam("a", 16, 8, alignment=12), r"alignment 12 is not a power of two"),
-        (lambda: IntParam("n", bits=24), r"bits=24, signed=True; expected bits in"),
-        (lambda: IntParam("n", signed=1), r"bits=32, signed=1; expected"),
-        (lambda: IntParam("n-1"), r"int parameter name 'n-1' is not a C identifier"),
+        (lambda: KernelArrayParam("2a", 16, 8), r"array parameter name '2a' is not a C identifier"),
+        (lambda: KernelArrayParam("grid", 16, 8), r"array parameter name 'grid' is reserved"),
+        (lambda: KernelArrayParam("a", 0, 8), r"element_bits 0 is not an int from 1 to 64"),
+        (lambda: KernelArrayParam("a", 65, 8), r"element_bits 65 is not an int from 1 to 64"),
+        (lambda: KernelArrayParam("a", 16, -1), r"num_elements -1 is negative"),
+        (lambda: KernelArrayParam("a", 16, 2.5), r"num_elements 2.5 is neither an int nor"),
+        (lambda: KernelArrayParam("a", 16, 8, ("half",)), r"unknown storage dtypes \['half'\]"),
+        (lambda: KernelArrayParam("a", 16, 8, alignment=12), r"alignment 12 is not a power of two"),
+        (lambda: KernelIntParam("n", bits=24), r"bits=24, signed=True; expected bits in"),
+        (lambda: KernelIntParam("n", signed=1), r"bits=32, signed=1; expected"),
+        (lambda: KernelIntParam("n-1"), r"int parameter name 'n-1' is not a C identifier"),
     ],
 )
 def test_invalid_parameter_is_refused(make: object, match: str) -> None:
@@ -649,8 +653,11 @@ def test_invalid_parameter_is_refused(make: object, match: str) -> None:
     ("changes", "match"),
     [
         ({"entry": "vector add"}, r"kernel entry 'vector add' is not a C identifier"),
-        ({"params": (IntParam("n"), IntParam("n"))}, r"parameter names \['n'\] appear twice"),
-        ({"params": ("a",)}, r"parameter 'a' is not an ArrayParam or IntParam"),
+        (
+            {"params": (KernelIntParam("n"), KernelIntParam("n"))},
+            r"parameter names \['n'\] appear twice",
+        ),
+        ({"params": ("a",)}, r"parameter 'a' is not a KernelArrayParam or KernelIntParam"),
         ({"block_threads": 0}, r"block_threads 0 is not an int from 1 to 1024"),
         ({"block_threads": 2048}, r"block_threads 2048 is not an int from 1 to 1024"),
         ({"shared_bytes": -1}, r"shared_bytes -1 is not a non-negative int"),
@@ -672,7 +679,7 @@ def test_invalid_kernel_is_refused(device: FakeDevice, changes: dict, match: str
 
 
 def test_num_elements_may_read_only_int_parameters(device: FakeDevice) -> None:
-    params = (ArrayParam("a", 16, var("n") * var("m")), IntParam("n"))
+    params = (KernelArrayParam("a", 16, var("n") * var("m")), KernelIntParam("n"))
     with pytest.raises(LaunchError, match=r"num_elements n \* m of 'a' reads m, which are not int"):
         Kernel(
             source="",
@@ -686,7 +693,7 @@ def test_num_elements_may_read_only_int_parameters(device: FakeDevice) -> None:
 
 
 def test_int_divisor_is_enforced() -> None:
-    param = IntParam("k", lo=0, multiple_of=8)
+    param = KernelIntParam("k", lo=0, multiple_of=8)
     assert param.check(0) == 0 and param.check(4096) == 4096
     with pytest.raises(LaunchError, match=r"argument 'k' = 4100 is not a multiple of 8"):
         param.check(4100)
@@ -695,7 +702,7 @@ def test_int_divisor_is_enforced() -> None:
 @pytest.mark.parametrize("multiple_of", [0, -8, 2.0, True])
 def test_invalid_int_divisor_is_refused(multiple_of: object) -> None:
     with pytest.raises(LaunchError, match=rf"multiple_of={multiple_of!r}; expected a positive"):
-        IntParam("k", multiple_of=multiple_of)
+        KernelIntParam("k", multiple_of=multiple_of)
 
 
 def test_non_multiple_argument_is_refused_before_launch(device: FakeDevice) -> None:
@@ -705,7 +712,7 @@ def test_non_multiple_argument_is_refused_before_launch(device: FakeDevice) -> N
         cubin=b"",
         arch="sm_80",
         entry="k",
-        params=(ArrayParam("a", 16, var("k")), IntParam("k", multiple_of=8)),
+        params=(KernelArrayParam("a", 16, var("k")), KernelIntParam("k", multiple_of=8)),
         block_threads=32,
         device=device,
     )
@@ -718,7 +725,11 @@ def test_non_multiple_argument_is_refused_before_launch(device: FakeDevice) -> N
 
 def test_num_elements_that_cannot_be_evaluated_is_refused(device: FakeDevice) -> None:
     device.parameter_types = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int32)
-    params = (ArrayParam("a", 8, var("n") // var("m")), IntParam("n"), IntParam("m"))
+    params = (
+        KernelArrayParam("a", 8, var("n") // var("m")),
+        KernelIntParam("n"),
+        KernelIntParam("m"),
+    )
     kernel = Kernel(
         source="",
         cubin=b"",
@@ -738,13 +749,13 @@ def test_num_elements_that_cannot_be_evaluated_is_refused(device: FakeDevice) ->
 @pytest.mark.parametrize(
     ("param", "accepted", "refused"),
     [
-        (IntParam("n", lo=1, hi=4096), (1, 4096), (0, 4097)),
-        (IntParam("n", bits=8, signed=False, lo=16), (16, 255), (15, 256)),
-        (IntParam("n", bits=64, hi=0), (-(2**63), 0), (1, -(2**63) - 1)),
+        (KernelIntParam("n", lo=1, hi=4096), (1, 4096), (0, 4097)),
+        (KernelIntParam("n", bits=8, signed=False, lo=16), (16, 255), (15, 256)),
+        (KernelIntParam("n", bits=64, hi=0), (-(2**63), 0), (1, -(2**63) - 1)),
     ],
 )
 def test_int_bounds_are_enforced(
-    param: IntParam, accepted: tuple[int, int], refused: tuple[int, int]
+    param: KernelIntParam, accepted: tuple[int, int], refused: tuple[int, int]
 ) -> None:
     for value in accepted:
         assert param.check(value) == value
@@ -756,10 +767,16 @@ def test_int_bounds_are_enforced(
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: IntParam("n", lo=5, hi=4), r"lo=5 > hi=4; expected lo <= hi"),
-        (lambda: IntParam("n", bits=8, lo=-200), r"lo=-200 is not an int in the range of int8_t"),
-        (lambda: IntParam("n", signed=False, hi=-1), r"hi=-1 is not an int in the range of uint32"),
-        (lambda: IntParam("n", hi=1.5), r"hi=1.5 is not an int"),
+        (lambda: KernelIntParam("n", lo=5, hi=4), r"lo=5 > hi=4; expected lo <= hi"),
+        (
+            lambda: KernelIntParam("n", bits=8, lo=-200),
+            r"lo=-200 is not an int in the range of int8_t",
+        ),
+        (
+            lambda: KernelIntParam("n", signed=False, hi=-1),
+            r"hi=-1 is not an int in the range of uint32",
+        ),
+        (lambda: KernelIntParam("n", hi=1.5), r"hi=1.5 is not an int"),
     ],
 )
 def test_invalid_int_bounds_are_refused(make: object, match: str) -> None:
@@ -779,7 +796,7 @@ def test_invalid_int_bounds_are_refused(make: object, match: str) -> None:
 )
 def test_default_storage_dtypes(bits: int, expected: set[str]) -> None:
     assert set(default_storage_dtypes(bits)) == expected
-    assert ArrayParam("x", bits, 1).storage_dtypes == default_storage_dtypes(bits)
+    assert KernelArrayParam("x", bits, 1).storage_dtypes == default_storage_dtypes(bits)
 
 
 def test_default_storage_of_bytes_includes_fp8_but_not_bool() -> None:
@@ -793,14 +810,14 @@ def test_default_storage_of_bytes_includes_fp8_but_not_bool() -> None:
     [(4, 1001, 501), (1, 8, 1), (1, 9, 2), (3, 5, 2), (6, 4, 3), (16, 3, 6), (8, 0, 0)],
 )
 def test_required_bytes_table(bits: int, count: int, expected: int) -> None:
-    assert ArrayParam("x", bits, count).required_bytes({}) == expected
+    assert KernelArrayParam("x", bits, count).required_bytes({}) == expected
 
 
 @given(bits=st.integers(1, 64), count=st.integers(0, 10_000))
 def test_required_bytes_cover_the_last_element_bit(bits: int, count: int) -> None:
     last_bit = count * bits - 1  # element count-1 ends at this bit of the bitstream
     brute_force = 0 if count == 0 else last_bit // 8 + 1
-    assert ArrayParam("x", bits, count).required_bytes({}) == brute_force
+    assert KernelArrayParam("x", bits, count).required_bytes({}) == brute_force
 
 
 @given(
@@ -811,7 +828,7 @@ def test_required_bytes_cover_the_last_element_bit(bits: int, count: int) -> Non
 )
 def test_int_range_matches_numpy_iinfo(kind: type, value: int) -> None:
     info = np.iinfo(kind)
-    param = IntParam("n", bits=info.bits, signed=info.min < 0)
+    param = KernelIntParam("n", bits=info.bits, signed=info.min < 0)
     if info.min <= value <= info.max:
         assert param.check(value) == value
         assert param.check(kind(value)) == value
@@ -1012,9 +1029,9 @@ def test_dynamic_shared_memory_over_48_kib(torch_cuda: types.ModuleType) -> None
     per_block = 32768  # floats: 128 KiB of dynamic shared memory per block
     blocks = 4
     params = (
-        ArrayParam("source", 32, per_block * blocks, ("float32",)),
-        ArrayParam("target", 32, per_block * blocks, ("float32",)),
-        IntParam("per_block"),
+        KernelArrayParam("source", 32, per_block * blocks, ("float32",)),
+        KernelArrayParam("target", 32, per_block * blocks, ("float32",)),
+        KernelIntParam("per_block"),
     )
     kernel = build_kernel(SHARED_REVERSE, "shared_reverse", params, 256, shared_bytes=per_block * 4)
     source = torch.randn(blocks, per_block, device="cuda")

@@ -14,16 +14,10 @@ from hypothesis import given, settings
 
 from backend.cuda_codegen import CodeWriter, pack_expression, unpack_expressions
 from backend.errors import CompilationError
-from backend.kernel import ArrayParam as KernelArrayParam
-from backend.kernel import IntParam as KernelIntParam
-from backend.lower import (
-    default_copy_layout,
-    is_wide,
-    local_index_expression,
-    lower,
-    pad_layout,
-    primary_condition,
-)
+from backend.kernel import KernelArrayParam, KernelIntParam
+from backend.lower import lower
+from backend.lower.context import is_wide, local_index_expression, primary_condition
+from backend.lower.memory import default_copy_layout
 from backend.tensor_core import mma_operand_layouts
 from ir import dtypes
 from ir.builder import ProgramBuilder
@@ -43,6 +37,7 @@ from layout_algebra import (
     spatial,
     var,
 )
+from layout_algebra.register import pad_layout
 
 THREAD = var("la_thread", 0, 127)
 

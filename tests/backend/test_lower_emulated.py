@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 
 from backend.cuda_codegen import ASYNC_COPY_SOURCE
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
-from backend.kernel import ArrayParam as KernelArrayParam
+from backend.kernel import KernelArrayParam
 from backend.lower import LoweredKernel, lower
 from backend.tensor_core import TENSOR_CORE_SOURCE, mma_operand_layouts
 from ir import dtypes, run_reference

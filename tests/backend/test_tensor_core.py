@@ -392,19 +392,19 @@ def test_emitted_code_compiles_with_nvrtc(arch: str, dtype: dtypes.DataType) -> 
 @pytest.mark.parametrize("dtype", [dtypes.f16, dtypes.bf16])
 def test_gpu_ldmatrix_and_mma_match_the_layouts(dtype: dtypes.DataType) -> None:
     torch = pytest.importorskip("torch")
-    from backend.kernel import ArrayParam, build_kernel
+    from backend.kernel import KernelArrayParam, build_kernel
 
     source, plan, load_a, load_b = _harness(dtype)
     a_size, b_size = plan.a_layout.local_size, plan.b_layout.local_size
     c_size = plan.c_layout.local_size
     params = (
-        ArrayParam("a", 16, 64 * 32),
-        ArrayParam("b", 16, 32 * 64),
-        ArrayParam("a_offsets", 32, 64 * 32),
-        ArrayParam("b_offsets", 32, 32 * 64),
-        ArrayParam("c", 32, _THREADS * c_size),
-        ArrayParam("a_registers", 16, _THREADS * a_size),
-        ArrayParam("b_registers", 16, _THREADS * b_size),
+        KernelArrayParam("a", 16, 64 * 32),
+        KernelArrayParam("b", 16, 32 * 64),
+        KernelArrayParam("a_offsets", 32, 64 * 32),
+        KernelArrayParam("b_offsets", 32, 32 * 64),
+        KernelArrayParam("c", 32, _THREADS * c_size),
+        KernelArrayParam("a_registers", 16, _THREADS * a_size),
+        KernelArrayParam("b_registers", 16, _THREADS * b_size),
     )
     kernel = build_kernel(source, "harness", params, block_threads=_THREADS)
     rng = np.random.default_rng(3)

@@ -6,9 +6,18 @@ import pytest
 
 from ir import dtypes
 from ir.builder import ProgramBuilder
+from ir.elementwise import BINARY_OPS, UNARY_OPS
 from ir.errors import VerificationError
 from ir.examples.vector_add import vector_add
-from ir.instructions import Binary, ForRange, If, LoadGlobal, RegisterTensorInit, StoreGlobal
+from ir.instructions import (
+    Binary,
+    ForRange,
+    If,
+    LoadGlobal,
+    RegisterTensorInit,
+    StoreGlobal,
+    Unary,
+)
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import local, replicate, spatial
 
@@ -215,3 +224,49 @@ def test_global_views_print_their_layout():
     lines = str(b.program()).splitlines()
     assert lines[1] == "  g0 = global_view(w, u8, GlobalLayout(shape=(4, 2), strides=(2, 1)))"
     assert lines[3] == "  r0: u4[8] local(8) = load_global(g1, [0])"
+
+
+SHORTHAND_NAMES = {"max": "maximum", "min": "minimum", "and": "and_", "or": "or_"}
+"""Builder shorthands whose name is not the op's (a Python keyword or builtin)."""
+
+
+def _emits_one_elementwise_instruction(name: str, dtype, arity: int) -> bool:
+    with ProgramBuilder("probe", 1) as b:
+        x = b.register_tensor(dtype, local(2), 1)
+        try:
+            getattr(b, name)(*[x] * arity)
+        except (TypeError, ValueError):
+            return False
+    emitted = b.program().body[1:]
+    return len(emitted) == 1 and isinstance(emitted[0], (Unary, Binary))
+
+
+def _shorthands() -> set[str]:
+    """The public builder methods that emit exactly one elementwise instruction from one or
+    two register tensors (besides the general `unary` and `binary`)."""
+    return {
+        name
+        for name in dir(ProgramBuilder)
+        if not name.startswith("_")
+        and name not in ("unary", "binary")
+        and any(
+            _emits_one_elementwise_instruction(name, dtype, arity)
+            for dtype in (dtypes.i8, dtypes.f16)
+            for arity in (1, 2)
+        )
+    }
+
+
+def test_elementwise_shorthands_mirror_the_op_tables():
+    """Every op of `UNARY_OPS` and `BINARY_OPS` has a builder shorthand emitting it, and every
+    shorthand emits the op of its name."""
+    expected = {SHORTHAND_NAMES.get(op, op) for op in (*UNARY_OPS, *BINARY_OPS)}
+    assert _shorthands() == expected
+    for op in (*UNARY_OPS, *BINARY_OPS):
+        dtype = dtypes.f16 if "int" not in (UNARY_OPS | BINARY_OPS)[op].kinds else dtypes.i8
+        with ProgramBuilder("shorthand", 1) as b:
+            x = b.register_tensor(dtype, local(2), 1)
+            method = getattr(b, SHORTHAND_NAMES.get(op, op))
+            method(x) if op in UNARY_OPS else method(x, x)
+        (instruction,) = b.program().body[1:]
+        assert instruction.op == op

@@ -433,7 +433,7 @@ def test_arguments_by_position_or_name_and_the_result():
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        ((3,), {}, "missing argument 'x'"),
+        ((3,), {}, "missing arguments x"),
         ((3, np.zeros(1, np.uint8), 5), {}, "takes 2 arguments"),
         ((3, np.zeros(1, np.uint8)), {"y": 1}, "has no parameter 'y'"),
         ((3, np.zeros(1, np.uint8)), {"n": 1}, "given both by position and by name"),
@@ -457,9 +457,22 @@ def test_argument_not_a_declared_multiple_is_refused():
         run_reference(program, 12)
 
 
-@pytest.mark.parametrize("grid", [0, (1, 1, 1, 1), (2, -1), "2", (True,)])
-def test_grid_errors(grid):
-    with pytest.raises(InterpreterError, match="grid must be 1 to 3 positive ints"):
+@pytest.mark.parametrize(
+    ("grid", "problem"),
+    [
+        (0, "dimension 0 is 0"),
+        ((1, 1, 1, 1), "has 4 dimensions"),
+        ((2, -1), "dimension 1 is -1"),
+        ("2", "dimension 0 is not an integer"),
+        ((True,), "dimension 0 is a bool"),
+        ((1, 65536), "dimension 1 is 65536"),
+        ((1, 1, 65536), "dimension 2 is 65536"),
+        (2**31, "dimension 0 is 2147483648"),
+    ],
+)
+def test_grid_errors(grid, problem):
+    """The interpreter refuses every grid the GPU launch refuses (`ir.arguments.check_grid`)."""
+    with pytest.raises(InterpreterError, match=rf"{problem}; expected a positive int or a tuple"):
         run_reference(arguments_program(), 3, np.zeros(1, np.uint8), grid=grid)
 
 

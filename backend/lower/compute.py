@@ -1,0 +1,344 @@
+"""Lowering of computation on registers: initialisation, assignment, elementwise operations,
+`where`, casts, views, reductions (in the interpreter's order) and dots (SIMT, staged through
+shared memory, or on tensor cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from backend.conversions import (
+    convert_expression,
+    decode_expression,
+    encode_expression,
+    value_type,
+)
+from backend.cuda_codegen import (
+    binary_value,
+    pack_expression,
+    unary_value,
+    wrap_expression,
+)
+from backend.fast_conversions import fast_conversion
+from backend.lower.context import THREAD_NAME, LoweringContext, Tile, primary_condition
+from backend.tensor_core import (
+    emit_mma,
+    plan_mma,
+)
+from ir import dtypes, instructions
+from ir.dtypes import DataType
+from ir.elementwise import BINARY_OPS
+from ir.placement import dot_gather, dot_is_thread_local, reduce_plan
+from ir.values import RegisterTensor
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.hardware import WARP_SIZE
+from layout_algebra.shared import shared_row_major
+from layout_algebra.symbolic import (
+    Expr,
+    as_expr,
+    simplify,
+)
+
+REDUCE_SCRATCH_WORDS = 2048
+"""Target size, in 4-byte words, of the scratch area of a cross-warp reduction."""
+
+
+def _combiner(reduction: str, dtype: DataType) -> Callable[[str, str], str]:
+    """The C text of one step of a reduction on values of `dtype` (float sums in float32)."""
+    if reduction == "sum":
+        if dtype.is_float:
+            return lambda a, b: f"la_fadd({a}, {b})"
+        return lambda a, b: f"(int)((la_u32)({a}) + (la_u32)({b}))"
+    op = "max" if reduction == "max" else "min"
+    return lambda a, b: binary_value(op, dtype, a, b)
+
+
+class ComputeLowering(LoweringContext):
+    """Computation on registers: elementwise operations, casts, views, reductions and dots."""
+
+    def visit_register_tensor_init(self, instruction: instructions.RegisterTensorInit) -> None:
+        out = instruction.out
+        code = int(out.dtype.encode(np.array([instruction.init]))[0])
+        self.declare(out)
+        for i in range(out.layout.local_size):
+            self.out.line(f"{out.name}[{i}] = {code}u;")
+
+    def visit_assign(self, instruction: instructions.Assign) -> None:
+        for i in range(instruction.dst.layout.local_size):
+            self.out.line(f"{instruction.dst.name}[{i}] = {instruction.src.name}[{i}];")
+
+    def elementwise(
+        self,
+        out: RegisterTensor,
+        operands: Sequence[RegisterTensor],
+        formula: Callable[[list[str]], str],
+    ) -> None:
+        self.declare(out)
+        for i in range(out.layout.local_size):
+            codes = [self.broadcast_read(out, operand, i) for operand in operands]
+            self.out.line(f"{out.name}[{i}] = {formula(codes)};")
+
+    def visit_unary(self, instruction: instructions.Unary) -> None:
+        dtype = instruction.x.dtype
+
+        def formula(codes: list[str]) -> str:
+            value = unary_value(instruction.op, dtype, decode_expression(dtype, codes[0]))
+            if dtype.is_float:
+                return encode_expression(dtype, value)
+            return wrap_expression(dtype, value)
+
+        self.elementwise(instruction.out, [instruction.x], formula)
+
+    def visit_binary(self, instruction: instructions.Binary) -> None:
+        dtype = instruction.lhs.dtype
+        op = instruction.op
+
+        def formula(codes: list[str]) -> str:
+            x, y = (decode_expression(dtype, code) for code in codes)
+            value = binary_value(op, dtype, x, y)
+            if BINARY_OPS[op].is_comparison:
+                return wrap_expression(dtypes.u1, value)
+            if dtype.is_float:
+                return encode_expression(dtype, value)
+            return wrap_expression(dtype, value)
+
+        self.elementwise(instruction.out, [instruction.lhs, instruction.rhs], formula)
+
+    def visit_where(self, instruction: instructions.Where) -> None:
+        operands = [instruction.cond, instruction.x, instruction.y]
+        self.elementwise(
+            instruction.out, operands, lambda codes: f"({codes[0]} != 0 ? {codes[1]} : {codes[2]})"
+        )
+
+    def visit_cast(self, instruction: instructions.Cast) -> None:
+        out, x = instruction.out, instruction.x
+        self.declare(out)
+        fast = fast_conversion(x.dtype, out.dtype) if self.tensor_cores else None
+        size = out.layout.local_size
+        if fast is not None and size % fast.elements_per_word == 0:
+            # Whole 32-bit words of codes: the bit-trick conversion, a word at a time.
+            count = fast.elements_per_word
+            for first in range(0, size, count):
+                codes = [f"{x.name}[{first + j}]" for j in range(count)]
+                word, halves = self.temporary("word"), self.temporary("halves")
+                with self.out.block():
+                    self.out.line(
+                        f"const unsigned int {word} = {pack_expression(codes, 4, x.dtype.nbits)};"
+                    )
+                    self.out.line(f"unsigned int {halves}[{fast.output_words}];")
+                    self.out.line(fast.call(word, halves))
+                    for j in range(count):
+                        shift = " >> 16" if j % 2 else " & 0xFFFFu"
+                        self.out.line(f"{out.name}[{first + j}] = {halves}[{j // 2}]{shift};")
+            return
+        for i in range(size):
+            code = convert_expression(x.dtype, out.dtype, f"{x.name}[{i}]")
+            self.out.line(f"{out.name}[{i}] = {code};")
+
+    def visit_view(self, instruction: instructions.View) -> None:
+        out, x = instruction.out, instruction.x
+        bits_in, bits_out = x.dtype.nbits, out.dtype.nbits
+        self.declare(out)
+        for j in range(out.layout.local_size):
+            start, end = j * bits_out, (j + 1) * bits_out
+            parts = []
+            for k in range(start // bits_in, (end - 1) // bits_in + 1):
+                low = k * bits_in
+                part = f"(la_u32){x.name}[{k}]"
+                if start > low:
+                    part = f"({part} >> {start - low})"
+                if low > start:
+                    part = f"({part} << {low - start})"
+                parts.append(part)
+            self.out.line(f"{out.name}[{j}] = {wrap_expression(out.dtype, ' | '.join(parts))};")
+
+    def visit_reduce(self, instruction: instructions.Reduce) -> None:
+        out, x = instruction.out, instruction.x
+        dtype = x.dtype
+        local_order, steps = reduce_plan(x.layout, instruction.dim, out.layout)
+        if not np.all(local_order == local_order[:1]):
+            raise self.fail("the order of a thread's own elements depends on the thread")
+        kind = value_type(dtype)
+        combine = _combiner(instruction.reduction, dtype)
+        partial = self.temporary("p")
+        size = out.layout.local_size
+        self.declare(out)
+        with self.out.block():
+            self.out.line(f"{kind} {partial}[{size}];")
+            for j in range(size):
+                terms = [decode_expression(dtype, f"{x.name}[{int(k)}]") for k in local_order[0, j]]
+                self.out.line(f"{partial}[{j}] = {terms[0]};")
+                for term in terms[1:]:
+                    self.out.line(f"{partial}[{j}] = {combine(f'{partial}[{j}]', term)};")
+            for divisor, count in steps:
+                if self.within_warps(divisor, count):
+                    self.reduce_by_shuffles(partial, size, kind, combine, divisor, count)
+                else:
+                    self.reduce_through_shared(partial, size, kind, combine, divisor, count)
+            for j in range(size):
+                value = f"{partial}[{j}]"
+                if dtype.is_float:
+                    code = encode_expression(dtype, value)
+                else:
+                    code = wrap_expression(dtype, value)
+                self.out.line(f"{out.name}[{j}] = {code};")
+
+    def within_warps(self, divisor: int, count: int) -> bool:
+        """Whether every group of threads differing only in the digit (t // divisor) % count
+        lies in one warp."""
+        threads = np.arange(self.threads)
+        base = threads - (threads // divisor % count) * divisor
+        last = base + (count - 1) * divisor
+        return bool(np.all(base // WARP_SIZE == last // WARP_SIZE))
+
+    def group_base(self, divisor: int, count: int, lane: bool) -> str:
+        """C text of the first thread (or, with `lane`, its lane) of the calling thread's group
+        of threads differing only in the digit (t // divisor) % count."""
+        thread = self.thread % WARP_SIZE if lane else self.thread
+        return self.c(simplify(thread - self.thread // divisor % count * divisor))
+
+    def reduce_by_shuffles(
+        self,
+        partial: str,
+        size: int,
+        kind: str,
+        combine: Callable[[str, str], str],
+        divisor: int,
+        count: int,
+    ) -> None:
+        base = self.temporary("lane")
+        total = self.temporary("s")
+        with self.out.block():
+            self.out.line(f"const int {base} = {self.group_base(divisor, count, lane=True)};")
+            for j in range(size):
+                # Every lane runs every shuffle unconditionally, in digit order.
+                values = [f"{total}_{j}_{digit}" for digit in range(count)]
+                for digit, value in enumerate(values):
+                    lane = f"{base} + {digit * divisor}" if digit else base
+                    self.out.line(
+                        f"const {kind} {value} = __shfl_sync(la_warp_mask, {partial}[{j}], {lane});"
+                    )
+                accumulated = values[0]
+                for value in values[1:]:
+                    accumulated = combine(accumulated, value)
+                self.out.line(f"{partial}[{j}] = {accumulated};")
+
+    def reduce_through_shared(
+        self,
+        partial: str,
+        size: int,
+        kind: str,
+        combine: Callable[[str, str], str],
+        divisor: int,
+        count: int,
+    ) -> None:
+        chunk = max(1, min(size, REDUCE_SCRATCH_WORDS // self.threads))
+        self.scratch_bytes = max(self.scratch_bytes, 4 * chunk * self.threads)
+        scratch = self.temporary("scratch")
+        base = self.temporary("base")
+        with self.out.block():
+            self.out.line(
+                f"{kind}* const {scratch} = ({kind}*)(la_smem + {self.user_shared_bytes});"
+            )
+            self.out.line(f"const int {base} = {self.group_base(divisor, count, lane=False)};")
+            for start in range(0, size, chunk):
+                members = range(start, min(size, start + chunk))
+                for j in members:
+                    row = (j - start) * self.threads
+                    self.out.line(f"{scratch}[{row} + {THREAD_NAME}] = {partial}[{j}];")
+                self.out.line("__syncthreads();")
+                for j in members:
+                    row = (j - start) * self.threads
+                    self.out.line(f"{partial}[{j}] = {scratch}[{row} + {base}];")
+                    for digit in range(1, count):
+                        other = f"{scratch}[{row} + {base} + {digit * divisor}]"
+                        self.out.line(f"{partial}[{j}] = {combine(f'{partial}[{j}]', other)};")
+                self.out.line("__syncthreads();")
+
+    def visit_dot(self, instruction: instructions.Dot) -> None:
+        out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+        self.declare(out)
+        plan = plan_mma(instruction, self.arch) if self.tensor_cores else None
+        if plan is not None:
+            self.plans.append(plan)
+            self.out.lines(emit_mma(plan, a.name, b.name, c.name, out.name))
+            return
+        if not dot_is_thread_local(instruction):
+            self.staged_dot(instruction)
+            return
+        gather_a, gather_b = dot_gather(c.layout, a.layout, b.layout)
+        values_a, values_b = self.temporary("a"), self.temporary("b")
+        with self.out.block():
+            for name, tensor in ((values_a, a), (values_b, b)):
+                self.out.line(f"float {name}[{tensor.layout.local_size}];")
+                for i in range(tensor.layout.local_size):
+                    value = decode_expression(tensor.dtype, f"{tensor.name}[{i}]")
+                    self.out.line(f"{name}[{i}] = {value};")
+            shadow_a = RegisterTensor(values_a, a.dtype, a.layout)
+            shadow_b = RegisterTensor(values_b, b.dtype, b.layout)
+            for i in range(out.layout.local_size):
+                accumulator = self.temporary("acc")
+                self.out.line(f"float {accumulator} = la_bits_to_float({c.name}[{i}]);")
+                for k in range(a.shape[1]):
+
+                    def row(k: int = k, i: int = i) -> list[Expr | int]:
+                        return [c.layout.map(self.thread, i)[0], k]
+
+                    def column(k: int = k, i: int = i) -> list[Expr | int]:
+                        return [k, c.layout.map(self.thread, i)[1]]
+
+                    x = self.read(shadow_a, gather_a[:, i, k], row)
+                    y = self.read(shadow_b, gather_b[:, i, k], column)
+                    self.out.line(f"{accumulator} = la_fadd({accumulator}, la_fmul({x}, {y}));")
+                self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
+
+    def staged_dot(self, instruction: instructions.Dot) -> None:
+        """A dot whose threads need operand elements held by other threads of their warp: every
+        a and b element goes, as a float32, to a row-major scratch copy in shared memory (by its
+        primary replica), then each thread reads what its c elements combine, in k order."""
+        out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+        (m, k_extent), n = a.shape, b.shape[1]
+        a_scratch, b_scratch = shared_row_major(m, k_extent), shared_row_major(k_extent, n)
+        a_bytes = 4 * m * k_extent
+        self.scratch_bytes = max(self.scratch_bytes, a_bytes + 4 * k_extent * n)
+        names = self.temporary("sa"), self.temporary("sb")
+        with self.out.block():
+            for name, start in zip(names, (0, a_bytes)):
+                offset = self.user_shared_bytes + start
+                self.out.line(f"float* const {name} = (float*)(la_smem + {offset});")
+            for name, tensor, scratch in zip(names, (a, b), (a_scratch, b_scratch)):
+                tile = Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32)
+                primary = primary_condition(tensor.layout, self.thread)
+                with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+                    for i in range(tensor.layout.local_size):
+                        address = tile.offset(self.thread, i)
+                        self.record(tile, i, 1, address, 32, None)
+                        value = decode_expression(tensor.dtype, f"{tensor.name}[{i}]")
+                        self.out.line(f"{name}[{self.c(address)}] = {value};")
+            self.out.line("__syncthreads();")
+            threads, size = self.threads, c.layout.local_size
+            for i in range(size):
+                accumulator = self.temporary("acc")
+                self.out.line(f"float {accumulator} = la_bits_to_float({c.name}[{i}]);")
+                for k in range(k_extent):
+                    rows = FunctionLayout(
+                        (m, k_extent), threads, size, lambda t, j, k=k: (c.layout.map(t, j)[0], k)
+                    )
+                    columns = FunctionLayout(
+                        (k_extent, n), threads, size, lambda t, j, k=k: (k, c.layout.map(t, j)[1])
+                    )
+                    reads = []
+                    for name, scratch, layout in zip(
+                        names, (a_scratch, b_scratch), (rows, columns)
+                    ):
+                        tile = Tile(scratch, layout, (as_expr(0), as_expr(0)), 32)
+                        address = tile.offset(self.thread, i)
+                        self.record(tile, i, 1, address, 32, None)
+                        reads.append(f"{name}[{self.c(address)}]")
+                    self.out.line(
+                        f"{accumulator} = la_fadd({accumulator}, la_fmul({reads[0]}, {reads[1]}));"
+                    )
+                self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
+            self.out.line("__syncthreads();")

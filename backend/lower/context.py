@@ -1,0 +1,407 @@
+"""The state of one kernel being lowered and the helpers every part of the lowering uses.
+
+`LoweringContext` holds the C text being written, the temporaries, the facts that hold at the
+current point (loop ranges and strides, if conditions, declared divisors of int parameters), the
+shared-memory placement, and the recorded accesses and plans; `Access` and `LoweredKernel` are
+what the lowering produces. `Tile` places a register tile at an origin of a memory tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from backend.cuda_codegen import (
+    CodeWriter,
+    register_declaration,
+)
+from backend.errors import CompilationError
+from backend.kernel import KernelArrayParam, KernelIntParam
+from backend.tensor_core import (
+    MINIMUM_MMA_ARCH,
+    LdmatrixPlan,
+    MmaPlan,
+    arch_number,
+)
+from ir import dtypes, instructions
+from ir.instructions import Instruction
+from ir.placement import broadcast_gather
+from ir.printer import format_instruction
+from ir.program import Program
+from ir.values import IntParam, RegisterTensor
+from ir.verifier import SHARED_ALIGNMENT
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import RegisterLayout
+from layout_algebra.shared import SharedLayout
+from layout_algebra.symbolic import (
+    Expr,
+    as_expr,
+    evaluate,
+    known_divisor,
+    logical_and,
+    maximum,
+    minimum,
+    select,
+    simplify,
+    var,
+)
+
+THREAD_NAME = "la_thread"
+"""The C variable (and symbolic variable) of the thread index, threadIdx.x."""
+
+WIDE_PREFIX = "la_w_"
+"""Prefix of the 64-bit copies of the scalar variables."""
+
+RESERVED_PREFIX = "la_"
+"""Names the generated code uses for itself; parameters and programs may not start with it."""
+
+NVRTC_OPTIONS = ("--fmad=false", "--diag-suppress=177")
+"""Options every lowered kernel is compiled with: no contraction of a * b + c into an FMA, and
+no warning for the helpers and variables a kernel does not use."""
+
+C_INT_MIN = -(2**31)
+C_INT_MAX = 2**31 - 1
+"""The range of a C int, in which scalars are printed unless they may leave it."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """One address expression printed into a kernel, with what it must mean.
+
+    The instruction `instruction` moves `width` consecutive registers ``local_index ..
+    local_index + width - 1`` of thread `thread` (the symbolic thread index, 0 <= t <
+    `register.num_threads`) of a tile placed by `register` (padded with leading size-1
+    dimensions to the memory's rank) at `origin` of a memory tensor addressed by `memory` (a
+    `SharedLayout` or `GlobalLayout`), whose elements have `element_bits` bits. A dot staged
+    through shared memory records its scratch copies as row-major shared tensors of float32:
+    the writes with the operand's layout, the reads with a `FunctionLayout` (register i of
+    thread t reads row ``c.map(t, i)[0]`` of a, or column ``c.map(t, i)[1]`` of b, at one k).
+    The source holds `expr`, an address in units of `unit_bits` bits from the tensor's base: a
+    typed index (`unit_bits` = `element_bits`), a byte offset (8) or a bit offset (1).
+
+    Claims (checked by `proofs.lowering_validation`), for every thread, every value of the
+    variables within their bounds and under `assumptions` (facts that hold where the access
+    sits: loop ranges and strides, if conditions, and ``p % m == 0`` for each int parameter p
+    declared a multiple of m > 1):
+
+    - ``expr * unit_bits == (memory.offset(origin + register.map(t, local_index + j)) - j) *
+      element_bits`` for every j < width: the registers sit at consecutive elements from expr;
+    - when width > 1, ``expr * unit_bits`` is a multiple of ``width * element_bits`` (the vector
+      is aligned to its size);
+    - `mask`, when not None (global memory), is true exactly when every element
+      ``origin + register.map(t, local_index + j)`` lies inside the tensor's shape;
+    - `count`, when not None (a ``cp.async`` that zero-fills), is the number of leading
+      registers the access reads from memory: register local_index + j lies inside the tensor's
+      shape exactly when j < count.
+    """
+
+    instruction: Instruction
+    memory: SharedLayout | GlobalLayout
+    register: RegisterLayout | FunctionLayout
+    origin: tuple[Expr, ...]
+    local_index: int
+    width: int
+    element_bits: int
+    expr: Expr
+    unit_bits: int
+    mask: Expr | None
+    thread: Expr
+    assumptions: tuple[Expr, ...]
+    count: Expr | None = None
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """The result of `lower`: what `backend.kernel.build_kernel` needs, and the accesses.
+
+    Fields: `source` (CUDA C++), `entry` (the kernel's name: the program's), `params` (the
+    launch signature, `backend.kernel.ArrayParam` / `IntParam` in the program's parameter
+    order), `block_threads`, `shared_bytes` (dynamic shared memory per block), `options`
+    (NVRTC options the source is meant for), `accesses` (every printed address, in source
+    order) and `plans` (the tensor-core plans used: `backend.tensor_core.MmaPlan` for a dot on
+    ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
+    obligations of what they print).
+    """
+
+    source: str
+    entry: str
+    params: tuple[KernelArrayParam | KernelIntParam, ...]
+    block_threads: int
+    shared_bytes: int
+    options: tuple[str, ...]
+    accesses: tuple[Access, ...]
+    plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
+
+
+def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
+    """The local index at which `layout` holds the element at `coords` (an `Expr`).
+
+    Each local mode's digit is read from its dimension's coordinate, ``coord // stride % size``
+    (stride: the product of the later modes of that dimension); the index is the mixed-radix
+    number of the digits, most significant mode first. Requires the coordinate to be held by
+    the thread asking (the verifier's placement check).
+    """
+    dims = layout.mode_dims
+    index: Expr = as_expr(0)
+    for entry in layout.local_modes:
+        size = layout.mode_shape[entry]
+        stride = math.prod(
+            layout.mode_shape[k] for k in range(entry + 1, len(dims)) if dims[k] == dims[entry]
+        )
+        index = index * size + as_expr(coords[dims[entry]]) // stride % size
+    return index
+
+
+def primary_condition(layout: RegisterLayout, thread: Expr) -> Expr | None:
+    """The condition on `thread` of being the primary replica (all replication digits 0), or
+    None when the layout does not replicate."""
+    if layout.replication == 1:
+        return None
+    condition: Expr = as_expr(1)
+    divisor = 1
+    for entry, size in zip(reversed(layout.spatial_modes), reversed(layout.spatial_sizes)):
+        if entry < 0:
+            condition = logical_and(condition, (thread // divisor % size).eq(0))
+        divisor *= size
+    return simplify(condition)
+
+
+def is_wide(expr: Expr) -> bool:
+    """Whether `expr` or any of its sub-expressions may leave the C int range (by bounds)."""
+    for node in expr.nodes():
+        low, high = node.bounds()
+        if low is None or high is None or low < C_INT_MIN or high > C_INT_MAX:
+            return True
+    return False
+
+
+def is_true(expr: Expr) -> bool:
+    return expr.is_const and expr.value != 0
+
+
+def is_false(expr: Expr) -> bool:
+    return expr.is_const and expr.value == 0
+
+
+def quotient(param: IntParam) -> Expr:
+    """The variable q of ``param = multiple_of * q``, bounded so that the product stays within
+    the parameter's bounds."""
+    low, high, divisor = param.var.lo, param.var.hi, param.multiple_of
+    return var(
+        f"{RESERVED_PREFIX}q_{param.name}",
+        None if low is None else -(-low // divisor),
+        None if high is None else high // divisor,
+    )
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A register tile placed at `origin` of a memory tensor (`memory`, `element_bits`)."""
+
+    memory: SharedLayout | GlobalLayout
+    register: RegisterLayout
+    origin: tuple[Expr, ...]
+    element_bits: int
+
+    def coords(self, thread: Expr, i: int) -> list[Expr]:
+        """The memory coordinates of register i of `thread`."""
+        return [o + c for o, c in zip(self.origin, self.register.map(thread, i))]
+
+    def offset(self, thread: Expr, i: int) -> Expr:
+        """The element offset of register i of `thread`, simplified."""
+        return simplify(as_expr(self.memory.offset(self.coords(thread, i))))
+
+    def inside(self, thread: Expr, first: int, width: int) -> Expr:
+        """The condition that registers first .. first + width - 1 are all inside the shape.
+
+        Coordinates split as ``map(t, i) = map(t, 0) + map(0, i)``, so the run's box per
+        dimension is the thread's part plus the least and greatest register part.
+        """
+        base = self.register.map(thread, 0)
+        parts = [self.register.map(0, first + j) for j in range(width)]
+        condition: Expr = as_expr(1)
+        for dim, (origin, start, extent) in enumerate(zip(self.origin, base, self.memory.shape)):
+            low = min(part[dim] for part in parts)
+            high = max(part[dim] for part in parts)
+            condition = logical_and(condition, origin + start + low >= 0)
+            condition = logical_and(condition, origin + start + high < extent)
+        return simplify(condition)
+
+    def prefix(self, thread: Expr, first: int, width: int) -> tuple[Expr, Expr] | None:
+        """(condition, count) when registers first .. first + width - 1 run along one dimension
+        with consecutive coordinates: under `condition` (the run does not start below 0), the
+        registers inside the shape are exactly the first `count`. None for any other run."""
+        parts = [self.register.map(0, first + j) for j in range(width)]
+        varying = [d for d in range(self.register.rank) if parts[0][d] != parts[-1][d]]
+        if len(varying) != 1:
+            return None
+        (dim,) = varying
+        if [part[dim] for part in parts] != list(range(parts[0][dim], parts[0][dim] + width)):
+            return None
+        base = self.register.map(thread, 0)
+        starts = [o + b + p for o, b, p in zip(self.origin, base, parts[0])]
+        others: Expr = as_expr(1)
+        for d, (start, extent) in enumerate(zip(starts, self.memory.shape)):
+            if d != dim:
+                others = logical_and(others, logical_and(start >= 0, start < extent))
+        inside = maximum(0, minimum(width, self.memory.shape[dim] - starts[dim]))
+        count = select(others, inside, 0)
+        return simplify(starts[dim] >= 0), simplify(count)
+
+
+class LoweringContext:
+    """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
+
+    def __init__(self, program: Program, arch: str | None) -> None:
+        self.program = program
+        self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
+        self.arch = arch
+        self.plans: list[MmaPlan | LdmatrixPlan] = []
+        self.threads = program.num_threads
+        self.thread = var(THREAD_NAME, 0, self.threads - 1)
+        self.out = CodeWriter()
+        self.accesses: list[Access] = []
+        self.facts: list[Expr] = [
+            (p.var % p.multiple_of).eq(0)
+            for p in program.params
+            if isinstance(p, IntParam) and p.multiple_of > 1
+        ]
+        self.multiples = {
+            p.name: p.multiple_of * quotient(p)
+            for p in program.params
+            if isinstance(p, IntParam) and p.multiple_of > 1
+        }
+        self.loops: dict[str, tuple[Expr, Expr, int, Expr]] = {}
+        self.current: Instruction | None = None
+        self.temporaries = 0
+        self.shared_base: dict[str, int] = {}
+        self.user_shared_bytes = self._allocate_shared()
+        self.scratch_bytes = 0
+
+    def fail(self, problem: str) -> CompilationError:
+        where = "" if self.current is None else f" in: {format_instruction(self.current)}"
+        return CompilationError(f"cannot lower {self.program.name}: {problem}{where}")
+
+    def temporary(self, stem: str) -> str:
+        self.temporaries += 1
+        return f"la_{stem}{self.temporaries}"
+
+    def c(self, expr: Expr | int) -> str:
+        """C text of a scalar expression, over 64-bit variables when it may leave int range."""
+        expr = as_expr(expr)
+        if is_wide(expr):
+            expr = expr.substitute(
+                {
+                    node.name: var(WIDE_PREFIX + node.name, node.lo, node.hi)
+                    for node in expr.variables()
+                }
+            )
+        return expr.to_c()
+
+    def _allocate_shared(self) -> int:
+        """Give every shared tensor its byte offset in the dynamic allocation; the total."""
+        total = 0
+        for instruction in self.program.walk():
+            if isinstance(instruction, instructions.SharedTensorAlloc):
+                tensor = instruction.out
+                self.shared_base[tensor.name] = total
+                size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
+                total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+        return total
+
+    def declare(self, tensor: RegisterTensor) -> None:
+        self.out.line(register_declaration(tensor.name, tensor.dtype, tensor.layout.local_size))
+
+    def record(
+        self,
+        tile: Tile,
+        first: int,
+        width: int,
+        expr: Expr,
+        unit_bits: int,
+        mask: Expr | None,
+        count: Expr | None = None,
+    ) -> None:
+        assert self.current is not None
+        self.accesses.append(
+            Access(
+                instruction=self.current,
+                memory=tile.memory,
+                register=tile.register,
+                origin=tile.origin,
+                local_index=first,
+                width=width,
+                element_bits=tile.element_bits,
+                expr=expr,
+                unit_bits=unit_bits,
+                mask=mask,
+                thread=self.thread,
+                assumptions=tuple(self.facts),
+                count=count,
+            )
+        )
+
+    def read(
+        self,
+        tensor: RegisterTensor,
+        table: np.ndarray,
+        coords: Callable[[], Sequence[Expr | int]],
+    ) -> str:
+        """The C code of `tensor`'s register that each thread t reads at `table[t]`.
+
+        A constant index is used as is; a thread-dependent one is computed from `coords()` (the
+        element's coordinates in the tensor), checked against the table, and selected among its
+        possible values.
+        """
+        values = np.unique(table)
+        if values.size == 1:
+            return f"{tensor.name}[{int(values[0])}]"
+        index = simplify(local_index_expression(tensor.layout, coords()))
+        threads = np.arange(self.threads, dtype=np.int64)
+        computed = np.broadcast_to(evaluate(index, {THREAD_NAME: threads}), threads.shape)
+        if not np.array_equal(computed, table):
+            raise self.fail(f"the register index of {tensor.name} cannot be computed")
+        name = self.temporary("j")
+        self.out.line(f"const int {name} = {self.c(index)};")
+        chain = f"{tensor.name}[{int(values[-1])}]"
+        for value in reversed(values[:-1].tolist()):
+            chain = f"({name} == {value} ? {tensor.name}[{value}] : {chain})"
+        return chain
+
+    def broadcast_read(self, out: RegisterTensor, operand: RegisterTensor, i: int) -> str:
+        """The code of `operand`'s element that `out`'s element i reads (NumPy broadcasting)."""
+        gather = broadcast_gather(out.layout, operand.layout)
+
+        def coords() -> list[Expr | int]:
+            full = out.layout.map(self.thread, i)
+            tail = full[len(full) - operand.layout.rank :]
+            return [0 if extent == 1 else c for c, extent in zip(tail, operand.shape)]
+
+        return self.read(operand, gather[:, i], coords)
+
+    def with_multiples(self, expr: Expr | int) -> Expr | int:
+        """`expr` with each int parameter declared a multiple of m > 1 written as ``m * q``
+        (q >= 0), simplified, so that `known_divisor` sees the divisibility."""
+        if not isinstance(expr, Expr):
+            return expr
+        return simplify(expr.substitute(self.multiples))
+
+    def loop_divisor(self, expr: Expr | int) -> int:
+        """`known_divisor` of `expr` with each enclosing loop variable written as
+        ``start + step * q`` (q >= 0), then each int parameter declared a multiple of m as
+        ``m * q``."""
+        if not isinstance(expr, Expr):
+            return abs(int(expr))
+        mapping = {
+            name: start + step * var(f"{RESERVED_PREFIX}q_{name}", 0, None)
+            for name, (_, start, step, _) in self.loops.items()
+            if step > 1
+        }
+        return known_divisor(self.with_multiples(expr.substitute(mapping)))
+
+    def scalar_params(self) -> list[Expr]:
+        return [p.var for p in self.program.params if isinstance(p, IntParam)]

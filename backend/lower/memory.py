@@ -1,0 +1,518 @@
+"""Lowering of memory instructions: global and shared loads and stores, ``cp.async`` copies and
+barriers.
+
+Every access of a tile goes through one skeleton (`MemoryLowering.vector_runs`): runs of
+`width` registers move as one vector where the access map allows it, and a run that may leave
+the tensor's shape is guarded by its mask, with an element-by-element (or zero-filling) path
+for the runs that do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from backend.cuda_codegen import (
+    VECTOR_TYPES,
+    pack_expression,
+    unpack_expressions,
+)
+from backend.lower.context import (
+    THREAD_NAME,
+    LoweringContext,
+    Tile,
+    is_false,
+    is_true,
+    primary_condition,
+)
+from backend.tensor_core import (
+    MAX_OFFSET_POINTS,
+    emit_ldmatrix,
+    plan_ldmatrix,
+)
+from ir import instructions
+from ir.dtypes import DataType
+from ir.program import BLOCK_INDICES
+from ir.values import GlobalTensor, RegisterTensor
+from layout_algebra.access import compose
+from layout_algebra.auto import auto_local_spatial
+from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import RegisterLayout, local, pad_layout, replicate
+from layout_algebra.shared import SharedLayout, shared_strides
+from layout_algebra.symbolic import (
+    Expr,
+    as_expr,
+    evaluate,
+    simplify,
+)
+
+ENUMERATION_LIMIT = 256
+"""Largest number of origin values enumerated to decide a shared-memory vector width."""
+
+
+def default_copy_layout(
+    shape: Sequence[int], element_bits: int, num_threads: int
+) -> RegisterLayout:
+    """The layout a `copy_async` without one is spread by.
+
+    Each thread copies runs of v consecutive elements of the last dimension, v the widest count
+    of at most 16 bytes that divides the last extent (1 for elements that do not divide 128
+    bits); the runs are dealt by ``auto_local_spatial(num_threads, shape with the last extent
+    divided by v)``, whose leftover threads replicate (replicas do not copy twice).
+    """
+    shape = tuple(shape)
+    if not shape:
+        return replicate(num_threads)
+    run = 128 // element_bits if 128 % element_bits == 0 else 1
+    while run > 1 and shape[-1] % run:
+        run //= 2
+    grid = shape[:-1] + (shape[-1] // run,)
+    return auto_local_spatial(num_threads, grid) * local(*((1,) * (len(shape) - 1)), run)
+
+
+def _runs_ok(offsets: np.ndarray, width: int) -> bool:
+    """Every run of `width` registers (starting at a multiple of width) sits at consecutive
+    offsets starting at a multiple of width."""
+    threads, size = offsets.shape
+    runs = offsets.reshape(threads, size // width, width)
+    steps = np.arange(width, dtype=np.int64)
+    if not np.array_equal(runs - runs[..., :1], np.broadcast_to(steps, runs.shape)):
+        return False
+    return not np.any(runs[..., 0] % width)
+
+
+def _vector_widths(element_bits: int, local_size: int) -> list[int]:
+    """Candidate vector widths, widest first: whole-byte power-of-two accesses of at most 16
+    bytes whose width divides `local_size`."""
+    widths = []
+    for vector_bytes in (16, 8, 4, 2, 1):
+        bits = vector_bytes * 8
+        if bits % element_bits == 0:
+            width = bits // element_bits
+            if width > 1 and local_size % width == 0:
+                widths.append(width)
+    return widths
+
+
+def _narrow(width: int, divisor: int, element_bits: int) -> int:
+    """The widest of width, width/2, ... whose vector of whole bytes starts aligned at an
+    offset known to be a multiple of `divisor` (0: any multiple); 1 when none does."""
+    while width > 1:
+        if (divisor % width == 0) and (width * element_bits) % 8 == 0:
+            return width
+        width //= 2
+    return 1
+
+
+def _unsigned(bits: int) -> str:
+    return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int"}[bits]
+
+
+class MemoryLowering(LoweringContext):
+    """Tensors in memory: vector widths, loads, stores, asynchronous copies and barriers."""
+
+    def global_width(self, tile: Tile, view: GlobalTensor) -> int:
+        """The vector width of a tile of a global view (see the module docstring)."""
+        strides = tuple(self.with_multiples(stride) for stride in view.layout.strides)
+        tile_layout = GlobalLayout(tile.register.shape, strides)
+        width = compose(tile_layout, tile.register).vector_width(tile.element_bits)
+        base = view.layout.offset(list(tile.origin))
+        return _narrow(width, self.loop_divisor(base), tile.element_bits)
+
+    def origin_values(self, origin: Sequence[Expr]) -> list[dict[str, int]] | None:
+        """Every valuation of the variables of `origin`, or None when there are too many."""
+        names = sorted(set().union(*(o.free_vars() for o in origin)))
+        domains = []
+        for name in names:
+            if name in self.loops:
+                loop_var, start, step, _ = self.loops[name]
+                low, high = loop_var.lo, loop_var.hi
+                if not start.is_const:
+                    step = 1
+            else:
+                low, high = None, None
+                for scalar in (*BLOCK_INDICES, *self.scalar_params()):
+                    if scalar.name == name:
+                        low, high = scalar.lo, scalar.hi
+            if low is None or high is None or high - low + 1 > ENUMERATION_LIMIT:
+                return None
+            domains.append(range(low, high + 1, step))
+        if math.prod(len(domain) for domain in domains) > ENUMERATION_LIMIT:
+            return None
+        return [dict(zip(names, values)) for values in itertools.product(*domains)]
+
+    def shared_width(self, tile: Tile) -> int:
+        """The vector width of a tile of a shared tensor (see the module docstring)."""
+        memory = tile.memory
+        assert isinstance(memory, SharedLayout)
+        register = tile.register
+        widths = _vector_widths(tile.element_bits, register.local_size)
+        if not widths:
+            return 1
+        valuations = self.origin_values(tile.origin)
+        if valuations is not None:
+            table = register.table()
+            tables = []
+            for env in valuations:
+                origin = [int(evaluate(o, env)) for o in tile.origin]
+                coords = tuple(table[..., d] + origin[d] for d in range(register.rank))
+                try:
+                    tables.append(np.asarray(memory.offset(coords), dtype=np.int64))
+                except LayoutError:
+                    continue
+            for width in widths:
+                if all(_runs_ok(offsets, width) for offsets in tables):
+                    return width
+            return 1
+        dims = memory.mode_dims
+        if memory.swizzle is not None or len(set(dims)) != len(dims):
+            return 1
+        strides = [0] * memory.rank
+        for dim, stride in zip(dims, memory.mode_strides):
+            strides[dim] = stride
+        tile_layout = shared_strides(register.shape, strides)
+        width = compose(tile_layout, register).vector_width(tile.element_bits)
+        base = sum((o * s for o, s in zip(tile.origin, strides)), as_expr(0))
+        return _narrow(width, self.loop_divisor(base), tile.element_bits)
+
+    def register_tile(
+        self,
+        memory: SharedLayout | GlobalLayout,
+        layout: RegisterLayout,
+        origin: Sequence[Expr],
+        dtype: DataType,
+    ) -> Tile:
+        return Tile(memory, pad_layout(layout, memory.rank), tuple(origin), dtype.nbits)
+
+    def element_address(self, tile: Tile, i: int) -> tuple[Expr, int]:
+        """(printed address, unit bits) of one element: a typed index for whole-byte elements,
+        a bit offset for the others."""
+        offset = tile.offset(self.thread, i)
+        if tile.element_bits % 8 == 0:
+            return offset, tile.element_bits
+        return simplify(offset * tile.element_bits), 1
+
+    def vector_address(self, tile: Tile, first: int) -> Expr:
+        """The printed byte offset of the vector starting at register `first`."""
+        offset = tile.offset(self.thread, first)
+        if tile.element_bits % 8 == 0:
+            return simplify(offset * (tile.element_bits // 8))
+        return simplify(offset * tile.element_bits // 8)
+
+    def load_element(self, pointer: str, tile: Tile, i: int, mask: Expr | None) -> str:
+        """C code of register i's element loaded from `pointer` (0 where `mask` is false)."""
+        address, unit = self.element_address(tile, i)
+        self.record(tile, i, 1, address, unit, mask)
+        bits = tile.element_bits
+        if bits % 8 == 0:
+            load = f"((const {_unsigned(bits)}*){pointer})[{self.c(address)}]"
+        else:
+            load = f"la_load_bits({pointer}, {self.c(address)}, {bits})"
+        if mask is None or is_true(mask):
+            return load
+        return f"({self.c(mask)} ? (la_u32){load} : 0u)"
+
+    def store_element(self, pointer: str, tile: Tile, i: int, code: str, mask: Expr | None) -> None:
+        """Write `code` as register i's element at `pointer` (skipped where `mask` is false)."""
+        address, unit = self.element_address(tile, i)
+        self.record(tile, i, 1, address, unit, mask)
+        bits = tile.element_bits
+        if bits % 8 == 0:
+            statement = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}] = {code};"
+        else:
+            statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
+        if mask is None or is_true(mask):
+            self.out.line(statement)
+        else:
+            with self.out.block(f"if ({self.c(mask)})"):
+                self.out.line(statement)
+
+    def load_vector(
+        self,
+        out: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        first: int,
+        width: int,
+        mask: Expr | None,
+    ) -> None:
+        """Load registers first .. first + width - 1 of `out` with one vector access."""
+        bits = tile.element_bits
+        vector_bytes = width * bits // 8
+        address = self.vector_address(tile, first)
+        self.record(tile, first, width, address, 8, mask)
+        kind = VECTOR_TYPES[vector_bytes]
+        vector = self.temporary("v")
+        with self.out.block():
+            self.out.line(
+                f"const {kind} {vector} = *(const {kind}*)({pointer} + ({self.c(address)}));"
+            )
+            for j, code in enumerate(unpack_expressions(vector, vector_bytes, bits)):
+                self.out.line(f"{out.name}[{first + j}] = {code};")
+
+    def load_elements(
+        self,
+        out: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        first: int,
+        width: int,
+        masked: bool,
+    ) -> None:
+        """Load registers first .. first + width - 1 of `out` one by one (0 out of bounds)."""
+        for i in range(first, first + width):
+            mask = tile.inside(self.thread, i, 1) if masked else None
+            if mask is not None and is_false(mask):
+                self.out.line(f"{out.name}[{i}] = 0u;")
+            else:
+                self.out.line(f"{out.name}[{i}] = {self.load_element(pointer, tile, i, mask)};")
+
+    def store_vector(
+        self,
+        src: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        first: int,
+        width: int,
+        mask: Expr | None,
+    ) -> None:
+        """Store registers first .. first + width - 1 of `src` with one vector access."""
+        bits = tile.element_bits
+        vector_bytes = width * bits // 8
+        address = self.vector_address(tile, first)
+        self.record(tile, first, width, address, 8, mask)
+        kind = VECTOR_TYPES[vector_bytes]
+        codes = [f"{src.name}[{first + j}]" for j in range(width)]
+        self.out.line(
+            f"*({kind}*)({pointer} + ({self.c(address)})) = "
+            f"{pack_expression(codes, vector_bytes, bits)};"
+        )
+
+    def store_elements(
+        self,
+        src: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        first: int,
+        width: int,
+        masked: bool,
+    ) -> None:
+        """Store registers first .. first + width - 1 of `src` one by one (skipped out of
+        bounds)."""
+        for i in range(first, first + width):
+            mask = tile.inside(self.thread, i, 1) if masked else None
+            if mask is None or not is_false(mask):
+                self.store_element(pointer, tile, i, f"{src.name}[{i}]", mask)
+
+    def load_tile(
+        self, out: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
+    ) -> None:
+        """Load every register of `out` from a tile, `width` registers a vector; with `masked`,
+        a vector not wholly inside the tensor's shape goes element by element."""
+        for first in range(0, out.layout.local_size, width):
+            mask = tile.inside(self.thread, first, width) if masked else None
+            if width == 1 or (mask is not None and is_false(mask)):
+                self.load_elements(out, pointer, tile, first, width, masked)
+            elif mask is None or is_true(mask):
+                self.load_vector(out, pointer, tile, first, width, mask)
+            else:
+                with self.out.block(f"if ({self.c(mask)})"):
+                    self.load_vector(out, pointer, tile, first, width, mask)
+                with self.out.block("else"):
+                    self.load_elements(out, pointer, tile, first, width, masked)
+
+    def store_tile(
+        self, src: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
+    ) -> None:
+        """Store every register of `src` into a tile, as `load_tile` loads; only the primary
+        replica stores."""
+        primary = primary_condition(src.layout, self.thread)
+        with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+            for first in range(0, src.layout.local_size, width):
+                mask = tile.inside(self.thread, first, width) if masked else None
+                if width == 1 or (mask is not None and is_false(mask)):
+                    self.store_elements(src, pointer, tile, first, width, masked)
+                elif mask is None or is_true(mask):
+                    self.store_vector(src, pointer, tile, first, width, mask)
+                else:
+                    with self.out.block(f"if ({self.c(mask)})"):
+                        self.store_vector(src, pointer, tile, first, width, mask)
+                    with self.out.block("else"):
+                        self.store_elements(src, pointer, tile, first, width, masked)
+
+    def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
+        out, src = instruction.out, instruction.src
+        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
+        self.declare(out)
+        self.load_tile(out, src.name, tile, self.global_width(tile, src), masked=True)
+
+    def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
+        dst, src = instruction.dst, instruction.src
+        tile = self.register_tile(dst.layout, src.layout, instruction.offsets, dst.dtype)
+        self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
+
+    def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
+        out, src = instruction.out, instruction.src
+        self.declare(out)
+        plan = None
+        if self.tensor_cores and src.dtype.nbits == 16:
+            ranges = self.loop_ranges(instruction.offsets)
+            if self.few_offset_values(instruction.offsets, ranges):
+                plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)
+        if plan is not None:
+            self.plans.append(plan)
+            self.out.lines(
+                emit_ldmatrix(plan, f"((unsigned short*){src.name})", out.name, THREAD_NAME)
+            )
+            return
+        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
+        self.load_tile(out, src.name, tile, self.shared_width(tile), masked=False)
+
+    @staticmethod
+    def few_offset_values(offsets: Sequence[Expr], ranges: dict[str, range]) -> bool:
+        """Whether the offsets' variables take at most `MAX_OFFSET_POINTS` values together (the
+        ones of `ranges`, the others over their bounds), so `plan_ldmatrix` can check each."""
+        total = 1
+        seen: set[str] = set()
+        for offset in offsets:
+            for node in offset.variables():
+                if node.name in seen:
+                    continue
+                seen.add(node.name)
+                if node.name in ranges:
+                    total *= len(ranges[node.name])
+                elif node.lo is None or node.hi is None:
+                    return False
+                else:
+                    total *= node.hi - node.lo + 1
+                if total > MAX_OFFSET_POINTS:
+                    return False
+        return True
+
+    def loop_ranges(self, offsets: Sequence[Expr]) -> dict[str, range]:
+        """The values each enclosing loop variable of `offsets` with constant bounds takes."""
+        names = set().union(*(o.free_vars() for o in offsets))
+        ranges = {}
+        for name in names & set(self.loops):
+            _, start, step, stop = self.loops[name]
+            if start.is_const and stop.is_const:
+                ranges[name] = range(start.value, stop.value, step)
+        return {name: values for name, values in ranges.items() if len(values)}
+
+    def visit_store_shared(self, instruction: instructions.StoreShared) -> None:
+        dst, src = instruction.dst, instruction.src
+        tile = self.register_tile(dst.layout, src.layout, instruction.offsets, dst.dtype)
+        self.store_tile(src, dst.name, tile, self.shared_width(tile), masked=False)
+
+    def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
+        dst, src = instruction.dst, instruction.src
+        bits = src.dtype.nbits
+        layout = instruction.layout
+        if layout is None:
+            layout = default_copy_layout(instruction.shape, bits, self.threads)
+        source = self.register_tile(src.layout, layout, instruction.src_offsets, src.dtype)
+        target = self.register_tile(dst.layout, layout, instruction.dst_offsets, dst.dtype)
+        width = min(self.global_width(source, src), self.shared_width(target))
+        primary = primary_condition(layout, self.thread)
+        with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+            for first in range(0, layout.local_size, width):
+                mask = source.inside(self.thread, first, width)
+                if width == 1 or is_false(mask):
+                    self.copy_elements(source, src.name, target, dst.name, first, width)
+                elif is_true(mask):
+                    self.copy_vector(source, src.name, target, dst.name, first, width, mask)
+                else:
+                    with self.out.block(f"if ({self.c(mask)})"):
+                        self.copy_vector(source, src.name, target, dst.name, first, width, mask)
+                    with self.out.block("else"):
+                        self.copy_edge(source, src.name, target, dst.name, first, width)
+
+    def copy_edge(
+        self, source: Tile, src: str, target: Tile, dst: str, first: int, width: int
+    ) -> None:
+        """Copy a vector not wholly inside the source: when its registers inside are a prefix,
+        one ``cp.async`` reads them and zero-fills the rest; else element by element."""
+        vector_bytes = width * source.element_bits // 8
+        prefix = source.prefix(self.thread, first, width)
+        if prefix is None or vector_bytes < 4:
+            self.copy_elements(source, src, target, dst, first, width)
+            return
+        condition, count = prefix
+        with self.out.block("" if is_true(condition) else f"if ({self.c(condition)})"):
+            self.facts.append(condition)
+            src_address = self.vector_address(source, first)
+            dst_address = self.vector_address(target, first)
+            self.record(source, first, width, src_address, 8, None, count)
+            self.record(target, first, width, dst_address, 8, None)
+            self.facts.pop()
+            elements = self.temporary("count")
+            self.out.line(f"const int {elements} = {self.c(count)};")
+            # With nothing to read, point at the tensor's base: no byte is read, and no address
+            # outside the tensor is formed.
+            frm = f"({elements} > 0 ? {src} + ({self.c(src_address)}) : {src})"
+            to = f"{dst} + ({self.c(dst_address)})"
+            bytes_read = f"{elements} * {source.element_bits // 8}"
+            if source.element_bits % 8:
+                bytes_read = f"{elements} * {source.element_bits} / 8"
+            self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+        if not is_true(condition):
+            with self.out.block("else"):
+                self.copy_elements(source, src, target, dst, first, width)
+
+    def copy_vector(
+        self,
+        source: Tile,
+        src: str,
+        target: Tile,
+        dst: str,
+        first: int,
+        width: int,
+        mask: Expr,
+    ) -> None:
+        """Copy registers first .. first + width - 1 as one vector: ``cp.async`` for 4, 8 or 16
+        bytes, a synchronous vector load and store for 1 or 2."""
+        vector_bytes = width * source.element_bits // 8
+        src_address = self.vector_address(source, first)
+        dst_address = self.vector_address(target, first)
+        self.record(source, first, width, src_address, 8, mask)
+        self.record(target, first, width, dst_address, 8, None)
+        to = f"{dst} + ({self.c(dst_address)})"
+        frm = f"{src} + ({self.c(src_address)})"
+        if vector_bytes >= 4:
+            self.out.line(f"la_cp_async_{vector_bytes}({to}, {frm});")
+        else:
+            kind = VECTOR_TYPES[vector_bytes]
+            self.out.line(f"*({kind}*)({to}) = *(const {kind}*)({frm});")
+
+    def copy_elements(
+        self, source: Tile, src: str, target: Tile, dst: str, first: int, width: int
+    ) -> None:
+        """Copy registers first .. first + width - 1 element by element, synchronously (0 for
+        elements outside the source's shape)."""
+        for i in range(first, first + width):
+            mask = source.inside(self.thread, i, 1)
+            code = "0u" if is_false(mask) else self.load_element(src, source, i, mask)
+            self.store_element(dst, target, i, code, None)
+
+    def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
+        self.out.line("la_cp_async_commit();")
+
+    def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> None:
+        self.out.line(f"la_cp_async_wait<{instruction.pending}>();")
+
+    def visit_sync(self, instruction: instructions.Sync) -> None:
+        self.out.line("__syncthreads();")
+
+    def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
+        tensor = instruction.out
+        self.out.line(
+            f"unsigned char* const {tensor.name} = la_smem + {self.shared_base[tensor.name]};"
+        )
+
+    def visit_global_view(self, instruction: instructions.GlobalView) -> None:
+        view = instruction.out
+        self.out.line(f"unsigned char* const {view.name} = {view.param.name};")

@@ -1,0 +1,57 @@
+"""Facts about NVIDIA GPUs that layouts, the IR and the backend all rely on, in one place.
+
+- `WARP_SIZE`: threads per warp; warp w of a block is threads 32w .. 32w + 31.
+- `NUM_BANKS`, `BANK_BYTES`: shared memory has 32 banks of 4-byte words.
+- `shared_memory_limit(compute_capability)`: the most shared memory one block may use (the
+  opt-in maximum, in bytes) on an architecture, e.g. 227 KiB on sm_90 and 163 KiB on sm_80.
+"""
+
+from __future__ import annotations
+
+from layout_algebra.errors import LayoutError
+
+WARP_SIZE = 32
+"""Threads per warp."""
+
+NUM_BANKS = 32
+"""Shared-memory banks."""
+
+BANK_BYTES = 4
+"""Bytes of one shared-memory bank word."""
+
+SHARED_MEMORY_LIMITS = {
+    70: 96,
+    72: 96,
+    75: 64,
+    80: 163,
+    86: 99,
+    87: 163,
+    89: 99,
+    90: 227,
+    100: 227,
+    103: 227,
+    110: 227,
+    120: 99,
+    121: 99,
+}
+"""KiB of shared memory a block may use (opt-in maximum), by compute capability."""
+
+LARGEST_SHARED_MEMORY_LIMIT = max(SHARED_MEMORY_LIMITS.values()) * 1024
+"""Bytes: the limit when the architecture is not known yet (any program that can run anywhere
+fits this; the launch on an actual device checks its own limit)."""
+
+
+def shared_memory_limit(compute_capability: int | None) -> int:
+    """Bytes of shared memory one block may use on `compute_capability` (e.g. 90 for sm_90a;
+    None when unknown gives `LARGEST_SHARED_MEMORY_LIMIT`).
+
+    Raises LayoutError for a compute capability this table does not know.
+    """
+    if compute_capability is None:
+        return LARGEST_SHARED_MEMORY_LIMIT
+    if compute_capability not in SHARED_MEMORY_LIMITS:
+        raise LayoutError(
+            f"no shared-memory limit is known for compute capability {compute_capability!r}; "
+            f"expected one of {sorted(SHARED_MEMORY_LIMITS)}"
+        )
+    return SHARED_MEMORY_LIMITS[compute_capability] * 1024
