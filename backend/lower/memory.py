@@ -9,9 +9,10 @@ for the runs that do.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -308,41 +309,67 @@ class MemoryLowering(LoweringContext):
             if mask is None or not is_false(mask):
                 self.store_element(pointer, tile, i, f"{src.name}[{i}]", mask)
 
+    def vector_runs(
+        self,
+        tile: Tile,
+        width: int,
+        masked: bool,
+        vector: Callable[[int, Expr | None], None],
+        elements: Callable[[int], None],
+        edge: Callable[[int], None] | None = None,
+    ) -> None:
+        """Emit every run of `width` registers of `tile` (registers first .. first + width - 1,
+        first a multiple of width): the skeleton of every load, store and copy.
+
+        With `masked`, each run's mask says whether it lies wholly inside the tensor's shape. A
+        run moves as one vector (`vector(first, mask)`) when width > 1 and its mask is known
+        true (or there is none), element by element (`elements(first)`) when width is 1 or its
+        mask is known false, and otherwise under ``if (mask)`` as a vector, with `edge(first)`
+        (default: `elements`) in the ``else``.
+        """
+        for first in range(0, tile.register.local_size, width):
+            mask = tile.inside(self.thread, first, width) if masked else None
+            if width == 1 or (mask is not None and is_false(mask)):
+                elements(first)
+            elif mask is None or is_true(mask):
+                vector(first, mask)
+            else:
+                with self.out.block(f"if ({self.c(mask)})"):
+                    vector(first, mask)
+                with self.out.block("else"):
+                    (edge or elements)(first)
+
+    def primary_replica(self, layout: RegisterLayout) -> contextlib.AbstractContextManager[None]:
+        """A block run only by the primary replica of `layout` (no condition without one)."""
+        primary = primary_condition(layout, self.thread)
+        return self.out.block("" if primary is None else f"if ({self.c(primary)})")
+
     def load_tile(
         self, out: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
     ) -> None:
         """Load every register of `out` from a tile, `width` registers a vector; with `masked`,
         a vector not wholly inside the tensor's shape goes element by element."""
-        for first in range(0, out.layout.local_size, width):
-            mask = tile.inside(self.thread, first, width) if masked else None
-            if width == 1 or (mask is not None and is_false(mask)):
-                self.load_elements(out, pointer, tile, first, width, masked)
-            elif mask is None or is_true(mask):
-                self.load_vector(out, pointer, tile, first, width, mask)
-            else:
-                with self.out.block(f"if ({self.c(mask)})"):
-                    self.load_vector(out, pointer, tile, first, width, mask)
-                with self.out.block("else"):
-                    self.load_elements(out, pointer, tile, first, width, masked)
+        self.vector_runs(
+            tile,
+            width,
+            masked,
+            lambda first, mask: self.load_vector(out, pointer, tile, first, width, mask),
+            lambda first: self.load_elements(out, pointer, tile, first, width, masked),
+        )
 
     def store_tile(
         self, src: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
     ) -> None:
         """Store every register of `src` into a tile, as `load_tile` loads; only the primary
         replica stores."""
-        primary = primary_condition(src.layout, self.thread)
-        with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
-            for first in range(0, src.layout.local_size, width):
-                mask = tile.inside(self.thread, first, width) if masked else None
-                if width == 1 or (mask is not None and is_false(mask)):
-                    self.store_elements(src, pointer, tile, first, width, masked)
-                elif mask is None or is_true(mask):
-                    self.store_vector(src, pointer, tile, first, width, mask)
-                else:
-                    with self.out.block(f"if ({self.c(mask)})"):
-                        self.store_vector(src, pointer, tile, first, width, mask)
-                    with self.out.block("else"):
-                        self.store_elements(src, pointer, tile, first, width, masked)
+        with self.primary_replica(src.layout):
+            self.vector_runs(
+                tile,
+                width,
+                masked,
+                lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
+                lambda first: self.store_elements(src, pointer, tile, first, width, masked),
+            )
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src
@@ -417,19 +444,17 @@ class MemoryLowering(LoweringContext):
         source = self.register_tile(src.layout, layout, instruction.src_offsets, src.dtype)
         target = self.register_tile(dst.layout, layout, instruction.dst_offsets, dst.dtype)
         width = min(self.global_width(source, src), self.shared_width(target))
-        primary = primary_condition(layout, self.thread)
-        with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
-            for first in range(0, layout.local_size, width):
-                mask = source.inside(self.thread, first, width)
-                if width == 1 or is_false(mask):
-                    self.copy_elements(source, src.name, target, dst.name, first, width)
-                elif is_true(mask):
-                    self.copy_vector(source, src.name, target, dst.name, first, width, mask)
-                else:
-                    with self.out.block(f"if ({self.c(mask)})"):
-                        self.copy_vector(source, src.name, target, dst.name, first, width, mask)
-                    with self.out.block("else"):
-                        self.copy_edge(source, src.name, target, dst.name, first, width)
+        with self.primary_replica(layout):
+            self.vector_runs(
+                source,
+                width,
+                True,
+                lambda first, mask: self.copy_vector(
+                    source, src.name, target, dst.name, first, width, mask
+                ),
+                lambda first: self.copy_elements(source, src.name, target, dst.name, first, width),
+                lambda first: self.copy_edge(source, src.name, target, dst.name, first, width),
+            )
 
     def copy_edge(
         self, source: Tile, src: str, target: Tile, dst: str, first: int, width: int
