@@ -232,6 +232,15 @@ class MemoryLowering(LoweringContext):
             with self.out.block(f"if ({self.c(mask)})"):
                 self.out.line(statement)
 
+    def recorded_vector(
+        self, tile: Tile, first: int, width: int, mask: Expr | None
+    ) -> tuple[str, int]:
+        """Record the vector access of registers first .. first + width - 1 of `tile` (guarded
+        by `mask`); (the C text of its byte offset, its size in bytes)."""
+        address = self.vector_address(tile, first)
+        self.record(tile, first, width, address, 8, mask)
+        return self.c(address), width * tile.element_bits // 8
+
     def load_vector(
         self,
         out: RegisterTensor,
@@ -242,17 +251,12 @@ class MemoryLowering(LoweringContext):
         mask: Expr | None,
     ) -> None:
         """Load registers first .. first + width - 1 of `out` with one vector access."""
-        bits = tile.element_bits
-        vector_bytes = width * bits // 8
-        address = self.vector_address(tile, first)
-        self.record(tile, first, width, address, 8, mask)
+        address, vector_bytes = self.recorded_vector(tile, first, width, mask)
         kind = VECTOR_TYPES[vector_bytes]
         vector = self.temporary("v")
         with self.out.block():
-            self.out.line(
-                f"const {kind} {vector} = *(const {kind}*)({pointer} + ({self.c(address)}));"
-            )
-            for j, code in enumerate(unpack_expressions(vector, vector_bytes, bits)):
+            self.out.line(f"const {kind} {vector} = *(const {kind}*)({pointer} + ({address}));")
+            for j, code in enumerate(unpack_expressions(vector, vector_bytes, tile.element_bits)):
                 self.out.line(f"{out.name}[{first + j}] = {code};")
 
     def load_elements(
@@ -282,16 +286,11 @@ class MemoryLowering(LoweringContext):
         mask: Expr | None,
     ) -> None:
         """Store registers first .. first + width - 1 of `src` with one vector access."""
-        bits = tile.element_bits
-        vector_bytes = width * bits // 8
-        address = self.vector_address(tile, first)
-        self.record(tile, first, width, address, 8, mask)
+        address, vector_bytes = self.recorded_vector(tile, first, width, mask)
         kind = VECTOR_TYPES[vector_bytes]
         codes = [f"{src.name}[{first + j}]" for j in range(width)]
-        self.out.line(
-            f"*({kind}*)({pointer} + ({self.c(address)})) = "
-            f"{pack_expression(codes, vector_bytes, bits)};"
-        )
+        packed = pack_expression(codes, vector_bytes, tile.element_bits)
+        self.out.line(f"*({kind}*)({pointer} + ({address})) = {packed};")
 
     def store_elements(
         self,
