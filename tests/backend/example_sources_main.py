@@ -47,8 +47,9 @@ def example_programs() -> Iterator[tuple[str, Program]]:
         suffix = "-mma" if tensor_cores else "-simt"
         yield f"matmul{suffix}", matmul(tensor_cores=tensor_cores)
         for dtype in WEIGHT_TYPES:
-            yield f"quantized_matmul-{dtype}{suffix}", quantized_matmul(
-                dtype, tensor_cores=tensor_cores
+            yield (
+                f"quantized_matmul-{dtype}{suffix}",
+                quantized_matmul(dtype, tensor_cores=tensor_cores),
             )
 
 

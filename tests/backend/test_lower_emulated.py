@@ -785,7 +785,7 @@ def test_example_matches_reference(example_emulator: Emulator, index: int) -> No
             np.testing.assert_allclose(values, reference, rtol=2e-3, atol=1e-6)
 
 
-RANDOM_CASES = 40
+RANDOM_CASES = 80
 
 
 @pytest.fixture(scope="module")
