@@ -216,46 +216,6 @@ def _relative_error(value: object, reference: object) -> float:
     return float(np.linalg.norm(value - reference) / np.linalg.norm(reference))
 
 
-def _prove_layouts(program: object, progress: _Progress, timeout: float) -> dict[str, object]:
-    """Prove every register layout in bounds and every store's access map injective."""
-    from ir.instructions import StoreGlobal, StoreShared
-    from layout_algebra.access import compose
-    from proofs import check_in_bounds, check_injective
-
-    layouts = []
-    stores = []
-    for instruction in program.walk():
-        for value in vars(instruction).values():
-            layout = getattr(value, "layout", None)
-            if isinstance(layout, RegisterLayout) and layout not in layouts:
-                layouts.append(layout)
-        if isinstance(instruction, (StoreGlobal, StoreShared)):
-            stores.append(instruction)
-    claims = [
-        (f"{layout!r} stays inside {layout.shape}", check_in_bounds, layout) for layout in layouts
-    ]
-    for store in stores:
-        memory, register = store.dst.layout, store.src.layout
-        if register.replication == 1 and not getattr(memory, "is_symbolic", False):
-            claims.append(
-                (
-                    f"{store.op} of {register!r} writes each address once",
-                    check_injective,
-                    compose(memory, register),
-                )
-            )
-    results = []
-    for done, (claim, check, subject) in enumerate(claims, start=1):
-        result = check(subject, timeout=timeout)
-        results.append({"claim": claim, "holds": result.holds, "seconds": result.seconds})
-        progress.bar("layout proofs", done, len(claims))
-    return {
-        "proved": sum(r["holds"] is True for r in results),
-        "total": len(results),
-        "claims": results,
-    }
-
-
 def _run_demo(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -264,6 +224,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from backend.errors import NoDeviceError
     from ir import dtypes, run_reference
     from ir.examples.quantized_matmul import quantized_matmul
+    from proofs import check_program_layouts
     from proofs.lowering_validation import validate_lowering
 
     progress = _Progress(quiet=args.json)
@@ -284,10 +245,21 @@ def _run_demo(args: argparse.Namespace) -> int:
         f"{program.num_threads} threads"
     )
 
-    layouts = _prove_layouts(program, progress, args.timeout)
-    report["layout_proofs"] = layouts
+    layouts = check_program_layouts(
+        program,
+        timeout=args.timeout,
+        progress=lambda done, total: progress.bar("layout proofs", done, total),
+    )
+    report["layout_proofs"] = {
+        "proved": layouts.proved,
+        "total": len(layouts.results),
+        "claims": [
+            {"claim": claim.description, "holds": result.holds, "seconds": result.seconds}
+            for claim, result in layouts.results
+        ],
+    }
     progress.step(
-        f"2. proved {layouts['proved']}/{layouts['total']} layout claims "
+        f"2. proved {layouts.proved}/{len(layouts.results)} layout claims "
         "(in bounds, stores injective)"
     )
 

@@ -1,7 +1,8 @@
 """Z3 encodings of layouts, memory layouts, access maps and the backend's expressions.
 
 Equivalence with counterexamples, injectivity and coverage checks, algebraic laws over symbolic
-sizes, and validation of the backend's lowering. Nothing outside this package imports z3.
+sizes, the layout claims of a tile program, and validation of the backend's lowering. Nothing
+outside this package imports z3.
 """
 
 from proofs.checks import (
@@ -20,6 +21,7 @@ from proofs.laws import (
     prove_reduce_product,
     prove_replicate_commutes,
 )
+from proofs.program_layouts import LayoutClaim, ProgramLayoutReport, check_program_layouts
 from proofs.result import ProofResult
 from proofs.swizzle import (
     check_permutation,
@@ -30,6 +32,8 @@ from proofs.swizzle import (
 __all__ = [
     "Encoder",
     "EncodingError",
+    "LayoutClaim",
+    "ProgramLayoutReport",
     "ProofError",
     "ProofResult",
     "check_bijective",
@@ -37,6 +41,7 @@ __all__ = [
     "check_equivalent",
     "check_in_bounds",
     "check_injective",
+    "check_program_layouts",
     "prove_divide_product",
     "prove_merge_modes",
     "prove_product_associative",

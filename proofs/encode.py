@@ -40,12 +40,13 @@ Variables are identified by name, as in `evaluate`. `to_z3(expr, env)` is the on
 `env` maps names to Z3 terms; any other variable becomes ``z3.Int(name)``. The `Encoder` class
 shares one variable table across several expressions and also collects each variable's declared
 bounds (`Encoder.bounds()`), which every query must assert for the bitwise translation to be
-exact.
+exact, and reads a model's values of the variables back as ints (`Encoder.values(model)`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from itertools import chain
 from typing import Any
 
 import z3
@@ -165,6 +166,14 @@ class Encoder:
                     constraints.append(v <= hi)
         return constraints
 
+    def values(self, model: z3.ModelRef) -> dict[str, int]:
+        """The value in `model` (of a query over this encoder's terms) of every variable met so
+        far, by name; a variable the model leaves free gets Z3's default value."""
+        return {
+            name: model.eval(term, model_completion=True).as_long()
+            for name, term in self.variables.items()
+        }
+
     # ------------------------------------------------------------------------------------------
     # Numbers
     # ------------------------------------------------------------------------------------------
@@ -185,9 +194,7 @@ class Encoder:
                     f"{node!r} has bounds {(lo, hi)}, outside [0, 2**{self.width - 1}) of the "
                     f"{self.width}-bit translation"
                 )
-            result = self._translate_bitvector(node)
-        else:
-            result = self._translate(node)
+        result = self._translate(node)
         self._terms[id(node)] = (node, result)
         return result
 
@@ -202,8 +209,9 @@ class Encoder:
                 self.variables[node.name] = z3.Int(node.name, self.context)
         return self.variables[node.name]
 
-    def _translate_bitvector(self, node: Expr) -> z3.BitVecRef:
-        """A node in the whole-query bit-vector translation (bounds already checked)."""
+    def _translate(self, node: Expr) -> z3.ArithRef:
+        """The term of `node`: in integer theory, or with `width` in the whole-query bit-vector
+        forms (`_number` has checked the node's bounds)."""
         op = node.op
         if op == "var":
             return self._variable(node)
@@ -219,20 +227,8 @@ class Encoder:
             return z3.If(a <= b, a, b)
         if op == "max":
             return z3.If(a >= b, a, b)
-        return _BITVECTOR[op](a, b)
-
-    def _translate(self, node: Expr) -> z3.ArithRef:
-        op = node.op
-        if op == "var":
-            return self._variable(node)
-        if op == "const":
-            return self._int(node.value)
-        if op == "select":
-            cond = self.truth(node.args[0])
-            return z3.If(cond, self.term(node.args[1]), self.term(node.args[2]))
-        if op in _COMPARISONS or op in _LOGICAL:
-            return z3.If(self.truth(node), self._int(1), self._int(0))
-        a, b = (self.term(arg) for arg in node.args)
+        if self.width is not None:
+            return _BITVECTOR[op](a, b)
         if op == "+":
             return a + b
         if op == "-":
@@ -242,10 +238,6 @@ class Encoder:
         if op in ("//", "%"):
             quotient = _floor_division(a, b, node.args[1])
             return quotient if op == "//" else a - b * quotient
-        if op == "min":
-            return z3.If(a <= b, a, b)
-        if op == "max":
-            return z3.If(a >= b, a, b)
         if op in ("<<", ">>"):
             return self._shift(node, a, b)
         return self._bitwise(node, a, b)
@@ -296,21 +288,9 @@ _BITVECTOR = {
 }
 
 
-def _nodes(exprs: Iterable[ExprLike]) -> Iterator[Expr]:
-    """Every node of the given trees once."""
-    seen: set[int] = set()
-    stack = [as_expr(e) for e in exprs]
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            yield node
-            stack.extend(node.args)
-
-
 def has_bitwise(exprs: Iterable[ExprLike]) -> bool:
     """Whether any of the trees has a `&`, `|` or `^` node."""
-    return any(node.op in _BITWISE for node in _nodes(exprs))
+    return any(node.op in _BITWISE for expr in exprs for node in as_expr(expr).nodes())
 
 
 def bitvector_width(exprs: Iterable[ExprLike]) -> int | None:
@@ -322,7 +302,7 @@ def bitvector_width(exprs: Iterable[ExprLike]) -> int | None:
     or is unbounded, or a divisor of ``//`` or ``%`` may be below 1.
     """
     largest = 0
-    for node in _nodes(exprs):
+    for node in chain.from_iterable(as_expr(expr).nodes() for expr in exprs):
         lo, hi = node.bounds()
         if lo is None or hi is None or lo < 0:
             return None

@@ -20,12 +20,14 @@ makes:
 - count (zero-filling copies): register ``local_index + j`` lies inside the shape exactly when
   j is below the printed count of registers read.
 
-Encodings. Accesses are proved in Z3's integer theory (`proofs.encode`), except those whose
-expressions use XOR, AND or OR (swizzled shared memory): those are proved in bit-vectors, where
-the bitwise operators are native. The bit-vector form is exact because every sub-expression of
-such an access has finite, non-negative bounds (`Expr.bounds`, from the variables' declared
-bounds), so a width two bits above the largest bound holds every value and every comparison is
-an unsigned one; an access with a possibly negative or unbounded part stays in integers.
+Encodings. The expressions are translated by the shared encoder `proofs.encode.Encoder`: in
+Z3's integer theory, except for accesses whose expressions use XOR, AND or OR (swizzled shared
+memory), which are proved in its whole-query bit-vector mode, where the bitwise operators are
+native. That form is exact because `proofs.encode.bitvector_width` admits it only when every
+sub-expression of the access has finite, non-negative bounds (`Expr.bounds`, from the
+variables' declared bounds) and every divisor is at least 1, so a width two bits above the
+largest bound holds every value; an access with a possibly negative or unbounded part, or a
+possibly zero divisor, stays in integers.
 
 A counterexample from the solver is confirmed by evaluating both sides on ints before it is
 reported (holds False); an unconfirmed model, the resource limit or the timeout give holds None.
@@ -42,7 +44,7 @@ The claims of the tensor-core plans a kernel uses (`backend.tensor_core`: the fr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +54,13 @@ from backend.lower import Access
 from backend.tensor_core import Claim
 from layout_algebra.symbolic import Expr, as_expr, evaluate, logical_and
 from proofs.checks import check_equivalent
-from proofs.encode import Encoder
+from proofs.encode import Encoder, bitvector_width, has_bitwise
 from proofs.errors import EncodingError
 from proofs.result import (
     DEFAULT_TIMEOUT,
     ProofResult,
     check_limits,
+    conjunction,
     elapsed,
     search,
     unknown,
@@ -122,120 +125,8 @@ def _claims(access: Access) -> list[_Claim]:
 
 # ---------------------------------------------------------------------------------- encodings
 
-_BITWISE = frozenset({"&", "|", "^"})
-_BITVECTOR_OPS: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "//": z3.UDiv,
-    "%": z3.URem,
-    "&": lambda a, b: a & b,
-    "|": lambda a, b: a | b,
-    "^": lambda a, b: a ^ b,
-    "<<": lambda a, b: a << b,
-    ">>": z3.LShR,
-    "min": lambda a, b: z3.If(z3.ULE(a, b), a, b),
-    "max": lambda a, b: z3.If(z3.ULE(a, b), b, a),
-}
-_BITVECTOR_COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
-    "<": z3.ULT,
-    "<=": z3.ULE,
-    ">": z3.UGT,
-    ">=": z3.UGE,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
-_BITVECTOR_LEAVES_AND_LOGIC = frozenset({"var", "const", "select", "and", "or", "not"})
-
-Query = tuple[list[Any], Any, dict[str, Any]]
-"""(constraints, violation, variables by name) of one solver query."""
-
-
-def _nodes(exprs: Sequence[Expr]) -> list[Expr]:
-    """Every distinct node of `exprs`."""
-    seen: dict[int, Expr] = {}
-    stack = list(exprs)
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen[id(node)] = node
-            stack.extend(node.args)
-    return list(seen.values())
-
-
-class _BitVectors:
-    """Bit-vector terms of expressions whose nodes all have non-negative bounds below
-    2**(width - 1): exactly their integer values."""
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-        self.variables: dict[str, Any] = {}
-        self.bounds: list[Any] = []
-        self._terms: dict[int, Any] = {}
-
-    def number(self, node: Expr) -> Any:
-        done = self._terms.get(id(node))
-        if done is not None:
-            return done
-        if node.op == "var":
-            result = self.variables.get(node.name)
-            if result is None:
-                result = z3.BitVec(node.name, self.width)
-                self.variables[node.name] = result
-                self.bounds += [z3.UGE(result, node.lo), z3.ULE(result, node.hi)]
-        elif node.op == "const":
-            result = z3.BitVecVal(node.value, self.width)
-        elif node.op == "select":
-            cond, if_true, if_false = node.args
-            result = z3.If(self.truth(cond), self.number(if_true), self.number(if_false))
-        elif node.is_boolean:
-            one, zero = z3.BitVecVal(1, self.width), z3.BitVecVal(0, self.width)
-            result = z3.If(self.truth(node), one, zero)
-        else:
-            result = _BITVECTOR_OPS[node.op](*(self.number(arg) for arg in node.args))
-        self._terms[id(node)] = result
-        return result
-
-    def truth(self, node: Expr) -> Any:
-        if node.op in _BITVECTOR_COMPARISONS:
-            a, b = (self.number(arg) for arg in node.args)
-            return _BITVECTOR_COMPARISONS[node.op](a, b)
-        if node.op in ("and", "or"):
-            combine = z3.And if node.op == "and" else z3.Or
-            return combine(self.truth(node.args[0]), self.truth(node.args[1]))
-        if node.op == "not":
-            return z3.Not(self.truth(node.args[0]))
-        return self.number(node) != 0
-
-
-def _bitvector_query(access: Access, claims: list[_Claim]) -> Query | None:
-    """The query in bit-vectors, or None unless some expression uses a bitwise operator and
-    every node is in the fragment with finite, non-negative bounds."""
-    exprs = [access.thread, *access.assumptions]
-    exprs += [claim.printed for claim in claims] + [claim.expected for claim in claims]
-    nodes = _nodes(exprs)
-    if not any(node.op in _BITWISE for node in nodes):
-        return None
-    largest = 1
-    for node in nodes:
-        known = node.op in _BITVECTOR_OPS or node.op in _BITVECTOR_COMPARISONS
-        if not known and node.op not in _BITVECTOR_LEAVES_AND_LOGIC:
-            return None
-        low, high = node.bounds()
-        if low is None or high is None or low < 0:
-            return None
-        largest = max(largest, high)
-    terms = _BitVectors(largest.bit_length() + 2)
-    violations = [
-        terms.truth(c.printed) != terms.truth(c.expected)
-        if c.truth
-        else terms.number(c.printed) != terms.number(c.expected)
-        for c in claims
-    ]
-    thread = terms.number(access.thread)
-    facts = [terms.truth(fact) for fact in access.assumptions]
-    constraints = [z3.ULT(thread, access.register.num_threads), *facts, *terms.bounds]
-    return constraints, z3.Or(*violations), terms.variables
+Query = tuple[list[Any], Any, Encoder]
+"""(constraints, violation, the encoder of its terms and variables) of one solver query."""
 
 
 def _integer_fact(encoder: Encoder, fact: Expr, number: int) -> Any:
@@ -253,25 +144,41 @@ def _integer_fact(encoder: Encoder, fact: Expr, number: int) -> Any:
     return encoder.truth(fact)
 
 
-def _integer_query(access: Access, claims: list[_Claim]) -> Query:
-    """The query in Z3's integer theory (`proofs.encode`); a point where the printed side
-    cannot be evaluated (a zero divisor) also violates."""
-    encoder = Encoder()
-    thread = encoder.term(access.thread)
+def _query(access: Access, claims: list[_Claim]) -> Query:
+    """The query "some thread and values of the variables, within their bounds and under the
+    assumptions, break a claim", translated by the shared `proofs.encode.Encoder`.
+
+    In whole-query bit-vectors when an expression has a bitwise operator and
+    `proofs.encode.bitvector_width` admits them all (every node non-negative and bounded, every
+    divisor at least 1, so every expression is defined); otherwise in integers, where a point
+    at which the printed side cannot be evaluated (a zero divisor) also breaks its claim and
+    the specification is assumed to evaluate.
+    """
+    num_threads = access.register.num_threads
+    in_block = logical_and(access.thread >= 0, access.thread < num_threads)
+    exprs = [in_block, *access.assumptions]
+    exprs += [claim.printed for claim in claims] + [claim.expected for claim in claims]
+    width = bitvector_width(exprs) if has_bitwise(exprs) else None
+    encoder = Encoder(width=width)
+    encoder.term(access.thread)  # a variable of every query: the counterexample's thread
+    constraints = [encoder.truth(in_block)]
     violations = []
     for claim in claims:
         if claim.truth:
             violations.append(encoder.truth(claim.printed) != encoder.truth(claim.expected))
         else:
             violations.append(encoder.term(claim.printed) != encoder.term(claim.expected))
-        violations.append(z3.Not(encoder.defined(claim.printed)))
-    constraints = [thread >= 0, thread < access.register.num_threads]
-    constraints += [
-        _integer_fact(encoder, fact, number) for number, fact in enumerate(access.assumptions)
-    ]
-    constraints += [encoder.defined(claim.expected) for claim in claims]
+        if width is None:
+            violations.append(z3.Not(encoder.defined(claim.printed)))
+    if width is None:
+        constraints += [
+            _integer_fact(encoder, fact, number) for number, fact in enumerate(access.assumptions)
+        ]
+        constraints += [encoder.defined(claim.expected) for claim in claims]
+    else:
+        constraints += [encoder.truth(fact) for fact in access.assumptions]
     constraints += encoder.bounds()
-    return constraints, z3.Or(*violations), encoder.variables
+    return constraints, z3.Or(*violations), encoder
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -294,10 +201,10 @@ def validate_access(
     started = time.perf_counter()
     claims = _claims(access)
     try:
-        query = _bitvector_query(access, claims) or _integer_query(access, claims)
+        query = _query(access, claims)
     except EncodingError as error:
         return unknown(f"an expression is outside the Z3 translation: {error}", started)
-    constraints, violation, variables = query
+    constraints, violation, encoder = query
     found = search(constraints, violation, timeout, rlimit)
     if found.verdict == z3.unsat:
         return ProofResult(
@@ -308,11 +215,7 @@ def validate_access(
         )
     if found.verdict != z3.sat:
         return unknown(f"the solver gave up: {found.reason_unknown}", started)
-    values = {
-        name: found.model.eval(term, model_completion=True).as_long()
-        for name, term in variables.items()
-    }
-    return _confirmed(access, claims, values, started)
+    return _confirmed(access, claims, encoder.values(found.model), started)
 
 
 def _confirmed(
@@ -361,17 +264,10 @@ class LoweringValidation:
     plan_results: tuple[tuple[Claim, ProofResult], ...] = ()
 
     @property
-    def _verdicts(self) -> list[bool | None]:
-        return [result.holds for _, result in self.results + self.plan_results]
-
-    @property
     def holds(self) -> bool | None:
         """True when every access and plan claim is proved, False when one is refuted, else
         None."""
-        verdicts = self._verdicts
-        if False in verdicts:
-            return False
-        return True if all(verdicts) else None
+        return conjunction(result for _, result in self.results + self.plan_results)
 
     @property
     def failures(self) -> list[tuple[Access | Claim, ProofResult]]:

@@ -13,7 +13,7 @@ in seconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,15 @@ def search(
     if verdict == z3.unknown:
         return Search(verdict, None, solver.reason_unknown())
     return Search(verdict, None, "")
+
+
+def conjunction(results: Iterable[ProofResult]) -> bool | None:
+    """The verdict of several claims together: False when one is refuted, else True when every
+    one is proved (also for none), else None."""
+    verdicts = [result.holds for result in results]
+    if False in verdicts:
+        return False
+    return True if all(verdicts) else None
 
 
 def unknown(reason: str, started: float) -> ProofResult:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from itertools import chain
 
 import z3
 
@@ -47,21 +48,9 @@ _FRAGMENT = frozenset(
 _EVALUATION_ERRORS = (ArithmeticError, ValueError, TypeError)
 
 
-def _nodes(expressions: list[Expr]) -> Iterator[Expr]:
-    """Every node of the trees once, parents before their arguments."""
-    seen: set[int] = set()
-    stack = list(reversed(expressions))
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            yield node
-            stack.extend(reversed(node.args))
-
-
 def _untranslatable(expressions: list[Expr]) -> str | None:
     """Why the exact bit-vector translation does not cover `expressions`, or None if it does."""
-    for node in _nodes(expressions):
+    for node in chain.from_iterable(expression.nodes() for expression in expressions):
         if node.op not in _FRAGMENT:
             return f"operator {node.op!r} is outside the bit-vector fragment"
         lo, hi = node.bounds()
@@ -102,10 +91,7 @@ def _decide(
         return ProofResult(True, None, proven, elapsed(started))
     if found.verdict != z3.sat:
         return unknown(f"the solver gave up: {found.reason_unknown}", started)
-    point = {
-        name: found.model.eval(term, model_completion=True).as_long()
-        for name, term in encoder.variables.items()
-    }
+    point = encoder.values(found.model)
     try:
         example = {key: evaluate(expression, point) for key, expression in report.items()}
     except _EVALUATION_ERRORS as error:
