@@ -102,7 +102,7 @@ def test_generated_programs_use_every_instruction():
     missing = sorted(cls.__name__ for cls in wanted - seen)
     assert not missing, (
         f"{COVERAGE_EXAMPLES} programs of ir.testing.program_cases() never use "
-        f"{', '.join(missing)}: add them to a strategy of ir/testing.py"
+        f"{', '.join(missing)}: add them to a strategy of the ir.testing package"
     )
 
 

@@ -1,0 +1,67 @@
+"""Hypothesis strategies for random valid tile programs, with their inputs and expected outputs.
+
+Importable by any test suite (the backend's GPU differential tests use them): each drawn
+`ProgramCase` holds a verified program, its arguments (fresh copies on demand), the grid, and the
+expected contents of its output array computed with NumPy directly on the global arrays, so a
+run of the program (by `ir.run_reference` or on the GPU) can be checked against it.
+
+Strategies:
+- `register_layouts(num_threads, rank)`: random register layouts (spatial, local and
+  replication modes in random orders, extents that need not be powers of two).
+- `elementwise_cases()`: masked loads of tiles that do not divide the tensor, a chain of
+  elementwise operations (same-layout operands, a broadcast column, Python constants, a
+  comparison feeding `where`), an optional cast, and a masked store into a row-padded output
+  whose padding must stay untouched.
+- `reduction_cases()`: a masked load, `reduce` over one dimension with sum, max or min.
+- `shared_round_trip_cases()`: global -> registers -> shared (optionally by `copy_async`) ->
+  registers in another layout -> global, with the barriers and waits it needs.
+- `view_cases()`: a `view` re-splitting each thread's register bits into another type (every
+  pair of case types whose widths have a common multiple of at most 32 bits).
+- `dot_cases()`: `dot` over a k loop (`for_range` + `assign`, or unrolled), operands straight
+  from global memory or staged through shared memory, in SIMT layouts, in tensor-core layouts
+  (then `tolerance` is set) or in random warp-collective layouts.
+- `loop_cases()`: a `register_tensor` accumulator updated with `assign` in a `for_range` whose
+  stop may be a runtime parameter, an `if_` on the loop variable inside, and an `if_` on the
+  block index around the store.
+- `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
+  (tests/ir/test_generated.py checks it).
+
+All arrays are uint8 buffers holding the dense bitstream of their elements. Values are what the
+interpreter's registers hold (`ir.elementwise.to_values`), so float NaN payloads narrower than
+f32 are not kept: expected outputs of moves hold the canonical NaN of the loaded code, and
+inputs whose bits are reinterpreted (`view`) hold no other NaN codes.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from ir.testing.cases import CASE_DTYPES, ProgramCase, register_layouts
+from ir.testing.compute_cases import dot_cases, loop_cases, view_cases
+from ir.testing.memory_cases import elementwise_cases, reduction_cases, shared_round_trip_cases
+
+
+def program_cases() -> st.SearchStrategy[ProgramCase]:
+    """Any of the strategies of this module."""
+    return st.one_of(
+        elementwise_cases(),
+        reduction_cases(),
+        shared_round_trip_cases(),
+        view_cases(),
+        dot_cases(),
+        loop_cases(),
+    )
+
+
+__all__ = [
+    "CASE_DTYPES",
+    "ProgramCase",
+    "dot_cases",
+    "elementwise_cases",
+    "loop_cases",
+    "program_cases",
+    "reduction_cases",
+    "register_layouts",
+    "shared_round_trip_cases",
+    "view_cases",
+]

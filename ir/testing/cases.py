@@ -1,0 +1,189 @@
+"""What every random-program strategy shares: `ProgramCase`, the element types, random register
+layouts and the helpers that draw codes, grids and expected stores."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.program import Program
+from layout_algebra.register import RegisterLayout, register_layout
+
+CASE_DTYPES: tuple[DataType, ...] = (
+    dtypes.u1,
+    dtypes.u4,
+    dtypes.u8,
+    dtypes.i3,
+    dtypes.i8,
+    dtypes.i32,
+    dtypes.f4e2m1,
+    dtypes.f6e3m2,
+    dtypes.f8e4m3,
+    dtypes.f8e5m2,
+    dtypes.f16,
+    dtypes.bf16,
+    dtypes.f32,
+)
+"""The element types random programs draw from: every width class and float class."""
+
+
+@dataclass(frozen=True)
+class ProgramCase:
+    """A random program with its inputs and the expected contents of its output.
+
+    Fields: `program`; `arguments` (in parameter order; arrays hold the initial contents, use
+    `fresh_arguments` to get copies to run on); `grid`; `output` (the index in `arguments` of
+    the array holding the result) with `output_dtype` and `output_count` (its elements);
+    `expected` (the expected codes of every output element, padding included) and `tolerance`
+    (None: codes must be identical; else a float64 array of per-element absolute tolerances on
+    the values, with NaN where NaN is expected); `exact_on_gpu` (every operation is bit-exact on
+    the GPU, so a GPU run must equal `ir.run_reference` bit for bit); `description`.
+    """
+
+    program: Program
+    arguments: tuple[Any, ...]
+    grid: tuple[int, ...]
+    output: int
+    output_dtype: DataType
+    output_count: int
+    expected: np.ndarray
+    tolerance: np.ndarray | None = None
+    exact_on_gpu: bool = True
+    description: str = field(default="")
+
+    def fresh_arguments(self) -> list[Any]:
+        """Copies of the arguments (arrays copied, ints as they are)."""
+        return [a.copy() if isinstance(a, np.ndarray) else a for a in self.arguments]
+
+    def output_codes(self, buffer: np.ndarray) -> np.ndarray:
+        """The codes of the output elements held in `buffer` (a uint8 bitstream)."""
+        return dtypes.unpack(
+            np.ascontiguousarray(buffer).view(np.uint8).ravel(),
+            self.output_dtype,
+            self.output_count,
+        ).astype(np.int64)
+
+    def check(self, buffer: np.ndarray) -> None:
+        """Raise AssertionError unless `buffer` holds the expected output."""
+        actual = self.output_codes(buffer)
+        if self.tolerance is None:
+            bad = np.flatnonzero(actual != self.expected)
+            if bad.size:
+                k = int(bad[0])
+                raise AssertionError(
+                    f"{self.description}: {bad.size} output codes differ; first at element {k}: "
+                    f"got {actual[k]}, expected {self.expected[k]}"
+                )
+            return
+        got = self.output_dtype.decode(actual).astype(np.float64)
+        want = self.output_dtype.decode(self.expected).astype(np.float64)
+        nan_ok = np.isnan(got) == np.isnan(want)
+        with np.errstate(invalid="ignore"):
+            close = (got == want) | (np.abs(got - want) <= self.tolerance)
+        bad = np.flatnonzero(~(nan_ok & (close | np.isnan(want))))
+        if bad.size:
+            k = int(bad[0])
+            raise AssertionError(
+                f"{self.description}: {bad.size} output values out of tolerance; first at "
+                f"element {k}: got {got[k]}, expected {want[k]} +- {self.tolerance[k]}"
+            )
+
+
+def _split_power_of_two(draw: Callable[..., Any], total_bits: int) -> list[int]:
+    """A random list of powers of two (each >= 2) multiplying to 2**total_bits."""
+    parts: list[int] = []
+    while total_bits > 0:
+        bits = draw(st.integers(1, total_bits))
+        parts.append(1 << bits)
+        total_bits -= bits
+    return parts
+
+
+@st.composite
+def register_layouts(
+    draw: Callable[..., Any], num_threads: int, rank: int = 2, max_local: int = 8
+) -> RegisterLayout:
+    """A random layout of `num_threads` (a power of two) threads and the given rank.
+
+    The spatial modes split the thread count (some may be replication), the local modes hold at
+    most `max_local` elements per thread (sizes 2, 3 or 4); every mode goes to a random
+    dimension, and the modes of a dimension and both lists come in random orders.
+    """
+    spatial = [
+        (size, draw(st.booleans()) and draw(st.booleans()))
+        for size in _split_power_of_two(draw, num_threads.bit_length() - 1)
+    ]
+    local_sizes: list[int] = []
+    while True:
+        size = draw(st.sampled_from((0, 2, 3, 4)))
+        if size == 0 or math.prod(local_sizes) * size > max_local:
+            break
+        local_sizes.append(size)
+    modes = [(size, "spatial") for size, replicated in spatial if not replicated]
+    modes += [(size, "local") for size in local_sizes]
+    dims = [draw(st.integers(0, rank - 1)) for _ in modes]
+    order: list[int] = []
+    for dim in range(rank):
+        members = [m for m, d in enumerate(dims) if d == dim]
+        order += draw(st.permutations(members)) if members else []
+    position = {mode: k for k, mode in enumerate(order)}
+    mode_shape = [modes[m][0] for m in order]
+    shape = [math.prod(modes[m][0] for m in range(len(modes)) if dims[m] == d) for d in range(rank)]
+    spatial_entries = [position[m] for m, (_, kind) in enumerate(modes) if kind == "spatial"]
+    spatial_entries += [-size for size, replicated in spatial if replicated]
+    local_entries = [position[m] for m, (_, kind) in enumerate(modes) if kind == "local"]
+    return register_layout(
+        shape,
+        mode_shape,
+        draw(st.permutations(spatial_entries)),
+        draw(st.permutations(local_entries)),
+    )
+
+
+def random_codes(draw: Callable[..., Any], dtype: DataType, count: int) -> np.ndarray:
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 1 << dtype.nbits, size=count, dtype=np.int64)
+
+
+def grid_and_tensor(
+    draw: Callable[..., Any], tile: tuple[int, int]
+) -> tuple[tuple[int, int], tuple[int, int], int]:
+    """(grid (x, y), tensor shape (m, n), row padding) for a 2-D tile, often not dividing."""
+    blocks_x, blocks_y = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    m = draw(st.integers(max(1, (blocks_y - 1) * tile[0] + 1), blocks_y * tile[0]))
+    n = draw(st.integers(max(1, (blocks_x - 1) * tile[1] + 1), blocks_x * tile[1]))
+    return (blocks_x, blocks_y), (m, n), draw(st.integers(0, 3))
+
+
+def store_expected(
+    initial: np.ndarray, values: np.ndarray, dtype: DataType, padding: int
+) -> np.ndarray:
+    """The output codes after storing `values` (m, n) into rows of n + padding elements."""
+    m, n = values.shape
+    expected = initial.copy().reshape(m, n + padding)
+    expected[:, :n] = dtype.encode(values).astype(np.int64)
+    return expected.ravel()
+
+
+def draw_threads(draw: Callable[..., Any]) -> int:
+    return draw(st.sampled_from((4, 8, 32, 64)))
+
+
+CHAIN_INT_BINARY = ("add", "sub", "mul", "max", "min", "and", "or", "xor")
+
+
+CHAIN_FLOAT_BINARY = ("add", "sub", "mul", "div", "max", "min")
+
+
+def chain_constant(draw: Callable[..., Any], dtype: DataType) -> int | float:
+    if dtype.is_float:
+        return draw(st.sampled_from((0.5, -1.5, 2.0, 3.0)))
+    return draw(st.integers(max(dtype.min, -3), min(dtype.max, 3)))

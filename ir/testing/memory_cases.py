@@ -1,0 +1,255 @@
+"""Random programs of memory and elementwise work: elementwise chains with casts, reductions, and
+round trips through shared memory (with `copy_async`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.elementwise import (
+    UNARY_OPS,
+    apply_binary,
+    apply_unary,
+    kind_of,
+    round_values,
+    to_values,
+)
+from ir.testing.cases import (
+    CASE_DTYPES,
+    CHAIN_FLOAT_BINARY,
+    CHAIN_INT_BINARY,
+    ProgramCase,
+    chain_constant,
+    draw_threads,
+    grid_and_tensor,
+    random_codes,
+    register_layouts,
+    store_expected,
+)
+from layout_algebra.auto import auto_local_spatial
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
+from layout_algebra.register import local, replicate
+from layout_algebra.shared import shared_row_major
+
+_COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@st.composite
+def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
+    """A masked elementwise chain over random dtypes and layouts (see the module docstring)."""
+    num_threads = draw_threads(draw)
+    layout = draw(register_layouts(num_threads, 2))
+    dtype = draw(st.sampled_from(CASE_DTYPES))
+    out_dtype = draw(st.sampled_from((dtype, *CASE_DTYPES)))
+    tile = layout.shape
+    (grid_x, grid_y), (m, n), padding = grid_and_tensor(draw, tile)
+    kind = kind_of(dtype)
+    steps = draw(st.integers(1, 3))
+    column_layout = reduce_layout(layout, [1], keepdims=True)
+    x_codes = random_codes(draw, dtype, m * n)
+    y_codes = random_codes(draw, dtype, m * n)
+    z_codes = random_codes(draw, dtype, m)
+    out_initial = random_codes(draw, out_dtype, m * (n + padding))
+    x_values = to_values(dtype, x_codes).reshape(m, n)
+    y_values = to_values(dtype, y_codes).reshape(m, n)
+    z_values = to_values(dtype, z_codes).reshape(m, 1)
+    exact = True
+    names: list[str] = []
+    with ProgramBuilder("elementwise", num_threads) as b:
+        rows, cols = b.int_param("m"), b.int_param("n")
+        x, y, z = (b.array_param(name, dtype) for name in ("x", "y", "z"))
+        out = b.array_param("out", out_dtype)
+        view = GlobalLayout((rows, cols), (cols, 1))
+        origin = [b.block_y * tile[0], b.block_x * tile[1]]
+        current = b.load_global(b.global_view(x, dtype, view), origin, layout)
+        other = b.load_global(b.global_view(y, dtype, view), origin, layout)
+        column = b.load_global(
+            b.global_view(z, dtype, GlobalLayout((rows, 1), (1, 1))),
+            [b.block_y * tile[0], 0],
+            column_layout,
+        )
+        value = x_values
+        for _ in range(steps):
+            step = draw(st.sampled_from(("unary", "binary", "column", "constant", "where")))
+            if step == "unary":
+                op = draw(st.sampled_from([o for o in UNARY_OPS if kind in UNARY_OPS[o].kinds]))
+                exact &= UNARY_OPS[op].exact
+                current, value = b.unary(op, current), apply_unary(op, dtype, value)
+            elif step == "where":
+                op = draw(st.sampled_from(_COMPARISONS))
+                cond = apply_binary(op, dtype, value, y_values)
+                current = b.where(b.binary(op, current, other), current, other)
+                value = np.where(cond != 0, value, y_values)
+            else:
+                ops = CHAIN_FLOAT_BINARY if dtype.is_float else CHAIN_INT_BINARY
+                op = draw(st.sampled_from(ops))
+                if step == "binary":
+                    current, value = (
+                        b.binary(op, current, other),
+                        apply_binary(op, dtype, value, y_values),
+                    )
+                elif step == "column":
+                    current, value = (
+                        b.binary(op, current, column),
+                        apply_binary(op, dtype, value, z_values),
+                    )
+                else:
+                    constant = chain_constant(draw, dtype)
+                    constant_value = to_values(dtype, dtype.encode(np.array([constant])))
+                    current = b.binary(op, current, constant)
+                    value = apply_binary(op, dtype, value, constant_value.reshape(1, 1))
+            names.append(f"{step}:{op}")
+        if out_dtype != dtype:
+            current = b.cast(current, out_dtype)
+            value = to_values(out_dtype, out_dtype.encode(value))
+            names.append(f"cast:{out_dtype}")
+        out_view = b.global_view(out, out_dtype, GlobalLayout((rows, cols), (cols + padding, 1)))
+        b.store_global(out_view, current, origin)
+    expected = store_expected(out_initial, value, out_dtype, padding)
+    arguments = (
+        m,
+        n,
+        dtypes.pack(x_codes, dtype),
+        dtypes.pack(y_codes, dtype),
+        dtypes.pack(z_codes, dtype),
+        dtypes.pack(out_initial, out_dtype),
+    )
+    return ProgramCase(
+        program=b.program(),
+        arguments=arguments,
+        grid=(grid_x, grid_y),
+        output=5,
+        output_dtype=out_dtype,
+        output_count=m * (n + padding),
+        expected=expected,
+        exact_on_gpu=exact,
+        description=f"{dtype} {layout!r} {' '.join(names)}",
+    )
+
+
+@st.composite
+def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
+    """A masked tile reduced over one dimension; the result stored as a (m, 1) or (1, n) view.
+
+    Elements outside the tensor read 0 and take part in the reduction. Float sums are checked
+    within f32 rounding of the float64 sum (their order is the interpreter's); everything else
+    exactly, with -0 and +0 equal for float max and min.
+    """
+    num_threads = draw_threads(draw)
+    layout = draw(register_layouts(num_threads, 2))
+    dtype = draw(st.sampled_from(CASE_DTYPES))
+    reduction = draw(st.sampled_from(("sum", "max", "min")))
+    dim = draw(st.integers(0, 1))
+    tile = layout.shape
+    m = draw(st.integers(1, tile[0]))
+    n = draw(st.integers(1, tile[1]))
+    codes = random_codes(draw, dtype, m * n)
+    if reduction == "sum" and dtype.is_float:
+        # Keep float sums away from overflow, whose point depends on the summation order.
+        magnitudes = np.abs(dtype.decode(codes))
+        codes = np.where(np.isfinite(magnitudes) & (magnitudes < 2.0**20), codes, 0)
+    padded = np.zeros(tile, dtype=np.float64 if dtype.is_float else np.int64)
+    padded[:m, :n] = to_values(dtype, codes).reshape(m, n)
+    out_count = tile[1 - dim]
+    out_initial = random_codes(draw, dtype, out_count)
+    with ProgramBuilder("reduction", num_threads) as b:
+        rows, cols = b.int_param("m"), b.int_param("n")
+        x = b.array_param("x", dtype)
+        out = b.array_param("out", dtype)
+        tensor = b.load_global(
+            b.global_view(x, dtype, GlobalLayout((rows, cols), (cols, 1))), [0, 0], layout
+        )
+        result = b.reduce(tensor, dim, reduction, keepdim=True)
+        out_shape = (1, tile[1]) if dim == 0 else (tile[0], 1)
+        out_view = b.global_view(out, dtype, GlobalLayout(out_shape, (out_shape[1], 1)))
+        b.store_global(out_view, result, [0, 0])
+    tolerance = None
+    if reduction == "sum":
+        total = padded.sum(axis=dim)
+    elif dtype.is_float:
+        with np.errstate(invalid="ignore"):
+            reducer = np.fmax if reduction == "max" else np.fmin
+            total = reducer.reduce(padded, axis=dim)
+        tolerance = np.zeros(out_count)
+    else:
+        total = padded.max(axis=dim) if reduction == "max" else padded.min(axis=dim)
+    if reduction == "sum" and dtype.is_float:
+        # f32 accumulation error, then one rounding to the type (saturating formats included).
+        accumulation = np.abs(padded).sum(axis=dim) * 2.0**-23 * padded.shape[dim]
+        rounding = np.abs(total) * 2.0**-dtype.mantissa_bits + dtype.smallest_subnormal
+        tolerance = accumulation + rounding
+    if dtype.is_float:
+        expected = dtype.encode(total.astype(np.float32))
+    else:
+        expected = dtype.encode(round_values(dtype, total))
+    return ProgramCase(
+        program=b.program(),
+        arguments=(m, n, dtypes.pack(codes, dtype), dtypes.pack(out_initial, dtype)),
+        grid=(1,),
+        output=3,
+        output_dtype=dtype,
+        output_count=out_count,
+        expected=expected.astype(np.int64),
+        tolerance=tolerance,
+        exact_on_gpu=True,
+        description=f"{dtype} {layout!r} reduce_{reduction} dim={dim}",
+    )
+
+
+@st.composite
+def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
+    """Global -> shared -> registers in another layout -> global, for one masked tile.
+
+    The tile reaches shared memory either through registers (`store_shared`) or by
+    `copy_async` (+ commit and wait); a `sync` precedes the read back.
+    """
+    num_threads = draw_threads(draw)
+    first = draw(register_layouts(num_threads, 2))
+    second = draw(
+        st.sampled_from(
+            (
+                first,
+                auto_local_spatial(num_threads, first.shape),
+                local(*first.shape) * replicate(num_threads),
+            )
+        )
+    )
+    dtype = draw(st.sampled_from(CASE_DTYPES))
+    asynchronous = draw(st.booleans())
+    tile = first.shape
+    m = draw(st.integers(1, tile[0]))
+    n = draw(st.integers(1, tile[1]))
+    codes = random_codes(draw, dtype, m * n)
+    out_initial = random_codes(draw, dtype, m * n)
+    with ProgramBuilder("shared_round_trip", num_threads) as b:
+        rows, cols = b.int_param("m"), b.int_param("n")
+        x = b.array_param("x", dtype)
+        out = b.array_param("out", dtype)
+        view = GlobalLayout((rows, cols), (cols, 1))
+        buffer = b.shared_tensor(dtype, shared_row_major(*tile))
+        source = b.global_view(x, dtype, view)
+        if asynchronous:
+            b.copy_async(buffer, source, [0, 0], layout=draw(st.sampled_from((None, first))))
+            b.copy_async_commit()
+            b.copy_async_wait(0)
+        else:
+            b.store_shared(buffer, b.load_global(source, [0, 0], first))
+        b.sync()
+        b.store_global(b.global_view(out, dtype, view), b.load_shared(buffer, second), [0, 0])
+    values = to_values(dtype, codes).reshape(m, n)
+    return ProgramCase(
+        program=b.program(),
+        arguments=(m, n, dtypes.pack(codes, dtype), dtypes.pack(out_initial, dtype)),
+        grid=(1,),
+        output=3,
+        output_dtype=dtype,
+        output_count=m * n,
+        expected=store_expected(out_initial, values, dtype, 0),
+        description=f"{dtype} {first!r} -> {second!r} async={asynchronous}",
+    )
