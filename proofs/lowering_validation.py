@@ -1,18 +1,32 @@
-"""Validation of the backend's lowering: every printed address equals its layouts' meaning.
+"""Validation of the backend's lowering: every printed address means what the program says.
 
 The backend records each address expression it prints into a kernel (`backend.lower.Access`:
-the expression `expr` in units of `unit_bits`, and the layouts it stands for). This module proves,
-with Z3, for every thread 0 <= t < num_threads and every value of the scalar variables within
-their declared bounds and under the access's `assumptions` (loop ranges and strides, if
-conditions, and each int parameter's declared divisor: ``k % m == 0`` for
-``int_param("k", multiple_of=m)``, which the launch check enforces), the three claims an access
-makes:
+the expression `expr` in units of `unit_bits`, the instruction it belongs to, which of the
+instruction's tensors it touches, the pointer it is printed with, and the replica guard it runs
+under). What an access must do is not taken from the record: it is derived here from the IR
+instruction itself (`placement`): the memory layout of the instruction's tensor, the tile
+origin written in the program (its `offsets`), the register layout of the instruction's
+register tensor (a copy's own layout, or for a copy without one the layout the backend chose,
+which must tile the copy's shape), so a lowering that places tiles wrongly is refuted even
+where its text and its record agree. Checked per access:
+
+- placement and pointer: the access touches a tensor of its instruction, printed by its name;
+- guard (writes): the threads its guard lets through write each element of the tile exactly
+  once, by the instruction's register layout (one replica stores; computed for every thread);
+- text (with the kernel's source, `proofs.printed_source`): the proved expression is the one
+  printed, as a whole operand of the tensor's pointer, under its guard and its mask, and a
+  vector's lanes move the registers ``local_index ..`` in order;
+
+and proved with Z3, for every thread 0 <= t < num_threads and every value of the scalar
+variables within their declared bounds and under the access's `assumptions` (loop ranges and
+strides, if conditions, and each int parameter's declared divisor: ``k % m == 0`` for
+``int_param("k", multiple_of=m)``, which the launch check enforces):
 
 - address: ``expr * unit_bits + j * element_bits == spec(local_index + j) * element_bits``
   for every j < width, where the specification
-  ``spec(i) = memory.offset(origin + register.map(t, i))`` is built here from the layouts (the
-  register layout's own `map` and the memory layout's own `offset`, unsimplified), not from the
-  printed text: the vector's registers sit at consecutive elements from the printed address;
+  ``spec(i) = memory.offset(origin + register.map(t, i))`` is built here from the IR's
+  placement (the register layout's own `map` and the memory layout's own `offset`,
+  unsimplified): the vector's registers sit at consecutive elements from the printed address;
 - alignment (vectors): ``expr * unit_bits`` is a multiple of ``width * element_bits``, the
   vector's size;
 - mask (global accesses): the printed guard is true exactly when every element
@@ -43,19 +57,33 @@ The claims of the tensor-core plans a kernel uses (`backend.tensor_core`: the fr
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import z3
 
 from backend.lower import Access
 from backend.tensor_core import Claim
+from ir.instructions import CopyAsync, Dot, LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import RegisterLayout, pad_layout
+from layout_algebra.shared import SharedLayout, shared_row_major
 from layout_algebra.symbolic import Expr, as_expr, evaluate, logical_and
 from proofs.checks import check_equivalent
 from proofs.encode import Encoder, bitvector_width, has_bitwise
-from proofs.errors import EncodingError
+from proofs.errors import EncodingError, ProofError
+from proofs.printed_source import (
+    PrintedSource,
+    check_lanes,
+    check_mask,
+    check_text,
+)
+from proofs.printed_source import check_guard as check_guard_text
 from proofs.result import (
     DEFAULT_TIMEOUT,
     ProofResult,
@@ -71,21 +99,133 @@ DEFAULT_RLIMIT = 2_000_000
 the backend's accesses take a tiny fraction of it)."""
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an access's registers must go, derived from its IR instruction alone: the memory
+    layout of the tensor it touches, the register layout of the tile (padded to the memory's
+    rank) and the tile origin written in the program."""
+
+    memory: SharedLayout | GlobalLayout
+    register: RegisterLayout | FunctionLayout
+    origin: tuple[Expr, ...]
+    pointer: str | None = None
+    """The C name of the tensor in the source (None for a scratch copy, named by the backend)."""
+
+
+def placement(access: Access) -> Placement:
+    """The placement the IR instruction of `access` asks for (see `Placement`).
+
+    A load reads its source at its offsets with its result's layout; a store writes its
+    destination at its offsets with its source's layout; a copy reads (role "src") and writes
+    (role "dst") with its layout, or, for a copy the program gives no layout, with the layout
+    the backend chose (recorded), which must be a register layout of the copy's tile. A staged
+    dot's scratch copies are row-major float32 copies of a and b: written with the operand's
+    layout, read at step k with the rows (of a) or columns (of b) of the dot's c elements.
+    Raises ProofError for a role the instruction has no tensor for.
+    """
+    instruction, role = access.instruction, access.role
+    match instruction:
+        case LoadGlobal() | LoadShared() if role == "src":
+            tensor, origin, layout = instruction.src, instruction.offsets, instruction.out.layout
+        case StoreGlobal() | StoreShared() if role == "dst":
+            tensor, origin, layout = instruction.dst, instruction.offsets, instruction.src.layout
+        case CopyAsync() if role in ("src", "dst"):
+            tensor = instruction.src if role == "src" else instruction.dst
+            origin = instruction.src_offsets if role == "src" else instruction.dst_offsets
+            layout = instruction.layout
+            if layout is None:
+                chosen = access.register
+                if not isinstance(chosen, RegisterLayout) or chosen.shape[
+                    len(chosen.shape) - len(instruction.shape) :
+                ] != tuple(instruction.shape):
+                    raise ProofError(
+                        f"the copy's recorded layout {chosen!r} is not a register layout of "
+                        f"its tile {instruction.shape}"
+                    )
+                layout = chosen
+        case Dot() if role in ("scratch a", "scratch b"):
+            return _scratch_placement(instruction, role, access.step)
+        case _:
+            raise ProofError(
+                f"an access with role {role!r} of {type(instruction).__name__}: the instruction "
+                "has no such tensor"
+            )
+    memory = tensor.layout
+    return Placement(memory, pad_layout(layout, memory.rank), tuple(origin), tensor.name)
+
+
+def _scratch_placement(dot: Dot, role: str, step: int | None) -> Placement:
+    (m, k_extent), n = dot.a.shape, dot.b.shape[1]
+    c = dot.c.layout
+    zero = (as_expr(0), as_expr(0))
+    if role == "scratch a":
+        memory = shared_row_major(m, k_extent)
+        if step is None:
+            return Placement(memory, dot.a.layout, zero)
+        rows = FunctionLayout(
+            (m, k_extent), c.num_threads, c.local_size, lambda t, i: (c.map(t, i)[0], step)
+        )
+        return Placement(memory, rows, zero)
+    memory = shared_row_major(k_extent, n)
+    if step is None:
+        return Placement(memory, dot.b.layout, zero)
+    columns = FunctionLayout(
+        (k_extent, n), c.num_threads, c.local_size, lambda t, i: (step, c.map(t, i)[1])
+    )
+    return Placement(memory, columns, zero)
+
+
 def specification(access: Access, local_index: int) -> Expr:
     """The element offset register `local_index` of thread `access.thread` must address:
-    ``memory.offset(origin + register.map(t, local_index))``."""
-    coords = access.register.map(access.thread, local_index)
-    return as_expr(access.memory.offset([o + c for o, c in zip(access.origin, coords)]))
+    ``memory.offset(origin + register.map(t, local_index))`` of the IR's `placement`."""
+    where = placement(access)
+    coords = where.register.map(access.thread, local_index)
+    return as_expr(where.memory.offset([o + c for o, c in zip(where.origin, coords)]))
 
 
 def inside(access: Access, local_index: int) -> Expr:
-    """The condition that register `local_index` of the thread lies inside the memory shape."""
-    coords = access.register.map(access.thread, local_index)
+    """The condition that register `local_index` of the thread lies inside the memory shape
+    (of the IR's `placement`)."""
+    where = placement(access)
+    coords = where.register.map(access.thread, local_index)
     condition: Expr = as_expr(1)
-    for origin, coord, extent in zip(access.origin, coords, access.memory.shape):
+    for origin, coord, extent in zip(where.origin, coords, where.memory.shape):
         condition = logical_and(condition, origin + coord >= 0)
         condition = logical_and(condition, origin + coord < extent)
     return condition
+
+
+def writes_memory(access: Access) -> bool:
+    """Whether the access writes memory (a store, a copy's destination, a scratch write)."""
+    if access.role in ("scratch a", "scratch b"):
+        return access.step is None
+    return access.role == "dst"
+
+
+def check_guard_owners(access: Access) -> str | None:
+    """None when the threads the access's guard lets through write every element of the tile
+    exactly once (the IR's register layout: one replica of each element stores); else what
+    goes wrong. Loads may run on every thread: only accesses that write memory are checked."""
+    if not writes_memory(access):
+        return None
+    layout = placement(access).register
+    threads = np.arange(layout.num_threads, dtype=np.int64)
+    if access.guard is None:
+        running = np.ones(threads.shape, dtype=bool)
+    else:
+        values = evaluate(access.guard, {access.thread.name: threads})
+        running = np.broadcast_to(np.asarray(values) != 0, threads.shape)
+    table = np.asarray(layout.table(), dtype=np.int64)
+    flat = np.ravel_multi_index(tuple(np.moveaxis(table, -1, 0)), layout.shape)
+    counts = np.bincount(flat[running].ravel(), minlength=math.prod(layout.shape))
+    if np.all(counts == 1):
+        return None
+    element = int(np.flatnonzero(counts != 1)[0])
+    coord = np.unravel_index(element, layout.shape)
+    return (
+        f"element {tuple(int(c) for c in coord)} of the tile is written {int(counts[element])} "
+        f"times by the threads the guard {access.guard!r} lets through (expected once)"
+    )
 
 
 @dataclass(frozen=True)
@@ -185,9 +325,20 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
 
 
 def validate_access(
-    access: Access, *, timeout: float = DEFAULT_TIMEOUT, rlimit: int | None = DEFAULT_RLIMIT
+    access: Access,
+    source: PrintedSource | str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    rlimit: int | None = DEFAULT_RLIMIT,
 ) -> ProofResult:
-    """Prove the claims of one access (see the module docstring).
+    """Check one access against its IR instruction and, given the kernel's `source`, against
+    the text (see the module docstring).
+
+    First the checks that need no solver: the access must belong to a tensor of its instruction
+    (`placement`), a write must be made by exactly one replica of each element (its guard), and
+    in `source` the proved address must be printed with the tensor's pointer, under its guard
+    and mask, with the vector lanes in register order (`proofs.printed_source`). Then the
+    address, alignment, mask and count claims against the IR's placement, in Z3.
 
     The counterexample of a refutation is ``{"claim": "address" | "alignment" | "mask" | "count",
     "t": thread, "i": local index, "variables": {name: value}, "printed": value,
@@ -195,10 +346,16 @@ def validate_access(
     base by the printed expression (``expr * unit_bits + j * element_bits``; None where it
     cannot be evaluated) and by the specification; for a mask, 1 or 0 for the printed guard and
     for "every element inside"; for a count, 1 or 0 for "j < count" and for "register i is
-    inside". Raises ProofError for a bad `timeout` or `rlimit`.
+    inside". A refutation without a solver has ``{"claim": "placement" | "pointer" | "guard" |
+    "text" | "lanes" | "mask text", "reason": ...}``. Raises ProofError for a bad `timeout` or
+    `rlimit`.
     """
     check_limits(timeout, rlimit)
     started = time.perf_counter()
+    problem = _unproved_text(access, source)
+    if problem is not None:
+        claim, reason = problem
+        return ProofResult(False, {"claim": claim, "reason": reason}, reason, elapsed(started))
     claims = _claims(access)
     try:
         query = _query(access, claims)
@@ -207,15 +364,54 @@ def validate_access(
     constraints, violation, encoder = query
     found = search(constraints, violation, timeout, rlimit)
     if found.verdict == z3.unsat:
+        checked = "" if source is None else ", and its text"
         return ProofResult(
             True,
             None,
-            f"proved {len(claims)} claims for every thread and every value of the variables",
+            f"proved {len(claims)} claims for every thread and every value of the variables"
+            f"{checked}",
             elapsed(started),
         )
     if found.verdict != z3.sat:
         return unknown(f"the solver gave up: {found.reason_unknown}", started)
     return _confirmed(access, claims, encoder.values(found.model), started)
+
+
+def _unproved_text(access: Access, source: PrintedSource | str | None) -> tuple[str, str] | None:
+    """(claim, reason) of the first check without a solver that fails, or None."""
+    try:
+        where = placement(access)
+    except ProofError as error:
+        return "placement", str(error)
+    if where.pointer is not None and access.pointer != where.pointer:
+        return "pointer", (
+            f"the access is printed with pointer {access.pointer}, its tensor is {where.pointer}"
+        )
+    owners = check_guard_owners(access)
+    if owners is not None:
+        return "guard", owners
+    if source is None:
+        return None
+    printed = PrintedSource.of(source) if isinstance(source, str) else source
+    lines, missing = check_text(access, printed)
+    if missing is not None:
+        return "text", missing
+    guard = check_guard_text(access, printed, lines)
+    if guard is not None:
+        return "guard", guard
+    mask = check_mask(access, printed, lines)
+    if mask is not None:
+        return "mask text", mask
+    instruction = access.instruction
+    if isinstance(instruction, (LoadGlobal, LoadShared)):
+        lanes = check_lanes(access, printed, lines, instruction.out.name, loads=True)
+    elif isinstance(instruction, (StoreGlobal, StoreShared)):
+        lanes = check_lanes(access, printed, lines, instruction.src.name, loads=False)
+    else:
+        lanes = None
+    if lanes is not None:
+        return "lanes", lanes
+    return None
 
 
 def _confirmed(
@@ -288,18 +484,23 @@ def validate_lowering(
     timeout: float = DEFAULT_TIMEOUT,
     rlimit: int | None = DEFAULT_RLIMIT,
 ) -> LoweringValidation:
-    """Validate every access of `kernel` (`validate_access`) and every claim of its
-    tensor-core plans (`proofs.check_equivalent` of the claim's emitted and required maps).
+    """Validate every access of `kernel` (`validate_access`, against its source) and every
+    claim of its tensor-core plans (`proofs.check_equivalent` of the claim's emitted and
+    required maps).
 
     `kernel` is a `backend.CompiledKernel` or a `backend.lower.LoweredKernel` (anything with
-    `accesses` and `plans`), or an iterable of `Access`. Each access and each claim is one
-    solver query bounded by `timeout` seconds and `rlimit` resource units.
+    `source`, `accesses` and `plans`), or an iterable of `Access` (then the text is not
+    checked: there is none). Each access and each claim is one solver query bounded by
+    `timeout` seconds and `rlimit` resource units.
     """
     accesses: Iterable[Access] = getattr(kernel, "accesses", kernel)
     plans = getattr(kernel, "plans", ())
+    text = getattr(kernel, "source", None)
+    source = None if text is None else PrintedSource.of(text)
     return LoweringValidation(
         tuple(
-            (access, validate_access(access, timeout=timeout, rlimit=rlimit)) for access in accesses
+            (access, validate_access(access, source, timeout=timeout, rlimit=rlimit))
+            for access in accesses
         ),
         tuple(
             (claim, check_equivalent(claim.emitted, claim.required, timeout, rlimit))

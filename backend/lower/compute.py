@@ -22,7 +22,7 @@ from backend.cuda_codegen import (
     wrap_expression,
 )
 from backend.fast_conversions import fast_conversion
-from backend.lower.context import THREAD_NAME, LoweringContext, Tile, primary_condition
+from backend.lower.context import THREAD_NAME, LoweringContext, Tile
 from backend.tensor_core import (
     emit_mma,
     plan_mma,
@@ -308,10 +308,10 @@ class ComputeLowering(LoweringContext):
             for name, start in zip(names, (0, a_bytes)):
                 offset = self.user_shared_bytes + start
                 self.out.line(f"float* const {name} = (float*)(la_smem + {offset});")
-            for name, tensor, scratch in zip(names, (a, b), (a_scratch, b_scratch)):
-                tile = Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32)
-                primary = primary_condition(tensor.layout, self.thread)
-                with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+            roles = ("scratch a", "scratch b")
+            for name, tensor, scratch, role in zip(names, (a, b), (a_scratch, b_scratch), roles):
+                tile = Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32, role, name)
+                with self.primary_replica(tensor.layout):
                     for i in range(tensor.layout.local_size):
                         address = tile.offset(self.thread, i)
                         self.record(tile, i, 1, address, 32, None)
@@ -330,10 +330,11 @@ class ComputeLowering(LoweringContext):
                         (k_extent, n), threads, size, lambda t, j, k=k: (k, c.layout.map(t, j)[1])
                     )
                     reads = []
-                    for name, scratch, layout in zip(
-                        names, (a_scratch, b_scratch), (rows, columns)
+                    for name, scratch, layout, role in zip(
+                        names, (a_scratch, b_scratch), (rows, columns), roles
                     ):
-                        tile = Tile(scratch, layout, (as_expr(0), as_expr(0)), 32)
+                        origin = (as_expr(0), as_expr(0))
+                        tile = Tile(scratch, layout, origin, 32, role, name, step=k)
                         address = tile.offset(self.thread, i)
                         self.record(tile, i, 1, address, 32, None)
                         reads.append(f"{name}[{self.c(address)}]")

@@ -8,8 +8,9 @@ what the lowering produces. `Tile` places a register tile at an origin of a memo
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,13 @@ class Access:
     - `count`, when not None (a ``cp.async`` that zero-fills), is the number of leading
       registers the access reads from memory: register local_index + j lies inside the tensor's
       shape exactly when j < count.
+
+    What ties the record to the IR and to the text, so that `proofs.lowering_validation` can
+    check it independently of the lowering's own bookkeeping: `role` names the memory tensor of
+    `instruction` the access touches (``"src"`` or ``"dst"``; ``"scratch a"`` / ``"scratch b"``
+    for a staged dot's scratch copies, with `step` the k of a scratch read); `pointer` is the C
+    name the address is added to in the source; `guard` is the condition on the thread under
+    which the access runs (the primary replica of a store or copy), None for every thread.
     """
 
     instruction: Instruction
@@ -112,6 +120,10 @@ class Access:
     thread: Expr
     assumptions: tuple[Expr, ...]
     count: Expr | None = None
+    role: str = "src"
+    pointer: str = ""
+    guard: Expr | None = None
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -200,12 +212,17 @@ def quotient(param: IntParam) -> Expr:
 
 @dataclass(frozen=True)
 class Tile:
-    """A register tile placed at `origin` of a memory tensor (`memory`, `element_bits`)."""
+    """A register tile placed at `origin` of a memory tensor (`memory`, `element_bits`), the
+    tensor `role` of its instruction, whose C name in the source is `pointer` (`step`: the k of a
+    staged dot's scratch read)."""
 
     memory: SharedLayout | GlobalLayout
-    register: RegisterLayout
+    register: RegisterLayout | FunctionLayout
     origin: tuple[Expr, ...]
     element_bits: int
+    role: str
+    pointer: str
+    step: int | None = None
 
     def coords(self, thread: Expr, i: int) -> list[Expr]:
         """The memory coordinates of register i of `thread`."""
@@ -253,6 +270,17 @@ class Tile:
         return simplify(starts[dim] >= 0), simplify(count)
 
 
+def c_text(expr: Expr | int) -> str:
+    """C text of a scalar expression, printed over the 64-bit copies of its variables
+    (``la_w_<name>``) when it or a sub-expression may leave the C int range (`is_wide`)."""
+    expr = as_expr(expr)
+    if is_wide(expr):
+        expr = expr.substitute(
+            {node.name: var(WIDE_PREFIX + node.name, node.lo, node.hi) for node in expr.variables()}
+        )
+    return expr.to_c()
+
+
 class LoweringContext:
     """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
 
@@ -277,6 +305,7 @@ class LoweringContext:
         }
         self.loops: dict[str, tuple[Expr, Expr, int, Expr]] = {}
         self.current: Instruction | None = None
+        self.guard: Expr | None = None
         self.temporaries = 0
         self.shared_base: dict[str, int] = {}
         self.user_shared_bytes = self._allocate_shared()
@@ -291,16 +320,21 @@ class LoweringContext:
         return f"la_{stem}{self.temporaries}"
 
     def c(self, expr: Expr | int) -> str:
-        """C text of a scalar expression, over 64-bit variables when it may leave int range."""
-        expr = as_expr(expr)
-        if is_wide(expr):
-            expr = expr.substitute(
-                {
-                    node.name: var(WIDE_PREFIX + node.name, node.lo, node.hi)
-                    for node in expr.variables()
-                }
-            )
-        return expr.to_c()
+        """C text of a scalar expression (`c_text`)."""
+        return c_text(expr)
+
+    @contextlib.contextmanager
+    def primary_replica(self, layout: RegisterLayout) -> Iterator[None]:
+        """A block run only by the primary replica of `layout` (no condition without
+        replication); the accesses recorded inside carry the condition as their guard."""
+        primary = primary_condition(layout, self.thread)
+        outer = self.guard
+        self.guard = primary
+        try:
+            with self.out.block("" if primary is None else f"if ({self.c(primary)})"):
+                yield
+        finally:
+            self.guard = outer
 
     def _allocate_shared(self) -> int:
         """Give every shared tensor its byte offset in the dynamic allocation; the total."""
@@ -342,6 +376,10 @@ class LoweringContext:
                 thread=self.thread,
                 assumptions=tuple(self.facts),
                 count=count,
+                role=tile.role,
+                pointer=tile.pointer,
+                guard=self.guard,
+                step=tile.step,
             )
         )
 

@@ -9,7 +9,6 @@ for the runs that do.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -27,7 +26,6 @@ from backend.lower.context import (
     Tile,
     is_false,
     is_true,
-    primary_condition,
 )
 from backend.tensor_core import (
     MAX_OFFSET_POINTS,
@@ -35,9 +33,8 @@ from backend.tensor_core import (
     plan_ldmatrix,
 )
 from ir import instructions
-from ir.dtypes import DataType
 from ir.program import BLOCK_INDICES
-from ir.values import GlobalTensor, RegisterTensor
+from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.access import compose
 from layout_algebra.auto import auto_local_spatial
 from layout_algebra.errors import LayoutError
@@ -182,12 +179,15 @@ class MemoryLowering(LoweringContext):
 
     def register_tile(
         self,
-        memory: SharedLayout | GlobalLayout,
+        tensor: SharedTensor | GlobalTensor,
         layout: RegisterLayout,
         origin: Sequence[Expr],
-        dtype: DataType,
+        role: str,
     ) -> Tile:
-        return Tile(memory, pad_layout(layout, memory.rank), tuple(origin), dtype.nbits)
+        """The tile of `layout` at `origin` of `tensor`, the `role` operand of its instruction."""
+        memory = tensor.layout
+        padded = pad_layout(layout, memory.rank)
+        return Tile(memory, padded, tuple(origin), tensor.dtype.nbits, role, tensor.name)
 
     def element_address(self, tile: Tile, i: int) -> tuple[Expr, int]:
         """(printed address, unit bits) of one element: a typed index for whole-byte elements,
@@ -338,11 +338,6 @@ class MemoryLowering(LoweringContext):
                 with self.out.block("else"):
                     (edge or elements)(first)
 
-    def primary_replica(self, layout: RegisterLayout) -> contextlib.AbstractContextManager[None]:
-        """A block run only by the primary replica of `layout` (no condition without one)."""
-        primary = primary_condition(layout, self.thread)
-        return self.out.block("" if primary is None else f"if ({self.c(primary)})")
-
     def load_tile(
         self, out: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
     ) -> None:
@@ -372,13 +367,13 @@ class MemoryLowering(LoweringContext):
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src
-        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
+        tile = self.register_tile(src, out.layout, instruction.offsets, "src")
         self.declare(out)
         self.load_tile(out, src.name, tile, self.global_width(tile, src), masked=True)
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
-        tile = self.register_tile(dst.layout, src.layout, instruction.offsets, dst.dtype)
+        tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
         self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
 
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
@@ -395,7 +390,7 @@ class MemoryLowering(LoweringContext):
                 emit_ldmatrix(plan, f"((unsigned short*){src.name})", out.name, THREAD_NAME)
             )
             return
-        tile = self.register_tile(src.layout, out.layout, instruction.offsets, src.dtype)
+        tile = self.register_tile(src, out.layout, instruction.offsets, "src")
         self.load_tile(out, src.name, tile, self.shared_width(tile), masked=False)
 
     @staticmethod
@@ -431,7 +426,7 @@ class MemoryLowering(LoweringContext):
 
     def visit_store_shared(self, instruction: instructions.StoreShared) -> None:
         dst, src = instruction.dst, instruction.src
-        tile = self.register_tile(dst.layout, src.layout, instruction.offsets, dst.dtype)
+        tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
         self.store_tile(src, dst.name, tile, self.shared_width(tile), masked=False)
 
     def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
@@ -440,8 +435,8 @@ class MemoryLowering(LoweringContext):
         layout = instruction.layout
         if layout is None:
             layout = default_copy_layout(instruction.shape, bits, self.threads)
-        source = self.register_tile(src.layout, layout, instruction.src_offsets, src.dtype)
-        target = self.register_tile(dst.layout, layout, instruction.dst_offsets, dst.dtype)
+        source = self.register_tile(src, layout, instruction.src_offsets, "src")
+        target = self.register_tile(dst, layout, instruction.dst_offsets, "dst")
         width = min(self.global_width(source, src), self.shared_width(target))
         with self.primary_replica(layout):
             self.vector_runs(

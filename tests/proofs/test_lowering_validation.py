@@ -17,7 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from backend.cuda_codegen import unpack_expressions
 from backend.lower import Access, lower
+from backend.lower import context as backend_context
+from backend.lower import memory as backend_memory
+from backend.lower.context import c_text
+from backend.lower.memory import MemoryLowering
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.examples.matmul import matmul
@@ -165,6 +170,7 @@ def _misaligned_pair() -> Access:
         mask=None,
         thread=var("la_thread", 0, 0),
         assumptions=(),
+        pointer=instruction.src.name,
     )
 
 
@@ -255,3 +261,105 @@ def test_proved_addresses_agree_with_brute_force() -> None:
                     ]
                 )
                 assert bool(evaluate(access.mask, env)) == bool(everything)
+
+
+# ------------------------------------------------------------------ wrong kernels are refused
+# Each test below breaks the lowering in one way a real bug could, so that the kernel it prints
+# and the accesses it records agree with each other but not with the program. The validation
+# derives what each access must do from the IR instruction and reads the source, so it refutes
+# every one.
+
+
+def _first_failure(kernel) -> dict:
+    report = validate_lowering(kernel, rlimit=RLIMIT)
+    assert report.holds is False
+    return report.failures[0][1].counterexample
+
+
+def test_tiles_shifted_by_one_element_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = MemoryLowering.register_tile
+
+    def shifted(self, tensor, layout, origin, role):
+        *outer, last = origin
+        return original(self, tensor, layout, (*outer, last + 1), role)
+
+    monkeypatch.setattr(MemoryLowering, "register_tile", shifted)
+    failure = _first_failure(lower(vector_add()))
+    assert failure["claim"] == "address"
+    assert failure["printed"] - failure["expected"] == 16  # one f16 element, in bits
+
+
+def _replicated_store_program():
+    """A row sum over 8 threads per row: the result is held by 8 replicas; one must store."""
+    with ProgramBuilder("row_sums", 32) as b:
+        x, y = b.array_param("x", dtypes.f32), b.array_param("y", dtypes.f32)
+        tile = b.load_global(
+            b.global_view(x, dtypes.f32, GlobalLayout((4, 8), (8, 1))), [0, 0], spatial(4, 8)
+        )
+        sums = b.reduce(tile, 1, "sum")
+        b.store_global(b.global_view(y, dtypes.f32, GlobalLayout((4,), (1,))), sums, [0])
+    return b.program()
+
+
+@pytest.mark.parametrize(
+    ("guard", "problem"),
+    [
+        (lambda layout, thread: None, "written 8 times"),
+        (lambda layout, thread: (thread % 8).eq(1) if layout.replication > 1 else None, None),
+        (
+            lambda layout, thread: (thread % 2).eq(0) if layout.replication > 1 else None,
+            "written 4",
+        ),
+    ],
+)
+def test_a_wrong_replica_guard_is_refused(monkeypatch, guard, problem) -> None:
+    """No guard (every replica stores) and a guard selecting 4 of 8 replicas are refused; a
+    guard selecting exactly one other replica (thread % 8 == 1) is a correct kernel."""
+    monkeypatch.setattr(backend_context, "primary_condition", guard)
+    kernel = lower(_replicated_store_program())
+    if problem is None:
+        _assert_proved(validate_lowering(kernel, rlimit=RLIMIT))
+        return
+    failure = _first_failure(kernel)
+    assert failure["claim"] == "guard" and problem in failure["reason"]
+
+
+def test_a_printed_guard_other_than_the_recorded_one_is_refused() -> None:
+    kernel = lower(_replicated_store_program())
+    (store,) = [a for a in kernel.accesses if a.role == "dst"]
+    header = f"if ({c_text(store.guard)}) {{"
+    assert header in kernel.source
+    edited = dataclasses.replace(kernel, source=kernel.source.replace(header, "if (1) {"))
+    failure = _first_failure(edited)
+    assert failure["claim"] == "guard" and "no line printing the access runs" in failure["reason"]
+
+
+def test_vector_lanes_in_reversed_registers_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def reversed_lanes(vector, vector_bytes, element_bits):
+        return unpack_expressions(vector, vector_bytes, element_bits)[::-1]
+
+    monkeypatch.setattr(backend_memory, "unpack_expressions", reversed_lanes)
+    failure = _first_failure(lower(vector_add()))
+    assert failure["claim"] == "lanes"
+    assert "unpacks its lanes into registers r0[0] .. r0[7]" in failure["reason"]
+
+
+def test_source_printing_address_plus_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = MemoryLowering.recorded_vector
+
+    def off_by_one(self, tile, first, width, mask):
+        text, vector_bytes = original(self, tile, first, width, mask)
+        return f"{text} + 1", vector_bytes
+
+    monkeypatch.setattr(MemoryLowering, "recorded_vector", off_by_one)
+    failure = _first_failure(lower(vector_add()))
+    assert failure["claim"] == "text"
+    assert "no line of the source uses g0 at the proved address" in failure["reason"]
+
+
+def test_an_access_naming_another_tensor_is_refused() -> None:
+    kernel = lower(vector_add())
+    load = kernel.accesses[0]
+    wrong = dataclasses.replace(load, pointer="g1")
+    result = validate_access(wrong, kernel.source, rlimit=RLIMIT)
+    assert result.holds is False and result.counterexample["claim"] == "pointer"

@@ -1,0 +1,149 @@
+"""What the generated source must say for each recorded access, checked on the source text.
+
+The lowering records every address it prints (`backend.lower.Access`); `proofs.lowering_validation`
+proves the recorded expression against the layouts of the IR instruction. This module closes the
+gap between the record and the kernel: it reads the kernel's CUDA source and checks that the
+proved expression is the one printed, where it is used, and that the statements around it move
+the registers and run on the threads the IR asks for. The checks, per access:
+
+- "text": a line of the source uses `pointer` at the printed address, the C text of the proved
+  expression (`backend.lower.context.c_text`) as a whole operand: for a vector (a byte
+  offset), ``pointer + (ADDR)`` followed by ``)``, ``,`` or `` :``; for one element,
+  ``pointer)[ADDR]`` (a typed index; ``pointer[ADDR]`` for a scratch copy) or
+  ``la_load_bits(pointer, ADDR, `` / ``la_store_bits(pointer, ADDR, `` (a bit offset). A printed
+  ``ADDR + 1`` or another tensor's pointer matches no line;
+- "lanes": a vector load unpacks lane j of the loaded vector into register ``local_index + j``
+  of the instruction's result, and a vector store packs registers ``local_index ..`` in lane
+  order (the lane expressions of `backend.cuda_codegen`, whose bit layout the emulation and GPU
+  tests pin);
+- "guard": the access sits inside ``if (GUARD) {`` with the recorded guard, or under no guard
+  when the access has none;
+- "mask": a masked access sits inside ``if (MASK) {`` or uses ``(MASK ? `` on its line.
+
+Each function returns None when the check holds and a sentence saying what is missing otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from backend.cuda_codegen import VECTOR_TYPES, pack_expression, unpack_expressions
+from backend.lower import Access
+from backend.lower.context import c_text
+
+INDENT = "    "
+"""One level of indentation of the generated source (`backend.cuda_codegen.CodeWriter`)."""
+
+
+@dataclass(frozen=True)
+class PrintedSource:
+    """A kernel's source split into lines, with the enclosing block headers of each line."""
+
+    lines: tuple[str, ...]
+
+    @classmethod
+    def of(cls, source: str) -> PrintedSource:
+        """The lines of `source`."""
+        return cls(tuple(source.split("\n")))
+
+    def matching(self, pattern: re.Pattern[str]) -> list[int]:
+        """The indices of the lines where `pattern` matches."""
+        return [n for n, line in enumerate(self.lines) if pattern.search(line)]
+
+    def headers(self, index: int) -> list[str]:
+        """The headers (without `` {``) of the blocks enclosing line `index`, innermost first."""
+        line = self.lines[index]
+        depth = (len(line) - len(line.lstrip(" "))) // len(INDENT)
+        found = []
+        for n in range(index - 1, -1, -1):
+            text = self.lines[n]
+            level = (len(text) - len(text.lstrip(" "))) // len(INDENT)
+            if text.strip() and level < depth and text.rstrip().endswith("{"):
+                found.append(text.strip()[:-1].rstrip())
+                depth = level
+                if depth == 0:
+                    break
+        return found
+
+
+def address_pattern(access: Access) -> re.Pattern[str]:
+    """The pattern of the access's pointer and printed address as a whole operand."""
+    pointer = re.escape(access.pointer)
+    address = re.escape(c_text(access.expr))
+    if access.width > 1:
+        return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
+    if access.unit_bits == 1:
+        return re.compile(rf"la_(?:load|store)_bits\({pointer}, {address}, ")
+    return re.compile(rf"(?<![\w.]){pointer}\)?\[{address}\]")
+
+
+def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | None]:
+    """(the lines using the access's address, None) or ([], what is missing)."""
+    lines = source.matching(address_pattern(access))
+    if lines:
+        return lines, None
+    return [], (
+        f"no line of the source uses {access.pointer} at the proved address "
+        f"{c_text(access.expr)} (units of {access.unit_bits} bits)"
+    )
+
+
+def check_guard(access: Access, source: PrintedSource, lines: Sequence[int]) -> str | None:
+    """None when some line of the access runs under exactly its recorded guard."""
+    wanted = None if access.guard is None else f"if ({c_text(access.guard)})"
+    for index in lines:
+        guards = [h for h in source.headers(index) if h == wanted or _is_replica_guard(h)]
+        if (wanted is None and not guards) or (wanted is not None and wanted in guards):
+            return None
+    where = "under no replica guard" if wanted is None else f"inside `{wanted}`"
+    return f"no line printing the access runs {where}"
+
+
+def _is_replica_guard(header: str) -> bool:
+    """Whether a block header tests only the thread index (a replica guard)."""
+    if not header.startswith("if (") or "la_thread" not in header:
+        return False
+    rest = re.sub(r"la_w_la_thread|la_thread", "", header)
+    return re.search(r"\b(?!la_u32\b)[A-Za-z_]\w*\b", rest[len("if") :]) is None
+
+
+def check_mask(access: Access, source: PrintedSource, lines: Sequence[int]) -> str | None:
+    """None when the access has no mask, or some line of it is guarded by the printed mask."""
+    if access.mask is None or (access.mask.is_const and access.mask.value != 0):
+        return None
+    mask = c_text(access.mask)
+    for index in lines:
+        if f"({mask} ? " in source.lines[index] or f"if ({mask})" in source.headers(index):
+            return None
+    return f"no line printing the access is guarded by its mask {mask}"
+
+
+def check_lanes(
+    access: Access, source: PrintedSource, lines: Sequence[int], register: str, loads: bool
+) -> str | None:
+    """None when the vector's lanes move registers ``local_index ..`` of `register` in order.
+
+    `loads`: a vector load into `register` (else a store from it).
+    """
+    if access.width == 1:
+        return None
+    vector_bytes = access.width * access.element_bits // 8
+    kind = VECTOR_TYPES[vector_bytes]
+    registers = [f"{register}[{access.local_index + j}]" for j in range(access.width)]
+    for index in lines:
+        line = source.lines[index].strip()
+        if loads:
+            found = re.fullmatch(rf"const {re.escape(kind)} (la_v\d+) = \*\(const .*", line)
+            if found is None:
+                continue
+            lanes = unpack_expressions(found.group(1), vector_bytes, access.element_bits)
+            wanted = {f"{r} = {lane};" for r, lane in zip(registers, lanes)}
+            nearby = {text.strip() for text in source.lines[index + 1 : index + 1 + access.width]}
+            if wanted <= nearby:
+                return None
+        elif line.endswith(f" = {pack_expression(registers, vector_bytes, access.element_bits)};"):
+            return None
+    what = "unpacks its lanes into" if loads else "packs in lane order"
+    return f"no vector access {what} registers {registers[0]} .. {registers[-1]}"
