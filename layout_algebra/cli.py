@@ -283,7 +283,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     }
     progress.step(
         f"3. compiled for {arch} with NVRTC ({len(compiled.cubin)} bytes of CUBIN); proved "
-        f"{proved}/{len(validation.results)} printed address expressions equal to their layouts"
+        f"{proved}/{len(validation.results)} printed addresses equal to what the program's "
+        "layouts and offsets ask, printed as proved, under their replica guards and masks"
     )
 
     inputs = _demo_inputs(weight_dtype, group_size, args.seed)
