@@ -332,10 +332,11 @@ def _grid_figure(grid: _Grid, cell_size: float) -> Any:
 
 
 def _caption(figure: Any, axes: Any, title: str, legend: str) -> None:
-    """Title above and legend below the axes, wrapped to the figure's width."""
+    """Title above and legend below the axes, wrapped to the figure's width (at least 3 inches,
+    `_new_figure`: 40 characters of the title, 51 of the legend)."""
     width = figure.get_figwidth()
-    axes.set_title(textwrap.fill(title, max(20, int(width * 72 / (0.6 * 9)))), fontsize=9)
-    axes.set_xlabel(textwrap.fill(legend, max(20, int(width * 72 / (0.6 * 7)))), fontsize=7)
+    axes.set_title(textwrap.fill(title, int(width * 72 / (0.6 * 9))), fontsize=9)
+    axes.set_xlabel(textwrap.fill(legend, int(width * 72 / (0.6 * 7))), fontsize=7)
 
 
 def _fit_text(lines: list[str], cell_size: float) -> tuple[str, float]:
