@@ -1,13 +1,19 @@
-"""Suite-wide pytest configuration: the `gpu` marker and the hypothesis profile.
+"""Suite-wide pytest configuration: the `gpu` marker, the host compilers and the hypothesis profile.
 
 Tests marked `gpu` skip when the CUDA driver reports no device, unless the environment variable
 REQUIRE_GPU=1 is set, in which case a missing device fails them.
+
+Tests that compile host code (the CPU emulation of generated kernels, the conversion functions,
+the C text of symbolic expressions) take the fixture `c_compiler` (gcc, else cc) or
+`cxx_compiler` (g++): the compiler's path. Without one they skip, unless the environment
+variable REQUIRE_COMPILER=1 is set (CI sets it), in which case a missing compiler fails them.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,3 +64,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def _require_gpu_failure() -> None:
     pytest.fail("REQUIRE_GPU=1 but the CUDA driver reports no device")
+
+
+def find_compiler(names: tuple[str, ...], language: str) -> str:
+    """The path of the first of `names` on PATH; skips the test without one, or fails it when
+    REQUIRE_COMPILER=1."""
+    for name in names:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    problem = f"no {language} compiler ({' or '.join(names)}) on PATH"
+    if os.environ.get("REQUIRE_COMPILER") == "1":
+        pytest.fail(f"REQUIRE_COMPILER=1 but there is {problem}")
+    pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def c_compiler() -> str:
+    """Path of the host C compiler: gcc, else cc (see the module docstring for a missing one)."""
+    return find_compiler(("gcc", "cc"), "C")
+
+
+@pytest.fixture(scope="session")
+def cxx_compiler() -> str:
+    """Path of the host C++ compiler g++ (see the module docstring for a missing one)."""
+    return find_compiler(("g++",), "C++")
