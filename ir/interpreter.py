@@ -228,7 +228,6 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def __init__(self, run: _Run, block: tuple[int, int, int]) -> None:
         self.run = run
-        self.program = run.program
         self.threads = run.program.num_threads
         self.block = block
         self.block_number = block[0] + run.grid[0] * (block[1] + run.grid[1] * block[2])
