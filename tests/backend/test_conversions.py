@@ -13,7 +13,6 @@ the generic code checked here; the GPU differential tests cover that path.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -79,22 +78,19 @@ def _program() -> str:
 
 
 @pytest.fixture(scope="module")
-def run_conversions(tmp_path_factory: pytest.TempPathFactory) -> Runner:
+def run_conversions(tmp_path_factory: pytest.TempPathFactory, c_compiler: str) -> Runner:
     """Compile the conversion program once; return a function running a batch of jobs.
 
     A batch is a list of (src, dst, codes); the result is the list of converted codes (uint32),
     all computed by one run of the program.
     """
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        pytest.skip("no C compiler on this machine")
     directory: Path = tmp_path_factory.mktemp("conversions")
     source = directory / "conversions.c"
     binary = directory / "conversions"
     source.write_text(_program())
     build = subprocess.run(
         [
-            compiler,
+            c_compiler,
             "-O0",
             "-std=c99",
             "-Wall",

@@ -20,7 +20,6 @@ intrinsics or anything about timing; the GPU differential tests do.
 from __future__ import annotations
 
 import ctypes
-import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -239,10 +238,7 @@ class Emulator:
     """Kernels compiled together into one shared library; `run(k, args, grid)` launches the
     k-th on NumPy arrays (mutated in place) and ints in parameter order."""
 
-    def __init__(self, kernels: Sequence[LoweredKernel], directory: Path) -> None:
-        compiler = shutil.which("g++")
-        if compiler is None:
-            pytest.skip("no C++ compiler on this machine")
+    def __init__(self, kernels: Sequence[LoweredKernel], directory: Path, compiler: str) -> None:
         self.kernels = list(kernels)
         source = directory / "kernels.cpp"
         library = directory / "kernels.so"
@@ -284,11 +280,13 @@ class Emulator:
         getattr(self.library, f"la_launch_{index}")(*(ctypes.c_uint(s) for s in sizes), array)
 
 
-def _emulator(kernels: Sequence[LoweredKernel], factory: pytest.TempPathFactory) -> Emulator:
+def _emulator(
+    kernels: Sequence[LoweredKernel], factory: pytest.TempPathFactory, compiler: str
+) -> Emulator:
     directory = factory.mktemp("emulation")
     for header in ("cuda_fp16.h", "cuda_bf16.h"):
         (directory / header).write_text("")
-    return Emulator(kernels, directory)
+    return Emulator(kernels, directory, compiler)
 
 
 def _random_codes(rng: np.random.Generator, dtype: DataType, count: int) -> np.ndarray:
@@ -759,11 +757,11 @@ EXAMPLES = _example_cases()
 
 
 @pytest.fixture(scope="module")
-def example_emulator(tmp_path_factory: pytest.TempPathFactory) -> Emulator:
+def example_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
     """The examples lowered for sm_90a (none uses tensor cores; the quantized ones use the fast
     conversions, whose device primitives the emulation replaces)."""
     kernels = [lower(program, EMULATED_ARCH) for _, program, _, _ in EXAMPLES]
-    return _emulator(kernels, tmp_path_factory)
+    return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
 @pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=[c[0] for c in EXAMPLES])
@@ -810,9 +808,10 @@ def random_cases() -> list[ProgramCase]:
 
 @pytest.fixture(scope="module")
 def random_emulator(
-    random_cases: list[ProgramCase], tmp_path_factory: pytest.TempPathFactory
+    random_cases: list[ProgramCase], tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str
 ) -> Emulator:
-    return _emulator([lower(case.program) for case in random_cases], tmp_path_factory)
+    kernels = [lower(case.program) for case in random_cases]
+    return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
 def same_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
@@ -860,9 +859,9 @@ FEATURES = feature_cases()
 
 
 @pytest.fixture(scope="module")
-def feature_emulator(tmp_path_factory: pytest.TempPathFactory) -> Emulator:
+def feature_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
     kernels = [lower(case.program, case.emulated_arch) for case in FEATURES]
-    return _emulator(kernels, tmp_path_factory)
+    return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
 @pytest.mark.parametrize("index", range(len(FEATURES)), ids=[case.name for case in FEATURES])

@@ -11,7 +11,7 @@ from ir.errors import InterpreterError, VerificationError
 from ir.interpreter import run_reference
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import local, replicate, spatial
+from layout_algebra.register import local, register_layout, replicate, spatial
 from layout_algebra.shared import shared_row_major
 
 F16, F32 = dtypes.f16, dtypes.f32
@@ -160,34 +160,66 @@ def test_view_that_makes_replicas_disagree():
         run_reference(b.program(), np.array([1, 2], dtype=np.uint8))
 
 
-def reduce_program(layout):
-    def body(b, view):
-        total = b.reduce(b.load_global(view, [0], layout), 0, "sum")
-        b.store_global(view, b.view(total, F32, replicate(4).local(1)), [0])
+B = 1e8  # exact in f32, whose spacing there is 8: B + 1 and B + 2 round to B, -B + 2 to -B
 
-    return one_array_program(F32, (4,), (1,), body)
+
+def reduced_sum(layout, dim, x):
+    """x (f32, row-major of layout's shape) loaded with `layout`, summed over `dim` (keepdim)."""
+    x = np.array(x, dtype=np.float32)
+    out = np.zeros(x.sum(axis=dim, keepdims=True).shape, dtype=np.float32)
+    row_major = tuple(int(np.prod(x.shape[k + 1 :])) for k in range(x.ndim))
+    with ProgramBuilder("sum_order", layout.num_threads) as b:
+        src = b.array_param("x", F32)
+        dst = b.array_param("out", F32)
+        tile = b.load_global(
+            b.global_view(src, F32, GlobalLayout(x.shape, row_major)), [0] * x.ndim, layout
+        )
+        total = b.reduce(tile, dim, "sum", keepdim=True)
+        out_strides = tuple(int(np.prod(out.shape[k + 1 :])) for k in range(out.ndim))
+        b.store_global(
+            b.global_view(dst, F32, GlobalLayout(out.shape, out_strides)), total, [0] * x.ndim
+        )
+    run_reference(b.program(), x.ravel(), out.ravel())
+    return out.ravel().tolist()
 
 
 @pytest.mark.parametrize(
-    ("layout", "expected"),
+    ("layout", "dim", "x", "expected"),
     [
-        # Thread t sums x[2t] + x[2t+1] first: (1e8 + 1) + (-1e8 + 1) = 1e8 - 1e8 = 0.
-        (spatial(2).local(2).replicate(2), 0.0),
-        # Thread t sums x[t] + x[t+2] first: (1e8 - 1e8) + (1 + 1) = 2.
-        (local(2).spatial(2).replicate(2), 2.0),
+        # One thread, registers in increasing local index: (x0 + x1) + x2 = (1 + B) - B = 0;
+        # decreasing order would give (-B + B) + 1 = 1.
+        (local(3), 0, [1, B, -B], [0]),
+        # Local modes listed transposed: local index i = 2 * (x % 2) + x // 2, so the order is
+        # x0, x2, x1, x3: ((B - B) + 1) + 1 = 2; element order would give ((B + 1) - B) + 1 = 1.
+        (register_layout((4,), (2, 2), (), (1, 0)), 0, [B, 1, -B, 1], [2]),
+        # Registers first, then threads: (x0 + x1) + (x2 + x3) = (B + 1) + (-B + 1) = B - B = 0;
+        # threads first would give (x0 + x2) + (x1 + x3) = 0 + 2 = 2.
+        (spatial(2).local(2), 0, [B, 1, -B, 1], [0]),
+        # Thread t holds x[t] and x[t + 2]: (x0 + x2) + (x1 + x3) = (B - B) + (1 + 1) = 2.
+        (local(2).spatial(2), 0, [B, 1, -B, 1], [2]),
+        # One mode of 4 threads in digit order: ((2^24 + 1) + 1) + 1 = 2^24 (each +1 is a tie to
+        # even); reversed, 3 + 2^24 would round to 2^24 + 4, pairwise 2^24 + 2.
+        (spatial(4), 0, [2.0**24, 1, 1, 1], [2.0**24]),
+        # Two reduced modes with a replication between: t = 4 * (x // 2) + 2r + x % 2. The least
+        # significant mode first: (x0 + x1) + (x2 + x3) = (B + 1) + (-B + 1) = 0; the most
+        # significant first would give (x0 + x2) + (x1 + x3) = 2.
+        (spatial(2).replicate(2).spatial(2), 0, [B, 1, -B, 1], [0]),
+        # Thread modes listed transposed: t = 2 * (x % 2) + x // 2, so the least significant
+        # thread digit is x // 2: (x0 + x2) + (x1 + x3) = (B - B) + (1 + 1) = 2.
+        (register_layout((4,), (2, 2), (1, 0), ()), 0, [B, 1, -B, 1], [2]),
+        # spatial(2, 2) * spatial(2, 1): t = 4 * (r // 2) + 2c + r % 2 for element (r, c); per
+        # column, (x[0] + x[1]) + (x[2] + x[3]): column 0 (B + 1) + (-B + 1) = 0, column 1
+        # (1 + 1) + (B - B) = 2 (the most significant mode first: 2 and 0).
+        (spatial(2, 2) * spatial(2, 1), 0, [[B, 1], [1, 1], [-B, B], [1, -B]], [0, 2]),
+        # Dimension 1 of local(2, 3), each row in local order: row 0 (1 + B) - B = 0, row 1
+        # (B - B) + 1 = 1; reversed, the rows would give 1 and 0.
+        (local(2, 3), 1, [[1, B, -B], [B, -B, 1]], [0, 1]),
     ],
 )
-def test_float_sum_order_follows_the_layout(layout, expected):
-    x = np.array([1e8, 1, -1e8, 1], dtype=np.float32)
-    run_reference(reduce_program(layout), x)
-    assert x[0] == expected
-
-
-def test_reduction_over_threads_combines_digits_in_order():
-    # Four threads, one element each: acc = ((x0 + x1) + x2) + x3 in f32.
-    x = np.array([2.0**24, 1, 1, 1], dtype=np.float32)
-    run_reference(reduce_program(spatial(4)), x)
-    assert x[0] == 2.0**24  # each +1 rounds back to 2^24 (ties to even)
+def test_float_sum_follows_the_documented_order(layout, dim, x, expected):
+    """`Reduce`'s order: own registers in local-index order, then each reduced spatial mode from
+    the least significant, each mode's partials in digit order, in f32 (ir.instructions)."""
+    assert reduced_sum(layout, dim, x) == expected
 
 
 def test_f16_sum_accumulates_in_f32_and_rounds_once():
@@ -369,6 +401,8 @@ def run_shared(steps, **options):
         ["store", "load_own"],  # each thread reads back what it wrote: no barrier needed
         ["copy", "commit", "wait0", "sync", "load"],
         ["copy_layout", "commit", "wait0", "load_own"],
+        # a sync before the wait orders nothing, but each thread may read its own copied elements
+        ["copy_layout", "commit", "sync", "wait0", "load_own"],
         ["copy", "commit", "wait0", "sync", "copy_layout", "commit", "wait0", "sync", "load"],
     ],
 )
@@ -387,6 +421,10 @@ def test_correct_shared_memory_programs(steps):
         ),
         (["store", "load"], "shared memory read without a sync: several threads read"),
         (["copy", "commit", "wait0", "load_own"], "written by several threads since the last"),
+        # the wait makes the copy visible to the copying threads only; the sync before it does
+        # not publish it to the others
+        (["copy", "commit", "sync", "wait0", "load"], "read without a sync: .* written by several"),
+        (["copy_layout", "commit", "sync", "wait0", "load"], "read without a sync: .* by thread 0"),
         (["store", "sync", "load", "store"], "shared memory overwritten without a sync"),
         (["copy", "copy"], "shared memory written while a copy into it is pending"),
     ],

@@ -2,7 +2,8 @@
 
 The command line runs in-process through `main([...])`, plus one run of `python -m
 layout_algebra` in a subprocess. `equiv` is checked against a stand-in `proofs` module (its
-output and exit codes for each verdict) and, once the real one is there, end to end.
+output and exit codes for each verdict) and end to end with the real one (a hard dependency of
+these tests: a missing `proofs` package fails them, never skips them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import layout_algebra
+import proofs
 from layout_algebra import (
     ExpressionError,
     LayoutError,
@@ -268,9 +270,7 @@ def test_equiv_rejects_a_bad_expression_before_calling_the_solver(
 
 
 def test_equiv_end_to_end_with_the_solver(capsys: pytest.CaptureFixture[str]) -> None:
-    proofs = pytest.importorskip("proofs")
-    if not hasattr(proofs, "check_equivalent"):
-        pytest.skip("proofs.check_equivalent is not available")
+    assert sys.modules["proofs"] is proofs  # the real package, not a stand-in
     assert (
         main(["equiv", "local(2,1).spatial(8,4).local(1,2)", "local(2,1)*spatial(8,4)*local(1,2)"])
         == 0

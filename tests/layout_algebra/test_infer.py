@@ -20,6 +20,7 @@ from layout_algebra import (
     replicate,
     spatial,
 )
+from layout_algebra import testing as strategies
 
 
 @st.composite
@@ -115,20 +116,42 @@ def test_layout_from_table_inverts_table(layout: RegisterLayout) -> None:
     assert layout_from_table(layout.table(), layout.shape) == layout
 
 
+def reference_table(fields: strategies.Fields) -> np.ndarray:
+    """[num_threads, local_size, rank] from the definition (`testing.reference_map`)."""
+    threads, size = strategies.reference_sizes(fields)
+    table = [[strategies.reference_map(fields, t, i) for i in range(size)] for t in range(threads)]
+    return np.array(table, dtype=np.int64).reshape(threads, size, len(fields[0]))
+
+
 @settings(max_examples=40)
-@given(register_layouts(), st.randoms(use_true_random=False))
-def test_layout_from_table_is_sound_on_shuffled_tables(layout: RegisterLayout, rng) -> None:
-    # Shuffling the (t, i) entries of a table usually leaves the register layouts; whatever is
-    # returned must still have exactly the given table.
-    flat = layout.table().reshape(layout.num_threads * layout.local_size, layout.rank)
+@given(strategies.layout_fields(), st.data(), st.randoms(use_true_random=False))
+def test_layout_from_table_finds_reordered_digits_and_is_sound_on_shuffles(
+    fields: strategies.Fields, data: st.DataObject, rng
+) -> None:
+    # Admissible by construction: the same modes with the spatial and the local list each in
+    # another order is the table of a register layout, so layout_from_table must find it.
+    shape, mode_shape, spatial_modes, local_modes = fields
+    reordered = (
+        shape,
+        mode_shape,
+        tuple(data.draw(st.permutations(spatial_modes))),
+        tuple(data.draw(st.permutations(local_modes))),
+    )
+    table = reference_table(reordered)
+    found = layout_from_table(table, shape)
+    np.testing.assert_array_equal(found.table(), table)
+    assert found == register_layout(*reordered)
+    # Shuffling the (t, i) entries usually leaves the register layouts; whatever is returned
+    # must still have exactly the shuffled table.
+    flat = table.reshape(-1, len(shape))
     order = list(range(len(flat)))
     rng.shuffle(order)
-    table = flat[order].reshape(layout.num_threads, layout.local_size, layout.rank)
+    shuffled = flat[order].reshape(table.shape)
     try:
-        found = layout_from_table(table, layout.shape)
+        found = layout_from_table(shuffled, shape)
     except LayoutError:
         return
-    np.testing.assert_array_equal(found.table(), table)
+    np.testing.assert_array_equal(found.table(), shuffled)
 
 
 # --------------------------------------------------------------------------------------------
