@@ -600,17 +600,22 @@ class ProgramBuilder:
 
     @contextlib.contextmanager
     def for_range(
-        self, start: ExprLike, stop: ExprLike | None = None, step: int = 1
+        self, start: ExprLike, stop: ExprLike | None = None, step: int = 1, unroll: int = 1
     ) -> Iterator[Expr]:
-        """``with b.for_range(start, stop, step) as k:`` a loop; `k` is the loop variable.
+        """``with b.for_range(start, stop, step, unroll=S) as k:`` a loop; `k` is the loop
+        variable.
 
         Like Python's `range`: one argument is the stop (start 0). `step` is a positive int.
+        `unroll` (a positive int) leaves the meaning unchanged and asks the lowering to write
+        the body S times per generated iteration (`ir.instructions.ForRange`).
         """
         if stop is None:
             start, stop = 0, start
         start_expr, stop_expr = self._scalars([start, stop], "for_range bounds")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise VerificationError(f"for_range step must be a positive int, got {step!r}")
+        if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+            raise VerificationError(f"for_range unroll must be a positive int, got {unroll!r}")
         lo = start_expr.bounds()[0]
         hi = stop_expr.bounds()[1]
         if hi is not None:
@@ -621,7 +626,7 @@ class ProgramBuilder:
             yield loop_var
         finally:
             body = tuple(self._bodies.pop())
-        self._bodies[-1].append(ForRange(loop_var, start_expr, stop_expr, step, body))
+        self._bodies[-1].append(ForRange(loop_var, start_expr, stop_expr, step, body, unroll))
 
     @contextlib.contextmanager
     def if_(self, cond: ExprLike) -> Iterator[None]:

@@ -34,7 +34,8 @@ Computation:
                            (SIMT lowering bit-exact, tensor-core lowering within a tolerance)
     Assign                 dst = src (overwrite a tensor defined earlier: loop-carried values)
 Control:
-    ForRange   for var in range(start, stop, step): body   (step a positive int)
+    ForRange   for var in range(start, stop, step): body   (step a positive int; `unroll`, a
+               positive int, only asks the lowering to write the body that many times)
     If         if cond: body   (cond a scalar Expr, nonzero is true)
 
 The base class `Instruction` gives every instruction the same generic view of its fields, derived
@@ -45,7 +46,10 @@ names:
 - `operands()`: the tensors it reads, or writes into in place (the other tensor fields);
 - `scalars()`: the scalar expressions it reads (`Expr` and offset-tuple fields, and the extents
   and strides of a global view it defines), not the loop variable a `ForRange` binds;
-- `bodies()`: its nested instruction sequences (`ForRange` and `If`).
+- `bodies()`: its nested instruction sequences (`ForRange` and `If`);
+- `map_scalars(function)`: the same instruction with `function` applied to every scalar of its
+  own fields and, recursively, of its bodies (how a lowering writes an unrolled body once per
+  copy, with the loop variable replaced).
 
 `all_instruction_types()` lists every concrete instruction class, in definition order; the
 visitors of `ir.visitor` check, when they are created, that they handle each of them.
@@ -56,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -144,6 +149,37 @@ class Instruction:
     def bodies(self) -> tuple[tuple[Instruction, ...], ...]:
         """The instruction sequences nested in this one (empty for all but loops and ifs)."""
         return tuple(getattr(self, name) for name in self._kinds().bodies)
+
+    def map_scalars(self, function: Callable[[Expr], Expr]) -> Instruction:
+        """This instruction with `function` applied to each scalar of its fields: every `Expr`
+        field (not a binding: a loop keeps its variable), every entry of an offset field, and,
+        recursively, every instruction of its bodies.
+
+        The tensors are kept as they are, since other instructions refer to them: the extents
+        and strides of a global view that the instruction defines, which `scalars()` lists, are
+        not rewritten. Returns `self` when `function` returns every scalar itself, else a new
+        instruction of the same class (a new object: instructions compare by identity).
+        Example: ``load.map_scalars(lambda e: e.substitute({"k": k + 1}))`` is the load of the
+        next k tile.
+        """
+        kinds = self._kinds()
+        changes: dict[str, Any] = {}
+        for name in kinds.scalars:
+            old = getattr(self, name)
+            new = function(old)
+            if new is not old:
+                changes[name] = new
+        for name in kinds.scalar_tuples:
+            old_tuple = getattr(self, name)
+            new_tuple = tuple(function(scalar) for scalar in old_tuple)
+            if any(new is not old for new, old in zip(new_tuple, old_tuple)):
+                changes[name] = new_tuple
+        for name in kinds.bodies:
+            old_body = getattr(self, name)
+            new_body = tuple(instruction.map_scalars(function) for instruction in old_body)
+            if any(new is not old for new, old in zip(new_body, old_body)):
+                changes[name] = new_body
+        return dataclasses.replace(self, **changes) if changes else self
 
 
 @functools.cache
@@ -417,7 +453,15 @@ class Assign(Instruction):
 
 @dataclass(frozen=True, eq=False)
 class ForRange(Instruction):
-    """`for var in range(start, stop, step): body` with `step` a positive int."""
+    """`for var in range(start, stop, step): body` with `step` a positive int.
+
+    `unroll` (a positive int, default 1) does not change the meaning: the body runs once per
+    value of var, in order. It asks the lowering to write the body `unroll` times per iteration
+    of the generated loop (var stepping by ``unroll * step``, copy j reading ``var + j * step``),
+    so that what depends on var modulo ``unroll * step`` (a stage index ``(var - start) % 2``
+    of a double buffer) is a constant in each copy; iterations that do not fill a whole group
+    run after it, one by one. Printed as ``range(start, stop, step, unroll=S)`` when S > 1.
+    """
 
     op: ClassVar[str] = "for_range"
     var: Expr = binding()
@@ -425,6 +469,7 @@ class ForRange(Instruction):
     stop: Expr
     step: int
     body: tuple[Instruction, ...]
+    unroll: int = 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -347,6 +347,9 @@ class _InstructionChecker(InstructionVisitor[None]):
             raise _fail(instruction, "the loop variable and bounds must be Exprs")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise _fail(instruction, f"step must be a positive int, got {step!r}")
+        unroll = instruction.unroll
+        if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+            raise _fail(instruction, f"unroll must be a positive int, got {unroll!r}")
 
     def visit_other(self, instruction: Instruction) -> None:
         """An instruction without checks of its own: its register tensors have the program's

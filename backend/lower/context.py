@@ -303,6 +303,9 @@ class LoweringContext:
             for p in program.params
             if isinstance(p, IntParam) and p.multiple_of > 1
         }
+        # For each enclosing C loop, by its variable's name: (variable, start, step, stop), the
+        # variable taking the values start, start + step, ... below stop (for an unrolled loop:
+        # its group step and the stop of the whole groups; `driver.KernelLowering.loop_scope`).
         self.loops: dict[str, tuple[Expr, Expr, int, Expr]] = {}
         self.current: Instruction | None = None
         self.guard: Expr | None = None

@@ -2,11 +2,18 @@
 
 `lower(program, arch)` verifies the program and lowers it with `KernelLowering`, the
 instruction visitor made of the memory and compute parts.
+
+A loop with ``unroll=S`` (S > 1) becomes a C loop stepping by ``S * step`` whose body is the IR
+body written S times, copy j reading ``k + j * step`` with its stage indices folded to
+constants (`unrolled_copy`), then a remainder loop for the iterations that do not fill a group
+of S (none when the trip count is known to be a multiple of S). An unrolled loop of constant
+trip count below S, and every loop with S = 1, is written as a plain loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 from backend.conversions import (
     CONVERSION_SOURCE,
@@ -47,7 +54,9 @@ from layout_algebra.symbolic import (
     as_expr,
     maximum,
     simplify,
+    var,
 )
+from layout_algebra.symbolic.folding import build
 
 
 class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
@@ -171,6 +180,15 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.visit(instruction)
 
     def visit_for_range(self, instruction: instructions.ForRange) -> None:
+        whole = self.whole_groups(instruction)
+        if whole is None:
+            self.plain_loop(instruction)
+        else:
+            self.unrolled_loop(instruction, whole)
+        self.current = instruction
+
+    def plain_loop(self, instruction: instructions.ForRange) -> None:
+        """``for (k = start; k < stop; k += step)`` around the body written once."""
         loop_var = instruction.var
         name = loop_var.name
         wide = is_wide(loop_var) or is_wide(instruction.start) or is_wide(instruction.stop)
@@ -179,17 +197,102 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             f"for ({kind} {name} = {self.c(instruction.start)}; {name} < "
             f"{self.c(instruction.stop)}; {name} += {instruction.step})"
         )
-        facts = [instruction.start <= loop_var, loop_var < instruction.stop]
-        if instruction.step > 1:
-            facts.append(((loop_var - instruction.start) % instruction.step).eq(0))
-        with self.out.block(header):
-            self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
-            self.facts.extend(facts)
-            self.loops[name] = (loop_var, instruction.start, instruction.step, instruction.stop)
+        with (
+            self.out.block(header),
+            self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
+        ):
             self.execute(instruction.body)
+
+    @contextlib.contextmanager
+    def loop_scope(
+        self,
+        instruction: instructions.ForRange,
+        start: Expr,
+        step: int,
+        stop: Expr,
+        reach: int = 0,
+    ) -> Iterator[None]:
+        """The inside of a C loop over `instruction`'s variable k whose values run from `start`
+        by `step` while ``k + reach < stop``: writes k's 64-bit copy, and keeps, for what is
+        lowered in it, the loop's facts (start <= k, k + reach < stop, k - start a multiple of
+        `step`) and its entry in `loops` (k = start + step * q for the divisor analysis, the
+        values below ``stop - reach``). The facts keep the operands of the loop's own
+        comparison, so they stay non-negative where its bounds are (what lets
+        `proofs.lowering_validation` prove swizzled addresses in bit-vectors)."""
+        loop_var = instruction.var
+        name = loop_var.name
+        added = [start <= loop_var, loop_var + reach < stop]
+        if step > 1:
+            added.append(((loop_var - start) % step).eq(0))
+        self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
+        self.facts.extend(added)
+        self.loops[name] = (loop_var, start, step, simplify(stop - reach) if reach else stop)
+        try:
+            yield
+        finally:
             del self.loops[name]
-            del self.facts[len(self.facts) - len(facts) :]
-        self.current = instruction
+            del self.facts[len(self.facts) - len(added) :]
+
+    def whole_groups(self, instruction: instructions.ForRange) -> bool | None:
+        """How a loop is unrolled: None when it is written as a plain loop (unroll 1, or a
+        constant trip count below the unroll count), True when its trip count is known to be a
+        multiple of the unroll count S (a constant one, or ``stop - start`` a known multiple of
+        ``S * step`` by `loop_divisor`: no solver), False when a remainder loop must follow."""
+        unroll, step = instruction.unroll, instruction.step
+        if unroll == 1:
+            return None
+        start, stop = instruction.start, instruction.stop
+        if start.is_const and stop.is_const:
+            trips = len(range(start.value, stop.value, step))
+            if trips % unroll == 0:
+                return True
+            return None if trips < unroll else False
+        return self.loop_divisor(simplify(stop - start)) % (unroll * step) == 0
+
+    def unrolled_loop(self, instruction: instructions.ForRange, whole: bool) -> None:
+        """The loop with its body written S = unroll times per iteration, k stepping by
+        ``S * step`` while ``k + (S - 1) * step < stop`` (just ``k < stop`` when `whole`),
+        copy j in a block of its own with k replaced by ``k + j * step`` (`unrolled_copy`).
+        Unless `whole`, a remainder loop then runs the iterations left (fewer than S), the
+        body written once, continuing from the same k (whose first value is known, and so its
+        facts exact, when the bounds are constants).
+
+        In the unrolled loop, k = start + S * step * q (q >= 0), which the divisor analysis
+        reads from `loops`, and ``k + (S - 1) * step < stop``: both are facts of every access
+        recorded in a copy, whose instruction is the copy's own (substituted) one.
+        """
+        loop_var, start, stop = instruction.var, instruction.start, instruction.stop
+        unroll, step = instruction.unroll, instruction.step
+        name, group = loop_var.name, unroll * step
+        reach = (unroll - 1) * step
+        last = simplify(stop - reach)
+        wide = any(is_wide(e) for e in (loop_var, start, stop, last))
+        kind = "long long" if wide else "int"
+        copies = [unrolled_copy(instruction, j) for j in range(unroll)]
+        with contextlib.ExitStack() as outer:
+            if whole:
+                init = f"{kind} {name} = {self.c(start)}"
+                bound = stop
+            else:
+                outer.enter_context(self.out.block())
+                self.out.line(f"{kind} {name} = {self.c(start)};")
+                init = ""
+                bound = last
+            header = f"for ({init}; {name} < {self.c(bound)}; {name} += {group})"
+            with self.out.block(header), self.loop_scope(instruction, start, group, stop, reach):
+                for j, body in enumerate(copies):
+                    self.out.comment(f"copy {j} of {unroll}: {name} + {j * step}")
+                    with self.out.block():
+                        self.execute(body)
+            if not whole:
+                rest = start
+                if start.is_const and stop.is_const:
+                    trips = len(range(start.value, stop.value, step))
+                    rest = as_expr(start.value + trips // unroll * group)
+                self.out.comment(f"remainder: the last iterations, fewer than {unroll}")
+                header = f"for (; {name} < {self.c(stop)}; {name} += {step})"
+                with self.out.block(header), self.loop_scope(instruction, rest, step, stop):
+                    self.execute(instruction.body)
 
     def visit_if(self, instruction: instructions.If) -> None:
         with self.out.block(f"if ({self.c(instruction.cond)})"):
@@ -197,6 +300,41 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.execute(instruction.body)
             self.facts.pop()
         self.current = instruction
+
+
+def unrolled_copy(instruction: instructions.ForRange, copy: int) -> tuple[Instruction, ...]:
+    """Copy `copy` (j) of the body of an unrolled loop over k: each scalar with k replaced by
+    ``k + j * step`` (`Instruction.map_scalars`), then each largest sub-expression that is the
+    same for every k of the unrolled loop, k = start + S * step * q (q >= 0), replaced by that
+    value (`fold_stage`), so a stage index ``(k - start) % S`` becomes the constant j."""
+    loop_var, step = instruction.var, instruction.step
+    name = loop_var.name
+    quotient = var(f"{RESERVED_PREFIX}q_{name}", 0, None)
+    base = instruction.start + instruction.unroll * step * quotient
+    shift = {name: loop_var + copy * step}
+
+    def rewrite(scalar: Expr) -> Expr:
+        return fold_stage(scalar.substitute(shift), name, base)
+
+    return tuple(inner.map_scalars(rewrite) for inner in instruction.body)
+
+
+def fold_stage(expr: Expr, name: str, base: Expr) -> Expr:
+    """`expr` with each largest sub-expression that reads the variable `name` and, once `name`
+    is replaced by `base`, simplifies (`simplify`) to an expression of its other variables
+    only, replaced by that expression. `base` holds a variable of its own (the q of
+    ``start + group * q``) that the result may not keep, so a replaced sub-expression has the
+    same value for every value of q. Example: with base ``k0 + 2 * q``, ``(k - k0 + 1) % 2``
+    becomes 1, while ``k % 2`` stays (its value depends on k0, which it did not read)."""
+    if name not in expr.free_vars() or not expr.args:
+        return expr
+    folded = simplify(expr.substitute({name: base}))
+    if folded.free_vars() <= expr.free_vars() - {name}:
+        return folded
+    args = tuple(fold_stage(arg, name, base) for arg in expr.args)
+    if all(new is old for new, old in zip(args, expr.args)):
+        return expr
+    return build(expr.op, args)
 
 
 def lower(program: Program, arch: str | None = None) -> LoweredKernel:

@@ -17,12 +17,14 @@ Strategies:
   registers in another layout -> global, with the barriers and waits it needs.
 - `view_cases()`: a `view` re-splitting each thread's register bits into another type (every
   pair of case types whose widths have a common multiple of at most 32 bits).
-- `dot_cases()`: `dot` over a k loop (`for_range` + `assign`, or unrolled), operands straight
-  from global memory or staged through shared memory, in SIMT layouts, in tensor-core layouts
-  (then `tolerance` is set) or in random warp-collective layouts.
+- `dot_cases()`: `dot` over a k loop (`for_range` + `assign`, unroll 1 to 4, or written out in
+  Python), operands straight from global memory or staged through shared memory (one buffer,
+  or two chosen by a stage index), in SIMT layouts, in tensor-core layouts (then `tolerance` is
+  set) or in random warp-collective layouts.
 - `loop_cases()`: a `register_tensor` accumulator updated with `assign` in a `for_range` whose
-  stop may be a runtime parameter, an `if_` on the loop variable inside, and an `if_` on the
-  block index around the store.
+  stop may be a runtime parameter and whose unroll is 1 to 4 (trip counts that are and are not
+  multiples of it), an `if_` on the loop variable inside, and an `if_` on the block index
+  around the store.
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 

@@ -151,6 +151,10 @@ def view_cases(draw: Callable[..., Any]) -> ProgramCase:
     )
 
 
+_UNROLLS = (1, 2, 3, 4)
+"""The unroll counts random loops draw (`ForRange.unroll`)."""
+
+
 _DOT_MODES = ("simt", "tensor_cores", "warp")
 """How `dot_cases` lays out its operands (see its docstring)."""
 
@@ -221,8 +225,11 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     random c layout of at most 32 threads, operands spread over the warp by
     `_operand_layouts`, k <= 8: a SIMT lowering stages them). The accumulator starts as a
     `register_tensor` constant or is loaded from `c`; the k tiles run in a `for_range` with
-    `assign` or unrolled; operands come straight from global memory or through shared memory
-    (store, sync, load in the dot's layout, sync). Elements outside the tensors read 0.
+    `assign` (unroll 1 to 4, its stop a constant or ``ceil(k / inner_k)`` of the runtime k) or
+    are written out in Python; operands come straight from global memory or through shared
+    memory (store, sync, load in the dot's layout, sync), into one buffer or into one of two
+    chosen by the stage index ``tile % 2`` (which an unrolled lowering makes a constant).
+    Elements outside the tensors read 0.
     Expected: in float32, acc = c, then acc = acc + a[:, k] * b[k, :] for k in order (each
     product exact), which a SIMT lowering reproduces bit for bit.
     """
@@ -231,9 +238,12 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     operand = draw(st.sampled_from((dtypes.f16, dtypes.bf16)))
     f32 = dtypes.f32
     block_m, block_n = c_layout.shape
-    steps = draw(st.integers(1, 3))
-    looped = draw(st.booleans())
+    looped = draw(st.sampled_from((True, False)))
+    unroll = draw(st.sampled_from(_UNROLLS)) if looped else 1
+    steps = draw(st.integers(1, 3 if unroll == 1 else 2 * unroll + 1))
+    runtime_steps = looped and draw(st.booleans())
     staged = draw(st.booleans())
+    buffers = draw(st.sampled_from((1, 2))) if staged else 1
     init = draw(st.sampled_from((None, 0.0, 0.5, -1.25)))
     (grid_x, grid_y), (m, n), padding = grid_and_tensor(draw, (block_m, block_n))
     k = draw(st.integers((steps - 1) * inner_k + 1, steps * inner_k))
@@ -254,8 +264,9 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         else:
             accumulator = b.register_tensor(f32, c_layout, init)
         if staged:
-            a_shared = b.shared_tensor(operand, shared_row_major(block_m, inner_k))
-            b_shared = b.shared_tensor(operand, shared_row_major(inner_k, block_n))
+            stages = (buffers,) if buffers > 1 else ()
+            a_shared = b.shared_tensor(operand, shared_row_major(*stages, block_m, inner_k))
+            b_shared = b.shared_tensor(operand, shared_row_major(*stages, inner_k, block_n))
 
         def dot_step(tile: Expr | int, partial: Any) -> Any:
             """Emit the dot of k tile `tile` into `partial`; returns its result."""
@@ -264,21 +275,25 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
                 a_tile = b.load_global(a_view, a_origin, a_layout)
                 b_tile = b.load_global(b_view, b_origin, b_layout)
                 return b.dot(a_tile, b_tile, partial)
-            for shared, view, origin in (
-                (a_shared, a_view, a_origin),
-                (b_shared, b_view, b_origin),
+            stage = [tile % buffers] if buffers > 1 else []
+            for shared, view, origin, tile_shape in (
+                (a_shared, a_view, a_origin, (block_m, inner_k)),
+                (b_shared, b_view, b_origin, (inner_k, block_n)),
             ):
-                spread = auto_local_spatial(num_threads, shared.shape)
-                b.store_shared(shared, b.load_global(view, origin, spread))
+                spread = auto_local_spatial(num_threads, tile_shape)
+                b.store_shared(shared, b.load_global(view, origin, spread), [*stage, 0, 0])
             b.sync()
             result = b.dot(
-                b.load_shared(a_shared, a_layout), b.load_shared(b_shared, b_layout), partial
+                b.load_shared(a_shared, a_layout, [*stage, 0, 0]),
+                b.load_shared(b_shared, b_layout, [*stage, 0, 0]),
+                partial,
             )
             b.sync()
             return result
 
         if looped:
-            with b.for_range(steps) as tile:
+            stop = (depth + inner_k - 1) // inner_k if runtime_steps else steps
+            with b.for_range(0, stop, 1, unroll) as tile:
                 b.assign(accumulator, dot_step(tile, accumulator))
         else:
             for tile in range(steps):
@@ -321,7 +336,8 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         exact_on_gpu=mode != "tensor_cores",
         description=(
             f"dot {mode} {operand} {a_layout!r} @ {b_layout!r} + {c_layout!r} k={k} "
-            f"steps={steps} looped={looped} staged={staged} init={init}"
+            f"steps={steps}{'=ceil(k/inner_k)' if runtime_steps else ''} looped={looped} "
+            f"unroll={unroll} staged={staged} buffers={buffers} init={init}"
         ),
     )
 
@@ -330,6 +346,7 @@ _LOOP_CONDITIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("t % 2 < 1", lambda t: t % 2 < 1),
     ("t < 2", lambda t: t < 2),
     ("t >= 2", lambda t: t >= 2),
+    ("t % 3 < 1", lambda t: t % 3 < 1),
 )
 """Conditions on the loop variable t: (text, function of an int or an `Expr`)."""
 
@@ -345,11 +362,14 @@ _BLOCK_CONDITIONS: tuple[tuple[str, Callable[[Any, Any], Any]], ...] = (
 @st.composite
 def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     """A loop-carried accumulator over `count` tiles: ``acc = register_tensor(init)``, then for
-    t in range(start, stop, step): ``acc = op(acc, x[t, tile])`` (`assign`), and, if a condition
-    on t holds (`if_`), ``acc = op2(acc, constant)``; the tile is stored only by blocks whose
-    index meets a condition (`if_`), the others leave the output as it was.
+    t in range(start, stop, step, unroll): ``acc = op(acc, x[t, tile])`` (`assign`), and, if a
+    condition on t holds (`if_`), ``acc = op2(acc, constant)``; the tile is stored only by
+    blocks whose index meets a condition (`if_`), the others leave the output as it was.
 
-    `stop` is `count` as a constant or as a runtime int parameter (0 runs no iteration).
+    `stop` is `count` as a constant or as a runtime int parameter (0 runs no iteration), which
+    may be declared a multiple of ``unroll * step`` when it is one and start is 0 (then the
+    lowering knows the trip count is a multiple of `unroll`). `unroll` is 1 to 4, and `count`
+    goes up to ``2 * unroll + 1``, so trip counts are and are not multiples of it.
     Expected: the same recurrence on the global arrays with `ir.elementwise.apply_binary`.
     """
     num_threads = draw_threads(draw)
@@ -357,9 +377,13 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     dtype = draw(st.sampled_from(CASE_DTYPES))
     tile = layout.shape
     (grid_x, grid_y), (m, n), padding = grid_and_tensor(draw, tile)
-    count = draw(st.integers(0, 4))
+    unroll = draw(st.sampled_from(_UNROLLS))
+    count = draw(st.integers(0, max(4, 2 * unroll + 1)))
     runtime_stop = draw(st.booleans())
     start, step = draw(st.integers(0, 1)), draw(st.integers(1, 2))
+    group = unroll * step
+    multiple = group if runtime_stop and start == 0 and count % group == 0 else 1
+    multiple = multiple if draw(st.booleans()) else 1
     ops = CHAIN_FLOAT_BINARY if dtype.is_float else CHAIN_INT_BINARY
     op, extra_op = draw(st.sampled_from(ops)), draw(st.sampled_from(ops))
     init, constant = chain_constant(draw, dtype), chain_constant(draw, dtype)
@@ -369,13 +393,13 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     x_codes = random_codes(draw, dtype, tiles * m * n)
     out_initial = random_codes(draw, dtype, m * (n + padding))
     with ProgramBuilder("loop", num_threads) as b:
-        stop = b.int_param("count", 0, tiles) if runtime_stop else count
+        stop = b.int_param("count", 0, tiles, multiple) if runtime_stop else count
         rows, cols = b.int_param("m"), b.int_param("n")
         x, out = b.array_param("x", dtype), b.array_param("out", dtype)
         x_view = b.global_view(x, dtype, GlobalLayout((tiles, rows, cols), (rows * cols, cols, 1)))
         origin = [b.block_y * tile[0], b.block_x * tile[1]]
         accumulator = b.register_tensor(dtype, layout, init)
-        with b.for_range(start, stop, step) as t:
+        with b.for_range(start, stop, step, unroll) as t:
             values = b.load_global(x_view, [t, *origin], layout)
             b.assign(accumulator, b.binary(op, accumulator, values))
             if loop_condition is not None:
@@ -416,8 +440,9 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
         output_count=m * (n + padding),
         expected=expected.ravel(),
         description=(
-            f"loop {dtype} {layout!r} range({start}, {count}{'=param' if runtime_stop else ''}, "
-            f"{step}) {op}, if {loop_condition and loop_condition[0]}: {extra_op} {constant}; "
+            f"loop {dtype} {layout!r} range({start}, {count}{'=param' if runtime_stop else ''}"
+            f"{f' multiple_of={multiple}' if multiple > 1 else ''}, {step}, unroll={unroll}) "
+            f"{op}, if {loop_condition and loop_condition[0]}: {extra_op} {constant}; "
             f"store if {block_condition and block_condition[0]}"
         ),
     )
