@@ -37,15 +37,6 @@ from layout_algebra.symbolic import (
     var,
 )
 
-# Variables of the literal tables.
-T = var("t", 0, 127)
-I = var("i", 0, 3)
-N = var("n")
-M = var("m")
-P = var("p", 1, None)
-Q = var("q", None, -1)
-A = var("a", 0, 4095)
-
 
 def swizzle(x: Expr | int, bits: int, base: int, shift: int) -> Expr | int:
     """CuTe's Swizzle<bits, base, shift> of x, written with Python's operators."""
