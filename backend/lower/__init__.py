@@ -20,6 +20,10 @@ dynamic shared memory it needs, and one `Access` per address expression printed 
 
 How each part of the IR becomes C++:
 
+- Loops: ``for_range(..., unroll=S)`` with S > 1 becomes a C loop stepping by S steps whose
+  body is written S times, copy j reading the loop variable plus j steps with its stage indices
+  folded to constants, and a remainder loop where the trip count is not known to be a multiple
+  of S (`driver`).
 - Register tensors are per-thread arrays of codes (`cuda_codegen.storage_type`), indexed only by
   compile-time constants: every loop over local indices is unrolled here, in Python.
 - Scalars (parameters, block indices, loop variables) are C ints; an expression whose value or
