@@ -75,7 +75,6 @@ _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c
 _DLPACK_CUDA = 2
 _DLPACK_CUDA_MANAGED = 13
 _DLPACK_DEVICES = {1: "the CPU", 3: "pinned host memory (DLPack CUDAHost)"}
-_DLPACK_FLOAT_NAMES = {16: "float16", 32: "float32", 64: "float64"}
 _DLPACK_NAMED_CODES = {
     4: "bfloat",
     6: "bool",
@@ -98,7 +97,7 @@ def _dlpack_dtype(code: int, bits: int, lanes: int) -> str:
     if code == 1:
         return f"uint{bits}"
     if code == 2:
-        return _DLPACK_FLOAT_NAMES.get(bits, f"float{bits}")
+        return f"float{bits}"
     if code in _DLPACK_NAMED_CODES:
         name = _DLPACK_NAMED_CODES[code]
         return "bfloat16" if name == "bfloat" and bits == 16 else name

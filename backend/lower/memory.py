@@ -132,7 +132,7 @@ class MemoryLowering(LoweringContext):
                 if not start.is_const:
                     step = 1
             else:
-                low, high = None, None
+                low, high, step = None, None, 1
                 for scalar in (*BLOCK_INDICES, *self.scalar_params()):
                     if scalar.name == name:
                         low, high = scalar.lo, scalar.hi
