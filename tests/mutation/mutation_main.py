@@ -13,6 +13,7 @@ One operator set is applied to every package (`layout_algebra`, `ir`, `backend`,
 
     python tests/mutation/mutation_main.py generate --per-package 30 --seed 13
     python tests/mutation/mutation_main.py run [--package proofs] [--jobs 2]
+    python tests/mutation/mutation_main.py report
 
 Type annotations and type unions (``int | None``) are not mutated, nor the test-support modules
 (`ir.testing`, `layout_algebra.testing`).
@@ -366,22 +367,31 @@ def run(mutants: list[Mutant], jobs: int) -> list[dict[str, object]]:
 
 
 def scores(mutants: list[Mutant], results: list[dict[str, object]]) -> dict[str, dict]:
-    """Per package: killed, survived (not equivalent), equivalent, and the score."""
+    """Per package: the mutants listed, those noted equivalent or dead (left out of the score),
+    killed, and the identifiers of the others that survived or have not been run yet."""
     outcome = {r["identifier"]: r["outcome"] for r in results}
     table: dict[str, dict] = {}
     for package in PACKAGES:
-        own = [m for m in mutants if m.package == package and m.identifier in outcome]
+        own = [m for m in mutants if m.package == package]
         counted = [m for m in own if not m.equivalent]
-        killed = [m for m in counted if outcome[m.identifier] == "killed"]
-        survived = [m.identifier for m in counted if outcome[m.identifier] != "killed"]
+        killed = [m for m in counted if outcome.get(m.identifier) == "killed"]
         table[package] = {
             "mutants": len(own),
             "equivalent": len(own) - len(counted),
             "killed": len(killed),
-            "survived": survived,
+            "survived": [m.identifier for m in counted if outcome.get(m.identifier) == "survived"],
+            "not_run": [m.identifier for m in counted if m.identifier not in outcome],
             "score": round(len(killed) / len(counted), 3) if counted else None,
         }
     return table
+
+
+def _print_scores(table: dict[str, dict]) -> None:
+    for package, row in table.items():
+        print(
+            f"{package:15} {row['killed']}/{row['mutants'] - row['equivalent']} killed "
+            f"({row['equivalent']} equivalent or dead), score {row['score']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,11 +404,18 @@ def main(argv: list[str] | None = None) -> int:
     execute.add_argument("--package", choices=PACKAGES, action="append")
     execute.add_argument("--only", action="append", help="run only these mutant identifiers")
     execute.add_argument("--jobs", type=int, default=2)
+    commands.add_parser("report", help="score results.json against the list, print and save it")
     args = parser.parse_args(argv)
     if args.command == "generate":
         mutants = generate(args.per_package, args.seed)
         _LIST.write_text(json.dumps([asdict(m) for m in mutants], indent=1) + "\n")
         print(f"{len(mutants)} mutants written to {_LIST.relative_to(ROOT)}")
+        return 0
+    if args.command == "report":
+        results = json.loads(_RESULTS.read_text())["results"]
+        table = scores(load(), results)
+        _RESULTS.write_text(json.dumps({"scores": table, "results": results}, indent=1) + "\n")
+        _print_scores(table)
         return 0
     mutants = load()
     if args.package:
@@ -416,11 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     results += fresh
     table = scores(listed, results)
     _RESULTS.write_text(json.dumps({"scores": table, "results": results}, indent=1) + "\n")
-    for package, row in table.items():
-        print(
-            f"{package:15} {row['killed']}/{row['mutants'] - row['equivalent']} killed "
-            f"({row['equivalent']} equivalent), score {row['score']}"
-        )
+    _print_scores(table)
     return 0
 
 
