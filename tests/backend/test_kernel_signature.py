@@ -1,5 +1,6 @@
-"""Kernel signatures: parameters, int bounds and divisors, storage dtypes and byte counts, each
-invalid one refused with a message before anything reaches the GPU.
+"""Kernel signatures (parameters, int bounds and divisors, storage dtypes and byte counts, each
+invalid one refused with a message before anything reaches the GPU) and building a kernel from
+source for an explicit architecture, with no GPU.
 
 The fake device and arrays are those of test_launch.py, loaded from it by path (the tests have
 no packages).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -17,13 +19,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend.errors import LaunchError
+from backend.device import arch_for_compute_capability, current_arch
+from backend.errors import CompilationError, LaunchError, NoDeviceError
 from backend.kernel import (
     Kernel,
     KernelArrayParam,
     KernelIntParam,
+    build_kernel,
     default_storage_dtypes,
 )
+from backend.nvrtc import cubin_kernels
 from layout_algebra.symbolic import var
 
 _spec = importlib.util.spec_from_file_location(
@@ -36,6 +41,7 @@ _spec.loader.exec_module(launch_tests)
 FakeDevice = launch_tests.FakeDevice
 device_array = launch_tests.device_array
 halves = launch_tests.halves
+VECTOR_ADD = launch_tests.VECTOR_ADD
 vector_add_params = launch_tests.vector_add_params
 device = launch_tests.device  # fixtures, found by pytest in this module's namespace
 kernel = launch_tests.kernel
@@ -248,3 +254,62 @@ def test_int_range_matches_numpy_iinfo(kind: type, value: int) -> None:
     else:
         with pytest.raises(LaunchError, match="is out of range of"):
             param.check(value)
+
+
+# -- building from source (no GPU needed with an explicit arch) ---------------------------------
+
+
+@pytest.fixture
+def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    monkeypatch.setenv("LAYOUT_ALGEBRA_CACHE_DIR", str(tmp_path_factory.mktemp("k") / "cache"))
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_build_kernel_compiles_for_the_given_arch(device: FakeDevice) -> None:
+    kernel = build_kernel(
+        VECTOR_ADD, "vector_add", vector_add_params(), 128, arch="sm_90a", device=device
+    )
+    assert (kernel.arch, kernel.entry, kernel.block_threads, kernel.shared_bytes) == (
+        "sm_90a",
+        "vector_add",
+        128,
+        0,
+    )
+    assert kernel.source == VECTOR_ADD
+    assert cubin_kernels(kernel.cubin) == ("vector_add",)
+    a, b, c = (halves(device, 4) for _ in range(3))
+    kernel(a, b, c, 4, grid=1)
+    assert len(device.launches) == 1
+
+
+@pytest.mark.usefixtures("private_cache")
+def test_build_kernel_refuses_an_entry_the_source_does_not_define(device: FakeDevice) -> None:
+    with pytest.raises(
+        CompilationError, match=r"kernel 'vadd' is not defined .* defines vector_add"
+    ):
+        build_kernel(VECTOR_ADD, "vadd", vector_add_params(), 128, arch="sm_80", device=device)
+
+
+@pytest.mark.parametrize(
+    ("capability", "arch"),
+    [
+        ((9, 0), "sm_90a"),
+        ((8, 0), "sm_80"),
+        ((8, 9), "sm_89"),
+        ((10, 0), "sm_100"),
+        ((12, 0), "sm_120"),
+    ],
+)
+def test_arch_for_compute_capability(capability: tuple[int, int], arch: str) -> None:
+    assert arch_for_compute_capability(*capability) == arch
+
+
+def test_current_arch_names_the_gpu_or_asks_for_an_explicit_arch() -> None:
+    try:
+        arch = current_arch()
+    except NoDeviceError as error:
+        assert "pass arch= explicitly" in str(error)
+        with pytest.raises(NoDeviceError, match="pass arch= explicitly"):
+            build_kernel(VECTOR_ADD, "vector_add", vector_add_params(), 128)
+    else:
+        assert re.fullmatch(r"sm_\d{2,3}a?", arch)

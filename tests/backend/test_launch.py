@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import re
 import sys
 import types
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from backend.device import (
     cuda_driver,
     current_arch,
 )
-from backend.errors import CompilationError, LaunchError, NoDeviceError
+from backend.errors import LaunchError
 from backend.kernel import (
     Kernel,
     KernelArrayParam,
@@ -35,7 +34,6 @@ from backend.kernel import (
     build_kernel,
     check_grid,
 )
-from backend.nvrtc import cubin_kernels
 from layout_algebra.symbolic import Expr, var
 
 VECTOR_ADD = """\
@@ -621,65 +619,6 @@ def test_block_larger_than_the_kernel_allows_is_refused(device: FakeDevice) -> N
     with pytest.raises(LaunchError, match=r"block_threads 512 exceeds the 256 threads per block"):
         kernel(a, b, c, 8, grid=1)
     assert device.launches == []
-
-
-# -- building from source (no GPU needed with an explicit arch) ---------------------------------
-
-
-@pytest.fixture
-def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
-    monkeypatch.setenv("LAYOUT_ALGEBRA_CACHE_DIR", str(tmp_path_factory.mktemp("k") / "cache"))
-
-
-@pytest.mark.usefixtures("private_cache")
-def test_build_kernel_compiles_for_the_given_arch(device: FakeDevice) -> None:
-    kernel = build_kernel(
-        VECTOR_ADD, "vector_add", vector_add_params(), 128, arch="sm_90a", device=device
-    )
-    assert (kernel.arch, kernel.entry, kernel.block_threads, kernel.shared_bytes) == (
-        "sm_90a",
-        "vector_add",
-        128,
-        0,
-    )
-    assert kernel.source == VECTOR_ADD
-    assert cubin_kernels(kernel.cubin) == ("vector_add",)
-    a, b, c = (halves(device, 4) for _ in range(3))
-    kernel(a, b, c, 4, grid=1)
-    assert len(device.launches) == 1
-
-
-@pytest.mark.usefixtures("private_cache")
-def test_build_kernel_refuses_an_entry_the_source_does_not_define(device: FakeDevice) -> None:
-    with pytest.raises(
-        CompilationError, match=r"kernel 'vadd' is not defined .* defines vector_add"
-    ):
-        build_kernel(VECTOR_ADD, "vadd", vector_add_params(), 128, arch="sm_80", device=device)
-
-
-@pytest.mark.parametrize(
-    ("capability", "arch"),
-    [
-        ((9, 0), "sm_90a"),
-        ((8, 0), "sm_80"),
-        ((8, 9), "sm_89"),
-        ((10, 0), "sm_100"),
-        ((12, 0), "sm_120"),
-    ],
-)
-def test_arch_for_compute_capability(capability: tuple[int, int], arch: str) -> None:
-    assert arch_for_compute_capability(*capability) == arch
-
-
-def test_current_arch_names_the_gpu_or_asks_for_an_explicit_arch() -> None:
-    try:
-        arch = current_arch()
-    except NoDeviceError as error:
-        assert "pass arch= explicitly" in str(error)
-        with pytest.raises(NoDeviceError, match="pass arch= explicitly"):
-            build_kernel(VECTOR_ADD, "vector_add", vector_add_params(), 128)
-    else:
-        assert re.fullmatch(r"sm_\d{2,3}a?", arch)
 
 
 # -- on the GPU ---------------------------------------------------------------------------------
