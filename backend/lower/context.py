@@ -119,9 +119,9 @@ class Access:
     mask: Expr | None
     thread: Expr
     assumptions: tuple[Expr, ...]
+    role: str
+    pointer: str
     count: Expr | None = None
-    role: str = "src"
-    pointer: str = ""
     guard: Expr | None = None
     step: int | None = None
 

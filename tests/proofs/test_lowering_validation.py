@@ -170,6 +170,7 @@ def _misaligned_pair() -> Access:
         mask=None,
         thread=var("la_thread", 0, 0),
         assumptions=(),
+        role="src",
         pointer=instruction.src.name,
     )
 
