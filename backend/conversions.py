@@ -24,7 +24,9 @@ is plain C with a few macros: it compiles as CUDA device code under NVRTC and as
 compiler, which is how the tests check it, bit for bit, against `ir.dtypes` on every code and on
 many float32 inputs, without a GPU. Only f32 -> f16 and f32 -> bf16 take a different road on the
 device: the hardware's round-to-nearest conversions (`__float2half_rn`, `__float2bfloat16_rn`),
-which give the contract's result except for NaN, whose code is fixed in front of them.
+which give the contract's result except for NaN, whose code is fixed in front of them, and f16 ->
+f32 the hardware's exact conversion, whose NaN gets its sign back (`la_decode_f16`; bf16 -> f32 is
+a shift everywhere).
 """
 
 from __future__ import annotations
@@ -158,6 +160,24 @@ LA_FN la_u32 la_encode_float(float value, int e_bits, int m_bits, int special)
     return sign_bit | (code > largest ? largest : code);
 }
 
+/* f16 -> f32 and bf16 -> f32: on the device the hardware conversion (exact), which makes every
+   NaN positive, so a NaN code gets the canonical quiet NaN with its own sign back. */
+LA_FN float la_decode_f16(la_u32 code)
+{
+#ifdef LA_DEVICE_CODE
+    const float value = __half2float(__ushort_as_half((unsigned short)code));
+    return value == value ? value : la_bits_to_float(((code & 0x8000u) << 16) | 0x7FC00000u);
+#else
+    return la_decode_float(code, 5, 10, LA_IEEE_LIKE);
+#endif
+}
+
+LA_FN float la_decode_bf16(la_u32 code)
+{
+    const float value = la_bits_to_float(code << 16);
+    return value == value ? value : la_bits_to_float(((code & 0x8000u) << 16) | 0x7FC00000u);
+}
+
 /* f32 -> f16 and f32 -> bf16: the hardware rounds to nearest even with overflow to inf, as the
    contract does; only NaN needs its canonical code (sign kept, payload dropped). */
 LA_FN la_u32 la_encode_f16(float value)
@@ -255,6 +275,10 @@ def decode_expression(dtype: DataType, code: str) -> str:
     """
     if dtype == dtypes.f32:
         return f"la_bits_to_float({code})"
+    if dtype == dtypes.f16:
+        return f"la_decode_f16({code})"
+    if dtype == dtypes.bf16:
+        return f"la_decode_bf16({code})"
     if dtype.is_float:
         return (
             f"la_decode_float({code}, {dtype.exponent_bits}, {dtype.mantissa_bits}, "

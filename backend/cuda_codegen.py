@@ -10,8 +10,10 @@ contract (element k in bits [k*b, (k+1)*b) of the little-endian vector).
 Elementwise operations compute on values (`backend.conversions.value_type`): float types in
 float32 with the round-to-nearest intrinsics (`__fadd_rn` ...), which NVCC never contracts into a
 fused multiply-add, so each operation rounds exactly as the reference interpreter's NumPy float32
-operation does, with the NaN results NumPy gives on x86-64 (`la_nan_result`); integer types in
-32-bit two's complement, wrapped to the type's width at the end, with floor division and modulo
+operation does; f16 and bf16 add, subtract and multiply on codes with the native `_rn`
+instructions (`la_hmul_f16` ...), which round the same way; a NaN result is positive
+(`la_arithmetic_nan`: the contract's arithmetic class). Integer types compute in 32-bit two's
+complement, wrapped to the type's width at the end, with floor division and modulo
 (`la_floordiv`, `la_floormod`). `OPERATION_SOURCE` defines those and the memory helpers:
 element-by-element loads of sub-byte elements (`la_load_bits`) and stores that change only the
 element's own bits with atomic AND/OR on the containing 32-bit words (`la_store_bits`), so that
@@ -40,61 +42,91 @@ _VECTOR_WORDS = {8: ("x", "y"), 16: ("x", "y", "z", "w")}
 OPERATION_SOURCE = r"""
 /* ---- operation and memory helpers (see backend/cuda_codegen.py) ---- */
 
-/* The NaN result of an arithmetic operation, as IEEE 754 recommends and x86 implements it
-   (so as the reference interpreter's NumPy computes on x86-64): the first NaN operand, quieted;
-   a NaN made from numbers (0 / 0, inf - inf, sqrt(-1)) is the default NaN 0xFFC00000. Any other
-   result is returned as it is. The GPU itself would give its canonical NaN 0x7FFFFFFF. */
-static __device__ __forceinline__ float la_nan_result(float result, float a, float b)
+/* A float32 result of the contract's arithmetic class: a NaN is the positive quiet NaN. The
+   device's float32 add, subtract and multiply already give a positive NaN (0x7FFFFFFF); a host's
+   may not (x86 keeps an operand's payload and sign), nor may a multi-instruction sequence. */
+static __device__ __forceinline__ float la_arithmetic_nan(float result)
 {
-    if (result == result) {
-        return result;
-    }
-    if (a != a) {
-        return la_bits_to_float(la_float_to_bits(a) | 0x00400000u);
-    }
-    if (b != b) {
-        return la_bits_to_float(la_float_to_bits(b) | 0x00400000u);
-    }
-    return la_bits_to_float(0xFFC00000u);
+    return result == result ? result : la_bits_to_float(0x7FC00000u);
 }
 
-/* Float arithmetic rounded to nearest even, never contracted, with `la_nan_result`. */
+static __device__ __forceinline__ float la_hardware_nan(float result)
+{
+#ifdef LA_DEVICE_CODE
+    return result;
+#else
+    return la_arithmetic_nan(result);
+#endif
+}
+
+/* Float arithmetic rounded to nearest even, never contracted (the `_rn` intrinsics). */
 static __device__ __forceinline__ float la_fadd(float a, float b)
 {
-    return la_nan_result(__fadd_rn(a, b), a, b);
+    return la_hardware_nan(__fadd_rn(a, b));
 }
 
 static __device__ __forceinline__ float la_fsub(float a, float b)
 {
-    return la_nan_result(__fsub_rn(a, b), a, b);
+    return la_hardware_nan(__fsub_rn(a, b));
 }
 
 static __device__ __forceinline__ float la_fmul(float a, float b)
 {
-    return la_nan_result(__fmul_rn(a, b), a, b);
+    return la_hardware_nan(__fmul_rn(a, b));
 }
 
 static __device__ __forceinline__ float la_fdiv(float a, float b)
 {
-    return la_nan_result(__fdiv_rn(a, b), a, b);
+    return la_arithmetic_nan(__fdiv_rn(a, b));
 }
 
 static __device__ __forceinline__ float la_fsqrt(float a)
 {
-    return la_nan_result(__fsqrt_rn(a), a, a);
+    return la_arithmetic_nan(__fsqrt_rn(a));
 }
 
 /* Float max and min with the IR's rules: a NaN first operand loses, signed zeros keep the
-   first operand when equal. */
+   first operand when equal; a NaN result is the positive quiet NaN. */
 static __device__ __forceinline__ float la_fmax(float a, float b)
 {
-    return (a < b || a != a) ? b : a;
+    return la_arithmetic_nan((a < b || a != a) ? b : a);
 }
 
 static __device__ __forceinline__ float la_fmin(float a, float b)
 {
-    return (b < a || a != a) ? b : a;
+    return la_arithmetic_nan((b < a || a != a) ? b : a);
 }
+
+/* f16 and bf16 add, subtract and multiply on codes. On the device: the native correctly rounded
+   instructions (the `_rn` forms, never fused into an FMA), whose NaN is positive. Elsewhere:
+   through float32, which gives the same code (float32 has at least 2p + 2 significand bits, so
+   the double rounding is innocuous). */
+#ifdef LA_DEVICE_CODE
+#define LA_HALF_OPERATION(name, intrinsic, to_type, from_type, decode, encode, f32_op) \
+    static __device__ __forceinline__ la_u32 name(la_u32 a, la_u32 b)                       \
+    {                                                                                      \
+        return from_type(intrinsic(to_type((unsigned short)a), to_type((unsigned short)b))); \
+    }
+#else
+#define LA_HALF_OPERATION(name, intrinsic, to_type, from_type, decode, encode, f32_op) \
+    static __device__ __forceinline__ la_u32 name(la_u32 a, la_u32 b)                       \
+    {                                                                                      \
+        return encode(f32_op(decode(a), decode(b)));                                       \
+    }
+#endif
+LA_HALF_OPERATION(la_hadd_f16, __hadd_rn, __ushort_as_half, __half_as_ushort,
+                  la_decode_f16, la_encode_f16, la_fadd)
+LA_HALF_OPERATION(la_hsub_f16, __hsub_rn, __ushort_as_half, __half_as_ushort,
+                  la_decode_f16, la_encode_f16, la_fsub)
+LA_HALF_OPERATION(la_hmul_f16, __hmul_rn, __ushort_as_half, __half_as_ushort,
+                  la_decode_f16, la_encode_f16, la_fmul)
+LA_HALF_OPERATION(la_hadd_bf16, __hadd_rn, __ushort_as_bfloat16,
+                  __bfloat16_as_ushort, la_decode_bf16, la_encode_bf16, la_fadd)
+LA_HALF_OPERATION(la_hsub_bf16, __hsub_rn, __ushort_as_bfloat16,
+                  __bfloat16_as_ushort, la_decode_bf16, la_encode_bf16, la_fsub)
+LA_HALF_OPERATION(la_hmul_bf16, __hmul_rn, __ushort_as_bfloat16,
+                  __bfloat16_as_ushort, la_decode_bf16, la_encode_bf16, la_fmul)
+#undef LA_HALF_OPERATION
 
 /* Integer absolute value (wrapping: the most negative int stays itself), max and min. */
 static __device__ __forceinline__ int la_iabs(int a)
@@ -325,6 +357,29 @@ def pack_expression(codes: Sequence[str], vector_bytes: int, element_bits: int) 
     if vector_bytes == 8:
         return f"make_uint2({', '.join(joined)})"
     return f"({VECTOR_TYPES[vector_bytes]})({joined[0]})"
+
+
+HALF_OPERATIONS = {"add": "la_hadd", "sub": "la_hsub", "mul": "la_hmul"}
+"""f16 and bf16 operations done on codes by the native `_rn` instructions (the helper's prefix)."""
+
+
+def half_binary_code(op: str, dtype: DataType, x: str, y: str) -> str | None:
+    """The C code of f16 or bf16 `op` on the codes `x`, `y` by the native correctly rounded
+    instruction (`la_hmul_f16` ...), or None when `op` and `dtype` have none."""
+    if op not in HALF_OPERATIONS or dtype.name not in ("f16", "bf16"):
+        return None
+    return f"{HALF_OPERATIONS[op]}_{dtype.name}({x}, {y})"
+
+
+def sign_code(op: str, dtype: DataType, x: str) -> str | None:
+    """The C code of float `neg` or `abs` on the code `x`: the sign bit flipped or cleared, so a
+    NaN keeps its code (a move, in the contract's NaN classes); None for other operations."""
+    if not dtype.is_float or op not in ("neg", "abs"):
+        return None
+    sign = 1 << (dtype.nbits - 1)
+    if op == "neg":
+        return f"((la_u32)({x}) ^ 0x{sign:X}u)"
+    return f"((la_u32)({x}) & 0x{sign - 1:X}u)"
 
 
 def unary_value(op: str, dtype: DataType, x: str) -> str:

@@ -6,10 +6,16 @@ then brings the result back into the result type:
 
 - Floats: compute in float32 with NumPy's float32 operations, then round to the result type
   through its codec (`dtype.decode(dtype.encode(v))`: round to nearest even, with the type's
-  overflow, inf and NaN rules). For f16 and bf16 this equals the GPU's native f16/bf16 operation
-  for + - * / and sqrt, because float32 has more than 2p + 2 significand bits (double rounding is
-  innocuous). Operations marked ``exact=False`` (the transcendental ones) are not bit-exact on the
-  GPU; GPU differential tests compare them with a tolerance.
+  overflow, inf and NaN rules). For f16 and bf16 this equals the GPU's native correctly rounded
+  f16/bf16 operation for + - * / and sqrt, because float32 has at least 2p + 2 significand bits
+  (double rounding is innocuous), which is what lets the backend use the native instructions.
+  Operations marked ``exact=False`` (the transcendental ones) are not bit-exact on the GPU; GPU
+  differential tests compare them with a tolerance.
+- NaN (the contract's three classes): `neg` and `abs` are moves that flip or clear the sign bit,
+  so a NaN keeps its sign; every other float operation whose result is NaN gives the positive
+  quiet NaN (`arithmetic_nan`), whatever the operands' NaNs and the host's CPU (x86 would give
+  the first operand's payload or the negative default NaN). Its payload is unspecified by the
+  contract: the GPU gives its own canonical NaN, and differential tests compare NaNs by sign.
 - Integers: compute exactly in int64, then wrap to the type's bit width (two's complement for
   signed types; modulo 2^nbits for unsigned ones). Integer `div` and `mod` use Python's *floor*
   semantics (``-7 div 2 == -4``, ``-7 mod 2 == 1``), not C's truncation; the backend emits
@@ -148,6 +154,17 @@ def round_values(dtype: DataType, values: np.ndarray) -> np.ndarray:
     return bits
 
 
+def arithmetic_nan(values: np.ndarray) -> np.ndarray:
+    """float32 `values` with every NaN replaced by the positive quiet NaN (0x7FC00000): the result
+    of a float operation of the contract's arithmetic class."""
+    values = np.asarray(values, dtype=np.float32)
+    return np.where(np.isnan(values), np.float32(np.nan), values)
+
+
+MOVE_UNARY_OPS = frozenset({"neg", "abs"})
+"""Float unary operations that act on the sign bit alone (a NaN keeps its sign)."""
+
+
 def to_values(dtype: DataType, codes: np.ndarray) -> np.ndarray:
     """The interpreter values (float32 or int64) of `codes` of `dtype`."""
     return np.asarray(dtype.decode(codes), dtype=value_dtype(dtype))
@@ -231,6 +248,8 @@ def apply_unary(op: str, dtype: DataType, x: np.ndarray) -> np.ndarray:
     if dtype.is_float:
         with np.errstate(all="ignore"):
             result = _FLOAT_UNARY[op](np.asarray(x, dtype=np.float32))
+        if op not in MOVE_UNARY_OPS:
+            result = arithmetic_nan(result)
         return round_values(dtype, result)
     return round_values(dtype, _INT_UNARY[op](np.asarray(x, dtype=np.int64)))
 
@@ -247,7 +266,7 @@ def apply_binary(op: str, dtype: DataType, x: np.ndarray, y: np.ndarray) -> np.n
     if dtype.is_float:
         with np.errstate(all="ignore"):
             result = _FLOAT_BINARY[op](np.asarray(x, np.float32), np.asarray(y, np.float32))
-        return round_values(dtype, result)
+        return round_values(dtype, arithmetic_nan(result))
     x = np.asarray(x, dtype=np.int64)
     y = np.asarray(y, dtype=np.int64)
     if op in ("div", "mod") and np.any(y == 0):

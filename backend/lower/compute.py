@@ -17,7 +17,9 @@ from backend.conversions import (
 )
 from backend.cuda_codegen import (
     binary_value,
+    half_binary_code,
     pack_expression,
+    sign_code,
     unary_value,
     wrap_expression,
 )
@@ -55,6 +57,33 @@ def _combiner(reduction: str, dtype: DataType) -> Callable[[str, str], str]:
     return lambda a, b: binary_value(op, dtype, a, b)
 
 
+def unary_code(op: str, dtype: DataType, x: str) -> str:
+    """The C code (of `dtype`) of elementwise `op` on the `dtype` code `x`: float `neg` and `abs`
+    on the sign bit, other operations on the decoded value, rounded or wrapped back."""
+    on_code = sign_code(op, dtype, x)
+    if on_code is not None:
+        return on_code
+    value = unary_value(op, dtype, decode_expression(dtype, x))
+    if dtype.is_float:
+        return encode_expression(dtype, value)
+    return wrap_expression(dtype, value)
+
+
+def binary_code(op: str, dtype: DataType, x: str, y: str) -> str:
+    """The C code of elementwise `op` on the `dtype` codes `x`, `y` (a `u1` code for
+    comparisons): f16 and bf16 add, subtract and multiply by the native instructions, the rest
+    on decoded values, rounded or wrapped back."""
+    native = half_binary_code(op, dtype, x, y)
+    if native is not None:
+        return native
+    value = binary_value(op, dtype, decode_expression(dtype, x), decode_expression(dtype, y))
+    if BINARY_OPS[op].is_comparison:
+        return wrap_expression(dtypes.u1, value)
+    if dtype.is_float:
+        return encode_expression(dtype, value)
+    return wrap_expression(dtype, value)
+
+
 class ComputeLowering(LoweringContext):
     """Computation on registers: elementwise operations, casts, views, reductions and dots."""
 
@@ -81,30 +110,18 @@ class ComputeLowering(LoweringContext):
             self.out.line(f"{out.name}[{i}] = {formula(codes)};")
 
     def visit_unary(self, instruction: instructions.Unary) -> None:
-        dtype = instruction.x.dtype
-
-        def formula(codes: list[str]) -> str:
-            value = unary_value(instruction.op, dtype, decode_expression(dtype, codes[0]))
-            if dtype.is_float:
-                return encode_expression(dtype, value)
-            return wrap_expression(dtype, value)
-
-        self.elementwise(instruction.out, [instruction.x], formula)
+        dtype, op = instruction.x.dtype, instruction.op
+        self.elementwise(
+            instruction.out, [instruction.x], lambda codes: unary_code(op, dtype, codes[0])
+        )
 
     def visit_binary(self, instruction: instructions.Binary) -> None:
-        dtype = instruction.lhs.dtype
-        op = instruction.op
-
-        def formula(codes: list[str]) -> str:
-            x, y = (decode_expression(dtype, code) for code in codes)
-            value = binary_value(op, dtype, x, y)
-            if BINARY_OPS[op].is_comparison:
-                return wrap_expression(dtypes.u1, value)
-            if dtype.is_float:
-                return encode_expression(dtype, value)
-            return wrap_expression(dtype, value)
-
-        self.elementwise(instruction.out, [instruction.lhs, instruction.rhs], formula)
+        dtype, op = instruction.lhs.dtype, instruction.op
+        self.elementwise(
+            instruction.out,
+            [instruction.lhs, instruction.rhs],
+            lambda codes: binary_code(op, dtype, codes[0], codes[1]),
+        )
 
     def visit_where(self, instruction: instructions.Where) -> None:
         operands = [instruction.cond, instruction.x, instruction.y]

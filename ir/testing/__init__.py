@@ -28,6 +28,10 @@ Strategies:
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 
+In about one program of three, some int parameters (sizes, a loop's runtime stop) are
+compile-time constants (``int_param(name, constant=True)``); `ProgramCase.constants` gives their
+values, to compile with: ``backend.compile(case.program, arch, constants=case.constants)``.
+
 All arrays are uint8 buffers holding the dense bitstream of their elements. Values are what the
 interpreter's registers hold (`ir.elementwise.to_values`), so float NaN payloads narrower than
 f32 are not kept: expected outputs of moves hold the canonical NaN of the loaded code, and
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ir.testing.cases import CASE_DTYPES, ProgramCase, register_layouts
+from ir.testing.cases import CASE_DTYPES, ProgramCase, codes_match, register_layouts
 from ir.testing.compute_cases import dot_cases, loop_cases, view_cases
 from ir.testing.memory_cases import elementwise_cases, reduction_cases, shared_round_trip_cases
 
@@ -58,6 +62,7 @@ def program_cases() -> st.SearchStrategy[ProgramCase]:
 __all__ = [
     "CASE_DTYPES",
     "ProgramCase",
+    "codes_match",
     "dot_cases",
     "elementwise_cases",
     "loop_cases",

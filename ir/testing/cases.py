@@ -4,7 +4,7 @@ layouts and the helpers that draw codes, grids and expected stores."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.program import Program
+from ir.values import IntParam
 from layout_algebra.register import RegisterLayout, register_layout
 
 CASE_DTYPES: tuple[DataType, ...] = (
@@ -34,6 +35,23 @@ CASE_DTYPES: tuple[DataType, ...] = (
 """The element types random programs draw from: every width class and float class."""
 
 
+def codes_match(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per element, whether two codes of `dtype` count as the same result in a differential test.
+
+    The contract's rule: the codes are equal, or both are NaN with the same sign (a NaN made by a
+    cast or by arithmetic has an unspecified payload, and the arithmetic class makes it positive,
+    so the sign is all that is compared).
+    """
+    actual = np.asarray(actual, dtype=np.int64)
+    expected = np.asarray(expected, dtype=np.int64)
+    same = actual == expected
+    if dtype.is_float and dtype.has_nan:
+        sign = dtype.nbits - 1
+        both_nan = np.isnan(dtype.decode(actual)) & np.isnan(dtype.decode(expected))
+        same |= both_nan & ((actual >> sign) == (expected >> sign))
+    return same
+
+
 @dataclass(frozen=True)
 class ProgramCase:
     """A random program with its inputs and the expected contents of its output.
@@ -44,7 +62,8 @@ class ProgramCase:
     `expected` (the expected codes of every output element, padding included) and `tolerance`
     (None: codes must be identical; else a float64 array of per-element absolute tolerances on
     the values, with NaN where NaN is expected); `exact_on_gpu` (every operation is bit-exact on
-    the GPU, so a GPU run must equal `ir.run_reference` bit for bit); `description`.
+    the GPU, so a GPU run must equal `ir.run_reference` bit for bit); `description`. The
+    program's compile-time constant parameters take their arguments as values (`constants`).
     """
 
     program: Program
@@ -62,6 +81,16 @@ class ProgramCase:
         """Copies of the arguments (arrays copied, ints as they are)."""
         return [a.copy() if isinstance(a, np.ndarray) else a for a in self.arguments]
 
+    @property
+    def constants(self) -> dict[str, int]:
+        """The values of the program's compile-time constant parameters (their arguments), to
+        compile it with: ``backend.compile(case.program, arch, constants=case.constants)``."""
+        return {
+            param.name: int(argument)
+            for param, argument in zip(self.program.params, self.arguments)
+            if isinstance(param, IntParam) and param.constant
+        }
+
     def output_codes(self, buffer: np.ndarray) -> np.ndarray:
         """The codes of the output elements held in `buffer` (a uint8 bitstream)."""
         return dtypes.unpack(
@@ -73,8 +102,9 @@ class ProgramCase:
     def check(self, buffer: np.ndarray) -> None:
         """Raise AssertionError unless `buffer` holds the expected output."""
         actual = self.output_codes(buffer)
+        matching = codes_match(self.output_dtype, actual, self.expected)
         if self.tolerance is None:
-            bad = np.flatnonzero(actual != self.expected)
+            bad = np.flatnonzero(~matching)
             if bad.size:
                 k = int(bad[0])
                 raise AssertionError(
@@ -84,10 +114,9 @@ class ProgramCase:
             return
         got = self.output_dtype.decode(actual).astype(np.float64)
         want = self.output_dtype.decode(self.expected).astype(np.float64)
-        nan_ok = np.isnan(got) == np.isnan(want)
         with np.errstate(invalid="ignore"):
-            close = (got == want) | (np.abs(got - want) <= self.tolerance)
-        bad = np.flatnonzero(~(nan_ok & (close | np.isnan(want))))
+            close = ~np.isnan(got) & ~np.isnan(want) & (np.abs(got - want) <= self.tolerance)
+        bad = np.flatnonzero(~(matching | close))
         if bad.size:
             k = int(bad[0])
             raise AssertionError(
@@ -187,3 +216,12 @@ def chain_constant(draw: Callable[..., Any], dtype: DataType) -> int | float:
     if dtype.is_float:
         return draw(st.sampled_from((0.5, -1.5, 2.0, 3.0)))
     return draw(st.integers(max(dtype.min, -3), min(dtype.max, 3)))
+
+
+def draw_constants(draw: Callable[..., Any], names: Sequence[str]) -> frozenset[str]:
+    """The int parameters among `names` that a case declares compile-time constants
+    (``int_param(name, constant=True)``): none in about two cases of three, else a random
+    non-empty subset."""
+    if not names or draw(st.integers(0, 2)) > 0:
+        return frozenset()
+    return frozenset(draw(st.sets(st.sampled_from(tuple(names)), min_size=1)))

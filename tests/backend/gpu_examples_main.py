@@ -31,6 +31,7 @@ from backend.tensor_core import MmaPlan
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.program import Program
+from ir.testing import codes_match
 from ir.values import ArrayParam
 
 _STORAGE = {16: np.int16, 32: np.int32}
@@ -108,8 +109,8 @@ def compare(
 ) -> list[str]:
     """Descriptions of the array arguments that differ (empty when all match).
 
-    Arrays must hold identical bytes, except that in arrays of a float type two NaN codes match
-    (the sign and payload of a NaN that arithmetic creates are not specified), and, for
+    Arrays must hold identical bytes, except that in arrays of a float type two NaN codes of the
+    same sign match (`ir.testing.codes_match`: a NaN's payload is not specified), and, for
     programs with inexact operations (`exact` False), values within a relative 2e-3 (absolute
     `atol`) match.
     """
@@ -130,7 +131,7 @@ def compare(
         want_codes = dtypes.unpack(want, dtype, count)
         got_values = dtype.decode(got_codes).astype(np.float64)
         want_values = dtype.decode(want_codes).astype(np.float64)
-        ok = (got_codes == want_codes) | (np.isnan(got_values) & np.isnan(want_values))
+        ok = codes_match(dtype, got_codes, want_codes)
         if not exact:
             with np.errstate(invalid="ignore"):
                 ok |= np.abs(got_values - want_values) <= atol + 2e-3 * np.abs(want_values)

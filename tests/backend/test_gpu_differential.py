@@ -7,8 +7,8 @@ results to `ir.run_reference` / `ir.dtypes.convert` (within a tolerance for `exp
 inexact operations, and for dots on tensor cores, whose sums are rounded in the tensor core's
 own order; a random program whose dot runs on tensor cores is checked against its
 `ProgramCase` expectation within the case's tolerance). Two NaN codes of one float type count as
-equal: the sign and payload of a NaN that arithmetic creates are not specified (NumPy's come from
-the host CPU).
+equal when their signs are (`ir.testing.codes_match`: the payload of a NaN that a cast or
+arithmetic creates is not specified).
 
 Skipped without a CUDA device, failed with REQUIRE_GPU=1 (tests/conftest.py). Needs torch.
 """
@@ -115,7 +115,7 @@ def test_random_programs_match_reference_on_gpu(
     failures = []
     cases = random_cases[group::RANDOM_GROUPS]
     for case in cases:
-        kernel = compile(case.program)
+        kernel = compile(case.program, constants=case.constants)
         arguments = case.fresh_arguments()
         actual = runner.run_on_gpu(kernel, arguments, case.grid)
         if runner.uses_tensor_cores(kernel):

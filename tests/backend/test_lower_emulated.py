@@ -43,7 +43,7 @@ from ir.examples.quantized_matmul import quantized_matmul
 from ir.examples.softmax import row_softmax
 from ir.examples.vector_add import vector_add
 from ir.program import Program
-from ir.testing import ProgramCase, program_cases
+from ir.testing import ProgramCase, codes_match, program_cases
 
 SHIM = r"""
 #include <math.h>
@@ -413,17 +413,14 @@ def random_cases() -> list[ProgramCase]:
 def random_emulator(
     random_cases: list[ProgramCase], tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str
 ) -> Emulator:
-    kernels = [lower(case.program) for case in random_cases]
+    kernels = [lower(case.program, constants=case.constants) for case in random_cases]
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
 def same_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
-    """Per element: the codes are equal, or both are NaN (the sign and payload of a NaN that
-    arithmetic creates are not specified: NumPy's come from the host CPU)."""
-    same = actual == expected
-    if dtype.has_nan:
-        same |= np.isnan(dtype.decode(actual)) & np.isnan(dtype.decode(expected))
-    return same
+    """Per element: the codes are equal, or both are NaN of the same sign (the contract's rule,
+    `ir.testing.codes_match`)."""
+    return codes_match(dtype, actual, expected)
 
 
 def close_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
