@@ -4,6 +4,7 @@
     kernel.source, kernel.cubin, kernel.accesses      # what was generated, and its addresses
     kernel(n, x, y, z, grid=blocks)                   # torch tensors or CUDA arrays, and ints
     kernel(x=x, y=y, z=z, n=n, grid=blocks)           # by name, as `ir.run_reference` takes them
+    compile(program, "sm_90a", constants={"k": 64})   # k: int_param("k", constant=True)
 
 The arguments are those of the program, in its parameter order or by name: arrays as torch
 tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
@@ -11,15 +12,21 @@ bitstream of the parameter's elements, ints within the parameter's bounds. Every
 checked before the launch (`backend.kernel.Kernel`): an array must be contiguous, on the current
 device, 16-byte aligned, of a storage dtype of the element width (bytes for sub-byte elements)
 and at least as large as every global view of it reaches for the given ints.
+
+A compile-time constant parameter (``int_param("k", constant=True)``) gets its value from
+`constants` at compile time: the kernel is generated for that value, as literals in its source
+(`ir.specialize`), so the value is part of the source hash that keys the CUBIN cache. The
+parameter keeps its place in the argument list, and a call with another value raises
+`LaunchError` naming the parameter, the value given and the value compiled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from backend.cache import CubinCache
 from backend.device import KernelResources, current_arch
-from backend.kernel import Kernel, build_kernel
+from backend.kernel import Kernel, KernelIntParam, build_kernel
 from backend.lower import Access, LoweredKernel, lower
 from backend.nvrtc import check_arch
 from backend.tensor_core import LdmatrixPlan, MmaPlan
@@ -29,9 +36,10 @@ from ir.program import Program
 class CompiledKernel:
     """A tile program compiled for one architecture (see the module docstring).
 
-    Attributes: `program`, `lowered` (the `backend.lower.LoweredKernel`), `kernel` (the
+    Attributes: `program` (as given, before specialisation), `lowered` (the
+    `backend.lower.LoweredKernel`, of the specialised program), `kernel` (the
     `backend.kernel.Kernel` that launches it); properties `source`, `cubin`, `arch`,
-    `accesses`, `plans`, `shared_bytes`, `resources`.
+    `constants`, `accesses`, `plans`, `shared_bytes`, `resources`.
     """
 
     def __init__(self, program: Program, lowered: LoweredKernel, kernel: Kernel) -> None:
@@ -53,6 +61,15 @@ class CompiledKernel:
     def arch(self) -> str:
         """The architecture the CUBIN is for, e.g. ``sm_90a``."""
         return self.kernel.arch
+
+    @property
+    def constants(self) -> dict[str, int]:
+        """The values of the compile-time constant parameters the kernel was compiled for."""
+        return {
+            param.name: param.constant
+            for param in self.kernel.params
+            if isinstance(param, KernelIntParam) and param.constant is not None
+        }
 
     @property
     def accesses(self) -> tuple[Access, ...]:
@@ -91,20 +108,27 @@ class CompiledKernel:
 
 
 def compile(
-    program: Program, arch: str | None = None, *, cache: CubinCache | None = None
+    program: Program,
+    arch: str | None = None,
+    *,
+    constants: Mapping[str, int] | None = None,
+    cache: CubinCache | None = None,
 ) -> CompiledKernel:
     """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
 
     `arch` defaults to the current GPU's architecture and is required on a machine without one
-    (`NoDeviceError`). The lowering uses the architecture's tensor cores where it can
-    (`backend.lower.lower`: such dots match the interpreter within rounding). The CUBIN comes
-    from the on-disk cache (`cache`, default `backend.default_cache()`) when the same source and
-    options were compiled before. Raises `VerificationError` for an ill-formed program,
-    `CompilationError` when it cannot be lowered or NVRTC rejects the source,
-    `ArchitectureError` for an unknown architecture.
+    (`NoDeviceError`). `constants` maps the name of each compile-time constant parameter to its
+    value (see the module docstring). The lowering uses the architecture's tensor cores where
+    it can (`backend.lower.lower`: such dots match the interpreter within rounding). The CUBIN
+    comes from the on-disk cache (`cache`, default `backend.default_cache()`) when the same
+    source and options were compiled before. Raises `VerificationError` for an ill-formed
+    program, `SpecializationError` for constants that do not fit it (a constant parameter
+    without a value, a value out of its bounds or not a multiple of its `multiple_of`, a name
+    that is not a constant parameter), `CompilationError` when it cannot be lowered or NVRTC
+    rejects the source, `ArchitectureError` for an unknown architecture.
     """
     chosen = check_arch(current_arch() if arch is None else arch)
-    lowered = lower(program, chosen)
+    lowered = lower(program, chosen, constants=constants)
     kernel = build_kernel(
         lowered.source,
         lowered.entry,

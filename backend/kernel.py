@@ -14,7 +14,8 @@ kernel parameter, in the order of the C signature (the `Kernel` prefix tells the
 
 Every argument is checked before anything reaches the GPU, and each failure raises `LaunchError`
 naming the parameter, the value and what was expected:
-- ints: an integer (not a bool) in range of the parameter's C type and of its `lo`, `hi` bounds;
+- ints: an integer (not a bool) in range of the parameter's C type and of its `lo`, `hi` bounds,
+  and equal to its `constant` when it is a compile-time constant;
 - arrays: a torch tensor, an object with `__cuda_array_interface__` (v2 or v3), or a DLPack
   producer (`__dlpack__` / `__dlpack_device__`); in memory of the current CUDA device; a storage
   dtype the parameter accepts; contiguous (row-major and dense); at least
@@ -214,7 +215,9 @@ class KernelIntParam:
     was compiled for, e.g. the bounds of the IR variable that simplification relied on; an
     argument outside them is refused. Likewise an argument that is not a multiple of
     `multiple_of` (a positive int; the code may rely on it for aligned vector accesses).
-    Construction raises `LaunchError` for an invalid field.
+    `constant`, when not None, is the one value the code was compiled for (a compile-time
+    constant, `ir.specialize`): any other argument is refused, naming both values; it must be
+    an accepted argument itself. Construction raises `LaunchError` for an invalid field.
     """
 
     name: str
@@ -223,6 +226,7 @@ class KernelIntParam:
     lo: int | None = None
     hi: int | None = None
     multiple_of: int = 1
+    constant: int | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "int parameter")
@@ -247,6 +251,15 @@ class KernelIntParam:
         if self.least > self.greatest:
             raise LaunchError(
                 f"int parameter {self.name!r}: lo={self.lo} > hi={self.hi}; expected lo <= hi"
+            )
+        if self.constant is not None and not (
+            _is_int(self.constant)
+            and self.least <= self.constant <= self.greatest
+            and self.constant % self.multiple_of == 0
+        ):
+            raise LaunchError(
+                f"int parameter {self.name!r}: constant={self.constant!r} is not an int within "
+                f"[{self.least}, {self.greatest}] and a multiple of {self.multiple_of}"
             )
 
     @property
@@ -275,8 +288,9 @@ class KernelIntParam:
         return self.max_value if self.hi is None else self.hi
 
     def check(self, value: object) -> int:
-        """`value` as an int when it is an integer (not a bool) in range of the C type,
-        within [least, greatest] and a multiple of `multiple_of`; else `LaunchError`."""
+        """`value` as an int when it is an integer (not a bool) in range of the C type, equal
+        to `constant` when that is set, within [least, greatest] and a multiple of
+        `multiple_of`; else `LaunchError`."""
         if isinstance(value, bool | np.bool_):
             raise LaunchError(
                 f"argument {self.name!r} = {value!r} is a bool; expected an integer for the "
@@ -293,6 +307,12 @@ class KernelIntParam:
             raise LaunchError(
                 f"argument {self.name!r} = {integer} is out of range of {self.c_type_name}; "
                 f"expected {self.min_value} <= value <= {self.max_value}"
+            )
+        if self.constant is not None and integer != self.constant:
+            raise LaunchError(
+                f"argument {self.name!r} = {integer} differs from {self.constant}, the value of "
+                f"the compile-time constant {self.name!r} the kernel was compiled with; compile "
+                f"again with constants={{{self.name!r}: {integer}}} to run with it"
             )
         if not self.least <= integer <= self.greatest:
             raise LaunchError(

@@ -9,11 +9,13 @@ from ir.elementwise import REDUCTIONS as REDUCTIONS
 from ir.elementwise import UNARY_OPS as UNARY_OPS
 from ir.elementwise import ElementwiseOp as ElementwiseOp
 from ir.errors import InterpreterError as InterpreterError
+from ir.errors import SpecializationError as SpecializationError
 from ir.errors import VerificationError as VerificationError
 from ir.interpreter import run_reference as run_reference
 from ir.printer import format_program as format_program
 from ir.program import BLOCK_INDICES as BLOCK_INDICES
 from ir.program import Program as Program
+from ir.specialize import specialize as specialize
 from ir.values import ArrayParam as ArrayParam
 from ir.values import GlobalTensor as GlobalTensor
 from ir.values import IntParam as IntParam

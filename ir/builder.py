@@ -16,6 +16,9 @@ Each method appends one instruction to the innermost open body and returns the t
 defines. `for_range` and `if_` are context managers whose `with` body becomes the loop or if body;
 loop-carried values are register tensors defined before the loop and overwritten with `assign`.
 Scalars are `layout_algebra.symbolic.Expr` (ints are accepted wherever an Expr is).
+``int_param(name, constant=True)`` declares a compile-time constant, whose value is given when
+the program is compiled (``backend.compile(program, arch, constants={name: value})``,
+`ir.specialize`).
 
 The builder computes each result's type (dtype, shape, layout) and raises `VerificationError`
 when it cannot; with `check=True` (the default) it also runs the verifier's per-instruction
@@ -88,6 +91,17 @@ _GENERATED_PREFIXES = ("r", "s", "g", "k")
 
 def _is_generated_name(name: str) -> bool:
     return name[:1] in _GENERATED_PREFIXES and name[1:].isdigit()
+
+
+def loop_variable(name: str, start: Expr, stop: Expr) -> Expr:
+    """The variable `name` of a loop from `start` to `stop`, bounded by their bounds: from the
+    least value of `start` to the greatest value of `stop` minus one (at least the lower bound,
+    so that a loop that never runs still has a valid variable)."""
+    lo = start.bounds()[0]
+    hi = stop.bounds()[1]
+    if hi is not None:
+        hi = hi - 1 if lo is None else max(hi - 1, lo)
+    return var(name, lo, hi)
 
 
 class ProgramBuilder:
@@ -207,19 +221,33 @@ class ProgramBuilder:
             raise VerificationError(f"parameter name {name!r} is already used")
 
     def int_param(
-        self, name: str, lo: int = 0, hi: int = INT_PARAM_LIMIT, multiple_of: int = 1
+        self,
+        name: str,
+        lo: int = 0,
+        hi: int = INT_PARAM_LIMIT,
+        multiple_of: int = 1,
+        *,
+        constant: bool = False,
     ) -> Expr:
         """Add an integer parameter; returns its variable, with bounds lo <= value <= hi.
 
         Every argument must also be a multiple of `multiple_of` (a positive int), e.g. 8 for a
         row length that keeps rows of 16-bit elements 16-byte aligned; the backend uses it to
-        pick vector accesses. Raises VerificationError for a `multiple_of` that is not a
-        positive int or has no multiple within [lo, hi].
+        pick vector accesses. With `constant=True` the parameter is a compile-time constant:
+        its value is given at compile time (``backend.compile(program, arch, constants={name:
+        4096})``, see `ir.specialize`), the kernel is generated with that literal value, and a
+        call with another value is refused; the parameter keeps its place in the argument
+        list. Raises VerificationError for a `multiple_of` that is not a positive int or has
+        no multiple within [lo, hi], or a `constant` that is not a bool.
         """
         self._check_param_name(name)
         if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
             raise VerificationError(
                 f"int parameter {name!r}: multiple_of={multiple_of!r}; expected a positive int"
+            )
+        if not isinstance(constant, bool):
+            raise VerificationError(
+                f"int parameter {name!r}: constant={constant!r}; expected True or False"
             )
         bounded = lo is not None and hi is not None
         if bounded and multiple_of > 1 and -(-lo // multiple_of) * multiple_of > hi:
@@ -227,7 +255,7 @@ class ProgramBuilder:
                 f"int parameter {name!r}: no multiple of {multiple_of} lies within its bounds "
                 f"[{lo}, {hi}]"
             )
-        param = IntParam(name, var(name, lo, hi), multiple_of)
+        param = IntParam(name, var(name, lo, hi), multiple_of, constant)
         self._params.append(param)
         return param.var
 
@@ -616,11 +644,7 @@ class ProgramBuilder:
             raise VerificationError(f"for_range step must be a positive int, got {step!r}")
         if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
             raise VerificationError(f"for_range unroll must be a positive int, got {unroll!r}")
-        lo = start_expr.bounds()[0]
-        hi = stop_expr.bounds()[1]
-        if hi is not None:
-            hi = hi - 1 if lo is None else max(hi - 1, lo)
-        loop_var = var(self._fresh("k"), lo, hi)
+        loop_var = loop_variable(self._fresh("k"), start_expr, stop_expr)
         self._bodies.append([])
         try:
             yield loop_var

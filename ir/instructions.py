@@ -49,7 +49,9 @@ names:
 - `bodies()`: its nested instruction sequences (`ForRange` and `If`);
 - `map_scalars(function)`: the same instruction with `function` applied to every scalar of its
   own fields and, recursively, of its bodies (how a lowering writes an unrolled body once per
-  copy, with the loop variable replaced).
+  copy, with the loop variable replaced);
+- `replace_tensors(replacements)`: the same instruction with some tensors replaced, in its own
+  fields and its bodies (how `ir.specialize` swaps a global view for one with literal extents).
 
 `all_instruction_types()` lists every concrete instruction class, in definition order; the
 visitors of `ir.visitor` check, when they are created, that they handle each of them.
@@ -60,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -177,6 +179,29 @@ class Instruction:
         for name in kinds.bodies:
             old_body = getattr(self, name)
             new_body = tuple(instruction.map_scalars(function) for instruction in old_body)
+            if any(new is not old for new, old in zip(new_body, old_body)):
+                changes[name] = new_body
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def replace_tensors(self, replacements: Mapping[Tensor, Tensor]) -> Instruction:
+        """This instruction with each tensor of its fields (results and operands) that is a key
+        of `replacements` replaced by its value, and, recursively, every instruction of its
+        bodies. Tensors compare by identity, so `replacements` maps tensor objects.
+
+        Returns `self` when no tensor is replaced, else a new instruction of the same class.
+        The caller keeps the program consistent: a tensor replaced where it is defined (a
+        result) must be replaced where it is used too.
+        """
+        kinds = self._kinds()
+        changes: dict[str, Any] = {}
+        for name in (*kinds.results, *kinds.operands):
+            old = getattr(self, name)
+            new = replacements.get(old, old)
+            if new is not old:
+                changes[name] = new
+        for name in kinds.bodies:
+            old_body = getattr(self, name)
+            new_body = tuple(instruction.replace_tensors(replacements) for instruction in old_body)
             if any(new is not old for new, old in zip(new_body, old_body)):
                 changes[name] = new_body
         return dataclasses.replace(self, **changes) if changes else self

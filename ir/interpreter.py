@@ -51,6 +51,7 @@ from ir.dtypes import DataType
 from ir.elementwise import (
     apply_binary,
     apply_unary,
+    arithmetic_nan,
     round_values,
     to_values,
     value_dtype,
@@ -555,6 +556,8 @@ class BlockInterpreter(InstructionVisitor[None]):
             for digit in range(1, size):
                 total = combine(total, grouped[:, digit])
             accumulator = np.broadcast_to(total[:, None], grouped.shape).reshape(accumulator.shape)
+        if out.dtype.is_float:
+            accumulator = arithmetic_nan(accumulator)
         self.registers[out.name] = round_values(out.dtype, accumulator)
 
     def visit_dot(self, instruction: instructions.Dot) -> None:
@@ -565,6 +568,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         accumulator = self.values(c)
         for k in range(flat_a.shape[-1]):
             accumulator = accumulator + rows[..., k] * cols[..., k]
+        if out.dtype.is_float:
+            accumulator = arithmetic_nan(accumulator)
         self.registers[out.name] = accumulator
 
     def visit_assign(self, instruction: instructions.Assign) -> None:
@@ -667,6 +672,11 @@ def _bind_arguments(
                     f"argument {param.name}={value} is not a multiple of {param.multiple_of}, "
                     "as the parameter requires"
                 )
+            if param.value is not None and value != param.value:
+                raise InterpreterError(
+                    f"argument {param.name}={value} differs from {param.value}, the value of the "
+                    "compile-time constant the program was specialised for"
+                )
         else:
             if not isinstance(value, np.ndarray):
                 raise InterpreterError(
@@ -686,7 +696,8 @@ def run_reference(
 
     Arguments are given positionally in parameter order or by name: NumPy arrays (C-contiguous,
     any dtype: their raw bytes are the bitstream) for array parameters, ints (within the
-    parameter's bounds) for int parameters. `grid` is 1 to 3 positive ints (x, y, z) within the
+    parameter's bounds; the value itself for a constant of a specialised program,
+    `ir.specialize`) for int parameters. `grid` is 1 to 3 positive ints (x, y, z) within the
     hardware's limits (`ir.arguments.check_grid`). Returns the array arguments in parameter
     order. Raises VerificationError for an ill-formed program and
     InterpreterError for bad arguments and for everything the module docstring lists.

@@ -9,7 +9,8 @@ Example (the vector add of `ir.examples.vector_add`)::
       r2: f16[1024] spatial(128).local(8) = add(r0, r1)
       store_global(g2, r2, [block_x * 1024])
 
-An int parameter that must be a multiple of m prints as ``k: int multiple_of=m``. Register
+An int parameter that must be a multiple of m prints as ``k: int multiple_of=m``; a
+compile-time constant adds ``constant``, or ``constant=4096`` once specialised for 4096. Register
 tensors show their type, shape and layout where they are defined; scalars print as
 Python-like expressions (`layout_algebra.symbolic`), layouts as their rebuilding `repr`.
 """
@@ -163,9 +164,14 @@ def format_body(body: Sequence[Instruction], depth: int = 1) -> list[str]:
 def _format_param(param: Param) -> str:
     if isinstance(param, ArrayParam):
         return f"{param.name}: {param.dtype}*"
+    text = f"{param.name}: int"
     if param.multiple_of > 1:
-        return f"{param.name}: int multiple_of={param.multiple_of}"
-    return f"{param.name}: int"
+        text += f" multiple_of={param.multiple_of}"
+    if param.value is not None:
+        text += f" constant={param.value}"
+    elif param.constant:
+        text += " constant"
+    return text
 
 
 def format_program(program: Program) -> str:

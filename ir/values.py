@@ -2,7 +2,9 @@
 
 - `IntParam`: an integer kernel parameter; its `var` is the symbolic variable that scalar
   expressions use (`layout_algebra.symbolic`), and every argument is a multiple of its
-  `multiple_of` (a promise the backend relies on for vector widths, checked at launch).
+  `multiple_of` (a promise the backend relies on for vector widths, checked at launch). A
+  `constant` one is a compile-time constant: its value is given when the program is compiled
+  (`ir.specialize`), which records it as the parameter's `value`.
 - `ArrayParam`: a pointer parameter; its `dtype` is the element type, and the argument is any
   array whose raw bytes hold the dense bitstream of such elements (section 4 of the contract).
 - `RegisterTensor`: a tile held in the threads' registers, placed by a `RegisterLayout`.
@@ -35,12 +37,18 @@ class IntParam:
     """An integer parameter `name`; `var` is its symbolic variable (same name).
 
     Every argument must be a multiple of `multiple_of` (a positive int; 1, the default, allows
-    any value): the interpreter and the launch check refuse any other.
+    any value): the interpreter and the launch check refuse any other. `constant` declares a
+    compile-time constant (``int_param(name, constant=True)``): the program is compiled for one
+    value of it. `value` is None, except in a program specialised for that value
+    (`ir.specialize.specialize`), whose scalars no longer read `var`; every argument must then
+    equal it.
     """
 
     name: str
     var: Expr
     multiple_of: int = 1
+    constant: bool = False
+    value: int | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -541,6 +541,11 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
             raise VerificationError(f"parameter {param!r} is not an IntParam or ArrayParam")
         if param.name in names:
             raise VerificationError(f"parameter name {param.name} is used twice")
+        if isinstance(param, IntParam) and param.value is not None and not param.constant:
+            raise VerificationError(
+                f"int parameter {param.name} has the value {param.value} of a specialised "
+                "constant but is not declared constant"
+            )
         names.add(param.name)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))

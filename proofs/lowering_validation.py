@@ -8,7 +8,9 @@ instruction itself (`placement`): the memory layout of the instruction's tensor,
 origin written in the program (its `offsets`), the register layout of the instruction's
 register tensor (a copy's own layout, or for a copy without one the layout the backend chose,
 which must tile the copy's shape), so a lowering that places tiles wrongly is refuted even
-where its text and its record agree. Checked per access:
+where its text and its record agree. For a kernel compiled with compile-time constants, the
+instructions are those of the specialised program (`ir.specialize`: the values as literals, loop
+variables bounded by them), which the accesses are proved against. Checked per access:
 
 - placement and pointer: the access touches a tensor of its instruction, printed by its name;
 - guard (writes): the threads its guard lets through write each element of the tile exactly

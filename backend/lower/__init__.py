@@ -17,6 +17,10 @@ The package is split by concern; each module imports only those above it:
 ``extern "C" __global__`` function named after the program, with ``__launch_bounds__`` of its
 thread count, its launch signature (`backend.kernel` parameters, in the program's order), the
 dynamic shared memory it needs, and one `Access` per address expression printed into the source.
+`lower(program, arch, constants={"k": 4096})` lowers the program specialised for the values of
+its compile-time constant parameters (`ir.specialize`): every scalar holds 4096 where it read k,
+the parameter keeps its place in the signature, unnamed, and the launch check refuses any other
+value (`KernelIntParam.constant`).
 
 How each part of the IR becomes C++:
 

@@ -293,16 +293,13 @@ class LoweringContext:
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
         self.accesses: list[Access] = []
-        self.facts: list[Expr] = [
-            (p.var % p.multiple_of).eq(0)
+        divided = [
+            p
             for p in program.params
-            if isinstance(p, IntParam) and p.multiple_of > 1
+            if isinstance(p, IntParam) and p.multiple_of > 1 and p.value is None
         ]
-        self.multiples = {
-            p.name: p.multiple_of * quotient(p)
-            for p in program.params
-            if isinstance(p, IntParam) and p.multiple_of > 1
-        }
+        self.facts: list[Expr] = [(p.var % p.multiple_of).eq(0) for p in divided]
+        self.multiples = {p.name: p.multiple_of * quotient(p) for p in divided}
         # For each enclosing C loop, by its variable's name: (variable, start, step, stop), the
         # variable taking the values start, start + step, ... below stop (for an unrolled loop:
         # its group step and the stop of the whole groups; `driver.KernelLowering.loop_scope`).
@@ -445,4 +442,4 @@ class LoweringContext:
         return known_divisor(self.with_multiples(expr.substitute(mapping)))
 
     def scalar_params(self) -> list[Expr]:
-        return [p.var for p in self.program.params if isinstance(p, IntParam)]
+        return [p.var for p in self.program.params if isinstance(p, IntParam) and p.value is None]

@@ -1,7 +1,9 @@
 """The driver of the lowering: the kernel frame, its launch parameters and control flow.
 
-`lower(program, arch)` verifies the program and lowers it with `KernelLowering`, the
-instruction visitor made of the memory and compute parts.
+`lower(program, arch, constants=...)` verifies the program, specialises it for the values of its
+compile-time constant parameters (`ir.specialize`) and lowers it with `KernelLowering`, the
+instruction visitor made of the memory and compute parts. A specialised constant keeps its
+place in the C signature, unnamed (`c_parameter`), and the body never reads it.
 
 A loop with ``unroll=S`` (S > 1) becomes a C loop stepping by ``S * step`` whose body is the IR
 body written S times, copy j reading ``k + j * step`` with its stage indices folded to
@@ -13,7 +15,7 @@ trip count below S, and every loop with S = 1, is written as a plain loop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from backend.conversions import (
     CONVERSION_SOURCE,
@@ -45,7 +47,8 @@ from ir import instructions
 from ir.instructions import Instruction
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
-from ir.values import ArrayParam, IntParam
+from ir.specialize import specialize
+from ir.values import ArrayParam, IntParam, Param
 from ir.verifier import verify
 from ir.visitor import InstructionVisitor
 from layout_algebra.hardware import WARP_SIZE, shared_memory_limit
@@ -89,10 +92,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for conversion in FAST_CONVERSIONS.values():
                 out.lines(conversion.source)
         out.line()
-        signature = ", ".join(
-            f"unsigned char* {p.name}" if isinstance(p, ArrayParam) else f"int {p.name}"
-            for p in program.params
-        )
+        signature = ", ".join(c_parameter(p) for p in program.params)
         header = (
             f'extern "C" __global__ void __launch_bounds__({self.threads}) '
             f"{program.name}({signature})"
@@ -103,7 +103,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for index, axis in zip(BLOCK_INDICES, "xyz"):
                 out.line(f"const int {index.name} = (int)blockIdx.{axis};")
             names = [THREAD_NAME, *(index.name for index in BLOCK_INDICES)]
-            names += [p.name for p in program.params if isinstance(p, IntParam)]
+            names += [p.name for p in program.params if isinstance(p, IntParam) and p.value is None]
             for name in names:
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
@@ -161,7 +161,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                         f"int parameter {param.name} has bounds [{low}, {high}]; the kernel "
                         f"passes it as a C int, expected bounds within [{C_INT_MIN}, {C_INT_MAX}]"
                     )
-                params.append(KernelIntParam(param.name, 32, True, low, high, param.multiple_of))
+                params.append(
+                    KernelIntParam(param.name, 32, True, low, high, param.multiple_of, param.value)
+                )
                 continue
             total: Expr | int = 0
             for bits in needed.get(param.name, []):
@@ -337,17 +339,38 @@ def fold_stage(expr: Expr, name: str, base: Expr) -> Expr:
     return build(expr.op, args)
 
 
-def lower(program: Program, arch: str | None = None) -> LoweredKernel:
+def c_parameter(param: Param) -> str:
+    """The C declaration of a kernel parameter. A constant of a specialised program keeps its
+    place, unnamed (the comment gives its value), so the body cannot read it."""
+    if isinstance(param, ArrayParam):
+        return f"unsigned char* {param.name}"
+    if param.value is not None:
+        return f"int /* {param.name} = {param.value}, a compile-time constant */"
+    return f"int {param.name}"
+
+
+def lower(
+    program: Program, arch: str | None = None, *, constants: Mapping[str, int] | None = None
+) -> LoweredKernel:
     """Lower `program` to a CUDA C++ kernel (see the module docstring).
 
     `arch` (e.g. ``"sm_90a"``) lets the lowering use what that architecture has: with sm_80 or
     newer, ``mma.sync`` for dots and ``ldmatrix`` for loads where a plan exists. Without it the
     kernel uses neither (it then runs on any architecture NVRTC targets, bit-exact with the
-    interpreter). Verifies the program first (`ir.verify`, `VerificationError`). Raises
-    `CompilationError` when the program cannot be lowered: a parameter or program name starting
-    with ``la_``, an int parameter wider than a C int, a view whose size depends on anything but
-    int parameters, more shared memory than a block has; `ArchitectureError` for a malformed
-    `arch`.
+    interpreter). `constants` gives the values of the program's compile-time constant
+    parameters (``int_param(name, constant=True)``): the program lowered is
+    `ir.specialize.specialize(program, constants)`, whose scalars hold the values as literals,
+    and the kernel refuses a call with another value (`backend.kernel.KernelIntParam.constant`);
+    the accesses recorded are those of the specialised instructions. Verifies the program first
+    (`ir.verify`, `VerificationError`). Raises `SpecializationError` for constants that do not
+    fit (a constant parameter without a value, a value out of its bounds, a name that is not a
+    constant parameter); `CompilationError` when the program cannot be lowered: a parameter or
+    program name starting with ``la_``, an int parameter wider than a C int, a view whose size
+    depends on anything but int parameters, more shared memory than a block has;
+    `ArchitectureError` for a malformed `arch`.
     """
     verify(program)
-    return KernelLowering(program, arch).kernel()
+    specialised = specialize(program, {} if constants is None else constants)
+    if specialised is not program:
+        verify(specialised)
+    return KernelLowering(specialised, arch).kernel()

@@ -24,6 +24,7 @@ from ir.testing.cases import (
     CHAIN_INT_BINARY,
     ProgramCase,
     chain_constant,
+    draw_constants,
     draw_threads,
     grid_and_tensor,
     random_codes,
@@ -99,9 +100,12 @@ def view_cases(draw: Callable[..., Any]) -> ProgramCase:
     padding = draw(st.integers(0, 3))
     x_codes = _canonical(source, random_codes(draw, source, m * n_source))
     out_initial = random_codes(draw, target, m * (n_target + padding))
+    constant_names = draw_constants(draw, ("m", "n_source", "n_target"))
     with ProgramBuilder("view", num_threads) as b:
-        m_var = b.int_param("m")
-        source_var, target_var = b.int_param("n_source"), b.int_param("n_target")
+        m_var, source_var, target_var = (
+            b.int_param(name, constant=name in constant_names)
+            for name in ("m", "n_source", "n_target")
+        )
         x = b.array_param("x", source)
         out = b.array_param("out", target)
         x_view = b.global_view(x, source, GlobalLayout((m_var, source_var), (source_var, 1)))
@@ -251,8 +255,11 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     b_codes = _dot_operand_codes(draw, operand, k * n)
     c_codes = _dot_operand_codes(draw, f32, m * n)
     out_initial = random_codes(draw, f32, m * (n + padding))
+    constant_names = draw_constants(draw, ("m", "n", "k"))
     with ProgramBuilder("dot", num_threads) as b:
-        rows, cols, depth = b.int_param("m"), b.int_param("n"), b.int_param("k")
+        rows, cols, depth = (
+            b.int_param(name, constant=name in constant_names) for name in ("m", "n", "k")
+        )
         a_param, b_param = b.array_param("a", operand), b.array_param("b", operand)
         c_param, out = b.array_param("c", f32), b.array_param("out", f32)
         a_view = b.global_view(a_param, operand, GlobalLayout((rows, depth), (depth, 1)))
@@ -392,9 +399,14 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     tiles = max(count, 1)
     x_codes = random_codes(draw, dtype, tiles * m * n)
     out_initial = random_codes(draw, dtype, m * (n + padding))
+    constant_names = draw_constants(draw, ("count", "m", "n") if runtime_stop else ("m", "n"))
     with ProgramBuilder("loop", num_threads) as b:
-        stop = b.int_param("count", 0, tiles, multiple) if runtime_stop else count
-        rows, cols = b.int_param("m"), b.int_param("n")
+        if runtime_stop:
+            stop = b.int_param("count", 0, tiles, multiple, constant="count" in constant_names)
+        else:
+            stop = count
+        rows = b.int_param("m", constant="m" in constant_names)
+        cols = b.int_param("n", constant="n" in constant_names)
         x, out = b.array_param("x", dtype), b.array_param("out", dtype)
         x_view = b.global_view(x, dtype, GlobalLayout((tiles, rows, cols), (rows * cols, cols, 1)))
         origin = [b.block_y * tile[0], b.block_x * tile[1]]

@@ -25,6 +25,7 @@ from ir.testing.cases import (
     CHAIN_INT_BINARY,
     ProgramCase,
     chain_constant,
+    draw_constants,
     draw_threads,
     grid_and_tensor,
     random_codes,
@@ -61,8 +62,10 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
     z_values = to_values(dtype, z_codes).reshape(m, 1)
     exact = True
     names: list[str] = []
+    constant_names = draw_constants(draw, ("m", "n"))
     with ProgramBuilder("elementwise", num_threads) as b:
-        rows, cols = b.int_param("m"), b.int_param("n")
+        rows = b.int_param("m", constant="m" in constant_names)
+        cols = b.int_param("n", constant="n" in constant_names)
         x, y, z = (b.array_param(name, dtype) for name in ("x", "y", "z"))
         out = b.array_param("out", out_dtype)
         view = GlobalLayout((rows, cols), (cols, 1))
@@ -158,8 +161,10 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
     padded[:m, :n] = to_values(dtype, codes).reshape(m, n)
     out_count = tile[1 - dim]
     out_initial = random_codes(draw, dtype, out_count)
+    constant_names = draw_constants(draw, ("m", "n"))
     with ProgramBuilder("reduction", num_threads) as b:
-        rows, cols = b.int_param("m"), b.int_param("n")
+        rows = b.int_param("m", constant="m" in constant_names)
+        cols = b.int_param("n", constant="n" in constant_names)
         x = b.array_param("x", dtype)
         out = b.array_param("out", dtype)
         tensor = b.load_global(
@@ -227,8 +232,10 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     n = draw(st.integers(1, tile[1]))
     codes = random_codes(draw, dtype, m * n)
     out_initial = random_codes(draw, dtype, m * n)
+    constant_names = draw_constants(draw, ("m", "n"))
     with ProgramBuilder("shared_round_trip", num_threads) as b:
-        rows, cols = b.int_param("m"), b.int_param("n")
+        rows = b.int_param("m", constant="m" in constant_names)
+        cols = b.int_param("n", constant="n" in constant_names)
         x = b.array_param("x", dtype)
         out = b.array_param("out", dtype)
         view = GlobalLayout((rows, cols), (cols, 1))

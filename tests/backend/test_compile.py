@@ -80,7 +80,9 @@ def test_feature_program_compiles(index: int, arch: str) -> None:
 @given(program_cases())
 def test_random_program_compiles_for_both_architectures(case: ProgramCase) -> None:
     for arch in ARCHS:
-        _check_compiled(compile(case.program, arch), case.program, arch)
+        kernel = compile(case.program, arch, constants=case.constants)
+        _check_compiled(kernel, case.program, arch)
+        assert kernel.constants == case.constants
 
 
 def test_compiled_kernel_interface() -> None:

@@ -521,7 +521,7 @@ def test_ill_formed_program_is_refused_by_the_verifier() -> None:
 @settings(max_examples=25)
 @given(program_cases())
 def test_every_register_of_a_memory_access_is_addressed(case: object) -> None:
-    kernel = lower(case.program)
+    kernel = lower(case.program, constants=case.constants)
     moved: dict[int, list[int]] = {}
     instructions = {}
     for access in kernel.accesses:

@@ -87,10 +87,25 @@ def test_tensor_core_plans_are_proved_with_the_accesses() -> None:
 @settings(max_examples=20)
 @given(program_cases())
 def test_random_program_lowering_validates(case: ProgramCase) -> None:
-    kernel = lower(case.program)
+    kernel = lower(case.program, constants=case.constants)
     report = validate_lowering(kernel, rlimit=RLIMIT)
     assert report.holds is not False, report.failures[:1]
     assert report.holds is True, report.unknown[:1]
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90a"])
+def test_program_with_constants_lowering_validates(arch: str | None) -> None:
+    """A program compiled with constants is validated against its specialised instructions:
+    matmul with k a constant 96, so its k loop has a constant trip count."""
+    program = matmul()
+    params = tuple(
+        dataclasses.replace(p, constant=True) if p.name == "k" else p for p in program.params
+    )
+    lowered = lower(dataclasses.replace(program, params=params), arch, constants={"k": 96})
+    for access in lowered.accesses:
+        scalars = (access.expr, *access.instruction.scalars())
+        assert all("k" not in scalar.free_vars() for scalar in scalars)
+    _assert_proved(validate_lowering(lowered, rlimit=RLIMIT))
 
 
 # -------------------------------------------------------------------------------- mutations
