@@ -3,9 +3,14 @@
 For each weight type, each (K, N) of large language models and each batch M, three kernels run
 in this one process on the same random inputs:
 
-- ours: ``backend.compile(ir.examples.quantized_matmul(weight, group_size=128,
-  tensor_cores=...))``, C = A (M, K) @ (W * S) with W the packed (K, N) codes and S the
-  (K / 128, N) f16 scales, once with the CUDA-core (SIMT) dot and once with mma.sync;
+- ours, C = A (M, K) @ (W * S) with S the (K / 128, N) f16 scales:
+  - ``register_dequant``: ``ir.examples.register_dequant_matmul`` on the weights packed by
+    ``ir.examples.packed_weights.pack_weights`` (mma B fragments per 16-byte lane vector),
+    with the small configuration sweep `DEQUANT_CONFIGS` run at M = 1 for each shape (the best
+    is kept for every M and recorded in `config`); a split-k configuration is timed with its
+    ``split_k_sum`` launch (`launches` 2);
+  - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
+    tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -27,8 +32,8 @@ we reach (roofline time / ours). Results go to ``<output>/quantized_matmul.json`
 
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
-    python benchmarks/quantized_matmul.py [--quick] [--weights i4,u4] [--repeats 30]
-        [--output benchmarks/results]
+    python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
+        [--kernels register_dequant,mma] [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +56,13 @@ import torch
 import backend
 from ir import dtypes
 from ir.dtypes import DataType
+from ir.examples.packed_weights import pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
+from ir.examples.register_dequant_matmul import (
+    DequantConfig,
+    register_dequant_matmul,
+    split_k_sum,
+)
 
 SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
 """(K, N) of the weight matrices."""
@@ -66,6 +78,16 @@ FLOP_RATE = 800e12
 FLUSH_BYTES = 512 * 2**20
 SLEEP_CYCLES = 400_000
 """About 200 us at 2 GHz: longer than a checked launch from Python takes."""
+DEQUANT_CONFIGS = [
+    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=4),
+    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=8),
+    DequantConfig(warps=4, units_n=1, units_k=4, depth=2, split=8),
+    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=16),
+    DequantConfig(warps=2, units_n=1, units_k=8, depth=1, split=8),
+    DequantConfig(warps=2, units_n=1, units_k=4, depth=1, split=16),
+    DequantConfig(warps=4, units_n=1, units_k=8, depth=1, split=8),
+]
+"""The configurations of `register_dequant_matmul` tried at M = 1 for each shape."""
 
 
 @dataclass
@@ -85,6 +107,8 @@ class Point:
     speedup_over_cublas: float
     ratio_to_best_peer: float
     roofline_fraction: float
+    launches: int
+    config: dict[str, Any]
     notes: str
 
 
@@ -157,59 +181,166 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return float(difference / expected.double().norm().clamp_min(1e-30))
 
 
+@dataclass
+class Problem:
+    """The inputs of one (weight, K, N) on the GPU, shared by every kernel and batch."""
+
+    weight: DataType
+    k: int
+    n: int
+    codes: torch.Tensor
+    scales: torch.Tensor
+    dequantized: torch.Tensor
+    generator: torch.Generator
+
+    def packed_units(self) -> torch.Tensor:
+        """The weights in the packed format of `ir.examples.packed_weights` (packed once, on
+        the device; every configuration reads the same tensor)."""
+        if not hasattr(self, "_packed_units"):
+            self._packed_units, _ = pack_weights(self.codes, self.weight)
+        return self._packed_units
+
+    @classmethod
+    def make(cls, weight: DataType, k: int, n: int, device: torch.device) -> Problem:
+        generator = torch.Generator(device=device).manual_seed(k * 131 + n)
+        codes = torch.randint(0, 1 << weight.nbits, (k, n), device=device, generator=generator)
+        groups = math.ceil(k / GROUP_SIZE)
+        scales = (torch.rand((groups, n), device=device, generator=generator) + 0.5) / (
+            2 ** (weight.nbits - 1)
+        )
+        scales = scales.to(torch.float16)
+        values = decode_table(weight, device)[codes]
+        group_scales = scales.float().repeat_interleave(GROUP_SIZE, dim=0)[:k]
+        dequantized = (values * group_scales).to(torch.float16)
+        return cls(weight, k, n, codes, scales, dequantized, generator)
+
+
+class Operation:
+    """One of our kernels prepared for a problem: `prepare(m)` returns (a run callable that
+    computes C into `output`, the output); `launches` and `config` describe it."""
+
+    def __init__(self, variant: str, problem: Problem, config: DequantConfig | None = None):
+        self.variant, self.problem, self.config = variant, problem, config
+        weight = problem.weight
+        if variant == "register_dequant":
+            assert config is not None
+            self.packed = problem.packed_units()
+            program = register_dequant_matmul(weight, GROUP_SIZE, config)
+            constants = {"n": problem.n, "k": problem.k}
+            self.kernel = backend.compile(program, constants=constants)
+            self.reduce = backend.compile(split_k_sum(config.split)) if config.split > 1 else None
+            self.launches = 2 if config.split > 1 else 1
+        else:
+            self.packed = pack_codes(problem.codes.reshape(-1), weight.nbits)
+            program = quantized_matmul(weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma")
+            self.kernel = backend.compile(program)
+            self.reduce = None
+            self.launches = 1
+
+    @property
+    def config_record(self) -> dict[str, Any]:
+        if self.config is None:
+            return {"block_m": BLOCK_M, "block_n": BLOCK_N}
+        return asdict(self.config)
+
+    def prepare(self, a: torch.Tensor) -> tuple[Callable[[], Any], torch.Tensor]:
+        p = self.problem
+        m = a.shape[0]
+        out = torch.zeros((m, p.n), device=a.device, dtype=torch.float16)
+        args = (m, p.n, p.k, a, self.packed, p.scales)
+        if self.config is None:
+            grid = (math.ceil(p.n / BLOCK_N), math.ceil(m / BLOCK_M))
+            return functools.partial(self.kernel, *args, out, grid=grid), out
+        grid = self.config.grid(m, p.n)
+        if self.reduce is None:
+            return functools.partial(self.kernel, *args, out, grid=grid), out
+        split = self.config.split
+        partial = torch.empty((split, m, p.n), device=a.device, dtype=torch.float32)
+        reduce_grid = math.ceil(m * p.n / 512)
+
+        def run() -> None:
+            self.kernel(*args, partial, grid=grid)
+            self.reduce(m * p.n, partial, out, grid=reduce_grid)
+
+        return run, out
+
+
+def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repeats: int) -> float:
+    """The median time of `operation` on `a`, after checking its result against cuBLAS."""
+    run, out = operation.prepare(a)
+    run()
+    torch.cuda.synchronize()
+    error = relative_error(out, torch.matmul(a, operation.problem.dequantized))
+    if not error < 2e-3:
+        p = operation.problem
+        raise RuntimeError(
+            f"{p.weight} {operation.variant} {operation.config_record} K={p.k} N={p.n} "
+            f"M={a.shape[0]}: our result differs from cuBLAS by {error:.2e}"
+        )
+    return median_us(run, flush, repeats)
+
+
+def tuned(problem: Problem, flush: torch.Tensor, repeats: int) -> Operation:
+    """The `DEQUANT_CONFIGS` entry that is fastest at M = 1 on `problem` (each checked)."""
+    a = (torch.rand((1, problem.k), device=flush.device) * 2 - 1).to(torch.float16)
+    problem.packed_units()
+    configs = [
+        config
+        for config in DEQUANT_CONFIGS
+        if (problem.k // (16 * config.units_k)) % config.split == 0
+        and problem.n % config.block_n == 0
+    ]
+    # NVRTC needs no GPU: compile every candidate at once on the host's cores.
+    with ThreadPoolExecutor(16) as pool:
+        operations = list(
+            pool.map(lambda config: Operation("register_dequant", problem, config), configs)
+        )
+    best, best_us = None, math.inf
+    for config, operation in zip(configs, operations):
+        us = checked_us(operation, a, flush, repeats)
+        print(f"    tune {problem.weight} K={problem.k} N={problem.n} {config}: {us:.1f} us")
+        if us < best_us:
+            best, best_us = operation, us
+    assert best is not None, "no configuration fits the shape"
+    return best
+
+
 def run_point(
-    weight: DataType,
-    kernel: backend.CompiledKernel,
-    variant: str,
-    k: int,
-    n: int,
+    operation: Operation,
     batches: list[int],
     flush: torch.Tensor,
     repeats: int,
+    peers: dict[int, tuple[float, float | None, str]],
 ) -> list[Point]:
-    """Measure every batch of one (K, N): inputs, checks, timings, ratios."""
-    device = flush.device
-    generator = torch.Generator(device=device).manual_seed(k * 131 + n)
-    codes = torch.randint(0, 1 << weight.nbits, (k * n,), device=device, generator=generator)
-    packed = pack_codes(codes, weight.nbits)
-    groups = math.ceil(k / GROUP_SIZE)
-    scales = (torch.rand((groups, n), device=device, generator=generator) + 0.5) / (
-        2 ** (weight.nbits - 1)
-    )
-    scales = scales.to(torch.float16)
-    values = decode_table(weight, device)[codes].reshape(k, n)
-    group_scales = scales.float().repeat_interleave(GROUP_SIZE, dim=0)[:k]
-    dequantized = (values * group_scales).to(torch.float16)
-    layer, humming_note = humming_layer(weight, dequantized)
+    """Measure every batch of one kernel on one problem; `peers` caches the peers' times."""
+    p = operation.problem
+    weight, k, n = p.weight, p.k, p.n
+    layer, humming_note = (None, "")
+    if any(m not in peers for m in batches):
+        layer, humming_note = humming_layer(weight, p.dequantized)
     points = []
     for m in batches:
-        a = (torch.rand((m, k), device=device, generator=generator) * 2 - 1).to(torch.float16)
-        ours_out = torch.zeros((m, n), device=device, dtype=torch.float16)
-        grid = (math.ceil(n / BLOCK_N), math.ceil(m / BLOCK_M))
-        ours = functools.partial(kernel, m, n, k, a, packed, scales, ours_out, grid=grid)
-        cublas_out = torch.matmul(a, dequantized)
-        ours()
-        torch.cuda.synchronize()
-        error = relative_error(ours_out, cublas_out)
-        if not error < 2e-3:
-            raise RuntimeError(
-                f"{weight} K={k} N={n} M={m}: our result differs from cuBLAS by {error:.2e}"
-            )
-        ours_us = median_us(ours, flush, repeats)
-        cublas_us = median_us(functools.partial(torch.matmul, a, dequantized), flush, repeats)
-        humming_us, note = None, humming_note
-        if layer is not None:
-            humming_error = relative_error(layer(a), a.float() @ dequantized.float())
-            if humming_error < 0.25:
-                humming_us = median_us(functools.partial(layer, a), flush, repeats)
-            else:
-                note = f"Humming result off by {humming_error:.2e}: not timed"
+        a = (torch.rand((m, k), device=flush.device, generator=p.generator) * 2 - 1).to(
+            torch.float16
+        )
+        ours_us = checked_us(operation, a, flush, repeats)
+        if m not in peers:
+            cublas_us = median_us(functools.partial(torch.matmul, a, p.dequantized), flush, repeats)
+            humming_us, note = None, humming_note
+            if layer is not None:
+                humming_error = relative_error(layer(a), a.float() @ p.dequantized.float())
+                if humming_error < 0.25:
+                    humming_us = median_us(functools.partial(layer, a), flush, repeats)
+                else:
+                    note = f"Humming result off by {humming_error:.2e}: not timed"
+            peers[m] = (cublas_us, humming_us, note)
+        cublas_us, humming_us, note = peers[m]
         best_peer = min(t for t in (cublas_us, humming_us) if t is not None)
         roofline = roofline_us(weight, k, n, m)
         points.append(
             Point(
                 weight=weight.name,
-                kernel=variant,
+                kernel=operation.variant,
                 k=k,
                 n=n,
                 m=m,
@@ -220,10 +351,14 @@ def run_point(
                 speedup_over_cublas=cublas_us / ours_us,
                 ratio_to_best_peer=best_peer / ours_us,
                 roofline_fraction=roofline / ours_us,
+                launches=operation.launches,
+                config=operation.config_record,
                 notes=note,
             )
         )
-        print(f"  {weight} {variant} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True)
+        print(
+            f"  {weight} {operation.variant} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True
+        )
     return points
 
 
@@ -231,8 +366,8 @@ def table(points: list[Point]) -> str:
     """The results as a Markdown table."""
     lines = [
         "| weight | kernel | K | N | M | ours us | cuBLAS us | Humming us | vs cuBLAS "
-        "| vs best peer | roofline |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs best peer | roofline | launches | config |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
@@ -240,7 +375,8 @@ def table(points: list[Point]) -> str:
             f"| {p.weight} | {p.kernel} | {p.k} | {p.n} | {p.m} | {p.ours_us:.1f} "
             f"| {p.cublas_us:.1f} "
             f"| {humming} | {p.speedup_over_cublas:.2f}x | {p.ratio_to_best_peer:.2f}x "
-            f"| {100 * p.roofline_fraction:.1f}% |"
+            f"| {100 * p.roofline_fraction:.1f}% | {p.launches} "
+            f"| {' '.join(f'{key}={value}' for key, value in p.config.items())} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -254,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     parser.add_argument(
         "--kernels",
-        default="simt,mma",
-        help="our kernels, comma-separated: simt (CUDA-core dot), mma (mma.sync tensor cores)",
+        default="register_dequant,mma",
+        help="our kernels, comma-separated: register_dequant (packed weights dequantized in "
+        "registers), mma (mma.sync tensor cores), simt (CUDA-core dot)",
     )
     options = parser.parse_args(argv)
     if options.repeats < 30:
@@ -270,15 +407,19 @@ def main(argv: list[str] | None = None) -> int:
     flush = torch.ones(FLUSH_BYTES // 4, device=device, dtype=torch.float32)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    unknown = sorted(set(variants) - {"simt", "mma"})
+    unknown = sorted(set(variants) - {"simt", "mma", "register_dequant"})
     if unknown:
-        parser.error(f"--kernels takes simt and mma, got {unknown}")
+        parser.error(f"--kernels takes register_dequant, mma and simt, got {unknown}")
     for weight in weights:
-        for variant in variants:
-            program = quantized_matmul(weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma")
-            kernel = backend.compile(program)
-            for k, n in shapes:
-                points += run_point(weight, kernel, variant, k, n, batches, flush, options.repeats)
+        for k, n in shapes:
+            problem = Problem.make(weight, k, n, device)
+            peers: dict[int, tuple[float, float | None, str]] = {}
+            for variant in variants:
+                if variant == "register_dequant":
+                    operation = tuned(problem, flush, options.repeats)
+                else:
+                    operation = Operation(variant, problem)
+                points += run_point(operation, batches, flush, options.repeats, peers)
     output = Path(options.output)
     output.mkdir(parents=True, exist_ok=True)
     record = {

@@ -286,6 +286,28 @@ def _integer_fact(encoder: Encoder, fact: Expr, number: int) -> Any:
     return encoder.truth(fact)
 
 
+def _relevant_assumptions(access: Access, claims: list[_Claim]) -> list[Expr]:
+    """The assumptions that share a variable with the claims, directly or through other
+    assumptions. The rest constrain only variables no claim mentions (another loop's counter,
+    say), so leaving them out proves a stronger statement, and a counterexample of the claims
+    extends to them whenever they can hold at all (otherwise the access is dead code)."""
+    names = set(access.thread.free_vars())
+    for claim in claims:
+        names |= claim.printed.free_vars() | claim.expected.free_vars()
+    remaining = list(access.assumptions)
+    chosen: list[Expr] = []
+    changed = True
+    while changed:
+        changed = False
+        for fact in list(remaining):
+            if fact.free_vars() & names:
+                names |= fact.free_vars()
+                chosen.append(fact)
+                remaining.remove(fact)
+                changed = True
+    return [fact for fact in access.assumptions if any(fact is kept for kept in chosen)]
+
+
 def _query(access: Access, claims: list[_Claim]) -> Query:
     """The query "some thread and values of the variables, within their bounds and under the
     assumptions, break a claim", translated by the shared `proofs.encode.Encoder`.
@@ -298,7 +320,8 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
     """
     num_threads = access.register.num_threads
     in_block = logical_and(access.thread >= 0, access.thread < num_threads)
-    exprs = [in_block, *access.assumptions]
+    assumptions = _relevant_assumptions(access, claims)
+    exprs = [in_block, *assumptions]
     exprs += [claim.printed for claim in claims] + [claim.expected for claim in claims]
     width = bitvector_width(exprs) if has_bitwise(exprs) else None
     encoder = Encoder(width=width)
@@ -314,11 +337,11 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
             violations.append(z3.Not(encoder.defined(claim.printed)))
     if width is None:
         constraints += [
-            _integer_fact(encoder, fact, number) for number, fact in enumerate(access.assumptions)
+            _integer_fact(encoder, fact, number) for number, fact in enumerate(assumptions)
         ]
         constraints += [encoder.defined(claim.expected) for claim in claims]
     else:
-        constraints += [encoder.truth(fact) for fact in access.assumptions]
+        constraints += [encoder.truth(fact) for fact in assumptions]
     constraints += encoder.bounds()
     return constraints, z3.Or(*violations), encoder
 

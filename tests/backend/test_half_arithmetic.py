@@ -217,6 +217,21 @@ static __device__ void la_test_record(unsigned long long* result, unsigned pair)
 """,
     ]
     names = []
+    # A control that must fail everywhere but at exact products: the native add checked
+    # against the float64 product (so the harness can report mismatches).
+    names.append("check_control")
+    lines.append(f"""
+extern "C" __global__ void check_control(unsigned long long* result)
+{{
+    const la_u32 a = blockIdx.x;
+    for (la_u32 b = threadIdx.x; b < 65536u; b += blockDim.x) {{
+        const la_u32 got = ({binary_code("add", dtypes.f16, "a", "b")}) & 0xFFFFu;
+        const double r = __dmul_rn((double)la_decode_f16(a), (double)la_decode_f16(b));
+        if (r == r && got != la_test_round(r, 0)) {{
+            la_test_record(result, (a << 16) | b);
+        }}
+    }}
+}}""")
     for dtype in HALF_TYPES:
         bf16 = int(dtype == dtypes.bf16)
         decode = "la_decode_bf16" if bf16 else "la_decode_f16"
@@ -284,7 +299,10 @@ def test_every_pair_matches_the_correctly_rounded_result_on_gpu() -> None:
         unary = name.rsplit("_", 1)[1] in ("neg", "abs", "sqrt")
         kernel(result, grid=256 if unary else 65536)
         count, first = (int(v) for v in result.cpu())
-        if count:
+        if name == "check_control":
+            # Most pairs differ; the harness must see it.
+            assert count > 2**31, f"the control found only {count} mismatches"
+        elif count:
             failures.append(f"{name}: {count} mismatches, first at {first:#x}")
     assert not failures, failures
 
@@ -293,6 +311,6 @@ def test_exhaustive_checks_compile_for_both_architectures() -> None:
     from backend.nvrtc import compile_cuda
 
     source, names = _exhaustive_source()
-    assert len(names) == 2 * (len(GPU_BINARY) + 3)
+    assert len(names) == 2 * (len(GPU_BINARY) + 3) + 1
     for arch in ("sm_80", "sm_90a"):
         assert compile_cuda(source, arch, ("--fmad=false",)).cubin

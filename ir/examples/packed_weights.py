@@ -1,0 +1,267 @@
+"""The packed weight format of the register-dequant matmul: mma B fragments, one lane vector each.
+
+A (K, N) weight matrix of b-bit codes is cut into *units* of k16 x n64: eight m16n8k16 B
+fragments side by side. In a unit, lane l of a warp holds 32 weights (`unit_element_layout`:
+``local(1, 8) * F_B``, F_B the B fragment layout), which are b 32-bit words of its bitstream
+(`unit_word_layout`: ``spatial(1, 32).local(1, b)`` over i32). The packed tensor is i32 of shape
+(K / 16, N / 64 * 32 * b): row kb holds the units (kb, 0), (kb, 1), ... in order, each as 32
+lane vectors of b words, lane after lane. So a thread that loads its b words of a unit (16 bytes
+at 4 bits) holds whole mma B fragments: a `view` as the weight type in the fragment layout and a
+`cast` make the dot operand, with no shared-memory round trip.
+
+The format does not depend on a kernel's tile sizes: a kernel tile is a grid of units
+(`tile_layouts`), so every configuration of `ir.examples.register_dequant_matmul` reads the same
+packed tensor, and its descriptor (`WeightFormat`) carries a version. Packing is the composition
+of the two unit layouts: the weight at `unit_element_layout.map(l, j)` goes to element j of lane
+l's bitstream. Both are bijections onto their tiles (no replication, every element once;
+tests/proofs/test_packed_weights.py proves it with z3 and checks it by enumeration), so packing
+then loading is the identity.
+
+Two implementations of the same permutation:
+- `pack_weights(codes, dtype)`: on the host or the tensor's device (NumPy or torch), from a (K,
+  N) integer array of codes;
+- `pack_weights_program(dtype)`: the same as a tile program (load in the unit element layout,
+  `view` as i32, store in the unit word layout), for `ir.run_reference` or the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.dtypes import DataType
+from ir.errors import VerificationError
+from ir.program import Program
+from layout_algebra.fragments import fragment
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import RegisterLayout, local, spatial
+
+FORMAT_VERSION = 1
+"""The version of the packed layout; bumped whenever the bit placement changes."""
+UNIT_K = 16
+"""Rows (k) of a unit: one mma k16 step."""
+UNIT_N = 64
+"""Columns (n) of a unit: eight n8 B fragments."""
+UNIT_LANES = 32
+"""Threads holding one unit: one warp."""
+UNIT_ELEMENTS = UNIT_K * UNIT_N // UNIT_LANES
+"""Weights per lane of a unit (32: b words of b-bit codes)."""
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """The descriptor of a packed weight tensor.
+
+    Fields: `dtype` (the weight type's name), `k`, `n` (the unpacked shape), `version`
+    (`FORMAT_VERSION` of the packer) and `unit` (a name for the unit: "k16n64 mma.m16n8k16.b").
+    `shape` is the packed i32 tensor's shape.
+    """
+
+    dtype: str
+    k: int
+    n: int
+    version: int = FORMAT_VERSION
+    unit: str = "k16n64 mma.m16n8k16.b"
+
+    @property
+    def words_per_lane(self) -> int:
+        """32-bit words each lane holds per unit: the weight type's bit width."""
+        return dtypes.from_name(self.dtype).nbits
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(K / 16, N / 64 * 32 * b): the packed i32 tensor's shape."""
+        return (self.k // UNIT_K, self.n // UNIT_N * UNIT_LANES * self.words_per_lane)
+
+
+def check_weight_dtype(dtype: object) -> DataType:
+    """`dtype` when it is a weight type of the format (1 to 8 bits), else VerificationError."""
+    if not isinstance(dtype, DataType) or not 1 <= dtype.nbits <= 8:
+        raise VerificationError(
+            f"packed weights: {dtype!r} is not a weight type; expected an ir.dtypes type of 1 to "
+            "8 bits (u1..u8, i1..i8, or a float such as f4e2m1)"
+        )
+    return dtype
+
+
+def unit_element_layout() -> RegisterLayout:
+    """The (16, 64) unit of weights over one warp: eight mma B fragments side by side."""
+    return local(1, UNIT_N // 8) * fragment("mma.m16n8k16.b").layout
+
+
+def unit_word_layout(nbits: int) -> RegisterLayout:
+    """The (1, 32 * b) i32 words of a unit of b-bit weights: lane l holds words [l*b, l*b + b)."""
+    return spatial(1, UNIT_LANES).local(1, nbits)
+
+
+def tile_layouts(
+    nbits: int, warps: int, units_k: int, units_n: int
+) -> tuple[RegisterLayout, RegisterLayout]:
+    """(weight layout, word layout) of a kernel tile of `units_k` x (`warps` * `units_n`) units.
+
+    Warp w holds the units of columns [w * units_n, (w + 1) * units_n); each thread's local
+    order is (unit row, unit column, element), so the word layout's tile (units_k, warps *
+    units_n * 32 * b) is a block of the packed tensor and the two layouts `view` into each other.
+    """
+    grid = spatial(1, warps).local(units_k, units_n)
+    return grid * unit_element_layout(), grid * unit_word_layout(nbits)
+
+
+@cache
+def unit_permutation() -> np.ndarray:
+    """For each element of a unit's packed bitstream (lane-major, 32 per lane), the index
+    r * 64 + c of the weight it holds in the (16, 64) unit: `unit_element_layout`'s map."""
+    layout = unit_element_layout()
+    index = np.empty(UNIT_LANES * UNIT_ELEMENTS, dtype=np.int64)
+    for lane in range(UNIT_LANES):
+        for j in range(UNIT_ELEMENTS):
+            row, column = layout.map(lane, j)
+            index[lane * UNIT_ELEMENTS + j] = row * UNIT_N + column
+    return index
+
+
+def _unsigned(nbits: int) -> DataType:
+    """The unsigned integer type of `nbits` bits (the codes' bit patterns)."""
+    return dtypes.from_name(f"u{nbits}")
+
+
+def _check_shape(k: int, n: int) -> None:
+    if k <= 0 or n <= 0 or k % UNIT_K or n % UNIT_N:
+        raise VerificationError(
+            f"packed weights: shape ({k}, {n}); expected K a positive multiple of {UNIT_K} and "
+            f"N a positive multiple of {UNIT_N}"
+        )
+
+
+def pack_weights(codes: Any, dtype: DataType) -> tuple[Any, WeightFormat]:
+    """Pack a (K, N) array of `dtype` codes; returns (packed i32 array, its `WeightFormat`).
+
+    `codes` is a NumPy array or a torch tensor of integers: the codes' bit patterns, or, for
+    signed integer types, the values themselves (only the low b bits are kept). The result has
+    the input's kind (a torch tensor stays on its device). Raises VerificationError for a bad
+    type or shape, or codes that do not fit in b bits.
+    """
+    dtype = check_weight_dtype(dtype)
+    shape = tuple(codes.shape)
+    if len(shape) != 2:
+        raise VerificationError(f"packed weights: codes of shape {shape}; expected (K, N)")
+    k, n = shape
+    _check_shape(k, n)
+    is_torch = type(codes).__module__.startswith("torch")
+    if is_torch:
+        import torch
+
+        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+            raise VerificationError(
+                f"packed weights: codes of torch dtype {codes.dtype}; expected an integer tensor"
+            )
+        xp_codes = codes.to(torch.int64)
+        low, high = int(xp_codes.min()), int(xp_codes.max())
+    else:
+        if not np.issubdtype(np.asarray(codes).dtype, np.integer):
+            raise VerificationError(
+                f"packed weights: codes of dtype {np.asarray(codes).dtype}; expected integers"
+            )
+        xp_codes = np.asarray(codes).astype(np.int64)
+        low, high = int(xp_codes.min()), int(xp_codes.max())
+    lowest = -(1 << (dtype.nbits - 1)) if dtype.is_signed and not dtype.is_float else 0
+    if low < lowest or high >= 1 << dtype.nbits:
+        raise VerificationError(
+            f"packed weights: codes in [{low}, {high}] do not fit {dtype} "
+            f"(expected [{lowest}, {(1 << dtype.nbits) - 1}])"
+        )
+    fmt = WeightFormat(dtype.name, k, n)
+    units = xp_codes.reshape(k // UNIT_K, UNIT_K, n // UNIT_N, UNIT_N)
+    if is_torch:
+        units = units.permute(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
+        index = torch.as_tensor(unit_permutation(), device=codes.device)
+        ordered = (units[..., index] & ((1 << dtype.nbits) - 1)).to(torch.int64)
+        return _pack_bits_torch(ordered, dtype.nbits).reshape(fmt.shape), fmt
+    units = units.transpose(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
+    ordered = units[..., unit_permutation()] & ((1 << dtype.nbits) - 1)
+    packed = dtypes.pack(ordered.reshape(-1), _unsigned(dtype.nbits))
+    return np.frombuffer(packed.tobytes(), dtype=np.int32).reshape(fmt.shape).copy(), fmt
+
+
+def _pack_bits_torch(codes: Any, nbits: int) -> Any:
+    """The little-endian bitstream of b-bit `codes` (torch int64, last dim a multiple of 32) as
+    int32 words, computed on the codes' device."""
+    import torch
+
+    if 32 % nbits == 0:
+        # Whole codes per word: shift each into place and add (no bit planes).
+        per_word = 32 // nbits
+        shifts = torch.arange(per_word, device=codes.device) * nbits
+        words = (codes.reshape(*codes.shape[:-1], -1, per_word) << shifts).sum(-1)
+        return (words - ((words >> 31) << 32)).to(torch.int32)
+    bits = (codes.unsqueeze(-1) >> torch.arange(nbits, device=codes.device)) & 1
+    bits = bits.reshape(*codes.shape[:-1], -1, 32)
+    weights = torch.ones(32, dtype=torch.int64, device=codes.device) << torch.arange(
+        32, device=codes.device
+    )
+    words = (bits * weights).sum(-1)
+    return (words - ((words >> 31) << 32)).to(torch.int32)
+
+
+def unpack_weights(packed: np.ndarray, fmt: WeightFormat) -> np.ndarray:
+    """The (K, N) codes (as unsigned b-bit patterns) of a NumPy packed tensor: the inverse of
+    `pack_weights`. Raises VerificationError for an unknown version or a wrong shape."""
+    if fmt.version != FORMAT_VERSION:
+        raise VerificationError(
+            f"packed weights: format version {fmt.version}; this library reads {FORMAT_VERSION}"
+        )
+    packed = np.ascontiguousarray(packed, dtype=np.int32)
+    if packed.shape != fmt.shape:
+        raise VerificationError(f"packed weights: shape {packed.shape}; expected {fmt.shape}")
+    nbits = fmt.words_per_lane
+    count = packed.size * 32 // nbits
+    ordered = dtypes.unpack(packed.view(np.uint8).reshape(-1), _unsigned(nbits), count)
+    ordered = ordered.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K * UNIT_N)
+    units = np.empty_like(ordered)
+    units[..., unit_permutation()] = ordered
+    units = units.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K, UNIT_N).transpose(0, 2, 1, 3)
+    return units.reshape(fmt.k, fmt.n).astype(np.int64)
+
+
+def pack_weights_program(dtype: DataType, warps: int = 4) -> Program:
+    """The packing as a tile program: ``pack(n, k, w, packed)`` with `w` the (k, n) `dtype`
+    codes, row-major (declared as the unsigned type of the same width: the codes move as bits),
+    and `packed` the i32 tensor of `WeightFormat.shape`.
+
+    Each block packs one row of `warps` units: it loads them in `tile_layouts`' weight layout,
+    views each thread's bits as i32 words and stores them in the word layout. Launch with
+    ``grid = (n // (64 * warps), k // 16)``; `n` must be a multiple of 64 * `warps`.
+    """
+    dtype = check_weight_dtype(dtype)
+    nbits = dtype.nbits
+    # Moved as the unsigned type of its width: a pure bit move, so every code (a float NaN with
+    # a payload too) arrives as it is.
+    codes_dtype = _unsigned(nbits)
+    element_layout, word_layout = tile_layouts(nbits, warps, 1, 1)
+    row_words = UNIT_LANES * nbits
+    with ProgramBuilder(f"pack_{dtype.name}_weights", UNIT_LANES * warps) as builder:
+        n = builder.int_param("n", lo=UNIT_N * warps, multiple_of=UNIT_N * warps)
+        k = builder.int_param("k", lo=UNIT_K, multiple_of=UNIT_K)
+        weights = builder.array_param("w", codes_dtype)
+        packed = builder.array_param("packed", dtypes.i32)
+        natural = builder.global_view(weights, codes_dtype, GlobalLayout((k, n), (n, 1)))
+        columns = (n // UNIT_N) * row_words
+        words = builder.global_view(
+            packed, dtypes.i32, GlobalLayout((k // UNIT_K, columns), (columns, 1))
+        )
+        tile = builder.load_global(
+            natural,
+            [builder.block_y * UNIT_K, builder.block_x * (UNIT_N * warps)],
+            element_layout,
+        )
+        builder.store_global(
+            words,
+            builder.view(tile, dtypes.i32, word_layout),
+            [builder.block_y, builder.block_x * (warps * row_words)],
+        )
+    return builder.program()

@@ -1,0 +1,365 @@
+"""`ir.examples.register_dequant_matmul` and `split_k_sum` in the interpreter, and their lowering.
+
+The kernel (with `split_k_sum` for split > 1) against two NumPy references: bit for bit against
+the sequential formula the interpreter's `dot` defines (each split's k range summed in order in
+f32, the partial sums added in order, then f16), and within the rounding of f16 against the f64
+product of the dequantized weights. Cases cover weight types of 1 to 8 bits, every tile
+parameter, m below, at and above one 16-row tile, and partial scale groups; a hypothesis
+property draws further valid combinations. Then the errors, and the CUDA lowering at a decoding
+layer's shape: what the k loop does and does not contain, and NVRTC compiling it (no GPU).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.lower import lower
+from backend.nvrtc import compile_cuda, cubin_kernels
+from ir import dtypes, run_reference
+from ir.dtypes import DataType
+from ir.errors import InterpreterError, VerificationError
+from ir.examples.packed_weights import pack_weights
+from ir.examples.register_dequant_matmul import (
+    DequantConfig,
+    accumulator_layout,
+    activation_layout,
+    register_dequant_matmul,
+    split_k_sum,
+)
+from ir.program import Program
+from layout_algebra.fragments import fragment
+from layout_algebra.register import replicate, spatial
+
+
+def exact_in_f16(dtype: DataType) -> bool:
+    """Whether every finite value of `dtype` is an f16 value: then the kernel's
+    ``f16(f16(w) * s)`` is the reference's ``f16(f32(w) * f32(s))``."""
+    values = dtype.decode(np.arange(1 << dtype.nbits)).astype(np.float64)
+    values = values[np.isfinite(values)]
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(values.astype(np.float16).astype(np.float64), values))
+
+
+F16_WEIGHT_DTYPES = [d for d in dtypes.all_dtypes() if d.nbits <= 8 and exact_in_f16(d)]
+SENTINEL = -7.0
+TAIL = 8
+"""Elements past the end of each output, holding `SENTINEL`: nothing may write them."""
+
+
+@dataclass
+class Problem:
+    """One run's inputs: a (m, k) f16, the (k, n) weight codes and their dequantized f16 values."""
+
+    a: np.ndarray
+    codes: np.ndarray
+    scales: np.ndarray
+    dequantized: np.ndarray
+
+
+def make_problem(dtype: DataType, group_size: int, m: int, n: int, k: int, seed: int) -> Problem:
+    """Random activations and finite weight codes; scales in [2, 4] / max |weight| so every
+    dequantized weight is of order 1 and nothing overflows f16."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 1 << dtype.nbits, (k, n))
+    codes = np.where(np.isfinite(dtype.decode(codes).astype(np.float64)), codes, 0)
+    values = dtype.decode(codes).astype(np.float32)
+    largest = float(np.abs(values).max()) or 1.0
+    groups = -(-k // group_size)
+    scales = ((2 + 2 * rng.random((groups, n))) / largest).astype(np.float16)
+    per_row = np.repeat(scales.astype(np.float32), group_size, axis=0)[:k]
+    dequantized = (values * per_row).astype(np.float16)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    return Problem(a, codes, scales, dequantized)
+
+
+def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.ndarray]:
+    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order."""
+    size = a.shape[1] // split
+    partials = []
+    for s in range(split):
+        accumulator = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
+        for kk in range(s * size, (s + 1) * size):
+            accumulator = accumulator + a[:, kk : kk + 1].astype(np.float32) * w[kk].astype(
+                np.float32
+            )
+        partials.append(accumulator)
+    return partials
+
+
+def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
+    """f16(p0 + p1 + ...), the f32 additions in order."""
+    total = partials[0]
+    for partial in partials[1:]:
+        total = total + partial
+    return total.astype(np.float16)
+
+
+def with_tail(size: int, dtype: type) -> np.ndarray:
+    """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
+    return np.full(size + TAIL, SENTINEL, dtype=dtype)
+
+
+def run_split_k_sum(partials: np.ndarray, threads: int = 128) -> np.ndarray:
+    """`split_k_sum` on flat (split, mn) f32 partial sums; returns the f16 (mn,) sums."""
+    split, mn = partials.shape
+    c = with_tail(mn, np.float16)
+    grid = -(-mn // (threads * 4))
+    run_reference(split_k_sum(split, threads), mn, partials, c, grid=grid)
+    np.testing.assert_array_equal(c[mn:], SENTINEL)
+    return c[:mn]
+
+
+def run_dequant(
+    dtype: DataType, group_size: int, config: DequantConfig, m: int, n: int, k: int, seed: int
+) -> None:
+    """Run the kernel (and `split_k_sum`) in the interpreter and check it against both
+    references; the outputs' tails stay untouched."""
+    problem = make_problem(dtype, group_size, m, n, k, seed)
+    packed, _ = pack_weights(problem.codes, dtype)
+    program = register_dequant_matmul(dtype, group_size, config)
+    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
+    split = config.split
+    c = with_tail(split * m * n, np.float32 if split > 1 else np.float16)
+    run_reference(program, m, n, k, problem.a, packed, problem.scales, c, grid=config.grid(m, n))
+    np.testing.assert_array_equal(c[split * m * n :], SENTINEL)
+    partials = sequential_partials(problem.a, problem.dequantized, split)
+    if split > 1:
+        got = c[: split * m * n].reshape(split, m, n)
+        np.testing.assert_array_equal(got.view(np.uint32), np.stack(partials).view(np.uint32))
+        out = run_split_k_sum(got.reshape(split, m * n)).reshape(m, n)
+    else:
+        out = c[: m * n].reshape(m, n)
+    np.testing.assert_array_equal(out.view(np.uint16), ordered_sum(partials).view(np.uint16))
+    # The formula is the product: f16 rounding of each weight and of the output, f32 sums.
+    weights = dtype.decode(problem.codes).astype(np.float64)
+    scales = np.repeat(problem.scales.astype(np.float64), group_size, axis=0)[:k]
+    reference = problem.a.astype(np.float64) @ (weights * scales)
+    magnitude = np.abs(problem.a.astype(np.float64)) @ np.abs(weights * scales)
+    error = np.abs(out.astype(np.float64) - reference)
+    assert np.all(error <= 2.0**-10 * magnitude + 2.0**-10 * np.abs(reference) + 2.0**-20)
+
+
+# ------------------------------------------------------------------------------ interpreter
+
+CASES = [
+    # (weight type, group size, config, m, column blocks, k-tiles per split)
+    (dtypes.i4, 128, DequantConfig(), 1, 2, 2),  # the default: two k-tiles per scale group
+    (dtypes.u4, 64, DequantConfig(split=2, depth=2), 5, 1, 3),  # odd trip count, unroll 2
+    (dtypes.i8, 64, DequantConfig(warps=1, units_k=1, split=4, depth=2), 16, 2, 3),
+    (dtypes.u3, 64, DequantConfig(warps=2, units_n=2, units_k=2, unroll=1), 17, 1, 3),
+    (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, unroll=1), 17, 2, 2),
+    (dtypes.f4e2m1, 128, DequantConfig(warps=2, units_n=2), 5, 1, 3),  # a partial last group
+    (dtypes.f6e3m2, 64, DequantConfig(warps=1, depth=2, split=4, unroll=1), 16, 2, 2),
+    (dtypes.u1, 128, DequantConfig(units_k=8, depth=2), 1, 1, 3),
+    (dtypes.f8e4m3, 128, DequantConfig(warps=2, units_k=2, split=2), 17, 2, 3),
+    (dtypes.i4, 128, DequantConfig(units_n=2, depth=3), 16, 1, 2),  # depth past the k range
+    (dtypes.u4, 64, DequantConfig(warps=1, split=2, depth=3), 1, 1, 1),  # one k-tile per split
+    (dtypes.i4, 64, DequantConfig(units_n=2, units_k=2, depth=2, split=4), 17, 1, 3),
+    (dtypes.i1, 64, DequantConfig(warps=1, units_k=2, unroll=1), 5, 1, 4),
+    (dtypes.f8e5m2, 128, DequantConfig(warps=2, units_k=4), 1, 1, 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "group_size", "config", "m", "column_blocks", "tiles"),
+    CASES,
+    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(CASES)],
+)
+def test_register_dequant_matmul_equals_numpy(
+    dtype: DataType,
+    group_size: int,
+    config: DequantConfig,
+    m: int,
+    column_blocks: int,
+    tiles: int,
+) -> None:
+    n = config.block_n * column_blocks
+    k = config.block_k * config.split * tiles
+    run_dequant(dtype, group_size, config, m, n, k, seed=len(CASES) + m + n + k)
+
+
+@st.composite
+def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int, int, int]:
+    """A weight type of exact f16 values, a valid config and group size, and a small shape."""
+    config = DequantConfig(
+        warps=draw(st.sampled_from([1, 2, 4])),
+        units_n=draw(st.sampled_from([1, 2])),
+        units_k=draw(st.sampled_from([1, 2, 4, 8])),
+        depth=draw(st.integers(1, 3)),
+        split=draw(st.sampled_from([1, 2, 4])),
+        unroll=draw(st.sampled_from([1, 2])),
+    )
+    group_size = config.block_k * draw(st.sampled_from([1, 2]))
+    m = draw(st.integers(1, 33))
+    n = config.block_n * draw(st.integers(1, 2))
+    k = config.block_k * config.split * draw(st.integers(1, 3))
+    return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, n, k
+
+
+@settings(max_examples=10, deadline=None)
+@given(problem=dequant_problems(), seed=st.integers(0, 2**32 - 1))
+def test_any_valid_config_equals_numpy(
+    problem: tuple[DataType, int, DequantConfig, int, int, int], seed: int
+) -> None:
+    run_dequant(*problem, seed=seed)
+
+
+@pytest.mark.parametrize(("split", "mn", "threads"), [(2, 1000, 128), (3, 512, 128), (4, 77, 32)])
+def test_split_k_sum_adds_in_order(split: int, mn: int, threads: int) -> None:
+    rng = np.random.default_rng(split)
+    partials = (rng.standard_normal((split, mn)) * 10.0 ** rng.integers(-3, 4, (split, mn))).astype(
+        np.float32
+    )
+    out = run_split_k_sum(partials, threads)
+    np.testing.assert_array_equal(out.view(np.uint16), ordered_sum(list(partials)).view(np.uint16))
+
+
+def test_grid_covers_c_in_16_row_tiles() -> None:
+    assert DequantConfig().grid(1, 12288) == (48, 1, 1)
+    assert DequantConfig(warps=2, units_n=2, split=4).grid(17, 1024) == (4, 2, 4)
+    assert (DequantConfig().block_n, DequantConfig().block_k) == (256, 64)
+
+
+def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
+    f_a, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "ac")
+    a = activation_layout(2, 4)
+    assert a == (spatial(1, 1) * replicate(2)).local(1, 4) * f_a
+    assert (a.shape, a.num_threads) == ((16, 64), 64)
+    c = accumulator_layout(4, 2)
+    assert c == spatial(1, 4).local(1, 16) * f_c
+    assert (c.shape, c.num_threads) == ((16, 512), 128)
+    # Thread 32 (warp 1, lane 0) holds c[0, 128], c[0, 129], c[8, 128], c[8, 129] first.
+    assert [tuple(x) for x in c.table()[32, :4]] == [(0, 128), (0, 129), (8, 128), (8, 129)]
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (DequantConfig(warps=0), "warps=0; expected an int >= 1"),
+        (DequantConfig(units_n=True), "units_n=True; expected an int >= 1"),
+        (DequantConfig(units_k=0), "units_k=0; expected an int >= 1"),
+        (DequantConfig(depth=-1), "depth=-1; expected an int >= 1"),
+        (DequantConfig(split=2.0), r"split=2\.0; expected an int >= 1"),
+        (DequantConfig(unroll=False), "unroll=False; expected an int >= 1"),
+        (DequantConfig(warps=33), "warps=33; a block has at most 32 warps"),
+    ],
+    ids=str,
+)
+def test_bad_config_is_refused(config: DequantConfig, message: str) -> None:
+    with pytest.raises(VerificationError, match=f"register_dequant_matmul: {message}"):
+        register_dequant_matmul(dtypes.i4, 128, config)
+
+
+@pytest.mark.parametrize(
+    ("group_size", "config", "tile"),
+    [(96, DequantConfig(), 64), (32, DequantConfig(), 64), (64, DequantConfig(units_k=8), 128)],
+    ids=str,
+)
+def test_group_size_not_a_multiple_of_the_k_tile_is_refused(
+    group_size: int, config: DequantConfig, tile: int
+) -> None:
+    message = f"group_size={group_size} is not a multiple of the k-tile {tile} \\(16 \\* units_k\\)"
+    with pytest.raises(VerificationError, match=message):
+        register_dequant_matmul(dtypes.i4, group_size, config)
+
+
+@pytest.mark.parametrize("group_size", [0, -64, 64.0, True])
+def test_group_size_not_positive_is_refused(group_size: int) -> None:
+    with pytest.raises(VerificationError, match=re.escape(f"group_size={group_size!r}")):
+        register_dequant_matmul(dtypes.i4, group_size, DequantConfig())
+
+
+@pytest.mark.parametrize("dtype", [dtypes.f16, dtypes.i32], ids=str)
+def test_bad_weight_dtype_is_refused(dtype: DataType) -> None:
+    with pytest.raises(VerificationError, match=f"packed weights: {dtype} is not a weight type"):
+        register_dequant_matmul(dtype)
+
+
+@pytest.mark.parametrize("split", [1, 0, True, 2.0], ids=repr)
+def test_split_k_sum_of_fewer_than_two_parts_is_refused(split: object) -> None:
+    message = re.escape(f"split_k_sum: split={split!r}; expected an int >= 2")
+    with pytest.raises(VerificationError, match=message):
+        split_k_sum(split)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "message"),
+    [
+        (320, 128, "argument n=320 is not a multiple of 256"),
+        (256, 192, "argument k=192 is not a multiple of 128"),  # 64 * split
+        (0, 128, r"argument n=0 is outside its bounds \[256, "),
+    ],
+)
+def test_shape_off_the_tile_grid_is_refused_at_run_time(n: int, k: int, message: str) -> None:
+    program = register_dequant_matmul(dtypes.i4, 128, DequantConfig(split=2))
+    a, c = np.zeros(k, np.float16), np.zeros(2 * max(n, 1), np.float32)
+    packed, scales = np.zeros(k * n, np.int32), np.zeros(n * 2, np.float16)
+    with pytest.raises(InterpreterError, match=message):
+        run_reference(program, 1, n, k, a, packed, scales, c, grid=(1, 1, 2))
+
+
+# ------------------------------------------------------------------------------ lowering
+
+LAYER = {"n": 12288, "k": 4096}
+"""A decoding layer's weight shape: the constants the kernel is compiled for."""
+
+
+def loop_and_after(source: str) -> str:
+    """The kernel's text from its first ``for (`` line on: the k loop and the epilogue."""
+    kernel = source[source.index('extern "C" __global__') :]
+    return kernel[kernel.index("for (") :]
+
+
+@pytest.fixture(scope="module")
+def i4_source() -> str:
+    program = register_dequant_matmul(dtypes.i4, 128, DequantConfig())
+    return lower(program, "sm_90a", constants=LAYER).source
+
+
+@pytest.mark.parametrize("generic", ["la_decode_float(", "la_encode_float(", "la_load_bits("])
+def test_decode_loop_has_no_generic_conversion(i4_source: str, generic: str) -> None:
+    assert generic not in loop_and_after(i4_source)
+
+
+def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -> None:
+    (view,) = re.findall(r"// (\w+) = global_view\(packed, i32,", i4_source)
+    loads = [line for line in loop_and_after(i4_source).splitlines() if "uint4" in line]
+    weight_loads = [line for line in loads if f"*(const uint4*)({view} + " in line]
+    # One 16-byte load per k16 row of the k-tile (units_k = 4) per unrolled copy (unroll = 2).
+    assert len(weight_loads) == 8
+    assert not any("?" in line for line in weight_loads)  # n and k constants: no bounds check
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["la_fast_i4_to_f16(", "la_hmul_f16(", "la_mma_m16n8k16_f16(", "la_ldmatrix_x4("],
+)
+def test_decode_loop_uses_the_fast_paths(i4_source: str, call: str) -> None:
+    assert call in loop_and_after(i4_source)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize(
+    "program",
+    [
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig()),
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(split=2, depth=2)),
+        split_k_sum(2),
+    ],
+    ids=["i4", "i4_split2", "split_k_sum2"],
+)
+def test_kernel_compiles_with_nvrtc(program: Program, arch: str) -> None:
+    constants = LAYER if program.name.startswith("register") else None
+    lowered = lower(program, arch, constants=constants)
+    assert "--fmad=false" in lowered.options
+    module = compile_cuda(lowered.source, arch, lowered.options)
+    assert cubin_kernels(module.cubin) == (program.name,)

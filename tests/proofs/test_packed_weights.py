@@ -1,0 +1,164 @@
+"""Proofs about the packed weight format and the lowering of the kernels that read it.
+
+The unit layouts of `ir.examples.packed_weights` and the kernel tiles built from them are
+bijections onto their tiles (every weight, every word, held exactly once), proved with z3 and
+cross-checked by enumerating the whole domain; layouts that are not bijections are refuted,
+with the solver's counterexample re-evaluated here. Then `validate_lowering` proves every
+address and every tensor-core claim of the decode kernel, `split_k_sum` and the packing
+program at a decoding layer's shape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from backend.lower import lower
+from ir import dtypes
+from ir.examples.packed_weights import (
+    pack_weights_program,
+    tile_layouts,
+    unit_element_layout,
+    unit_word_layout,
+)
+from ir.examples.register_dequant_matmul import (
+    DequantConfig,
+    register_dequant_matmul,
+    split_k_sum,
+)
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.register import replicate, spatial
+from proofs import check_bijective, check_injective
+from proofs.lowering_validation import validate_lowering
+
+RLIMIT = 2_000_000
+TIMEOUT = 60.0
+LIMITS = {"timeout": TIMEOUT, "rlimit": RLIMIT}
+LAYER = {"n": 12288, "k": 4096}
+"""A decoding layer's weight shape: the constants the kernel is lowered for."""
+
+
+def brute_bijective(layout: Any) -> bool:
+    """Whether `layout.map` hits every coordinate of its shape exactly once, by enumeration."""
+    images = Counter(
+        layout.map(t, i) for t in range(layout.num_threads) for i in range(layout.local_size)
+    )
+    coordinates = set(itertools.product(*(range(extent) for extent in layout.shape)))
+    return set(images) == coordinates and all(count == 1 for count in images.values())
+
+
+def assert_bijection(layout: Any) -> None:
+    result = check_bijective(layout, **LIMITS)
+    assert result.holds is True, result.reason
+    assert result.counterexample is None
+    assert brute_bijective(layout)
+
+
+# ------------------------------------------------------------------------------ bijections
+
+
+def test_unit_element_layout_is_a_bijection() -> None:
+    layout = unit_element_layout()
+    assert (layout.shape, layout.num_threads, layout.local_size) == ((16, 64), 32, 32)
+    assert_bijection(layout)
+
+
+@pytest.mark.parametrize("nbits", range(1, 9))
+def test_unit_word_layout_is_a_bijection(nbits: int) -> None:
+    layout = unit_word_layout(nbits)
+    assert (layout.shape, layout.num_threads, layout.local_size) == ((1, 32 * nbits), 32, nbits)
+    assert_bijection(layout)
+
+
+@pytest.mark.parametrize(
+    ("nbits", "warps", "units_k", "units_n"),
+    [
+        (4, 1, 1, 1),  # one unit
+        (4, 4, 4, 1),  # the default decode tile
+        (3, 2, 2, 2),
+        (1, 1, 8, 1),
+        (8, 4, 4, 2),
+        (6, 2, 1, 2),
+    ],
+)
+def test_tile_layouts_are_bijections_that_view_into_each_other(
+    nbits: int, warps: int, units_k: int, units_n: int
+) -> None:
+    weights, words = tile_layouts(nbits, warps, units_k, units_n)
+    assert weights.shape == (16 * units_k, 64 * warps * units_n)
+    assert words.shape == (units_k, 32 * nbits * warps * units_n)
+    assert weights.num_threads == words.num_threads == 32 * warps
+    # A thread's weights are exactly the bits of its words.
+    assert weights.local_size * nbits == words.local_size * 32
+    assert_bijection(weights)
+    assert_bijection(words)
+
+
+# ------------------------------------------------------------------------------ refutations
+
+
+def test_replicated_unit_is_refuted() -> None:
+    # Two warps holding the same unit: 2048 (thread, register) pairs for 1024 weights.
+    layout = (spatial(1, 1) * replicate(2)) * unit_element_layout()
+    assert layout.num_threads == 64
+    result = check_bijective(layout, **LIMITS)
+    assert result.holds is False
+    assert not brute_bijective(layout)
+    injective = check_injective(layout, **LIMITS)
+    assert injective.holds is False
+    first, second = injective.counterexample["first"], injective.counterexample["second"]
+    image = injective.counterexample["image"]
+    assert layout.map(first["t"], first["i"]) == image == layout.map(second["t"], second["i"])
+    assert (first["t"], first["i"]) != (second["t"], second["i"])
+
+
+def test_fragment_with_a_wrong_column_is_refuted() -> None:
+    # The unit's formula with n = (lane // 4) % 4 instead of lane // 4: as many points as
+    # weights, but lanes l and l + 16 collide and columns 4..7 of each fragment are empty.
+    def wrong(lane: int, i: int) -> tuple[int, int]:
+        fragment, register = i // 4, i % 4
+        k = 2 * (lane % 4) + register % 2 + 8 * (register // 2)
+        return k, 8 * fragment + (lane // 4) % 4
+
+    layout = FunctionLayout((16, 64), 32, 32, wrong, name="wrong_unit")
+    result = check_bijective(layout, **LIMITS)
+    assert result.holds is False
+    assert not brute_bijective(layout)
+    first, second = result.counterexample["first"], result.counterexample["second"]
+    assert layout.map(first["t"], first["i"]) == result.counterexample["image"]
+    assert layout.map(second["t"], second["i"]) == result.counterexample["image"]
+
+
+# ------------------------------------------------------------------------------ lowering
+
+
+def assert_fully_proved(kernel: Any) -> Any:
+    """Every access and every plan claim of `kernel` proved (none refuted, none unknown)."""
+    report = validate_lowering(kernel, rlimit=RLIMIT)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+    assert report.results
+    proved = [r for _, r in report.results + report.plan_results if r.holds is True]
+    assert len(proved) == len(report.results) + len(report.plan_results)
+    return report
+
+
+@pytest.mark.parametrize(
+    "config", [DequantConfig(), DequantConfig(split=2, depth=2)], ids=["default", "split2_depth2"]
+)
+def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    report = assert_fully_proved(lower(program, "sm_90a", constants=LAYER))
+    names = [claim.name for claim, _ in report.plan_results]
+    assert {"mma operand a", "mma operand b", "mma accumulator c"} <= set(names)
+    assert any(name.startswith("ldmatrix") for name in names)
+
+
+def test_split_k_sum_lowering_validates() -> None:
+    assert_fully_proved(lower(split_k_sum(2), "sm_90a"))
+
+
+def test_pack_weights_program_lowering_validates() -> None:
+    assert_fully_proved(lower(pack_weights_program(dtypes.i4), "sm_90a"))
