@@ -128,6 +128,30 @@ LA_HALF_OPERATION(la_hmul_bf16, __hmul_rn, __ushort_as_bfloat16,
                   __bfloat16_as_ushort, la_decode_bf16, la_encode_bf16, la_fmul)
 #undef LA_HALF_OPERATION
 
+/* The same on two elements in one 32-bit word (the paired `*2_rn` instructions; register tensors
+   hold their codes as words, so a pair of f16 or bf16 elements is one operand). */
+#ifdef LA_DEVICE_CODE
+#define LA_HALF2_OPERATION(name, pair, intrinsic, single)                                  \
+    static __device__ __forceinline__ la_u32 name(la_u32 a, la_u32 b)                      \
+    {                                                                                      \
+        const pair result = intrinsic(*(const pair*)&a, *(const pair*)&b);                 \
+        return *(const la_u32*)&result;                                                    \
+    }
+#else
+#define LA_HALF2_OPERATION(name, pair, intrinsic, single)                                  \
+    static __device__ __forceinline__ la_u32 name(la_u32 a, la_u32 b)                      \
+    {                                                                                      \
+        return single(a & 0xFFFFu, b & 0xFFFFu) | (single(a >> 16, b >> 16) << 16);          \
+    }
+#endif
+LA_HALF2_OPERATION(la_hadd2_f16, __half2, __hadd2_rn, la_hadd_f16)
+LA_HALF2_OPERATION(la_hsub2_f16, __half2, __hsub2_rn, la_hsub_f16)
+LA_HALF2_OPERATION(la_hmul2_f16, __half2, __hmul2_rn, la_hmul_f16)
+LA_HALF2_OPERATION(la_hadd2_bf16, __nv_bfloat162, __hadd2_rn, la_hadd_bf16)
+LA_HALF2_OPERATION(la_hsub2_bf16, __nv_bfloat162, __hsub2_rn, la_hsub_bf16)
+LA_HALF2_OPERATION(la_hmul2_bf16, __nv_bfloat162, __hmul2_rn, la_hmul_bf16)
+#undef LA_HALF2_OPERATION
+
 /* Integer absolute value (wrapping: the most negative int stays itself), max and min. */
 static __device__ __forceinline__ int la_iabs(int a)
 {
@@ -369,6 +393,15 @@ def half_binary_code(op: str, dtype: DataType, x: str, y: str) -> str | None:
     if op not in HALF_OPERATIONS or dtype.name not in ("f16", "bf16"):
         return None
     return f"{HALF_OPERATIONS[op]}_{dtype.name}({x}, {y})"
+
+
+def half_pair_code(op: str, dtype: DataType, x: str, y: str) -> str | None:
+    """The C word of f16 or bf16 `op` on two elements at once: `x` and `y` are words holding
+    two codes each (the paired `_rn` instruction, `la_hmul2_f16` ...); None when `op` and `dtype`
+    have none."""
+    if op not in HALF_OPERATIONS or dtype.name not in ("f16", "bf16"):
+        return None
+    return f"{HALF_OPERATIONS[op]}2_{dtype.name}({x}, {y})"
 
 
 def sign_code(op: str, dtype: DataType, x: str) -> str | None:

@@ -447,9 +447,10 @@ def plan_mma(dot: Dot, arch: str) -> MmaPlan | None:
 def emit_mma(plan: MmaPlan, a: str, b: str, c: str, out: str) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's ``mma.sync`` calls.
 
-    `a`, `b`, `c`, `out` name the register arrays of the operands and the result (16-bit codes
-    for a and b, float32 bits for c and out). When `out` differs from `c`, c is copied into out
-    first; each call then updates four registers of out in place. Requires `TENSOR_CORE_SOURCE`.
+    `a`, `b`, `c`, `out` name the register tensors' word arrays of the operands and the result
+    (two 16-bit codes per word for a and b, float32 bits for c and out). When `out` differs
+    from `c`, c is copied into out first; each call then updates four registers of out in
+    place. Requires `TENSOR_CORE_SOURCE`.
     """
     lines = []
     if out != c:
@@ -464,10 +465,9 @@ def emit_mma(plan: MmaPlan, a: str, b: str, c: str, out: str) -> str:
 
 
 def _packed_words(array: str, first: int, count: int) -> list[str]:
-    return [
-        f"la_pack_b16x2({array}[{first + 2 * j}], {array}[{first + 2 * j + 1}])"
-        for j in range(count // 2)
-    ]
+    """The operand registers of `count` 16-bit elements from element `first` (even): the
+    register tensor's own words (`backend.lower.registers`)."""
+    return [f"{array}[{first // 2 + j}]" for j in range(count // 2)]
 
 
 def mma_operand_layouts(
@@ -729,13 +729,14 @@ def plan_ldmatrix(
 
 
 def emit_ldmatrix(plan: LdmatrixPlan, shared: str, out: str, thread: str) -> str:
-    """C++ statements filling the register array `out` (16-bit codes) by the plan.
+    """C++ statements filling the register tensor `out` (16-bit codes, two per word) by the
+    plan.
 
     `shared` is a C expression of a pointer to the first element of the shared tensor (16-bit
     elements, 16-byte aligned), `thread` the C identifier of a variable holding the thread index
     (``threadIdx.x``) in the kernel; the offsets' variables print under their own names. Each
-    instruction is one block declaring its 32-bit results and splitting them into two codes
-    each. Requires `TENSOR_CORE_SOURCE`.
+    instruction is one block declaring its 32-bit results, each one word (register pair) of
+    `out`. Requires `TENSOR_CORE_SOURCE`.
     """
     lines = []
     thread_index = var(thread, 0, plan.register_layout.num_threads - 1)
@@ -747,8 +748,6 @@ def emit_ldmatrix(plan: LdmatrixPlan, shared: str, out: str, thread: str) -> str
         lines.append(f"    unsigned int {', '.join(registers)};")
         lines.append(f"    {function}({', '.join(registers)}, {shared} + ({address}));")
         for k, register in enumerate(registers):
-            element = 2 * (instruction.first_pair + k)
-            lines.append(f"    {out}[{element}] = (unsigned short)({register} & 0xFFFFu);")
-            lines.append(f"    {out}[{element + 1}] = (unsigned short)({register} >> 16);")
+            lines.append(f"    {out}[{instruction.first_pair + k}] = {register};")
         lines.append("}")
     return "\n".join(lines) + "\n"

@@ -14,8 +14,8 @@ the registers and run on the threads the IR asks for. The checks, per access:
   ``ADDR + 1`` or another tensor's pointer matches no line;
 - "lanes": a vector load unpacks lane j of the loaded vector into register ``local_index + j``
   of the instruction's result, and a vector store packs registers ``local_index ..`` in lane
-  order (the lane expressions of `backend.cuda_codegen`, whose bit layout the emulation and GPU
-  tests pin);
+  order (the lane expressions of `backend.cuda_codegen` and the register words of
+  `backend.lower.registers`, whose bit layout the emulation and GPU tests pin);
 - "guard": the access sits inside ``if (GUARD) {`` with the recorded guard, or under no guard
   when the access has none;
 - "mask": a masked access sits inside ``if (MASK) {`` or uses ``(MASK ? `` on its line.
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backend.cuda_codegen import VECTOR_TYPES, pack_expression, unpack_expressions
-from backend.lower import Access
+from backend.lower import Access, registers
 from backend.lower.context import c_text
 
 INDENT = "    "
@@ -125,25 +125,46 @@ def check_lanes(
 ) -> str | None:
     """None when the vector's lanes move registers ``local_index ..`` of `register` in order.
 
-    `loads`: a vector load into `register` (else a store from it).
+    `loads`: a vector load into `register` (else a store from it). A register tensor holds its
+    thread's bitstream in 32-bit words (`backend.lower.registers`): a vector that starts on a
+    word moves whole words (word ``local_index * b / 32 + q`` is the vector's word q), any other
+    one writes or reads each element's bits.
     """
     if access.width == 1:
         return None
-    vector_bytes = access.width * access.element_bits // 8
+    bits = access.element_bits
+    vector_bytes = access.width * bits // 8
     kind = VECTOR_TYPES[vector_bytes]
-    registers = [f"{register}[{access.local_index + j}]" for j in range(access.width)]
+    first_bit = access.local_index * bits
+    whole_words = vector_bytes >= 4 and first_bit % 32 == 0
+    first, last = access.local_index, access.local_index + access.width - 1
     for index in lines:
         line = source.lines[index].strip()
         if loads:
             found = re.fullmatch(rf"const {re.escape(kind)} (la_v\d+) = \*\(const .*", line)
             if found is None:
                 continue
-            lanes = unpack_expressions(found.group(1), vector_bytes, access.element_bits)
-            wanted = {f"{r} = {lane};" for r, lane in zip(registers, lanes)}
-            nearby = {text.strip() for text in source.lines[index + 1 : index + 1 + access.width]}
+            if whole_words:
+                lanes = unpack_expressions(found.group(1), vector_bytes, 32)
+                wanted = {f"{register}[{first_bit // 32 + q}] = {w};" for q, w in enumerate(lanes)}
+            else:
+                lanes = unpack_expressions(found.group(1), vector_bytes, bits)
+                wanted = {
+                    text
+                    for j, lane in enumerate(lanes)
+                    for text in registers.element_update(register, bits, first + j, lane)
+                }
+            nearby = {text.strip() for text in source.lines[index + 1 : index + 1 + len(wanted)]}
             if wanted <= nearby:
                 return None
-        elif line.endswith(f" = {pack_expression(registers, vector_bytes, access.element_bits)};"):
+            continue
+        if whole_words:
+            words = [f"{register}[{first_bit // 32 + q}]" for q in range(vector_bytes // 4)]
+            packed = pack_expression(words, vector_bytes, 32)
+        else:
+            codes = [registers.element_code(register, bits, first + j) for j in range(access.width)]
+            packed = pack_expression(codes, vector_bytes, bits)
+        if line.endswith(f" = {packed};"):
             return None
     what = "unpacks its lanes into" if loads else "packs in lane order"
-    return f"no vector access {what} registers {registers[0]} .. {registers[-1]}"
+    return f"no vector access {what} registers {register}[{first}] .. {register}[{last}]"

@@ -18,12 +18,13 @@ from backend.conversions import (
 from backend.cuda_codegen import (
     binary_value,
     half_binary_code,
-    pack_expression,
+    half_pair_code,
     sign_code,
     unary_value,
     wrap_expression,
 )
 from backend.fast_conversions import fast_conversion
+from backend.lower import registers
 from backend.lower.context import THREAD_NAME, LoweringContext, Tile
 from backend.tensor_core import (
     emit_mma,
@@ -91,42 +92,96 @@ class ComputeLowering(LoweringContext):
         out = instruction.out
         code = int(out.dtype.encode(np.array([instruction.init]))[0])
         self.declare(out)
-        for i in range(out.layout.local_size):
-            self.out.line(f"{out.name}[{i}] = {code}u;")
+        self.note("constant", out.layout.local_size)
+        self.write_elements(out, [f"{code}u"] * out.layout.local_size)
 
     def visit_assign(self, instruction: instructions.Assign) -> None:
-        for i in range(instruction.dst.layout.local_size):
-            self.out.line(f"{instruction.dst.name}[{i}] = {instruction.src.name}[{i}];")
+        dst, src = instruction.dst, instruction.src
+        words = registers.word_count(dst.dtype.nbits, dst.layout.local_size)
+        self.note("words", words)
+        for w in range(words):
+            self.out.line(f"{self.word(dst, w)} = {self.word(src, w)};")
 
     def elementwise(
         self,
         out: RegisterTensor,
         operands: Sequence[RegisterTensor],
         formula: Callable[[list[str]], str],
+        path: str,
     ) -> None:
         self.declare(out)
+        codes = []
         for i in range(out.layout.local_size):
-            codes = [self.broadcast_read(out, operand, i) for operand in operands]
-            self.out.line(f"{out.name}[{i}] = {formula(codes)};")
+            codes.append(formula([self.broadcast_read(out, operand, i) for operand in operands]))
+        self.note_codes(path, codes)
+        self.write_elements(out, codes)
+
+    def note_codes(self, path: str, codes: Sequence[str]) -> None:
+        """Note `path` for element `codes`, generic when they go through the software float
+        codec (`la_decode_float`, `la_encode_float`)."""
+        generic = any("la_decode_float(" in c or "la_encode_float(" in c for c in codes)
+        self.note(f"{path} via the float codec" if generic else path, len(codes), generic)
+
+    def pair_word(self, out: RegisterTensor, operand: RegisterTensor, word: int) -> str | None:
+        """The C word of the two 16-bit `operand` elements that `out`'s elements 2 word and
+        2 word + 1 read: the operand's own word when they are its pair, else the two codes
+        joined; None when an index depends on the thread."""
+        first = self.broadcast_index(out, operand, 2 * word)
+        second = self.broadcast_index(out, operand, 2 * word + 1)
+        if first is None or second is None:
+            return None
+        if first % 2 == 0 and second == first + 1:
+            return self.word(operand, first // 2)
+        low, high = self.element(operand, first), self.element(operand, second)
+        return f"({low} | ({high} << 16))"
+
+    def paired_half_binary(self, instruction: instructions.Binary) -> bool:
+        """Lower an f16 or bf16 add, sub or mul two elements per instruction (the paired
+        `_rn` forms on whole words); False, writing nothing, when some pair has a
+        thread-dependent operand index or the element count is odd."""
+        out, op, dtype = instruction.out, instruction.op, instruction.lhs.dtype
+        size = out.layout.local_size
+        if half_pair_code(op, dtype, "x", "y") is None or size % 2:
+            return False
+        pairs = []
+        for w in range(size // 2):
+            words = [self.pair_word(out, x, w) for x in (instruction.lhs, instruction.rhs)]
+            if None in words:
+                return False
+            pairs.append(words)
+        self.declare(out)
+        self.note(f"paired {dtype.name} {op}", len(pairs))
+        for w, (x, y) in enumerate(pairs):
+            self.out.line(f"{self.word(out, w)} = {half_pair_code(op, dtype, x, y)};")
+        return True
 
     def visit_unary(self, instruction: instructions.Unary) -> None:
         dtype, op = instruction.x.dtype, instruction.op
         self.elementwise(
-            instruction.out, [instruction.x], lambda codes: unary_code(op, dtype, codes[0])
+            instruction.out,
+            [instruction.x],
+            lambda codes: unary_code(op, dtype, codes[0]),
+            f"{dtype.name} {op}",
         )
 
     def visit_binary(self, instruction: instructions.Binary) -> None:
+        if self.paired_half_binary(instruction):
+            return
         dtype, op = instruction.lhs.dtype, instruction.op
         self.elementwise(
             instruction.out,
             [instruction.lhs, instruction.rhs],
             lambda codes: binary_code(op, dtype, codes[0], codes[1]),
+            f"{dtype.name} {op}",
         )
 
     def visit_where(self, instruction: instructions.Where) -> None:
         operands = [instruction.cond, instruction.x, instruction.y]
         self.elementwise(
-            instruction.out, operands, lambda codes: f"({codes[0]} != 0 ? {codes[1]} : {codes[2]})"
+            instruction.out,
+            operands,
+            lambda codes: f"({codes[0]} != 0 ? {codes[1]} : {codes[2]})",
+            "select",
         )
 
     def visit_cast(self, instruction: instructions.Cast) -> None:
@@ -135,41 +190,30 @@ class ComputeLowering(LoweringContext):
         fast = fast_conversion(x.dtype, out.dtype) if self.tensor_cores else None
         size = out.layout.local_size
         if fast is not None and size % fast.elements_per_word == 0:
-            # Whole 32-bit words of codes: the bit-trick conversion, a word at a time.
+            # Whole 32-bit words of codes: the bit-trick conversion, a word in, a word of two
+            # 16-bit codes per output pair out.
             count = fast.elements_per_word
-            for first in range(0, size, count):
-                codes = [f"{x.name}[{first + j}]" for j in range(count)]
-                word, halves = self.temporary("word"), self.temporary("halves")
+            self.note(f"fast {x.dtype.name} -> {out.dtype.name}", size // count)
+            for w, first in enumerate(range(0, size, count)):
+                halves = self.temporary("halves")
                 with self.out.block():
-                    self.out.line(
-                        f"const unsigned int {word} = {pack_expression(codes, 4, x.dtype.nbits)};"
-                    )
                     self.out.line(f"unsigned int {halves}[{fast.output_words}];")
-                    self.out.line(fast.call(word, halves))
-                    for j in range(count):
-                        shift = " >> 16" if j % 2 else " & 0xFFFFu"
-                        self.out.line(f"{out.name}[{first + j}] = {halves}[{j // 2}]{shift};")
+                    self.out.line(fast.call(self.word(x, w), halves))
+                    for j in range(fast.output_words):
+                        self.out.line(f"{self.word(out, first // 2 + j)} = {halves}[{j}];")
             return
-        for i in range(size):
-            code = convert_expression(x.dtype, out.dtype, f"{x.name}[{i}]")
-            self.out.line(f"{out.name}[{i}] = {code};")
+        codes = [convert_expression(x.dtype, out.dtype, self.element(x, i)) for i in range(size)]
+        self.note_codes(f"convert {x.dtype.name} -> {out.dtype.name}", codes)
+        self.write_elements(out, codes)
 
     def visit_view(self, instruction: instructions.View) -> None:
+        # Both tensors hold each thread's bitstream in words: the same words.
         out, x = instruction.out, instruction.x
-        bits_in, bits_out = x.dtype.nbits, out.dtype.nbits
         self.declare(out)
-        for j in range(out.layout.local_size):
-            start, end = j * bits_out, (j + 1) * bits_out
-            parts = []
-            for k in range(start // bits_in, (end - 1) // bits_in + 1):
-                low = k * bits_in
-                part = f"(la_u32){x.name}[{k}]"
-                if start > low:
-                    part = f"({part} >> {start - low})"
-                if low > start:
-                    part = f"({part} << {low - start})"
-                parts.append(part)
-            self.out.line(f"{out.name}[{j}] = {wrap_expression(out.dtype, ' | '.join(parts))};")
+        words = registers.word_count(out.dtype.nbits, out.layout.local_size)
+        self.note("words", words)
+        for w in range(words):
+            self.out.line(f"{self.word(out, w)} = {self.word(x, w)};")
 
     def visit_reduce(self, instruction: instructions.Reduce) -> None:
         out, x = instruction.out, instruction.x
@@ -185,22 +229,27 @@ class ComputeLowering(LoweringContext):
         with self.out.block():
             self.out.line(f"{kind} {partial}[{size}];")
             for j in range(size):
-                terms = [decode_expression(dtype, f"{x.name}[{int(k)}]") for k in local_order[0, j]]
+                terms = [
+                    decode_expression(dtype, self.element(x, int(k))) for k in local_order[0, j]
+                ]
                 self.out.line(f"{partial}[{j}] = {terms[0]};")
                 for term in terms[1:]:
                     self.out.line(f"{partial}[{j}] = {combine(f'{partial}[{j}]', term)};")
             for divisor, count in steps:
                 if self.within_warps(divisor, count):
+                    self.note("reduce by shuffles", size)
                     self.reduce_by_shuffles(partial, size, kind, combine, divisor, count)
                 else:
+                    self.note("reduce through shared memory", size)
                     self.reduce_through_shared(partial, size, kind, combine, divisor, count)
+            codes = []
             for j in range(size):
                 value = f"{partial}[{j}]"
                 if dtype.is_float:
-                    code = encode_expression(dtype, value)
+                    codes.append(encode_expression(dtype, value))
                 else:
-                    code = wrap_expression(dtype, value)
-                self.out.line(f"{out.name}[{j}] = {code};")
+                    codes.append(wrap_expression(dtype, value))
+            self.write_elements(out, codes)
 
     def within_warps(self, divisor: int, count: int) -> bool:
         """Whether every group of threads differing only in the digit (t // divisor) % count
@@ -280,18 +329,21 @@ class ComputeLowering(LoweringContext):
         plan = plan_mma(instruction, self.arch) if self.tensor_cores else None
         if plan is not None:
             self.plans.append(plan)
+            self.note("mma.m16n8k16", len(plan.calls))
             self.out.lines(emit_mma(plan, a.name, b.name, c.name, out.name))
             return
         if not dot_is_thread_local(instruction):
+            self.note("SIMT dot through shared memory", out.layout.local_size)
             self.staged_dot(instruction)
             return
+        self.note("SIMT dot", out.layout.local_size)
         gather_a, gather_b = dot_gather(c.layout, a.layout, b.layout)
         values_a, values_b = self.temporary("a"), self.temporary("b")
         with self.out.block():
             for name, tensor in ((values_a, a), (values_b, b)):
                 self.out.line(f"float {name}[{tensor.layout.local_size}];")
                 for i in range(tensor.layout.local_size):
-                    value = decode_expression(tensor.dtype, f"{tensor.name}[{i}]")
+                    value = decode_expression(tensor.dtype, self.element(tensor, i))
                     self.out.line(f"{name}[{i}] = {value};")
             shadow_a = RegisterTensor(values_a, a.dtype, a.layout)
             shadow_b = RegisterTensor(values_b, b.dtype, b.layout)
@@ -306,8 +358,8 @@ class ComputeLowering(LoweringContext):
                     def column(k: int = k, i: int = i) -> list[Expr | int]:
                         return [k, c.layout.map(self.thread, i)[1]]
 
-                    x = self.read(shadow_a, gather_a[:, i, k], row)
-                    y = self.read(shadow_b, gather_b[:, i, k], column)
+                    x = self.read(shadow_a, gather_a[:, i, k], row, plain=True)
+                    y = self.read(shadow_b, gather_b[:, i, k], column, plain=True)
                     self.out.line(f"{accumulator} = la_fadd({accumulator}, la_fmul({x}, {y}));")
                 self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
 
@@ -332,7 +384,7 @@ class ComputeLowering(LoweringContext):
                     for i in range(tensor.layout.local_size):
                         address = tile.offset(self.thread, i)
                         self.record(tile, i, 1, address, 32, None)
-                        value = decode_expression(tensor.dtype, f"{tensor.name}[{i}]")
+                        value = decode_expression(tensor.dtype, self.element(tensor, i))
                         self.out.line(f"{name}[{self.c(address)}] = {value};")
             self.out.line("__syncthreads();")
             threads, size = self.threads, c.layout.local_size

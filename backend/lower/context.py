@@ -17,10 +17,11 @@ import numpy as np
 
 from backend.cuda_codegen import (
     CodeWriter,
-    register_declaration,
 )
 from backend.errors import CompilationError
 from backend.kernel import KernelArrayParam, KernelIntParam
+from backend.lower import registers
+from backend.lower.report import LoweringReport, PathRecorder
 from backend.tensor_core import (
     MINIMUM_MMA_ARCH,
     LdmatrixPlan,
@@ -136,7 +137,8 @@ class LoweredKernel:
     (NVRTC options the source is meant for), `accesses` (every printed address, in source
     order) and `plans` (the tensor-core plans used: `backend.tensor_core.MmaPlan` for a dot on
     ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
-    obligations of what they print).
+    obligations of what they print) and `report` (the path each written instruction took,
+    `backend.lower.report.LoweringReport`).
     """
 
     source: str
@@ -147,6 +149,7 @@ class LoweredKernel:
     options: tuple[str, ...]
     accesses: tuple[Access, ...]
     plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
+    report: LoweringReport = LoweringReport(())
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -293,6 +296,7 @@ class LoweringContext:
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
         self.accesses: list[Access] = []
+        self.paths = PathRecorder()
         divided = [
             p
             for p in program.params
@@ -314,6 +318,11 @@ class LoweringContext:
     def fail(self, problem: str) -> CompilationError:
         where = "" if self.current is None else f" in: {format_instruction(self.current)}"
         return CompilationError(f"cannot lower {self.program.name}: {problem}{where}")
+
+    def note(self, path: str, count: int = 1, generic: bool = False) -> None:
+        """Record that the instruction being written took `path` for `count` elements or
+        calls (`backend.lower.report`)."""
+        self.paths.note(path, count, generic)
 
     def temporary(self, stem: str) -> str:
         self.temporaries += 1
@@ -348,7 +357,40 @@ class LoweringContext:
         return total
 
     def declare(self, tensor: RegisterTensor) -> None:
-        self.out.line(register_declaration(tensor.name, tensor.dtype, tensor.layout.local_size))
+        """Declare `tensor`'s word array (`backend.lower.registers`)."""
+        self.out.line(
+            registers.declaration(tensor.name, tensor.dtype.nbits, tensor.layout.local_size)
+        )
+
+    def element(self, tensor: RegisterTensor, index: int) -> str:
+        """The C code (unsigned, b bits) of `tensor`'s element `index` in this thread."""
+        return registers.element_code(tensor.name, tensor.dtype.nbits, index)
+
+    def word(self, tensor: RegisterTensor, index: int) -> str:
+        """The C text of `tensor`'s 32-bit word `index`."""
+        return f"{tensor.name}[{index}]"
+
+    def write_element(self, tensor: RegisterTensor, index: int, code: str) -> None:
+        """Write `code` (fitting in b bits) as element `index`, keeping the other elements."""
+        for line in registers.element_update(tensor.name, tensor.dtype.nbits, index, code):
+            self.out.line(line)
+
+    def write_elements(self, tensor: RegisterTensor, codes: Sequence[str]) -> None:
+        """Write every element of `tensor` (`codes[k]` the code of element k, fitting in b
+        bits), a whole word at a time."""
+        nbits = tensor.dtype.nbits
+        if nbits == registers.WORD_BITS:
+            for index, code in enumerate(codes):
+                self.out.line(f"{tensor.name}[{index}] = {code};")
+            return
+        with self.out.block():
+            names = []
+            for code in codes:
+                name = self.temporary("e")
+                self.out.line(f"const la_u32 {name} = {code};")
+                names.append(name)
+            for line in registers.word_assignments(tensor.name, nbits, names):
+                self.out.line(line)
 
     def record(
         self,
@@ -388,16 +430,22 @@ class LoweringContext:
         tensor: RegisterTensor,
         table: np.ndarray,
         coords: Callable[[], Sequence[Expr | int]],
+        plain: bool = False,
     ) -> str:
         """The C code of `tensor`'s register that each thread t reads at `table[t]`.
 
         A constant index is used as is; a thread-dependent one is computed from `coords()` (the
         element's coordinates in the tensor), checked against the table, and selected among its
-        possible values.
+        possible values. With `plain`, `tensor.name` is an ordinary C array of one value per
+        element (not a register tensor's words).
         """
+
+        def element(index: int) -> str:
+            return f"{tensor.name}[{index}]" if plain else self.element(tensor, index)
+
         values = np.unique(table)
         if values.size == 1:
-            return f"{tensor.name}[{int(values[0])}]"
+            return element(int(values[0]))
         index = simplify(local_index_expression(tensor.layout, coords()))
         threads = np.arange(self.threads, dtype=np.int64)
         computed = np.broadcast_to(evaluate(index, {THREAD_NAME: threads}), threads.shape)
@@ -405,10 +453,16 @@ class LoweringContext:
             raise self.fail(f"the register index of {tensor.name} cannot be computed")
         name = self.temporary("j")
         self.out.line(f"const int {name} = {self.c(index)};")
-        chain = f"{tensor.name}[{int(values[-1])}]"
+        chain = element(int(values[-1]))
         for value in reversed(values[:-1].tolist()):
-            chain = f"({name} == {value} ? {tensor.name}[{value}] : {chain})"
+            chain = f"({name} == {value} ? {element(value)} : {chain})"
         return chain
+
+    def broadcast_index(self, out: RegisterTensor, operand: RegisterTensor, i: int) -> int | None:
+        """The local index of `operand`'s element that `out`'s element i reads, when it is the
+        same in every thread; None when it depends on the thread."""
+        column = broadcast_gather(out.layout, operand.layout)[:, i]
+        return int(column[0]) if np.all(column == column[0]) else None
 
     def broadcast_read(self, out: RegisterTensor, operand: RegisterTensor, i: int) -> str:
         """The code of `operand`'s element that `out`'s element i reads (NumPy broadcasting)."""

@@ -126,6 +126,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             options=NVRTC_OPTIONS,
             accesses=tuple(self.accesses),
             plans=tuple(self.plans),
+            report=self.paths.report(),
         )
 
     def warp_mask(self) -> str:
@@ -179,7 +180,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         for instruction in body:
             self.current = instruction
             self.out.comment(format_instruction(instruction))
+            self.paths.begin()
             self.visit(instruction)
+            self.paths.end(instruction, len(self.loops))
 
     def visit_for_range(self, instruction: instructions.ForRange) -> None:
         whole = self.whole_groups(instruction)

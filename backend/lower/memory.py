@@ -252,12 +252,19 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Load registers first .. first + width - 1 of `out` with one vector access."""
         address, vector_bytes = self.recorded_vector(tile, first, width, mask)
+        self.note(f"load {vector_bytes} B")
         kind = VECTOR_TYPES[vector_bytes]
         vector = self.temporary("v")
         with self.out.block():
             self.out.line(f"const {kind} {vector} = *(const {kind}*)({pointer} + ({address}));")
+            bit = first * tile.element_bits
+            if vector_bytes >= 4 and bit % 32 == 0:
+                # Whole words of the register tensor: the vector's words as they are.
+                for q, word in enumerate(unpack_expressions(vector, vector_bytes, 32)):
+                    self.out.line(f"{self.word(out, bit // 32 + q)} = {word};")
+                return
             for j, code in enumerate(unpack_expressions(vector, vector_bytes, tile.element_bits)):
-                self.out.line(f"{out.name}[{first + j}] = {code};")
+                self.write_element(out, first + j, code)
 
     def load_elements(
         self,
@@ -269,12 +276,13 @@ class MemoryLowering(LoweringContext):
         masked: bool,
     ) -> None:
         """Load registers first .. first + width - 1 of `out` one by one (0 out of bounds)."""
+        self.note("load element by element", width, generic=True)
         for i in range(first, first + width):
             mask = tile.inside(self.thread, i, 1) if masked else None
             if mask is not None and is_false(mask):
-                self.out.line(f"{out.name}[{i}] = 0u;")
+                self.write_element(out, i, "0u")
             else:
-                self.out.line(f"{out.name}[{i}] = {self.load_element(pointer, tile, i, mask)};")
+                self.write_element(out, i, self.load_element(pointer, tile, i, mask))
 
     def store_vector(
         self,
@@ -287,9 +295,16 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Store registers first .. first + width - 1 of `src` with one vector access."""
         address, vector_bytes = self.recorded_vector(tile, first, width, mask)
+        self.note(f"store {vector_bytes} B")
         kind = VECTOR_TYPES[vector_bytes]
-        codes = [f"{src.name}[{first + j}]" for j in range(width)]
-        packed = pack_expression(codes, vector_bytes, tile.element_bits)
+        bit = first * tile.element_bits
+        if vector_bytes >= 4 and bit % 32 == 0:
+            # Whole words of the register tensor: stored as they are.
+            words = [self.word(src, bit // 32 + q) for q in range(vector_bytes // 4)]
+            packed = pack_expression(words, vector_bytes, 32)
+        else:
+            codes = [self.element(src, first + j) for j in range(width)]
+            packed = pack_expression(codes, vector_bytes, tile.element_bits)
         self.out.line(f"*({kind}*)({pointer} + ({address})) = {packed};")
 
     def store_elements(
@@ -303,10 +318,11 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Store registers first .. first + width - 1 of `src` one by one (skipped out of
         bounds)."""
+        self.note("store element by element", width, generic=True)
         for i in range(first, first + width):
             mask = tile.inside(self.thread, i, 1) if masked else None
             if mask is None or not is_false(mask):
-                self.store_element(pointer, tile, i, f"{src.name}[{i}]", mask)
+                self.store_element(pointer, tile, i, self.element(src, i), mask)
 
     def vector_runs(
         self,
@@ -386,6 +402,7 @@ class MemoryLowering(LoweringContext):
                 plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)
         if plan is not None:
             self.plans.append(plan)
+            self.note("ldmatrix", len(plan.instructions))
             self.out.lines(
                 emit_ldmatrix(plan, f"((unsigned short*){src.name})", out.name, THREAD_NAME)
             )
@@ -478,6 +495,7 @@ class MemoryLowering(LoweringContext):
             if source.element_bits % 8:
                 bytes_read = f"{elements} * {source.element_bits} / 8"
             self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+            self.note(f"cp.async {vector_bytes} B, zero-filled")
         if not is_true(condition):
             with self.out.block("else"):
                 self.copy_elements(source, src, target, dst, first, width)
@@ -503,7 +521,9 @@ class MemoryLowering(LoweringContext):
         frm = f"{src} + ({self.c(src_address)})"
         if vector_bytes >= 4:
             self.out.line(f"la_cp_async_{vector_bytes}({to}, {frm});")
+            self.note(f"cp.async {vector_bytes} B")
         else:
+            self.note(f"copy {vector_bytes} B")
             kind = VECTOR_TYPES[vector_bytes]
             self.out.line(f"*({kind}*)({to}) = *(const {kind}*)({frm});")
 
@@ -512,6 +532,7 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Copy registers first .. first + width - 1 element by element, synchronously (0 for
         elements outside the source's shape)."""
+        self.note("copy element by element", width, generic=True)
         for i in range(first, first + width):
             mask = source.inside(self.thread, i, 1)
             code = "0u" if is_false(mask) else self.load_element(src, source, i, mask)

@@ -12,7 +12,8 @@ Three kinds of check:
   precision, another library);
 - on the GPU, every pair of codes (2^32 per operation and type) through the lowering's own C
   formulas (`backend.lower.compute.binary_code`) against the float64 operation rounded once by the
-  hardware (`cvt.rn` from f64), NaN results checked to be NaN and positive (marked `gpu`).
+  hardware (`cvt.rn` from f64), NaN results checked to be NaN and positive, and the paired
+  instruction on (a, b) and (b, a) in one word against the single-element one (marked `gpu`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.conversions import CONVERSION_SOURCE
-from backend.cuda_codegen import OPERATION_SOURCE
+from backend.cuda_codegen import OPERATION_SOURCE, half_pair_code
 from backend.lower import lower
 from backend.lower.compute import binary_code, unary_code
 from ir import dtypes
@@ -154,10 +155,11 @@ def _binary_program(dtype: DataType, op: str):
 
 @pytest.mark.parametrize("dtype", HALF_TYPES, ids=str)
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
-def test_lowering_uses_the_native_instruction(dtype: DataType, op: str) -> None:
+def test_lowering_uses_the_native_paired_instruction(dtype: DataType, op: str) -> None:
     source = lower(_binary_program(dtype, op), "sm_90a").source
     body = source[source.index('extern "C"') :]
-    assert f"la_h{op}_{dtype.name}(" in body
+    # Two elements of one thread sit in one word: the paired instruction on whole words.
+    assert f"r2[0] = la_h{op}2_{dtype.name}(r0[0], r1[0]);" in body
     assert "la_decode_float(" not in body and "la_encode_float(" not in body
 
 
@@ -240,6 +242,13 @@ extern "C" __global__ void check_control(unsigned long long* result)
             names.append(name)
             comparison = op in COMPARISONS
             want = "(unsigned)r" if comparison else f"la_test_round(r, {bf16})"
+            pair = half_pair_code(op, dtype, "(a | (b << 16))", "(b | (a << 16))")
+            # The paired instruction on (a, b) and (b, a) in one word: both halves as the
+            # single-element formula gives them.
+            swapped = binary_code(op, dtype, "b", "a")
+            pair_check = (
+                "true" if pair is None else f"({pair}) == (got | ((({swapped}) & 0xFFFFu) << 16))"
+            )
             nan_rule = (
                 "false" if comparison else f"(got >> 15) == 0u && {decode}(got) != {decode}(got)"
             )
@@ -253,7 +262,7 @@ extern "C" __global__ void {name}(unsigned long long* result)
         const double r = {DOUBLE_FORMULAS[op]};
         const bool nan_ok = {nan_rule};
         const bool ok = r != r ? nan_ok : got == {want};
-        if (!ok) {{
+        if (!ok || !({pair_check})) {{
             la_test_record(result, (a << 16) | b);
         }}
     }}

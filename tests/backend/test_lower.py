@@ -121,12 +121,13 @@ def test_vector_add_source_has_a_16_byte_load_under_a_tail_mask() -> None:
         "const uint4 la_v1 = *(const uint4*)(g0 + (la_w_block_x * 2048 + la_w_la_thread * 16));"
         in source
     )
-    assert "r0[1] = ((la_v1.x >> 16) & 0xFFFFu);" in source
-    # The tail: element by element, each under its own bounds check.
+    # A thread's eight f16 elements are four words: the vector's words as they are.
+    assert "r0[0] = la_v1.x;" in source and "r0[3] = la_v1.w;" in source
+    # The tail: element by element into the high half of word 3, each under its own check.
     assert (
-        "r0[7] = (la_w_block_x * 1024 + la_w_la_thread * 8 + 7 < la_w_n ? "
-        "(la_u32)((const unsigned short*)g0)[la_w_block_x * 1024 + la_w_la_thread * 8 + 7] : 0u);"
-        in source
+        "r0[3] = (r0[3] & 0xFFFFu) | ((la_u32)((la_w_block_x * 1024 + la_w_la_thread * 8 + 7 "
+        "< la_w_n ? (la_u32)((const unsigned short*)g0)[la_w_block_x * 1024 + la_w_la_thread * 8 "
+        "+ 7] : 0u)) << 16);" in source
     )
     assert "*(uint4*)(g2 + (la_w_block_x * 2048 + la_w_la_thread * 16)) = make_uint4(" in source
 
@@ -161,7 +162,7 @@ def test_tile_outside_a_concrete_tensor_is_zero_and_unstored() -> None:
         b.store_global(view, b.load_global(view, [64, 0], spatial(32, 1).local(1, 8)), [64, 0])
     kernel = lower(b.program())
     assert kernel.accesses == ()
-    assert "r0[7] = 0u;" in kernel.source
+    assert "r0[3] = (r0[3] & 0xFFFFu) | ((la_u32)(0u) << 16);" in kernel.source
 
 
 # --------------------------------------------------------------------- sub-byte and replicas
@@ -174,8 +175,8 @@ def test_sub_byte_elements_sharing_bytes_are_stored_with_atomics() -> None:
         tile = b.load_global(b.global_view(x, dtypes.u4, layout), [0], spatial(64))
         b.store_global(b.global_view(y, dtypes.u4, layout), tile, [0])
     source = lower(b.program()).source
-    assert "r0[0] = la_load_bits(g0, la_thread * 4, 4);" in source
-    assert "la_store_bits(g1, la_thread * 4, r0[0], 4);" in source
+    assert "r0[0] = (r0[0] & 0xFFFFFFF0u) | (la_u32)(la_load_bits(g0, la_thread * 4, 4));" in source
+    assert "la_store_bits(g1, la_thread * 4, (r0[0] & 0xFu), 4);" in source
 
 
 def test_replicated_store_is_guarded_by_the_primary_replica() -> None:
@@ -330,7 +331,9 @@ def test_tensor_cores_are_used_from_sm_80_on() -> None:
         "LdmatrixPlan",
         "MmaPlan",
     ]
-    assert "la_mma_m16n8k16_f16(r3[0], r3[1], r3[2], r3[3], la_pack_b16x2(" in kernel.source
+    assert "la_mma_m16n8k16_f16(r3[0], r3[1], r3[2], r3[3], r1[0], r1[1], r1[2], r1[3]" in (
+        kernel.source
+    )
     assert "la_ldmatrix_x4(la_r0, la_r1, la_r2, la_r3, ((unsigned short*)s0) + (" in kernel.source
     assert "la_ldmatrix_x4_trans(" in kernel.source
 

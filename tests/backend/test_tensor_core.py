@@ -104,9 +104,7 @@ def test_emit_mma_literal() -> None:
     plan = _plan(1, 1, 16, 8, 16)
     assert emit_mma(plan, "a", "b", "c", "d") == (
         "d[0] = c[0];\nd[1] = c[1];\nd[2] = c[2];\nd[3] = c[3];\n"
-        "la_mma_m16n8k16_f16(d[0], d[1], d[2], d[3], la_pack_b16x2(a[0], a[1]), "
-        "la_pack_b16x2(a[2], a[3]), la_pack_b16x2(a[4], a[5]), la_pack_b16x2(a[6], a[7]), "
-        "la_pack_b16x2(b[0], b[1]), la_pack_b16x2(b[2], b[3]));\n"
+        "la_mma_m16n8k16_f16(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1]);\n"
     )
     assert emit_mma(plan, "a", "b", "acc", "acc").startswith("la_mma_m16n8k16_f16(acc[0]")
 
@@ -234,10 +232,8 @@ def test_plan_ldmatrix_literal_single_tile() -> None:
         "    unsigned int la_r0, la_r1;\n"
         "    la_ldmatrix_x2_trans(la_r0, la_r1, s + (((tid & 7) >> 1) * 16 + (tid & 1) * 8 + "
         "((tid >> 3) & 1) * 64));\n"
-        "    r[0] = (unsigned short)(la_r0 & 0xFFFFu);\n"
-        "    r[1] = (unsigned short)(la_r0 >> 16);\n"
-        "    r[2] = (unsigned short)(la_r1 & 0xFFFFu);\n"
-        "    r[3] = (unsigned short)(la_r1 >> 16);\n"
+        "    r[0] = la_r0;\n"
+        "    r[1] = la_r1;\n"
         "}\n"
     )
 

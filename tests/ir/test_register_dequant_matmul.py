@@ -341,7 +341,7 @@ def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -
 
 @pytest.mark.parametrize(
     "call",
-    ["la_fast_i4_to_f16(", "la_hmul_f16(", "la_mma_m16n8k16_f16(", "la_ldmatrix_x4("],
+    ["la_fast_i4_to_f16(", "la_hmul2_f16(", "la_mma_m16n8k16_f16(", "la_ldmatrix_x4("],
 )
 def test_decode_loop_uses_the_fast_paths(i4_source: str, call: str) -> None:
     assert call in loop_and_after(i4_source)
