@@ -5,6 +5,7 @@
     kernel(n, x, y, z, grid=blocks)                   # torch tensors or CUDA arrays, and ints
     kernel(x=x, y=y, z=z, n=n, grid=blocks)           # by name, as `ir.run_reference` takes them
     compile(program, "sm_90a", constants={"k": 64})   # k: int_param("k", constant=True)
+    kernel(n, x, y, z)                                # a program that declares its grid
 
 The arguments are those of the program, in its parameter order or by name: arrays as torch
 tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
@@ -18,6 +19,10 @@ A compile-time constant parameter (``int_param("k", constant=True)``) gets its v
 (`ir.specialize`), so the value is part of the source hash that keys the CUBIN cache. The
 parameter keeps its place in the argument list, and a call with another value raises
 `LaunchError` naming the parameter, the value given and the value compiled.
+
+A program that declares its launch grid (``b.grid(n // 256)``, `ProgramBuilder.grid`) is
+compiled with its block indices bounded by it, and its kernel computes the grid from the int
+arguments: a call may omit `grid`, and one whose grid differs raises `LaunchError` naming both.
 """
 
 from __future__ import annotations
@@ -91,12 +96,17 @@ class CompiledKernel:
         """Registers, shared and local memory the kernel uses (loads it on the current GPU)."""
         return self.kernel.resources
 
-    def __call__(self, *args: object, grid: int | Sequence[int], **kwargs: object) -> None:
+    def __call__(
+        self, *args: object, grid: int | Sequence[int] | None = None, **kwargs: object
+    ) -> None:
         """Launch over `grid` (an int or 1 to 3 ints) with the program's arguments.
 
-        Raises `LaunchError` before anything reaches the GPU when an argument or the grid does
-        not fit (see `backend.kernel`). The launch is asynchronous on torch's current stream
-        when an argument is a torch tensor, else on the legacy default stream.
+        `grid` None (the default) means the grid the program declares, computed from the int
+        arguments; a given grid must equal it. Raises `LaunchError` before anything reaches
+        the GPU when an argument or the grid does not fit (see `backend.kernel`), when the grid
+        differs from the declared one, or when it is omitted and the program declares none.
+        The launch is asynchronous on torch's current stream when an argument is a torch
+        tensor, else on the legacy default stream.
         """
         self.kernel(*args, grid=grid, **kwargs)
 
@@ -138,5 +148,6 @@ def compile(
         arch=chosen,
         options=lowered.options,
         cache=cache,
+        grid=lowered.grid,
     )
     return CompiledKernel(program, lowered, kernel)

@@ -1,8 +1,8 @@
 """Pieces of CUDA C++ that the lowering assembles: a code writer, types, packing and op formulas.
 
-Register tensors live in per-thread arrays of *codes*, one array element per tile element, in the
-narrowest unsigned type that holds a code (`storage_type`); every index into them is a
-compile-time constant, so NVCC keeps them in registers. Memory moves whole vectors of 1 to 16
+Register tensors live in per-thread arrays of 32-bit words holding their bitstream of *codes*
+(`backend.lower.registers`); every index into them is a compile-time constant, so NVCC keeps
+them in registers. Memory moves whole vectors of 1 to 16
 bytes (`VECTOR_TYPES`): `unpack_expressions` cuts a loaded vector into element codes and
 `pack_expression` builds one from codes, both following the dense LSB-first bitstream of the
 contract (element k in bits [k*b, (k+1)*b) of the little-endian vector).
@@ -326,18 +326,6 @@ class CodeWriter:
     def text(self) -> str:
         """The source written so far, newline-terminated."""
         return "\n".join(self._lines) + "\n"
-
-
-def storage_type(dtype: DataType) -> str:
-    """The C type of one register holding a code of `dtype`: the narrowest unsigned type."""
-    if dtype.nbits <= 8:
-        return "unsigned char"
-    return "unsigned short" if dtype.nbits <= 16 else "unsigned int"
-
-
-def register_declaration(name: str, dtype: DataType, size: int) -> str:
-    """The declaration of a register array `name` of `size` codes of `dtype`."""
-    return f"{storage_type(dtype)} {name}[{size}];"
 
 
 def code_mask(dtype: DataType) -> str:

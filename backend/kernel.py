@@ -22,7 +22,11 @@ naming the parameter, the value and what was expected:
   ceil(num_elements * element_bits / 8) bytes, with `num_elements` evaluated on the int
   arguments when it is an expression; the start address a multiple of the parameter's
   alignment (16 bytes by default: the generated code may use 16-byte vector accesses);
-- grid: a positive int or a tuple of 1 to 3 positive ints, x < 2**31, y and z < 2**16.
+- grid: a positive int or a tuple of 1 to 3 positive ints, x < 2**31, y and z < 2**16. A
+  kernel built with a declared grid (`Kernel(grid=...)`: x, y, z expressions over its int
+  parameters, from a program's `ir.Program.grid`) computes it from the int arguments when the
+  call gives none, and refuses a call whose grid differs, or a computed extent below 1
+  (`ir.arguments.launch_grid`); without one, the grid is required.
 
 The current device is torch's current device when any argument is a torch tensor, else the
 device of the calling thread's current CUDA context, else device 0. The launch goes to torch's
@@ -55,9 +59,9 @@ from backend.device import (
 )
 from backend.errors import CompilationError, LaunchError
 from backend.nvrtc import compile_cached, cubin_kernels
-from ir.arguments import bind_arguments
+from ir.arguments import bind_arguments, grid_text, launch_grid
 from ir.arguments import check_grid as check_arguments_grid
-from layout_algebra.symbolic import Expr
+from layout_algebra.symbolic import Expr, as_expr
 
 MAX_BLOCK_THREADS = 1024
 RESERVED_NAMES = frozenset({"grid"})
@@ -344,10 +348,12 @@ class Kernel:
 
     `source`, `cubin`, `arch`, `entry` (the `extern "C" __global__` name), `params` (the
     signature, in C parameter order), `block_threads` (threads per block, a 1-D block),
-    `shared_bytes` (dynamic shared memory per block), and `resources` (registers per thread,
-    static shared bytes, local bytes, max threads per block; loading the kernel on the current
-    device the first time). `device` is the driver interface (the real CUDA driver unless a test
-    substitutes one). Construction raises `LaunchError` for an invalid signature or block.
+    `shared_bytes` (dynamic shared memory per block), `grid` (the declared launch grid: x, y, z
+    ints or expressions over the int parameters, or None when each call gives it), and
+    `resources` (registers per thread, static shared bytes, local bytes, max threads per block;
+    loading the kernel on the current device the first time). `device` is the driver interface
+    (the real CUDA driver unless a test substitutes one). Construction raises `LaunchError` for
+    an invalid signature, block or grid.
     """
 
     def __init__(
@@ -360,6 +366,7 @@ class Kernel:
         params: Sequence[Param],
         block_threads: int,
         shared_bytes: int = 0,
+        grid: Sequence[Expr | int] | None = None,
         device: Device | None = None,
     ) -> None:
         if not isinstance(entry, str) or not entry.isidentifier():
@@ -385,6 +392,23 @@ class Kernel:
                         f"{param.name!r} reads {', '.join(unknown)}, which are not int parameters "
                         f"(the int parameters are {', '.join(sorted(int_names)) or 'none'})"
                     )
+        if grid is not None:
+            grid = tuple(grid)
+            if len(grid) != 3 or not all(
+                isinstance(extent, Expr) or _is_int(extent) for extent in grid
+            ):
+                raise LaunchError(
+                    f"kernel {entry!r}: grid {grid!r} is not three ints or Exprs (x, y, z) over "
+                    "the int parameters"
+                )
+            grid = tuple(as_expr(extent) for extent in grid)
+            unknown = sorted(set().union(*(extent.free_vars() for extent in grid)) - int_names)
+            if unknown:
+                raise LaunchError(
+                    f"kernel {entry!r}: grid {grid_text(grid)} reads {', '.join(unknown)}, which "
+                    f"are not int parameters (the int parameters are "
+                    f"{', '.join(sorted(int_names)) or 'none'})"
+                )
         if not _is_int(block_threads) or not 1 <= block_threads <= MAX_BLOCK_THREADS:
             raise LaunchError(
                 f"kernel {entry!r}: block_threads {block_threads!r} is not an int from 1 to "
@@ -401,6 +425,7 @@ class Kernel:
         self._params = params
         self._block_threads = block_threads
         self._shared_bytes = shared_bytes
+        self._grid = grid
         self._device = cuda_driver() if device is None else device
         self._loaded: dict[int, LoadedFunction] = {}
 
@@ -440,6 +465,11 @@ class Kernel:
         return self._shared_bytes
 
     @property
+    def grid(self) -> tuple[Expr, ...] | None:
+        """The declared launch grid (x, y, z over the int parameters); None: given per call."""
+        return self._grid
+
+    @property
     def resources(self) -> KernelResources:
         """What the kernel uses on the current device (loads it there on first use)."""
         return self._load(self._device.current_ordinal()).resources
@@ -457,11 +487,14 @@ class Kernel:
             )
         return self._loaded[ordinal]
 
-    def __call__(self, *args: object, grid: object, **kwargs: object) -> None:
+    def __call__(self, *args: object, grid: object = None, **kwargs: object) -> None:
         """Check every argument (see the module docstring), then launch on `grid` blocks.
 
-        Arguments come positionally in signature order or by name. Raises `LaunchError` before
-        anything reaches the GPU when an argument, the grid or the block does not fit.
+        Arguments come positionally in signature order or by name. `grid` may be omitted
+        (None) when the kernel declares its grid, which is then computed from the int
+        arguments; a given grid must equal it. Raises `LaunchError` before anything reaches the
+        GPU when an argument, the grid or the block does not fit, or when no grid is given and
+        none is declared.
         """
         bound = self._bind(args, kwargs)
         ints = {
@@ -469,7 +502,7 @@ class Kernel:
             for param in self._params
             if isinstance(param, KernelIntParam)
         }
-        grid3 = check_grid(grid)
+        grid3 = launch_grid(f"kernel {self._entry!r}", grid, self._grid, ints, LaunchError)
         torch = sys.modules.get("torch")
         uses_torch = torch is not None and any(
             isinstance(value, torch.Tensor) for value in bound.values()
@@ -580,13 +613,15 @@ def build_kernel(
     arch: str | None = None,
     options: Sequence[str] = (),
     cache: CubinCache | None = None,
+    grid: Sequence[Expr | int] | None = None,
     device: Device | None = None,
 ) -> Kernel:
     """Compile `source` (through the on-disk cache) and return its `Kernel`.
 
     `arch=None` means the current GPU's architecture (`current_arch`, which raises
     `NoDeviceError` without one); `options` are extra NVRTC options; `cache` defaults to
-    `default_cache()`. Raises `CompilationError` when NVRTC fails or the CUBIN defines no kernel
+    `default_cache()`; `grid` is the declared launch grid, if any (`Kernel`). Raises
+    `CompilationError` when NVRTC fails or the CUBIN defines no kernel
     named `entry` (it must be declared `extern "C" __global__`), `LaunchError` for an invalid
     signature. Needs no GPU when `arch` is given.
     """
@@ -607,5 +642,6 @@ def build_kernel(
         params=params,
         block_threads=block_threads,
         shared_bytes=shared_bytes,
+        grid=grid,
         device=device,
     )

@@ -4,8 +4,8 @@ For each weight type, each (K, N) of large language models and each batch M, thr
 in this one process on the same random inputs:
 
 - ours, C = A (M, K) @ (W * S) with S the (K / 128, N) f16 scales:
-  - ``register_dequant``: ``ir.examples.register_dequant_matmul`` on the weights packed by
-    ``ir.examples.packed_weights.pack_weights`` (mma B fragments per 16-byte lane vector),
+  - ``register_dequant``: ``ir.examples.register_dequant_matmul`` on the weights and scales
+    packed by ``ir.examples.packed_weights`` (mma B fragments per 16-byte lane vector),
     with the small configuration sweep `DEQUANT_CONFIGS` run at M = 1 for each shape (the best
     is kept for every M and recorded in `config`); a split-k configuration is timed with its
     ``split_k_sum`` launch (`launches` 2);
@@ -56,7 +56,7 @@ import torch
 import backend
 from ir import dtypes
 from ir.dtypes import DataType
-from ir.examples.packed_weights import pack_weights
+from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
@@ -200,6 +200,12 @@ class Problem:
             self._packed_units, _ = pack_weights(self.codes, self.weight)
         return self._packed_units
 
+    def packed_scales(self) -> torch.Tensor:
+        """The scales in the packed order of `ir.examples.packed_weights.pack_scales`."""
+        if not hasattr(self, "_packed_scales"):
+            self._packed_scales = pack_scales(self.scales)
+        return self._packed_scales
+
     @classmethod
     def make(cls, weight: DataType, k: int, n: int, device: torch.device) -> Problem:
         generator = torch.Generator(device=device).manual_seed(k * 131 + n)
@@ -247,7 +253,8 @@ class Operation:
         p = self.problem
         m = a.shape[0]
         out = torch.zeros((m, p.n), device=a.device, dtype=torch.float16)
-        args = (m, p.n, p.k, a, self.packed, p.scales)
+        scales = p.scales if self.config is None else p.packed_scales()
+        args = (m, p.n, p.k, a, self.packed, scales)
         if self.config is None:
             grid = (math.ceil(p.n / BLOCK_N), math.ceil(m / BLOCK_M))
             return functools.partial(self.kernel, *args, out, grid=grid), out

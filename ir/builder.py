@@ -18,7 +18,9 @@ loop-carried values are register tensors defined before the loop and overwritten
 Scalars are `layout_algebra.symbolic.Expr` (ints are accepted wherever an Expr is).
 ``int_param(name, constant=True)`` declares a compile-time constant, whose value is given when
 the program is compiled (``backend.compile(program, arch, constants={name: value})``,
-`ir.specialize`).
+`ir.specialize`). ``grid(n // 1024)`` declares the launch grid as expressions over the int
+parameters: a launch may then omit the grid, and one that differs is refused, so the lowering
+may bound the block indices by it (`Program.block_indices`).
 
 The builder computes each result's type (dtype, shape, layout) and raises `VerificationError`
 when it cannot; with `check=True` (the default) it also runs the verifier's per-instruction
@@ -33,6 +35,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ir.arguments import grid_text
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS, REDUCTIONS, UNARY_OPS, broadcast_shapes, result_dtype
 from ir.errors import VerificationError
@@ -69,7 +72,7 @@ from ir.values import (
     RegisterTensor,
     SharedTensor,
 )
-from ir.verifier import check_instruction
+from ir.verifier import check_grid_extents, check_instruction
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -124,6 +127,7 @@ class ProgramBuilder:
         self._params: list[Param] = []
         self._bodies: list[list[Instruction]] = [[]]
         self._counters = dict.fromkeys(_GENERATED_PREFIXES, 0)
+        self._grid: tuple[Expr, Expr, Expr] | None = None
 
     def __enter__(self) -> ProgramBuilder:
         return self
@@ -282,6 +286,36 @@ class ProgramBuilder:
     def block_z(self) -> Expr:
         """The block's z index in the grid (blockIdx.z)."""
         return BLOCK_INDICES[2]
+
+    def grid(self, x: ExprLike, y: ExprLike = 1, z: ExprLike = 1) -> None:
+        """Declare the launch grid: x, y and z block counts, each an int or an expression over
+        the int parameters declared so far (``b.grid(n // 256, (m + 15) // 16, 8)``).
+
+        Every launch (`ir.run_reference`, a compiled kernel) then runs on this grid evaluated on
+        its int arguments: the grid may be omitted there, a different one is refused, and so is
+        an extent below 1. In return the lowering knows ``block_x < x`` (and y, z) and bounds
+        the block indices by the extents' upper bounds (`Program.block_indices`). Raises
+        VerificationError for a second declaration, an extent that is not an int or Expr, and
+        what `ir.verifier.check_grid_extents` refuses (an int outside [1,
+        `ir.arguments.MAX_GRID`], an expression that reads anything but the int parameters
+        declared so far, such as a block index or a loop variable, or is never positive).
+        """
+        if self._grid is not None:
+            raise VerificationError(
+                f"grid declared twice: {self.name} already declares the grid "
+                f"{grid_text(self._grid)}; a program declares its grid at most once"
+            )
+        extents = []
+        for name, value in zip("xyz", (x, y, z)):
+            if isinstance(value, bool) or not isinstance(value, (int, Expr)):
+                raise VerificationError(
+                    f"grid extent {name} = {value!r} is not an int or an Expr over the int "
+                    "parameters"
+                )
+            extents.append(as_expr(value))
+        int_names = {p.name for p in self._params if isinstance(p, IntParam)}
+        check_grid_extents(self.name, extents, int_names)
+        self._grid = (extents[0], extents[1], extents[2])
 
     # ----------------------------------------------------------------------------------------
     # Tensors and memory
@@ -671,4 +705,6 @@ class ProgramBuilder:
         """The program built so far (every loop and if closed)."""
         if len(self._bodies) != 1:
             raise VerificationError("program() called inside an open for_range or if_ body")
-        return Program(self.name, self.num_threads, tuple(self._params), tuple(self._bodies[0]))
+        return Program(
+            self.name, self.num_threads, tuple(self._params), tuple(self._bodies[0]), self._grid
+        )

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ir import bitstream, instructions
-from ir.arguments import bind_arguments, check_grid
+from ir.arguments import bind_arguments, launch_grid
 from ir.dtypes import DataType
 from ir.elementwise import (
     apply_binary,
@@ -690,7 +690,7 @@ def _bind_arguments(
 
 
 def run_reference(
-    program: Program, *args: Any, grid: int | Sequence[int] = 1, **kwargs: Any
+    program: Program, *args: Any, grid: int | Sequence[int] | None = None, **kwargs: Any
 ) -> tuple[np.ndarray, ...]:
     """Run `program` over `grid` on NumPy arguments; mutate the arrays in place and return them.
 
@@ -698,13 +698,18 @@ def run_reference(
     any dtype: their raw bytes are the bitstream) for array parameters, ints (within the
     parameter's bounds; the value itself for a constant of a specialised program,
     `ir.specialize`) for int parameters. `grid` is 1 to 3 positive ints (x, y, z) within the
-    hardware's limits (`ir.arguments.check_grid`). Returns the array arguments in parameter
-    order. Raises VerificationError for an ill-formed program and
-    InterpreterError for bad arguments and for everything the module docstring lists.
+    hardware's limits (`ir.arguments.check_grid`). When the program declares its grid
+    (`Program.grid`), `grid` may be omitted (the declared grid evaluated on the int arguments)
+    and must equal it when given; otherwise it defaults to 1 (`ir.arguments.launch_grid`).
+    Returns the array arguments in parameter order. Raises VerificationError for an ill-formed
+    program and InterpreterError for bad arguments, a grid that differs from the declared one
+    or a declared grid with an extent below 1, and for everything the module docstring lists.
     """
     verify(program)
     arguments = _bind_arguments(program, args, kwargs)
-    sizes = check_grid(grid, InterpreterError)
+    ints = {p.name: int(arguments[p.name]) for p in program.params if isinstance(p, IntParam)}
+    given = 1 if grid is None and program.grid is None else grid
+    sizes = launch_grid(program.name, given, program.grid, ints, InterpreterError)
     run = _Run(program, arguments, sizes)
     for z, y, x in itertools.product(range(sizes[2]), range(sizes[1]), range(sizes[0])):
         BlockInterpreter(run, (x, y, z)).execute(program.body)

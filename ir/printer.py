@@ -10,7 +10,9 @@ Example (the vector add of `ir.examples.vector_add`)::
       store_global(g2, r2, [block_x * 1024])
 
 An int parameter that must be a multiple of m prints as ``k: int multiple_of=m``; a
-compile-time constant adds ``constant``, or ``constant=4096`` once specialised for 4096. Register
+compile-time constant adds ``constant``, or ``constant=4096`` once specialised for 4096. A
+declared grid (`ProgramBuilder.grid`) is a header line of its own after the parameters, e.g.
+``grid (n // 256, (m + 15) // 16, 8)``. Register
 tensors show their type, shape and layout where they are defined; scalars print as
 Python-like expressions (`layout_algebra.symbolic`), layouts as their rebuilding `repr`.
 """
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ir import instructions
+from ir.arguments import grid_text
 from ir.errors import VerificationError
 from ir.instructions import Instruction
 from ir.values import ArrayParam, Param, RegisterTensor
@@ -175,7 +178,10 @@ def _format_param(param: Param) -> str:
 
 
 def format_program(program: Program) -> str:
-    """The whole program: a header line with the parameters, then the body."""
+    """The whole program: a header line with the parameters, the declared grid's line (when
+    the program declares one), then the body."""
     params = ", ".join(_format_param(p) for p in program.params)
-    header = f"program {program.name}({params}) num_threads={program.num_threads}"
-    return "\n".join([header, *format_body(program.body)])
+    header = [f"program {program.name}({params}) num_threads={program.num_threads}"]
+    if program.grid is not None:
+        header.append(f"grid {grid_text(program.grid)}")
+    return "\n".join([*header, *format_body(program.body)])

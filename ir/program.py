@@ -1,10 +1,11 @@
 """A tile program: the body of one thread block, its parameters and its thread count.
 
-A `Program` is run over a grid of up to three dimensions (given at launch, not stored). Inside,
-the scalars `block_x`, `block_y`, `block_z` (`BLOCK_INDICES`) are the block's index in the grid;
-every instruction is executed collectively by the block's `num_threads` threads. Parameters come
-in a fixed order: `run_reference(program, *args, grid=...)` and a compiled kernel take the
-arguments positionally in that order, or by name.
+A `Program` is run over a grid of up to three dimensions, given at launch or declared by the
+program (`grid`: one extent per dimension, an expression over its int parameters, which a launch
+then computes and checks). Inside, the scalars `block_x`, `block_y`, `block_z` (`BLOCK_INDICES`)
+are the block's index in the grid; every instruction is executed collectively by the block's
+`num_threads` threads. Parameters come in a fixed order: `run_reference(program, *args,
+grid=...)` and a compiled kernel take the arguments positionally in that order, or by name.
 
 `str(program)` is the printed text (`ir.printer`).
 """
@@ -35,13 +36,28 @@ class Program:
 
     Fields: `name` (a C identifier: the kernel's name), `num_threads` (threads per block; every
     register tensor's layout has this many threads), `params` (the parameters in order, each an
-    `IntParam` or an `ArrayParam`) and `body` (the instructions).
+    `IntParam` or an `ArrayParam`), `body` (the instructions) and `grid` (the declared launch
+    grid: the x, y and z block counts as expressions over the int parameters, which every launch
+    must equal; None when the grid is given at launch only).
     """
 
     name: str
     num_threads: int
     params: tuple[Param, ...]
     body: tuple[Instruction, ...]
+    grid: tuple[Expr, Expr, Expr] | None = None
+
+    @property
+    def block_indices(self) -> tuple[Expr, Expr, Expr]:
+        """The block index variables as the declared grid bounds them: `BLOCK_INDICES`, except
+        that an index whose extent has a finite upper bound hi (`Expr.bounds`) below
+        `BLOCK_INDEX_LIMIT` lies in [0, hi - 1], since a launch runs only grids equal to the
+        declared one. ``grid(n // 256)`` with n <= 4096 bounds block_x by 15; a grid of 8
+        blocks, by 7."""
+        if self.grid is None:
+            return BLOCK_INDICES
+        x, y, z = (_bounded_index(index, extent) for index, extent in zip(BLOCK_INDICES, self.grid))
+        return x, y, z
 
     def param(self, name: str) -> Param:
         """The parameter called `name` (KeyError when there is none)."""
@@ -58,6 +74,14 @@ class Program:
         from ir.printer import format_program
 
         return format_program(self)
+
+
+def _bounded_index(index: Expr, extent: Expr) -> Expr:
+    """`index` bounded by [0, hi - 1] where `extent`'s upper bound hi narrows it (hi >= 1)."""
+    high = extent.bounds()[1]
+    if high is None or not 1 <= high < BLOCK_INDEX_LIMIT:
+        return index
+    return var(index.name, 0, high - 1)
 
 
 def walk(body: tuple[Instruction, ...]) -> Iterator[Instruction]:

@@ -11,7 +11,14 @@ compiled (``backend.compile(program, arch, constants={"k": 4096})``), not at eac
   builder bounds it (`ir.builder.loop_variable`), where that narrows its bounds:
   ``for t in range(0, k // 64)`` gets t <= 63;
 - the parameter keeps its place in `params`, recorded with its value (`IntParam.value`): a run
-  or a kernel call still takes an argument for it, which must equal the value.
+  or a kernel call still takes an argument for it, which must equal the value;
+- a declared grid (`Program.grid`) gets the values too, and each block index whose extent then
+  has a finite upper bound hi is bounded by [0, hi - 1] (`Program.block_indices`) in every
+  scalar and view, as loop variables are: with ``grid(n // 512)`` and n = 24576, block_x <= 47,
+  so a bounds check such as ``block_x * 512 + t * 4 + 3 < n`` simplifies away. This needs no
+  constant: ``specialize(program, {})`` bounds the block indices of a program that declares
+  its grid (the lowering always calls it); a launch refuses any other grid, which makes the
+  bounds hold.
 
     with ProgramBuilder("scale", 128) as b:
         k = b.int_param("k", constant=True)
@@ -133,27 +140,41 @@ def _checked_value(program: Program, param: IntParam, value: object) -> int:
 
 
 def specialize(program: Program, constants: Mapping[str, object]) -> Program:
-    """`program` for the values `constants` of its constant parameters (see the module
-    docstring); `program` itself when there is nothing to specialise (no constant parameter
-    without a value).
+    """`program` for the values `constants` of its constant parameters, its block indices
+    bounded by its declared grid (see the module docstring); `program` itself when there is
+    nothing to do (no constant parameter without a value, no block index to bound).
 
-    Requires a program whose views, loops and scalars are well formed (`ir.verify`). Raises
-    `SpecializationError` for constants that do not fit (`check_constants`), or a value that
-    makes an extent of a global view less than 1 or a stride negative.
+    Requires a program whose views, loops, scalars and grid are well formed (`ir.verify`).
+    Raises `SpecializationError` for constants that do not fit (`check_constants`), or a value
+    that makes an extent of a global view less than 1 or a stride negative.
     """
     values = check_constants(program, constants)
-    if not values:
-        return program
     literals = {name: const(value) for name, value in values.items()}
+    grid = program.grid
+    if grid is not None and literals:
+        x, y, z = (extent.substitute(literals) for extent in grid)
+        grid = (x, y, z)
+    indices = {
+        index.name: index
+        for index in dataclasses.replace(program, grid=grid).block_indices
+        if _reads_otherwise(program, index)
+    }
+    replacements: dict[str, Expr] = {**literals, **indices}
+    if not replacements:
+        return program
 
     def substitute(scalar: Expr) -> Expr:
-        return scalar.substitute(literals) if scalar.free_vars() & literals.keys() else scalar
+        if scalar.free_vars() & replacements.keys():
+            return scalar.substitute(replacements)
+        return scalar
 
+    given = [f"{name} = {value}" for name, value in values.items()]
+    given += [f"{index.name} in [{index.lo}, {index.hi}]" for index in indices.values()]
     views: dict[GlobalTensor, GlobalTensor] = {}
     for instruction in program.walk():
         if isinstance(instruction, GlobalView):
             view = instruction.out
-            layout = _specialised_layout(program, view, substitute, values)
+            layout = _specialised_layout(program, view, substitute, ", ".join(given))
             if layout != view.layout:
                 views[view] = GlobalTensor(view.name, view.dtype, layout, view.param)
     body = tuple(
@@ -164,14 +185,24 @@ def specialize(program: Program, constants: Mapping[str, object]) -> Program:
         dataclasses.replace(p, value=values[p.name]) if p.name in values else p
         for p in program.params
     )
-    return Program(program.name, program.num_threads, params, body)
+    return Program(program.name, program.num_threads, params, body, grid)
+
+
+def _reads_otherwise(program: Program, index: Expr) -> bool:
+    """Whether a scalar of `program` reads the variable named like `index` with other bounds."""
+    return any(
+        variable.name == index.name and (variable.lo, variable.hi) != (index.lo, index.hi)
+        for instruction in program.walk()
+        for scalar in instruction.scalars()
+        for variable in scalar.variables()
+    )
 
 
 def _specialised_layout(
     program: Program,
     view: GlobalTensor,
     substitute: Callable[[Expr], Expr],
-    values: Mapping[str, int],
+    given: str,
 ) -> GlobalLayout:
     """The layout of `view` with every extent and stride passed through `substitute`."""
     layout = view.layout
@@ -184,7 +215,6 @@ def _specialised_layout(
             tuple(entry(x) for x in layout.shape), tuple(entry(x) for x in layout.strides)
         )
     except LayoutError as error:
-        given = ", ".join(f"{name} = {value}" for name, value in values.items())
         raise SpecializationError(
             f"global view {view.name} of {view.param.name} in {program.name}: with {given} its "
             f"layout {layout!r} is invalid: {error}"

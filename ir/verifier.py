@@ -20,16 +20,20 @@ instruction (its op and printed line) and the mismatch. It checks:
   defined in a loop or if body is not visible after it); every scalar reads only parameters,
   block indices and enclosing loop variables; names are unique;
 - shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
-  `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block).
+  `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block);
+- the declared grid (`Program.grid`, `check_grid_extents`): three extents over the int
+  parameters only, each with an upper bound of at least 1, a constant one within the
+  hardware's limits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
 from ir import dtypes, instructions
+from ir.arguments import MAX_GRID
 from ir.dtypes import DataType
 from ir.elementwise import (
     BINARY_OPS,
@@ -462,6 +466,41 @@ def _check_dot(instruction: instructions.Dot, threads: int) -> None:
             )
 
 
+def check_grid_extents(program: str, extents: Sequence[object], int_names: Collection[str]) -> None:
+    """Check a declared grid of program `program`: three `Expr` extents (x, y, z) reading only
+    the int parameters `int_names`; a constant one within [1, `MAX_GRID`], an expression one
+    with an upper bound (`Expr.bounds`) of at least 1. Raises VerificationError naming the
+    extent and what is wrong with it."""
+    if len(extents) != 3:
+        raise VerificationError(
+            f"the grid of {program} has {len(extents)} extents {extents!r}; expected 3 (x, y, z)"
+        )
+    for axis, (name, extent) in enumerate(zip("xyz", extents)):
+        if not isinstance(extent, Expr):
+            raise VerificationError(
+                f"grid extent {name} of {program} is {extent!r}; expected an Expr over the int "
+                "parameters"
+            )
+        unknown = extent.free_vars() - set(int_names)
+        if unknown:
+            raise VerificationError(
+                f"grid extent {name} = {extent!r} of {program} reads {sorted(unknown)}, which "
+                "are not its int parameters; a grid extent is an expression over the int "
+                "parameters (not block indices or loop variables)"
+            )
+        if extent.is_const and not 1 <= extent.value <= MAX_GRID[axis]:
+            raise VerificationError(
+                f"grid extent {name} = {extent.value} of {program} is not a block count; "
+                f"expected 1 <= {name} <= {MAX_GRID[axis]}"
+            )
+        high = extent.bounds()[1]
+        if high is not None and high < 1:
+            raise VerificationError(
+                f"grid extent {name} = {extent!r} of {program} is at most {high}: it is never a "
+                "positive block count"
+            )
+
+
 class _Scope:
     """What is visible at a point of the program: tensors and scalar variable names."""
 
@@ -547,6 +586,13 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
                 "constant but is not declared constant"
             )
         names.add(param.name)
+    if program.grid is not None:
+        if not isinstance(program.grid, tuple):
+            raise VerificationError(
+                f"the grid of {program.name} is {program.grid!r}; expected a tuple of 3 Exprs"
+            )
+        int_params = {p.name for p in program.params if isinstance(p, IntParam)}
+        check_grid_extents(program.name, program.grid, int_params)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
     if walker.shared_bytes > shared_memory_limit:

@@ -28,8 +28,12 @@ How each part of the IR becomes C++:
   body is written S times, copy j reading the loop variable plus j steps with its stage indices
   folded to constants, and a remainder loop where the trip count is not known to be a multiple
   of S (`driver`).
-- Register tensors are per-thread arrays of codes (`cuda_codegen.storage_type`), indexed only by
-  compile-time constants: every loop over local indices is unrolled here, in Python.
+- Register tensors are per-thread arrays of 32-bit words holding the thread's bitstream of
+  codes (`registers`), indexed only by compile-time constants: every loop over local indices is
+  unrolled here, in Python. `view` and `assign` copy words, aligned vector accesses move words,
+  fast conversions and mma operands take words, and f16/bf16 add, sub and mul run on pairs.
+- Every written instruction records the path it took (`report`: vector widths, element-by-element
+  fallbacks, fast or codec conversions, mma, ldmatrix), `LoweredKernel.report`.
 - Scalars (parameters, block indices, loop variables) are C ints; an expression whose value or
   intermediate values may leave the int range (by the bounds of its variables) is printed over
   64-bit copies of the variables (``la_w_<name>``).

@@ -1,7 +1,8 @@
 """The state of one kernel being lowered and the helpers every part of the lowering uses.
 
 `LoweringContext` holds the C text being written, the temporaries, the facts that hold at the
-current point (loop ranges and strides, if conditions, declared divisors of int parameters), the
+current point (loop ranges and strides, if conditions, declared divisors of int parameters, the
+block indices below the declared grid's extents), the
 shared-memory placement, and the recorded accesses and plans; `Access` and `LoweredKernel` are
 what the lowering produces. `Tile` places a register tile at an origin of a memory tensor.
 """
@@ -87,8 +88,9 @@ class Access:
 
     Claims (checked by `proofs.lowering_validation`), for every thread, every value of the
     variables within their bounds and under `assumptions` (facts that hold where the access
-    sits: loop ranges and strides, if conditions, and ``p % m == 0`` for each int parameter p
-    declared a multiple of m > 1):
+    sits: loop ranges and strides, if conditions, ``p % m == 0`` for each int parameter p
+    declared a multiple of m > 1, and ``block_x < x`` for each extent x of a declared grid that
+    is not a constant):
 
     - ``expr * unit_bits == (memory.offset(origin + register.map(t, local_index + j)) - j) *
       element_bits`` for every j < width: the registers sit at consecutive elements from expr;
@@ -137,8 +139,9 @@ class LoweredKernel:
     (NVRTC options the source is meant for), `accesses` (every printed address, in source
     order) and `plans` (the tensor-core plans used: `backend.tensor_core.MmaPlan` for a dot on
     ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
-    obligations of what they print) and `report` (the path each written instruction took,
-    `backend.lower.report.LoweringReport`).
+    obligations of what they print), `report` (the path each written instruction took,
+    `backend.lower.report.LoweringReport`) and `grid` (the program's declared grid, its
+    constants as literals, which every launch must equal; None when the program declares none).
     """
 
     source: str
@@ -150,6 +153,7 @@ class LoweredKernel:
     accesses: tuple[Access, ...]
     plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
     report: LoweringReport = LoweringReport(())
+    grid: tuple[Expr, Expr, Expr] | None = None
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -303,6 +307,14 @@ class LoweringContext:
             if isinstance(p, IntParam) and p.multiple_of > 1 and p.value is None
         ]
         self.facts: list[Expr] = [(p.var % p.multiple_of).eq(0) for p in divided]
+        # A declared grid: block_x < x (and y, z) where the extent is not a constant (a
+        # constant one already bounds the index variable, `Program.block_indices`).
+        if program.grid is not None:
+            self.facts += [
+                index < extent
+                for index, extent in zip(program.block_indices, program.grid)
+                if not extent.is_const
+            ]
         self.multiples = {p.name: p.multiple_of * quotient(p) for p in divided}
         # For each enclosing C loop, by its variable's name: (variable, start, step, stop), the
         # variable taking the values start, start + step, ... below stop (for an unrolled loop:

@@ -1,9 +1,11 @@
 """The driver of the lowering: the kernel frame, its launch parameters and control flow.
 
 `lower(program, arch, constants=...)` verifies the program, specialises it for the values of its
-compile-time constant parameters (`ir.specialize`) and lowers it with `KernelLowering`, the
-instruction visitor made of the memory and compute parts. A specialised constant keeps its
-place in the C signature, unnamed (`c_parameter`), and the body never reads it.
+compile-time constant parameters (`ir.specialize`, which also bounds the block indices by a
+declared grid) and lowers it with `KernelLowering`, the instruction visitor made of the memory
+and compute parts. A specialised constant keeps its place in the C signature, unnamed
+(`c_parameter`), and the body never reads it. A declared grid travels with the kernel
+(`LoweredKernel.grid`), whose launch refuses any other grid.
 
 A loop with ``unroll=S`` (S > 1) becomes a C loop stepping by ``S * step`` whose body is the IR
 body written S times, copy j reading ``k + j * step`` with its stage indices folded to
@@ -127,6 +129,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             accesses=tuple(self.accesses),
             plans=tuple(self.plans),
             report=self.paths.report(),
+            grid=program.grid,
         )
 
     def warp_mask(self) -> str:
@@ -364,7 +367,10 @@ def lower(
     parameters (``int_param(name, constant=True)``): the program lowered is
     `ir.specialize.specialize(program, constants)`, whose scalars hold the values as literals,
     and the kernel refuses a call with another value (`backend.kernel.KernelIntParam.constant`);
-    the accesses recorded are those of the specialised instructions. Verifies the program first
+    the accesses recorded are those of the specialised instructions. A program that declares
+    its grid (`ProgramBuilder.grid`) is lowered with its block indices bounded by it
+    (`Program.block_indices`) and the facts ``block_x < x`` for extents that are not constants,
+    and its kernel refuses any other grid. Verifies the program first
     (`ir.verify`, `VerificationError`). Raises `SpecializationError` for constants that do not
     fit (a constant parameter without a value, a value out of its bounds, a name that is not a
     constant parameter); `CompilationError` when the program cannot be lowered: a parameter or

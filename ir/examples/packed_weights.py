@@ -17,7 +17,11 @@ l's bitstream. Both are bijections onto their tiles (no replication, every eleme
 tests/proofs/test_packed_weights.py proves it with z3 and checks it by enumeration), so packing
 then loading is the identity.
 
-Two implementations of the same permutation:
+The group scales are packed too (`pack_scales`): within each 64-column unit the columns are
+permuted (`scale_permutation`) so that the eight scales a lane multiplies its weights by are one
+16-byte vector (`unit_scale_layout`), which the kernel `view`s in the weights' scale layout.
+
+Two implementations of the same weight permutation:
 - `pack_weights(codes, dtype)`: on the host or the tensor's device (NumPy or torch), from a (K,
   N) integer array of codes;
 - `pack_weights_program(dtype)`: the same as a tile program (load in the unit element layout,
@@ -39,6 +43,7 @@ from ir.errors import VerificationError
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, spatial
 
 FORMAT_VERSION = 1
@@ -110,6 +115,49 @@ def tile_layouts(
     """
     grid = spatial(1, warps).local(units_k, units_n)
     return grid * unit_element_layout(), grid * unit_word_layout(nbits)
+
+
+def unit_scale_layout() -> RegisterLayout:
+    """The (1, 64) packed scales of a unit over one warp: lane l holds, contiguous (16 bytes of
+    f16), the eight scales of its B-fragment column (column l // 4 of each n8 fragment); the
+    four lanes of a column share them."""
+    return spatial(1, 8).replicate(4).local(1, UNIT_N // 8)
+
+
+@cache
+def scale_permutation() -> np.ndarray:
+    """For each column of a unit's packed scales, the natural column it holds: what
+    `unit_scale_layout` and the weights' scale layout (`unit_element_layout` reduced over k)
+    put at the same (lane, register)."""
+    packed_layout = unit_scale_layout()
+    natural_layout = reduce_layout(unit_element_layout(), [0], keepdims=True)
+    natural = np.empty(UNIT_N, dtype=np.int64)
+    for lane in range(UNIT_LANES):
+        for j in range(packed_layout.local_size):
+            natural[packed_layout.map(lane, j)[1]] = natural_layout.map(lane, j)[1]
+    return natural
+
+
+def pack_scales(scales: Any) -> Any:
+    """The (G, N) group scales with the columns of each 64-column unit permuted as
+    `scale_permutation` says, so a lane's eight scales are one 16-byte vector; NumPy or torch in,
+    the same kind out. Raises VerificationError for a shape that is not (G, N), N a multiple of
+    64."""
+    shape = tuple(scales.shape)
+    if len(shape) != 2 or shape[1] % UNIT_N or shape[1] == 0:
+        raise VerificationError(
+            f"packed scales: shape {shape}; expected (groups, N) with N a positive multiple of "
+            f"{UNIT_N}"
+        )
+    groups, n = shape
+    units = scales.reshape(groups, n // UNIT_N, UNIT_N)
+    index = scale_permutation()
+    if type(scales).__module__.startswith("torch"):
+        import torch
+
+        index = torch.as_tensor(index, device=scales.device)
+        return units[..., index].reshape(groups, n).contiguous()
+    return np.ascontiguousarray(units[..., index].reshape(groups, n))
 
 
 @cache

@@ -2,8 +2,9 @@
 
 C (m, n) = A (m, k) @ (W * S), as `ir.examples.quantized_matmul` defines it (W the (k, n)
 codes of `weight_dtype`, S the (ceil(k / group_size), n) f16 scales, the dequantized weight
-``f16(f32(W) * f32(S))``), but W comes packed (`ir.examples.packed_weights`): each thread's
-16-byte loads (at 4 bits) are whole mma B fragments. For M <= 16 the time is streaming the
+``f16(f32(W) * f32(S))``), but W and S come packed (`ir.examples.packed_weights`: `pack_weights`,
+`pack_scales`): each thread's 16-byte loads (at 4 bits) are whole mma B fragments, and its
+scales for them one 16-byte vector. For M <= 16 the time is streaming the
 weights, so the program keeps them out of shared memory:
 
     prologue: load the first `depth` k-tiles of packed words into a register ring;
@@ -11,7 +12,8 @@ weights, so the program keeps them out of shared memory:
     for each k-tile (unrolled `unroll` times, so stage indices are constants):
         rotate the ring and load the k-tile `depth` ahead; copy_async the next activation tile
         view the current words as `weight_dtype` in the B-fragment layout, cast to f16,
-        multiply by the (1, BN) scale row of the k-tile's group
+        multiply by the (1, BN) scale row of the k-tile's group (loaded as 16-byte vectors of
+        packed scales, viewed in the weights' scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
     store C (split == 1), or the f32 partial sums of this block's k range (split > 1) that
     `split_k_sum` adds up in a second launch
@@ -27,7 +29,8 @@ BN = 64 * W * units_n and BK = 16 * KS.
 ...})``): the trip count, every weight address and the scale row are then known, so the loop
 carries no bounds checks on the weights (a kernel is compiled per weight shape, as for a layer).
 Requirements: `k` a multiple of BK * split and `group_size` of BK (one scale row per k-tile), `n`
-a multiple of BN; launch with ``grid = (n // BN, ceil(m / 16), split)``. Rows of A past m read
+a multiple of BN. The program declares its grid, ``(n // BN, ceil(m / 16), split)``: a launch
+may leave it out. Rows of A past m read
 zeros and rows of C past m are not written.
 """
 
@@ -45,6 +48,7 @@ from ir.examples.packed_weights import (
     UNIT_N,
     check_weight_dtype,
     tile_layouts,
+    unit_scale_layout,
 )
 from ir.program import Program
 from layout_algebra.fragments import fragment
@@ -52,6 +56,7 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import shared_row_major_swizzle
+from layout_algebra.symbolic import minimum
 
 BLOCK_M = 16
 """Rows of A and C per block: one mma m16 tile."""
@@ -136,6 +141,7 @@ def register_dequant_matmul(
     a_layout = activation_layout(warps, config.units_k)
     c_layout = accumulator_layout(warps, config.units_n)
     scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
+    packed_scale_layout = spatial(1, warps).local(1, config.units_n) * unit_scale_layout()
     row_words = UNIT_LANES * nbits
     name = f"register_dequant_matmul_{weight_dtype.name}"
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
@@ -146,6 +152,7 @@ def register_dequant_matmul(
         packed = b.array_param("packed", i32)
         scales = b.array_param("scales", f16)
         c = b.array_param("c", f32 if split > 1 else f16)
+        b.grid(n // block_n, (m + BLOCK_M - 1) // BLOCK_M, split)
         words_per_row = (n // UNIT_N) * row_words
         a_view = b.global_view(a, f16, GlobalLayout((m, k), (k, 1)))
         packed_view = b.global_view(
@@ -176,13 +183,21 @@ def register_dequant_matmul(
             b.assign(current, ring[0])
             for d in range(depth - 1):
                 b.assign(ring[d], ring[d + 1])
+            # Under each guard the index equals its clamp to the last tile of the range; written
+            # clamped, its bound shows the access in bounds, so it needs no bounds check.
             with b.if_(tile + depth < end):
-                b.assign(ring[depth - 1], weight_words(tile + depth))
+                b.assign(ring[depth - 1], weight_words(minimum(tile + depth, end - 1)))
             with b.if_(tile + 1 < end):
-                b.copy_async(a_shared, a_view, [row0, (tile + 1) * block_k], [1 - stage, 0, 0])
+                ahead = minimum(tile + 1, end - 1)
+                b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
             b.copy_async_commit()
             weights = b.cast(b.view(current, weight_dtype, weight_layout), f16)
-            scale = b.load_global(scale_view, [tile // tiles_per_group, col0], scale_layout)
+            group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
+            scale = b.view(
+                b.load_global(scale_view, [group, col0], packed_scale_layout),
+                f16,
+                scale_layout,
+            )
             weights = b.mul(weights, scale)
             b.copy_async_wait(1)
             b.sync()
@@ -205,7 +220,7 @@ SUM_COLUMNS_PER_THREAD = 4
 def split_k_sum(split: int, threads: int = 128) -> Program:
     """``split_k_sum(mn, partial, c)``: c[j] = f16(partial[0, j] + ... + partial[split-1, j])
     (f32 sums in order), the second launch of a split-k `register_dequant_matmul` with
-    ``mn = m * n``. Launch with ``grid = ceil(mn / (threads * 4))``."""
+    ``mn = m * n``. It declares its grid, ``ceil(mn / (threads * 4))``."""
     if isinstance(split, bool) or not isinstance(split, int) or split < 2:
         raise VerificationError(f"split_k_sum: split={split!r}; expected an int >= 2")
     width = threads * SUM_COLUMNS_PER_THREAD
@@ -214,6 +229,7 @@ def split_k_sum(split: int, threads: int = 128) -> Program:
         count = b.int_param("mn", lo=1)
         partial = b.array_param("partial", dtypes.f32)
         c = b.array_param("c", dtypes.f16)
+        b.grid((count + width - 1) // width)
         parts = b.global_view(partial, dtypes.f32, GlobalLayout((split, count), (count, 1)))
         out = b.global_view(c, dtypes.f16, GlobalLayout((1, count), (count, 1)))
         tile = b.load_global(parts, [0, b.block_x * width], layout)

@@ -21,7 +21,7 @@ import pytest
 import backend
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
-from ir.examples.packed_weights import pack_weights, pack_weights_program
+from ir.examples.packed_weights import pack_scales, pack_weights, pack_weights_program
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
     register_dequant_matmul,
@@ -90,7 +90,7 @@ def test_packing_program_matches_the_packer_for_every_type() -> None:
 
 
 def _case(weight: DataType, config: DequantConfig, seed: int):
-    """(m, n, k, a, packed, scales) for one weight type and configuration."""
+    """(m, n, k, a, packed weights, packed scales) for one weight type and configuration."""
     rng = np.random.default_rng(seed)
     m = 1 + seed % 19
     n = config.block_n * 2
@@ -100,7 +100,7 @@ def _case(weight: DataType, config: DequantConfig, seed: int):
     codes = rng.integers(0, 1 << weight.nbits, (k, n))
     packed, _ = pack_weights(codes, weight)
     scales = rng.uniform(0.5, 1.5, (math.ceil(k / GROUP_SIZE), n)) / 2 ** (weight.nbits - 1)
-    return m, n, k, a, packed, scales.astype(np.float16)
+    return m, n, k, a, packed, pack_scales(scales.astype(np.float16))
 
 
 def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> None:

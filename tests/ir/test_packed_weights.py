@@ -23,10 +23,13 @@ from ir.examples.packed_weights import (
     FORMAT_VERSION,
     WeightFormat,
     check_weight_dtype,
+    pack_scales,
     pack_weights,
     pack_weights_program,
+    scale_permutation,
     unit_element_layout,
     unit_permutation,
+    unit_scale_layout,
     unpack_weights,
 )
 
@@ -334,3 +337,36 @@ def test_unpack_refuses_another_version() -> None:
 def test_unpack_refuses_a_wrong_shape(shape: tuple[int, ...], message: str) -> None:
     with pytest.raises(VerificationError, match=message):
         unpack_weights(np.zeros(shape, dtype=np.int32), WeightFormat("i4", 16, 64))
+
+
+# ------------------------------------------------------------------------------ scales
+
+
+def test_scale_permutation_table() -> None:
+    # Packed column g * 8 + f holds natural column f * 8 + g: lane l (g = l // 4) reads its
+    # eight B-fragment columns g, 8 + g, ..., 56 + g as one 16-byte vector.
+    expected = [f * 8 + g for g in range(8) for f in range(8)]
+    assert scale_permutation().tolist() == expected
+    layout = unit_scale_layout()
+    for lane in range(32):
+        columns = [layout.map(lane, f)[1] for f in range(8)]
+        assert columns == list(range(lane // 4 * 8, lane // 4 * 8 + 8))
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(1, 3), units=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+def test_pack_scales_moves_each_scale_to_its_lane(groups: int, units: int, seed: int) -> None:
+    scales = np.random.default_rng(seed).random((groups, 64 * units)).astype(np.float16)
+    packed = pack_scales(scales)
+    assert packed.shape == scales.shape and packed.flags.c_contiguous
+    for u in range(units):
+        for g in range(8):
+            for f in range(8):
+                natural = scales[:, u * 64 + f * 8 + g]
+                np.testing.assert_array_equal(packed[:, u * 64 + g * 8 + f], natural)
+
+
+@pytest.mark.parametrize("shape", [(4, 100), (64,), (2, 0)], ids=str)
+def test_pack_scales_refuses_a_bad_shape(shape: tuple[int, ...]) -> None:
+    with pytest.raises(VerificationError, match=re.escape(f"packed scales: shape {shape}")):
+        pack_scales(np.zeros(shape, np.float16))

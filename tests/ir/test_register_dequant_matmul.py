@@ -24,7 +24,7 @@ from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import InterpreterError, VerificationError
-from ir.examples.packed_weights import pack_weights
+from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
     accumulator_layout,
@@ -126,7 +126,8 @@ def run_dequant(
     assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
     split = config.split
     c = with_tail(split * m * n, np.float32 if split > 1 else np.float16)
-    run_reference(program, m, n, k, problem.a, packed, problem.scales, c, grid=config.grid(m, n))
+    scales = pack_scales(problem.scales)
+    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
     np.testing.assert_array_equal(c[split * m * n :], SENTINEL)
     partials = sequential_partials(problem.a, problem.dequantized, split)
     if split > 1:
@@ -332,11 +333,23 @@ def test_decode_loop_has_no_generic_conversion(i4_source: str, generic: str) -> 
 
 def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -> None:
     (view,) = re.findall(r"// (\w+) = global_view\(packed, i32,", i4_source)
-    loads = [line for line in loop_and_after(i4_source).splitlines() if "uint4" in line]
-    weight_loads = [line for line in loads if f"*(const uint4*)({view} + " in line]
+    lines = loop_and_after(i4_source).splitlines()
+    loads = [n for n, line in enumerate(lines) if f"*(const uint4*)({view} + " in line]
     # One 16-byte load per k16 row of the k-tile (units_k = 4) per unrolled copy (unroll = 2).
-    assert len(weight_loads) == 8
-    assert not any("?" in line for line in weight_loads)  # n and k constants: no bounds check
+    assert len(loads) == 8
+    # n and k constants and the declared grid: no bounds check around them.
+    for n in loads:
+        assert not lines[n - 2].strip().startswith("if (la_w_") and "<" not in lines[n - 2]
+
+
+@pytest.mark.parametrize("config", [DequantConfig(), DequantConfig(split=8, depth=2)], ids=str)
+def test_decode_loop_takes_no_generic_path(config: DequantConfig) -> None:
+    """The lowering report: inside the k loop, no instruction is lowered element by element or
+    through the software float codec."""
+    kernel = lower(register_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    assert [step.describe() for step in kernel.report.generic_in_loops()] == []
+    in_loop = {path.name for step in kernel.report if step.loop_depth for path in step.paths}
+    assert {"load 16 B", "fast i4 -> f16", "paired f16 mul", "ldmatrix", "mma.m16n8k16"} <= in_loop
 
 
 @pytest.mark.parametrize(
