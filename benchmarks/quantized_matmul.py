@@ -6,9 +6,9 @@ in this one process on the same random inputs:
 - ours, C = A (M, K) @ (W * S) with S the (K / 128, N) f16 scales:
   - ``register_dequant``: ``ir.examples.register_dequant_matmul`` on the weights and scales
     packed by ``ir.examples.packed_weights`` (mma B fragments per 16-byte lane vector),
-    with the small configuration sweep `DEQUANT_CONFIGS` run at M = 1 for each shape (the best
-    is kept for every M and recorded in `config`); a split-k configuration is timed with its
-    ``split_k_sum`` launch (`launches` 2);
+    with the small configuration sweep `DEQUANT_CONFIGS` run at M = 1 and M = 16 for each
+    shape (the best at 16 serves every larger M; recorded in `config`); a split-k
+    configuration is timed with its ``split_k_sum`` launch (`launches` 2);
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
@@ -287,9 +287,14 @@ def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repea
     return median_us(run, flush, repeats)
 
 
-def tuned(problem: Problem, flush: torch.Tensor, repeats: int) -> Operation:
-    """The `DEQUANT_CONFIGS` entry that is fastest at M = 1 on `problem` (each checked)."""
-    a = (torch.rand((1, problem.k), device=flush.device) * 2 - 1).to(torch.float16)
+TUNING_BATCHES = (1, 16)
+"""The batches the configuration sweep runs at; a larger M uses the configuration of the
+largest of them that is not larger."""
+
+
+def tuned(problem: Problem, flush: torch.Tensor, repeats: int) -> dict[int, Operation]:
+    """For each of `TUNING_BATCHES`, the `DEQUANT_CONFIGS` entry that is fastest at that M on
+    `problem` (each result checked)."""
     problem.packed_units()
     configs = [
         config
@@ -302,25 +307,37 @@ def tuned(problem: Problem, flush: torch.Tensor, repeats: int) -> Operation:
         operations = list(
             pool.map(lambda config: Operation("register_dequant", problem, config), configs)
         )
-    best, best_us = None, math.inf
-    for config, operation in zip(configs, operations):
-        us = checked_us(operation, a, flush, repeats)
-        print(f"    tune {problem.weight} K={problem.k} N={problem.n} {config}: {us:.1f} us")
-        if us < best_us:
-            best, best_us = operation, us
-    assert best is not None, "no configuration fits the shape"
-    return best
+    assert operations, "no configuration fits the shape"
+    chosen = {}
+    for m in TUNING_BATCHES:
+        a = (torch.rand((m, problem.k), device=flush.device) * 2 - 1).to(torch.float16)
+        best, best_us = operations[0], math.inf
+        for config, operation in zip(configs, operations):
+            us = checked_us(operation, a, flush, repeats)
+            print(
+                f"    tune {problem.weight} K={problem.k} N={problem.n} M={m} {config}: {us:.1f} us"
+            )
+            if us < best_us:
+                best, best_us = operation, us
+        chosen[m] = best
+    return chosen
+
+
+def for_batch(operations: dict[int, Operation], m: int) -> Operation:
+    """The tuned operation for batch `m`: that of the largest tuning batch not above it."""
+    return operations[max(b for b in operations if b <= m)]
 
 
 def run_point(
-    operation: Operation,
+    operations: dict[int, Operation],
     batches: list[int],
     flush: torch.Tensor,
     repeats: int,
     peers: dict[int, tuple[float, float | None, str]],
 ) -> list[Point]:
-    """Measure every batch of one kernel on one problem; `peers` caches the peers' times."""
-    p = operation.problem
+    """Measure every batch of one kernel on one problem (`operations`: the kernel to use from
+    each batch on, `for_batch`); `peers` caches the peers' times."""
+    p = next(iter(operations.values())).problem
     weight, k, n = p.weight, p.k, p.n
     layer, humming_note = (None, "")
     if any(m not in peers for m in batches):
@@ -330,6 +347,7 @@ def run_point(
         a = (torch.rand((m, k), device=flush.device, generator=p.generator) * 2 - 1).to(
             torch.float16
         )
+        operation = for_batch(operations, m)
         ours_us = checked_us(operation, a, flush, repeats)
         if m not in peers:
             cublas_us = median_us(functools.partial(torch.matmul, a, p.dequantized), flush, repeats)
@@ -423,10 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             peers: dict[int, tuple[float, float | None, str]] = {}
             for variant in variants:
                 if variant == "register_dequant":
-                    operation = tuned(problem, flush, options.repeats)
+                    operations = tuned(problem, flush, options.repeats)
                 else:
-                    operation = Operation(variant, problem)
-                points += run_point(operation, batches, flush, options.repeats, peers)
+                    operations = {1: Operation(variant, problem)}
+                points += run_point(operations, batches, flush, options.repeats, peers)
     output = Path(options.output)
     output.mkdir(parents=True, exist_ok=True)
     record = {

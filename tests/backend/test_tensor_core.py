@@ -343,8 +343,8 @@ def _harness(dtype: dtypes.DataType) -> tuple[str, MmaPlan, LdmatrixPlan, Ldmatr
         + f"""
 extern "C" __global__ void __launch_bounds__({_THREADS}) harness(
     const unsigned short* a, const unsigned short* b, const int* a_offsets,
-    const int* b_offsets, unsigned int* c, unsigned short* a_registers,
-    unsigned short* b_registers)
+    const int* b_offsets, unsigned int* c, unsigned int* a_registers,
+    unsigned int* b_registers)
 {{
     __shared__ __align__(16) unsigned short a_shared[64 * 32];
     __shared__ __align__(16) unsigned short b_shared[32 * 64];
@@ -354,7 +354,7 @@ extern "C" __global__ void __launch_bounds__({_THREADS}) harness(
         b_shared[b_offsets[e]] = b[e];
     }}
     __syncthreads();
-    unsigned short ra[{a_size}], rb[{b_size}];
+    unsigned int ra[{a_size // 2}], rb[{b_size // 2}];  /* two 16-bit codes per word */
     unsigned int acc[{c_size}];
     for (int i = 0; i < {c_size}; ++i) {{
         acc[i] = c[tid * {c_size} + i];
@@ -365,11 +365,11 @@ extern "C" __global__ void __launch_bounds__({_THREADS}) harness(
     for (int i = 0; i < {c_size}; ++i) {{
         c[tid * {c_size} + i] = acc[i];
     }}
-    for (int i = 0; i < {a_size}; ++i) {{
-        a_registers[tid * {a_size} + i] = ra[i];
+    for (int i = 0; i < {a_size // 2}; ++i) {{
+        a_registers[tid * {a_size // 2} + i] = ra[i];
     }}
-    for (int i = 0; i < {b_size}; ++i) {{
-        b_registers[tid * {b_size} + i] = rb[i];
+    for (int i = 0; i < {b_size // 2}; ++i) {{
+        b_registers[tid * {b_size // 2} + i] = rb[i];
     }}
 }}
 """
@@ -399,8 +399,8 @@ def test_gpu_ldmatrix_and_mma_match_the_layouts(dtype: dtypes.DataType) -> None:
         KernelArrayParam("a_offsets", 32, 64 * 32),
         KernelArrayParam("b_offsets", 32, 32 * 64),
         KernelArrayParam("c", 32, _THREADS * c_size),
-        KernelArrayParam("a_registers", 16, _THREADS * a_size),
-        KernelArrayParam("b_registers", 16, _THREADS * b_size),
+        KernelArrayParam("a_registers", 32, _THREADS * a_size // 2),
+        KernelArrayParam("b_registers", 32, _THREADS * b_size // 2),
     )
     kernel = build_kernel(source, "harness", params, block_threads=_THREADS)
     rng = np.random.default_rng(3)
@@ -423,8 +423,8 @@ def test_gpu_ldmatrix_and_mma_match_the_layouts(dtype: dtypes.DataType) -> None:
     a_offsets = load_a.shared_layout.table().astype(np.int32).ravel()
     b_offsets = load_b.shared_layout.table().astype(np.int32).ravel()
     c = device(c_registers.view(np.int32).ravel(), torch.int32)
-    a_registers = torch.zeros(_THREADS * a_size, dtype=torch.int16, device="cuda")
-    b_registers = torch.zeros(_THREADS * b_size, dtype=torch.int16, device="cuda")
+    a_registers = torch.zeros(_THREADS * a_size // 2, dtype=torch.int32, device="cuda")
+    b_registers = torch.zeros(_THREADS * b_size // 2, dtype=torch.int32, device="cuda")
     kernel(
         device(a_codes.astype(np.uint16).view(np.int16), torch.int16),
         device(b_codes.astype(np.uint16).view(np.int16), torch.int16),
