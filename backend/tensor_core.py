@@ -728,20 +728,29 @@ def plan_ldmatrix(
     return LdmatrixPlan(shared_layout, register_layout, origin, values, tuple(instructions))
 
 
-def emit_ldmatrix(plan: LdmatrixPlan, shared: str, out: str, thread: str) -> str:
+def emit_ldmatrix(
+    plan: LdmatrixPlan,
+    shared: str,
+    out: str,
+    thread: str,
+    substitutions: Mapping[str, Expr] | None = None,
+) -> str:
     """C++ statements filling the register tensor `out` (16-bit codes, two per word) by the
     plan.
 
     `shared` is a C expression of a pointer to the first element of the shared tensor (16-bit
     elements, 16-byte aligned), `thread` the C identifier of a variable holding the thread index
-    (``threadIdx.x``) in the kernel; the offsets' variables print under their own names. Each
+    (``threadIdx.x``) in the kernel; the offsets' variables print under their own names, or as
+    the expressions `substitutions` gives for them (a plan made over an offset's values,
+    `backend.lower.memory.offset_values`, prints the offset itself). Each
     instruction is one block declaring its 32-bit results, each one word (register pair) of
     `out`. Requires `TENSOR_CORE_SOURCE`.
     """
     lines = []
     thread_index = var(thread, 0, plan.register_layout.num_threads - 1)
     for instruction in plan.instructions:
-        address = instruction.row_address.substitute({"t": thread_index}).to_c()
+        replace = {"t": thread_index, **(substitutions or {})}
+        address = instruction.row_address.substitute(replace).to_c()
         registers = [f"la_r{k}" for k in range(instruction.count)]
         function = _ldmatrix_name(instruction.count, instruction.transpose)
         lines.append("{")

@@ -21,6 +21,7 @@ from backend.cuda_codegen import (
     unpack_expressions,
 )
 from backend.lower.context import (
+    RESERVED_PREFIX,
     THREAD_NAME,
     LoweringContext,
     Tile,
@@ -33,7 +34,6 @@ from backend.tensor_core import (
     plan_ldmatrix,
 )
 from ir import instructions
-from ir.program import BLOCK_INDICES
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.access import compose
 from layout_algebra.auto import auto_local_spatial
@@ -46,6 +46,7 @@ from layout_algebra.symbolic import (
     as_expr,
     evaluate,
     simplify,
+    var,
 )
 
 ENUMERATION_LIMIT = 256
@@ -110,6 +111,37 @@ def _unsigned(bits: int) -> str:
     return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int"}[bits]
 
 
+def offset_values(
+    offsets: Sequence[Expr],
+) -> tuple[list[Expr], dict[str, range], dict[str, Expr]] | None:
+    """The offsets of a tile with each variable one replaced by a fresh variable over the values
+    its bounds allow (e.g. a stage index ``(k - k0) % 2`` by one over 0 and 1): (those offsets,
+    the fresh variables' ranges, each fresh name's original offset); None when an offset is
+    unbounded or the points exceed `MAX_OFFSET_POINTS`.
+
+    `plan_ldmatrix` then checks the load at every value the offsets can take, whatever the
+    loop variables behind them, and its claims hold for all of them, so the original offsets
+    can be printed in the fresh variables' place (`emit_ldmatrix`'s `substitutions`)."""
+    abstract, values, originals = [], {}, {}
+    points = 1
+    for dimension, offset in enumerate(offsets):
+        offset = as_expr(offset)
+        low, high = offset.bounds()
+        if offset.is_const:
+            abstract.append(offset)
+            continue
+        if low is None or high is None:
+            return None
+        name = f"{RESERVED_PREFIX}offset{dimension}"
+        abstract.append(var(name, low, high))
+        values[name] = range(low, high + 1)
+        originals[name] = offset
+        points *= high - low + 1
+        if points > MAX_OFFSET_POINTS:
+            return None
+    return abstract, values, originals
+
+
 class MemoryLowering(LoweringContext):
     """Tensors in memory: vector widths, loads, stores, asynchronous copies and barriers."""
 
@@ -133,7 +165,7 @@ class MemoryLowering(LoweringContext):
                     step = 1
             else:
                 low, high, step = None, None, 1
-                for scalar in (*BLOCK_INDICES, *self.scalar_params()):
+                for scalar in (*self.program.block_indices, *self.scalar_params()):
                     if scalar.name == name:
                         low, high = scalar.lo, scalar.hi
             if low is None or high is None or high - low + 1 > ENUMERATION_LIMIT:
@@ -143,6 +175,24 @@ class MemoryLowering(LoweringContext):
             return None
         return [dict(zip(names, values)) for values in itertools.product(*domains)]
 
+    def origin_points(self, origin: Sequence[Expr]) -> list[tuple[int, ...]] | None:
+        """Origins covering every value `origin` can take, or None when there are too many:
+        each component over the values its bounds allow (a stage index ``(k - k0) % 2``: 0 and
+        1, whatever k), else every valuation of the variables behind it (`origin_values`)."""
+        ranges = []
+        for component in origin:
+            low, high = as_expr(component).bounds()
+            if low is None or high is None:
+                ranges = None
+                break
+            ranges.append(range(low, high + 1))
+        if ranges is not None and math.prod(len(r) for r in ranges) <= ENUMERATION_LIMIT:
+            return list(itertools.product(*ranges))
+        valuations = self.origin_values(origin)
+        if valuations is None:
+            return None
+        return [tuple(int(evaluate(o, env)) for o in origin) for env in valuations]
+
     def shared_width(self, tile: Tile) -> int:
         """The vector width of a tile of a shared tensor (see the module docstring)."""
         memory = tile.memory
@@ -151,12 +201,11 @@ class MemoryLowering(LoweringContext):
         widths = _vector_widths(tile.element_bits, register.local_size)
         if not widths:
             return 1
-        valuations = self.origin_values(tile.origin)
-        if valuations is not None:
+        origins = self.origin_points(tile.origin)
+        if origins is not None:
             table = register.table()
             tables = []
-            for env in valuations:
-                origin = [int(evaluate(o, env)) for o in tile.origin]
+            for origin in origins:
                 coords = tuple(table[..., d] + origin[d] for d in range(register.rank))
                 try:
                     tables.append(np.asarray(memory.offset(coords), dtype=np.int64))
@@ -395,17 +444,23 @@ class MemoryLowering(LoweringContext):
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
         out, src = instruction.out, instruction.src
         self.declare(out)
-        plan = None
+        plan, originals = None, {}
         if self.tensor_cores and src.dtype.nbits == 16:
+            # First over the values the offsets take (few, and claims that z3 settles fast),
+            # then over the values of the variables behind them.
+            abstract = offset_values(instruction.offsets)
+            if abstract is not None:
+                offsets, values, originals = abstract
+                plan = plan_ldmatrix(src.layout, out.layout, src.dtype, offsets, values)
             ranges = self.loop_ranges(instruction.offsets)
-            if self.few_offset_values(instruction.offsets, ranges):
+            if plan is None and self.few_offset_values(instruction.offsets, ranges):
+                originals = {}
                 plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)
         if plan is not None:
             self.plans.append(plan)
             self.note("ldmatrix", len(plan.instructions))
-            self.out.lines(
-                emit_ldmatrix(plan, f"((unsigned short*){src.name})", out.name, THREAD_NAME)
-            )
+            pointer = f"((unsigned short*){src.name})"
+            self.out.lines(emit_ldmatrix(plan, pointer, out.name, THREAD_NAME, originals))
             return
         tile = self.register_tile(src, out.layout, instruction.offsets, "src")
         self.load_tile(out, src.name, tile, self.shared_width(tile), masked=False)

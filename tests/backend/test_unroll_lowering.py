@@ -402,9 +402,16 @@ def pipelined(unroll: int) -> Program:
 def test_constant_stages_let_ldmatrix_read_a_runtime_loop():
     plain = lower(pipelined(1), "sm_90a")
     unrolled = lower(pipelined(2), "sm_90a")
-    assert not any(isinstance(plan, LdmatrixPlan) for plan in plain.plans)
+    # Without unrolling the stage k % 2 is symbolic: ldmatrix is planned over the values the
+    # offset takes (0 and 1), the stage printed in the address, and every claim proved.
+    symbolic = [plan for plan in plain.plans if isinstance(plan, LdmatrixPlan)]
+    assert [str(plan.offsets[0]) for plan in symbolic] == ["la_offset0", "la_offset0"]
+    assert all(dict(plan.values) == {"la_offset0": range(2)} for plan in symbolic)
+    assert "la_offset0" not in plain.source and "(k0 & 1)" in plain.source
+    assert_proved(validate_lowering(plain, rlimit=RLIMIT))
     loads = [plan for plan in unrolled.plans if isinstance(plan, LdmatrixPlan)]
-    assert [plan.offsets[0] for plan in loads] == [0, 0, 1, 1]  # copies 0 and 1, not the rest
+    # Copies 0 and 1 with constant stages; the remainder loop's copy over the stage's values.
+    assert [str(plan.offsets[0]) for plan in loads] == ["0", "0", "1", "1", *["la_offset0"] * 2]
     assert_proved(validate_lowering(unrolled, rlimit=RLIMIT))
     assert compile_cuda(unrolled.source, "sm_90a", unrolled.options).cubin
 
