@@ -25,6 +25,9 @@ Strategies:
   stop may be a runtime parameter and whose unroll is 1 to 4 (trip counts that are and are not
   multiples of it), an `if_` on the loop variable inside, and an `if_` on the block index
   around the store.
+- `dequant_cases()`: low-bit codes (optionally loaded as i32 words and `view`-ed) cast to f16 or
+  bf16 and combined by add, sub or mul with a half tile or a broadcast scale row, in layouts
+  whose threads hold whole words of codes (fast conversions, paired half instructions).
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 
@@ -44,6 +47,7 @@ from hypothesis import strategies as st
 
 from ir.testing.cases import CASE_DTYPES, ProgramCase, codes_match, register_layouts
 from ir.testing.compute_cases import dot_cases, loop_cases, view_cases
+from ir.testing.dequant_cases import dequant_cases
 from ir.testing.memory_cases import elementwise_cases, reduction_cases, shared_round_trip_cases
 
 
@@ -54,6 +58,7 @@ def program_cases() -> st.SearchStrategy[ProgramCase]:
         reduction_cases(),
         shared_round_trip_cases(),
         view_cases(),
+        dequant_cases(),
         dot_cases(),
         loop_cases(),
     )
@@ -63,6 +68,7 @@ __all__ = [
     "CASE_DTYPES",
     "ProgramCase",
     "codes_match",
+    "dequant_cases",
     "dot_cases",
     "elementwise_cases",
     "loop_cases",

@@ -533,6 +533,10 @@ def test_every_register_of_a_memory_access_is_addressed(case: object) -> None:
             range(access.local_index, access.local_index + access.width)
         )
         assert access.width * access.element_bits <= 128
+    if case.constants:
+        # A constant shape can put a register outside the tensor for every thread: it is then
+        # zero (a load) or skipped (a store) without an address (see the test above).
+        return
     for key, registers in moved.items():
         instruction = instructions[key]
         if isinstance(instruction, (LoadGlobal, LoadShared)):
