@@ -261,9 +261,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         """The loop with its body written S = unroll times per iteration, k stepping by
         ``S * step`` while ``k + (S - 1) * step < stop`` (just ``k < stop`` when `whole`),
         copy j in a block of its own with k replaced by ``k + j * step`` (`unrolled_copy`).
-        Unless `whole`, a remainder loop then runs the iterations left (fewer than S), the
-        body written once, continuing from the same k (whose first value is known, and so its
-        facts exact, when the bounds are constants).
+        Unless `whole`, the iterations left (fewer than S) follow: peeled, one copy of the body
+        per iteration with k a constant (`peeled_copy`), when the bounds are constants; else a
+        remainder loop with the body written once, continuing from the same k.
 
         In the unrolled loop, k = start + S * step * q (q >= 0), which the divisor analysis
         reads from `loops`, and ``k + (S - 1) * step < stop``: both are facts of every access
@@ -292,14 +292,20 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                     self.out.comment(f"copy {j} of {unroll}: {name} + {j * step}")
                     with self.out.block():
                         self.execute(body)
-            if not whole:
-                rest = start
-                if start.is_const and stop.is_const:
-                    trips = len(range(start.value, stop.value, step))
-                    rest = as_expr(start.value + trips // unroll * group)
+            if not whole and start.is_const and stop.is_const:
+                # A known trip count: the iterations left are peeled, each a copy of the body
+                # for its own constant k.
+                trips = len(range(start.value, stop.value, step))
+                first = start.value + trips // unroll * group
+                self.out.comment(f"remainder, peeled: the last {trips % unroll} iterations")
+                for value in range(first, stop.value, step):
+                    self.out.comment(f"{name} = {value}")
+                    with self.out.block():
+                        self.execute(peeled_copy(instruction, value))
+            elif not whole:
                 self.out.comment(f"remainder: the last iterations, fewer than {unroll}")
                 header = f"for (; {name} < {self.c(stop)}; {name} += {step})"
-                with self.out.block(header), self.loop_scope(instruction, rest, step, stop):
+                with self.out.block(header), self.loop_scope(instruction, start, step, stop):
                     self.execute(instruction.body)
 
     def visit_if(self, instruction: instructions.If) -> None:
@@ -323,6 +329,17 @@ def unrolled_copy(instruction: instructions.ForRange, copy: int) -> tuple[Instru
 
     def rewrite(scalar: Expr) -> Expr:
         return fold_stage(scalar.substitute(shift), name, base)
+
+    return tuple(inner.map_scalars(rewrite) for inner in instruction.body)
+
+
+def peeled_copy(instruction: instructions.ForRange, value: int) -> tuple[Instruction, ...]:
+    """The body of a loop over k for one known iteration: every scalar with k replaced by the
+    constant `value`, simplified."""
+    name = instruction.var.name
+
+    def rewrite(scalar: Expr) -> Expr:
+        return simplify(scalar.substitute({name: as_expr(value)}))
 
     return tuple(inner.map_scalars(rewrite) for inner in instruction.body)
 

@@ -331,12 +331,13 @@ class _RecordingLowering(KernelLowering):
 
 def test_facts_of_each_access_hold_where_it_sits():
     # k = 1, 3, ..., 13: the unrolled loop runs k = 1 and k = 7 (copies k, k + 2, k + 4), the
-    # remainder k = 13.
-    lowering = _RecordingLowering(staged_loop(3, 1, 15, 2))
+    # remainder k = 13, peeled (the bounds are constants).
+    program = staged_loop(3, 1, 15, 2)
+    lowering = _RecordingLowering(program)
     kernel = lowering.kernel()
     lines = kernel.source.splitlines()
     main = lines.index("        for (; k0 < 11; k0 += 6) {")
-    rest = lines.index("        for (; k0 < 15; k0 += 2) {")
+    rest = lines.index("        // k0 = 13")
     placed = {"main": [], "rest": []}
     for access, line in zip(kernel.accesses, lowering.record_lines):
         assert line > main
@@ -350,8 +351,10 @@ def test_facts_of_each_access_hold_where_it_sits():
     for access in placed["main"]:
         assert not all(evaluate(fact, {"k0": 13}) for fact in access.assumptions)
     origins = {a.origin for a in placed["main"] if isinstance(a.instruction, LoadGlobal)}
-    k0 = next(iter(placed["rest"])).instruction.offsets[0]
+    k0 = next(i for i in program.walk() if isinstance(i, ForRange)).var
     assert origins == {(k0, 0), (k0 + 2, 0), (k0 + 4, 0)}  # each copy's own instruction
+    peeled = {a.origin for a in placed["rest"] if isinstance(a.instruction, LoadGlobal)}
+    assert peeled == {(13, 0)}
 
 
 # ---------------------------------------------------------------------------- validation
@@ -459,3 +462,28 @@ def test_emulated_unrolled_kernel_matches_the_interpreter(unroll_emulator: Any, 
         actual = [n, x.copy(), y.copy()]
         unroll_emulator.run(index, actual, (1,))
         assert np.array_equal(actual[2], expected[2]), f"n = {n}"
+
+
+def test_known_trip_count_peels_the_remainder():
+    """A constant trip count that is not a multiple of the unroll count: the iterations left
+    are written out with k a constant, no remainder loop."""
+    with ProgramBuilder("peeled", 32) as b:
+        n = b.int_param("n", constant=True)
+        x = b.array_param("x", F32)
+        view = b.global_view(x, F32, GlobalLayout((n * 32,), (1,)))
+        total = b.register_tensor(F32, spatial(32), 0.0)
+        with b.for_range(0, n, unroll=4) as k:
+            b.assign(total, b.add(total, b.load_global(view, [k * 32], spatial(32))))
+        b.store_global(view, total, [0])
+    kernel = lower(b.program(), constants={"n": 7})
+    source = kernel.source
+    assert "// remainder, peeled: the last 3 iterations" in source
+    assert [
+        line.strip() for line in source.splitlines() if line.strip().startswith("// k0 = ")
+    ] == [
+        "// k0 = 4",
+        "// k0 = 5",
+        "// k0 = 6",
+    ]
+    assert source.count("for (") == 1  # the unrolled loop only
+    assert_proved(validate_lowering(kernel, rlimit=RLIMIT))
