@@ -2,9 +2,9 @@
 
 C (m, n) = A (m, k) @ (W * S), as `ir.examples.quantized_matmul` defines it (W the (k, n)
 codes of `weight_dtype`, S the (ceil(k / group_size), n) f16 scales, the dequantized weight
-``f16(f32(W) * f32(S))``), but W and S come packed (`ir.examples.packed_weights`: `pack_weights`,
-`pack_scales`): each thread's 16-byte loads (at 4 bits) are whole mma B fragments, and its
-scales for them one 16-byte vector. For M <= 16 the time is streaming the
+``f16(f32(W) * f32(S))``), but W and S come packed (`ir.examples.packed_weights`:
+`pack_weights`, `pack_scales`): each thread's 16-byte loads (at 4 bits) are whole mma B
+fragments, and its scales for them one 16-byte vector. For M <= 16 the time is streaming the
 weights, so the program keeps them out of shared memory:
 
     prologue: load the first `depth` k-tiles of packed words into a register ring;
@@ -26,12 +26,13 @@ activations `(spatial(1, 1) * replicate(W)).local(1, KS) * F_A` (every warp hold
 BN = 64 * W * units_n and BK = 16 * KS.
 
 `n` and `k` are compile-time constants (``backend.compile(program, constants={"n": ..., "k":
-...})``): the trip count, every weight address and the scale row are then known, so the loop
-carries no bounds checks on the weights (a kernel is compiled per weight shape, as for a layer).
-Requirements: `k` a multiple of BK * split and `group_size` of BK (one scale row per k-tile), `n`
-a multiple of BN. The program declares its grid, ``(n // BN, ceil(m / 16), split)``: a launch
-may leave it out. Rows of A past m read
-zeros and rows of C past m are not written.
+...})``; a kernel is compiled per weight shape, as for a layer), and the program declares its
+grid, ``(n // BN, ceil(m / 16), split)`` (a launch may leave it out): with the block indices and
+the trip count bounded, every weight and scale address is shown in bounds, so the loop carries
+no bounds checks (the indices under the prefetch guards are written clamped to the range's last
+tile, which they equal there, so that their bounds show it too). Requirements: `k` a multiple
+of BK * split and `group_size` of BK (one scale row per k-tile), `n` a multiple of BN. Rows of A
+past m read zeros and rows of C past m are not written.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def accumulator_layout(warps: int, units_n: int) -> RegisterLayout:
     return spatial(1, warps).local(1, 8 * units_n) * fragment("mma.m16n8k16.c").layout
 
 
-def _check_config(weight_dtype: DataType, group_size: int, config: DequantConfig) -> None:
+def _check_config(group_size: int, config: DequantConfig) -> None:
     for name in ("warps", "units_n", "units_k", "depth", "split", "unroll"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -132,7 +133,7 @@ def register_dequant_matmul(
     ``config.split == 1``, else f32 (split, m, n) partial sums for `split_k_sum`."""
     config = config or DequantConfig()
     weight_dtype = check_weight_dtype(weight_dtype)
-    _check_config(weight_dtype, group_size, config)
+    _check_config(group_size, config)
     f16, f32, i32 = dtypes.f16, dtypes.f32, dtypes.i32
     nbits = weight_dtype.nbits
     warps, split, depth = config.warps, config.split, config.depth
