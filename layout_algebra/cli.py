@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from layout_algebra.expression_parser import ExpressionError, parse_layout
-from layout_algebra.printing import text_grid
+from layout_algebra.printing import GRID_LIMIT, text_grid
 from layout_algebra.register import RegisterLayout
 
 EXIT_OK = 0
@@ -40,18 +40,41 @@ EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 EXIT_ERROR = 4
 
-MAX_GRID_CELLS = 16_384
+MAX_GRID_CELLS = GRID_LIMIT
+
+
+MAX_TIMEOUT_SECONDS = 4_294_967
+"""The longest solver timeout: z3 counts it in milliseconds in an unsigned 32-bit int."""
+
+WEIGHT_TYPES_HELP = "u1..u8, i1..i8, or a float of at most 8 bits (f4e2m1, f6e3m2, f8e4m3, ...)"
 
 
 def _positive_seconds(text: str) -> float:
-    """argparse type: a positive number of seconds."""
+    """argparse type: a positive, finite number of seconds up to `MAX_TIMEOUT_SECONDS`."""
     try:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of seconds up to {MAX_TIMEOUT_SECONDS}, got {text!r}"
+        )
     return seconds
+
+
+def _weight_type(text: str) -> str:
+    """argparse type: the name of a data type of at most 8 bits (a weight type of the demo)."""
+    from ir import dtypes
+
+    try:
+        dtype = dtypes.from_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error}; expected {WEIGHT_TYPES_HELP}") from None
+    if dtype.nbits > 8:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has {dtype.nbits} bits: not a weight type; expected {WEIGHT_TYPES_HELP}"
+        )
+    return text
 
 
 def _describe(layout: RegisterLayout) -> str:
@@ -157,17 +180,18 @@ DEMO_SHAPE = {"m": 96, "n": 128, "k": 256}
 
 
 class _Progress:
-    """One-line progress bars and step reports on stderr (stdout stays free for --json)."""
+    """The demo's step reports on stdout (none with --json, which prints the report instead),
+    and one-line progress bars on stderr when it is a terminal (nothing is redrawn in a file)."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
 
     def step(self, text: str) -> None:
         if not self.quiet:
-            print(text, file=sys.stderr)
+            print(text, flush=True)
 
     def bar(self, label: str, done: int, total: int) -> None:
-        if self.quiet or total == 0:
+        if self.quiet or total == 0 or not sys.stderr.isatty():
             return
         width = 30
         filled = width * done // total
@@ -346,7 +370,13 @@ def _add_demo_command(subparsers: argparse._SubParsersAction) -> None:
         "lowering, run it in the NumPy reference interpreter, compile it with NVRTC, and run and "
         "compare it on the GPU when there is one. Exit code 0 when every step agrees.",
     )
-    parser.add_argument("--weights", default="u4", metavar="DTYPE", help="weight type (default u4)")
+    parser.add_argument(
+        "--weights",
+        type=_weight_type,
+        default="u4",
+        metavar="DTYPE",
+        help=f"weight type: {WEIGHT_TYPES_HELP} (default u4)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     parser.add_argument(
         "--timeout",

@@ -131,6 +131,25 @@ def owner_labels(layout: RegisterLayout) -> np.ndarray:
     return labels
 
 
+GRID_LIMIT = 16_384
+"""The most thread-register pairs a layout's text grid shows (`str`, the CLI's ``show``)."""
+PICTURE_LIMIT = 1 << 18
+"""The most thread-register pairs a layout's picture draws (`_repr_html_`, `plot`)."""
+
+
+def too_large(layout: RegisterLayout, limit: int, what: str) -> str | None:
+    """A one-line summary of `layout` when it has more than `limit` thread-register pairs (its
+    `what` is then omitted), else None: displaying a layout never enumerates millions of
+    elements."""
+    pairs = layout.num_threads * layout.local_size
+    if pairs <= limit:
+        return None
+    return (
+        f"{layout!r}: shape {layout.shape}, {layout.num_threads} threads x {layout.local_size} "
+        f"registers = {pairs} thread-register pairs, more than {limit}: {what} omitted"
+    )
+
+
 def text_grid(layout: RegisterLayout) -> str:
     """The tile as text: one cell per element listing the `t:i` pairs that hold it.
 

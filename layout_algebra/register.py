@@ -325,11 +325,17 @@ class RegisterLayout:
 
     def __mul__(self, other: RegisterLayout) -> RegisterLayout:
         if not isinstance(other, RegisterLayout):
+            _refuse_number(other, "*")
             return NotImplemented
         return product(self, other)
 
+    def __rmul__(self, other: object) -> RegisterLayout:
+        _refuse_number(other, "*")
+        return NotImplemented
+
     def __truediv__(self, other: RegisterLayout) -> RegisterLayout:
         if not isinstance(other, RegisterLayout):
+            _refuse_number(other, "/")
             return NotImplemented
         from layout_algebra.divide import divide
 
@@ -407,24 +413,45 @@ class RegisterLayout:
         return layout_expression(self)
 
     def __str__(self) -> str:
-        from layout_algebra.printing import text_grid
+        from layout_algebra.printing import GRID_LIMIT, text_grid, too_large
 
-        return text_grid(self)
+        return too_large(self, GRID_LIMIT, "grid") or text_grid(self)
 
     def show(self) -> None:
         """Print the grid: each cell lists the `t:i` pairs that hold the element."""
         print(str(self))
 
     def _repr_html_(self) -> str:
+        import html
+
+        from layout_algebra.printing import PICTURE_LIMIT, too_large
         from layout_algebra.render import layout_html
 
+        summary = too_large(self, PICTURE_LIMIT, "picture")
+        if summary is not None:
+            return f"<pre>{html.escape(summary)}</pre>"
         return layout_html(self)
 
     def plot(self, **kwargs: Any) -> Any:
-        """A matplotlib figure of the layout (threads coloured, warps outlined)."""
+        """A matplotlib figure of the layout (threads coloured, warps outlined). Raises
+        LayoutError for a layout of more than `printing.PICTURE_LIMIT` thread-register pairs."""
+        from layout_algebra.printing import PICTURE_LIMIT, too_large
         from layout_algebra.render import layout_figure
 
+        summary = too_large(self, PICTURE_LIMIT, "picture")
+        if summary is not None:
+            raise LayoutError(f"cannot draw {summary}")
         return layout_figure(self, **kwargs)
+
+
+def _refuse_number(other: object, operator: str) -> None:
+    """Raise LayoutError for a number on one side of a layout operator (a common slip:
+    ``local(4) * 3`` for ``local(4) * local(3)``)."""
+    if isinstance(other, (int, float, complex)):
+        raise LayoutError(
+            f"cannot combine a RegisterLayout with {other!r} ({type(other).__name__}) by "
+            f"{operator}: both operands must be register layouts, e.g. local(4) * local(3)"
+        )
 
 
 def _varargs(values: tuple[Any, ...]) -> Any:

@@ -39,5 +39,26 @@ def test_demo_other_weight_types(capsys: pytest.CaptureFixture[str], weights: st
 
 
 def test_demo_rejects_an_unknown_weight_type(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--weights", "float8_e4m3"]) == 4
-    assert "ambiguous" in capsys.readouterr().err
+    # A usage error (exit 2), with the type's problem and the weight types.
+    assert main(["demo", "--weights", "float8_e4m3"]) == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" in err and "u1..u8, i1..i8" in err
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [("bogus", "bogus"), ("f16", "'f16' has 16 bits: not a weight type"), ("i32", "32 bits")],
+)
+def test_demo_refuses_other_weight_types_as_usage_errors(
+    capsys: pytest.CaptureFixture[str], weights: str, message: str
+) -> None:
+    assert main(["demo", "--weights", weights]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_demo_help_lists_the_weight_types(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--help"]) == 0
+    assert "u1..u8, i1..i8, or a float of at most 8 bits" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -133,3 +133,24 @@ def test_demo_grid_covers_a_partial_last_tile(demo, monkeypatch: pytest.MonkeyPa
     errors = row_errors(run["output"], dequantized_matmul(run["inputs"], "u4"))
     assert errors.max() < 1e-2, f"rows off: {np.nonzero(errors >= 1e-2)[0].tolist()}"
     assert report["ok"] is True and code == cli.EXIT_OK
+
+
+def test_the_steps_go_to_stdout_and_no_bar_to_a_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --json the step report is the command's output (``demo > out`` keeps it), and
+    progress bars, which redraw a line with ``\\r``, are drawn only on a terminal."""
+
+    def no_device() -> str:
+        raise NoDeviceError("no device in this test")
+
+    def validate_lowering(kernel: Any, **limits: Any) -> LoweringValidation:
+        return LoweringValidation((("access", ProofResult(True, None, "stub", 0.0)),))
+
+    monkeypatch.setattr(backend.device, "current_arch", no_device)
+    monkeypatch.setattr(proofs.lowering_validation, "validate_lowering", validate_lowering)
+    assert cli.main(["demo"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("1. built ")
+    assert "5. no GPU found" in printed.out
+    assert "\r" not in printed.err and "\r" not in printed.out
