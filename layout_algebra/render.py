@@ -231,9 +231,21 @@ MAX_FIGURE_INCHES = 40.0
 """The largest width or height of a figure; cells shrink below `cell_size` to stay within it."""
 
 
+def require_matplotlib() -> None:
+    """Raise LayoutError saying which extra to install when matplotlib is missing (every
+    figure, and the HTML pictures that embed one, need it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as error:
+        raise LayoutError(
+            "drawing layouts needs matplotlib: pip install 'layout-algebra[notebooks]'"
+        ) from error
+
+
 def _new_figure(rows: int, cols: int, cell_size: float) -> tuple[Any, Any, float]:
     """A figure sized for a grid of cells, its one axes (y axis pointing down) and the cell size
     actually used (inches)."""
+    require_matplotlib()
     from matplotlib.figure import Figure
 
     cell_size = min(cell_size, (MAX_FIGURE_INCHES - 1.5) / max(rows, cols))
@@ -276,6 +288,7 @@ def _outline_segments(groups: np.ndarray, block_rows: int) -> tuple[list, list]:
 
 
 def _draw_outlines(axes: Any, grid: _Grid) -> None:
+    require_matplotlib()
     from matplotlib.collections import LineCollection
 
     segments, blocks = _outline_segments(grid.groups, grid.block_rows)
@@ -288,6 +301,7 @@ def _draw_outlines(axes: Any, grid: _Grid) -> None:
 
 def _grid_figure(grid: _Grid, cell_size: float) -> Any:
     """The grid as a matplotlib figure: filled cells, their text, outlines and red marks."""
+    require_matplotlib()
     from matplotlib.patches import Rectangle
 
     rows, cols = grid.groups.shape
@@ -362,6 +376,7 @@ def _colour_map_figure(
     categories: list[tuple[str, str]] | None = None,
 ) -> Any:
     """A large tile as an image of `values` with a colour bar (or a legend of `categories`)."""
+    require_matplotlib()
     from matplotlib.collections import LineCollection
     from matplotlib.patches import Patch
 
@@ -722,6 +737,7 @@ def _access_colour_map(
         entries = resolved.touched.get(coord)
         if entries:
             roles[r, c] = 2 if any(e[4] for e in entries) else 1
+    require_matplotlib()
     from matplotlib.colors import ListedColormap
 
     categories = [

@@ -68,3 +68,17 @@ def test_small_layouts_print_their_grid(threads: int, registers: int) -> None:
     layout = spatial(threads).local(registers)
     assert str(layout) == text_grid(layout)
     assert "omitted" not in layout._repr_html_()
+
+
+def test_a_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(LayoutError, match=re.escape("pip install 'layout-algebra[notebooks]'")):
+        spatial(4).local(2).plot()
+    # The CLI: one line on stderr, exit code 4, never a traceback.
+    from layout_algebra.cli import main
+
+    assert main(["show", "spatial(4)", "--png", "/nonexistent/never-written.png"]) == 4
