@@ -32,8 +32,11 @@ without running the whole-program checks of `ir.verify` (scopes, shared-memory s
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 from ir.arguments import grid_text
 from ir.dtypes import DataType
@@ -107,6 +110,67 @@ def loop_variable(name: str, start: Expr, stop: Expr) -> Expr:
     return var(name, lo, hi)
 
 
+def check_constant(value: int | float, dtype: DataType, subject: str) -> None:
+    """Raise VerificationError when the Python number `value` does not fit `dtype`; the message
+    starts with `subject`, which names the value and where it was given.
+
+    An integer type takes integral values (ints, or floats such as 2.0) within
+    ``dtype.min..dtype.max``. A float type takes finite values whose magnitude is at most
+    ``dtype.max`` (they round to the nearest code), and inf or NaN only when it has them.
+    """
+    if not dtype.is_float:
+        if isinstance(value, float) and not value.is_integer():
+            raise VerificationError(
+                f"{subject} is not an integer; {dtype} holds the integers {dtype.min}..{dtype.max}"
+            )
+        if not dtype.min <= value <= dtype.max:
+            raise VerificationError(
+                f"{subject} is outside the range of {dtype}; expected an integer in "
+                f"{dtype.min}..{dtype.max}"
+            )
+        return
+    if isinstance(value, float) and math.isnan(value):
+        if not dtype.has_nan:
+            raise VerificationError(
+                f"{subject}: {dtype} has no NaN; expected a finite value in "
+                f"{dtype.min!r}..{dtype.max!r}"
+            )
+        return
+    if isinstance(value, float) and math.isinf(value):
+        if not dtype.has_inf:
+            raise VerificationError(
+                f"{subject}: {dtype} has no infinity; expected a finite value in "
+                f"{dtype.min!r}..{dtype.max!r}"
+            )
+        return
+    if abs(value) > dtype.max:
+        raise VerificationError(
+            f"{subject} is beyond the largest finite value of {dtype}; expected a value in "
+            f"{dtype.min!r}..{dtype.max!r}"
+        )
+
+
+class _LoopContext:
+    """What `ProgramBuilder.for_range` returns: a context manager (``with ... as k:``) that
+    refuses to be iterated, since ``for k in b.for_range(...)`` would not build a loop."""
+
+    def __init__(self, manager: contextlib.AbstractContextManager[Expr], call: str) -> None:
+        self._manager = manager
+        self._call = call
+
+    def __enter__(self) -> Expr:
+        return self._manager.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._manager.__exit__(*exc_info)
+
+    def __iter__(self) -> Iterator[Expr]:
+        raise VerificationError(
+            f"{self._call} is a context manager, not an iterable: write "
+            f"`with b.{self._call} as k:` and put the loop body inside the with block"
+        )
+
+
 class ProgramBuilder:
     """Builds one `Program` named `name` for blocks of `num_threads` threads.
 
@@ -161,8 +225,9 @@ class ProgramBuilder:
             raise VerificationError(f"{what} must be a RegisterTensor, got {value!r}")
         return value
 
-    def _constant(self, value: int | float, dtype: DataType) -> RegisterTensor:
+    def _constant(self, value: int | float, dtype: DataType, what: str) -> RegisterTensor:
         """A rank-0 tensor held by every thread, for a Python number operand."""
+        check_constant(value, dtype, f"the constant {value!r} ({what})")
         return self.register_tensor(dtype, replicate(self.num_threads), value)
 
     def _operands(self, values: Sequence[Any], what: str) -> list[RegisterTensor]:
@@ -174,7 +239,7 @@ class ProgramBuilder:
         result = []
         for k, value in enumerate(values):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                result.append(self._constant(value, dtype))
+                result.append(self._constant(value, dtype, f"operand {k} of {what}"))
             else:
                 result.append(self._tensor(value, f"operand {k} of {what}"))
         return result
@@ -324,10 +389,16 @@ class ProgramBuilder:
     def register_tensor(
         self, dtype: DataType, layout: RegisterLayout, init: int | float = 0
     ) -> RegisterTensor:
-        """A register tensor with every element `init` (converted to `dtype`)."""
+        """A register tensor with every element `init` (converted to `dtype`).
+
+        `init` must fit `dtype` (`check_constant`): an integral value within the range of an
+        integer type; for a float type, a finite value of magnitude at most `dtype.max` (or inf or
+        NaN when the type has them).
+        """
         if isinstance(init, bool) or not isinstance(init, (int, float)):
             raise VerificationError(f"register_tensor init must be an int or float, got {init!r}")
         out = self._register(dtype, layout)
+        check_constant(init, dtype, f"register_tensor init {init!r}")
         self._emit(RegisterTensorInit(out, init))
         return out
 
@@ -660,17 +731,24 @@ class ProgramBuilder:
     # Control flow
     # ----------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def for_range(
         self, start: ExprLike, stop: ExprLike | None = None, step: int = 1, unroll: int = 1
-    ) -> Iterator[Expr]:
+    ) -> contextlib.AbstractContextManager[Expr]:
         """``with b.for_range(start, stop, step, unroll=S) as k:`` a loop; `k` is the loop
         variable.
 
         Like Python's `range`: one argument is the stop (start 0). `step` is a positive int.
         `unroll` (a positive int) leaves the meaning unchanged and asks the lowering to write
-        the body S times per generated iteration (`ir.instructions.ForRange`).
+        the body S times per generated iteration (`ir.instructions.ForRange`). Iterating it
+        (``for k in b.for_range(...)``) raises VerificationError.
         """
+        args = ", ".join(repr(v) for v in (start, stop) if v is not None)
+        return _LoopContext(self._for_range(start, stop, step, unroll), f"for_range({args})")
+
+    @contextlib.contextmanager
+    def _for_range(
+        self, start: ExprLike, stop: ExprLike | None, step: int, unroll: int
+    ) -> Iterator[Expr]:
         if stop is None:
             start, stop = 0, start
         start_expr, stop_expr = self._scalars([start, stop], "for_range bounds")
@@ -688,7 +766,22 @@ class ProgramBuilder:
 
     @contextlib.contextmanager
     def if_(self, cond: ExprLike) -> Iterator[None]:
-        """``with b.if_(cond):`` a body run when the scalar `cond` is nonzero."""
+        """``with b.if_(cond):`` a body run when the scalar `cond` is nonzero.
+
+        `cond` is an Expr or an int. A Python bool is refused: ``k == 2`` on scalar expressions
+        compares them structurally (it is not the comparison); write ``k.eq(2)``.
+        """
+        if isinstance(cond, (bool, np.bool_)):
+            kind = "Python" if isinstance(cond, bool) else "NumPy"
+            raise VerificationError(
+                f"if_ condition is the {kind} bool {cond!r} (== and != on scalar expressions "
+                "compare them structurally); write k.eq(2) or k.ne(2) for the comparison"
+            )
+        if not isinstance(cond, (Expr, int, np.integer)):
+            raise VerificationError(
+                f"if_ condition must be a scalar Expr (such as k < n or k.eq(2)) or an int, "
+                f"got {cond!r} of type {type(cond).__name__}"
+            )
         (cond_expr,) = self._scalars([cond], "if_ condition")
         self._bodies.append([])
         try:
