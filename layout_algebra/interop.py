@@ -90,11 +90,20 @@ def to_cute(layout: RegisterLayout) -> str:
 _TOKEN = re.compile(r"\s*(?:(\()|(\))|(,)|(_?-?\d+))")
 
 
-def _parse_int_tuple(text: str, position: int, full: str) -> tuple[NestedInt, int]:
+MAX_CUTE_NESTING = 32
+"""The deepest nesting of parentheses a CuTe layout text may have (CuTe layouts use a few)."""
+
+
+def _parse_int_tuple(text: str, position: int, full: str, depth: int = 0) -> tuple[NestedInt, int]:
     """Parse the nested int tuple at `position` of `text`; return it and the index after it.
 
-    `text` is the shape or the stride half of the layout text `full` (named in error messages).
+    `text` is the shape or the stride half of the layout text `full` (named in error messages);
+    `depth` counts the parentheses open around `position` (at most `MAX_CUTE_NESTING`).
     """
+    if depth > MAX_CUTE_NESTING:
+        raise LayoutError(
+            f"CuTe layout {full[:40]!r}...: parentheses nested deeper than {MAX_CUTE_NESTING}"
+        )
     match = _TOKEN.match(text, position)
     if not match:
         raise LayoutError(
@@ -110,7 +119,7 @@ def _parse_int_tuple(text: str, position: int, full: str) -> tuple[NestedInt, in
     items: list[NestedInt] = []
     position = match.end()
     while True:
-        item, position = _parse_int_tuple(text, position, full)
+        item, position = _parse_int_tuple(text, position, full, depth + 1)
         items.append(item)
         match = _TOKEN.match(text, position)
         if match and match.group(3) is not None:

@@ -48,6 +48,10 @@ IntTuple = tuple[int, ...]
 # ----------------------------------------------------------------------------------------------
 
 
+MAX_SWIZZLE_BIT = 62
+"""The bits a swizzle may read or write lie below this (element offsets are int64)."""
+
+
 @dataclass(frozen=True)
 class Swizzle:
     """CuTe's ``Swizzle<B, M, S>`` on element offsets: ``Swizzle(bits, base, shift)``.
@@ -73,6 +77,11 @@ class Swizzle:
             raise LayoutError(
                 f"swizzle shift {shift} is smaller than its bits {bits}: expected shift >= bits, "
                 "so that the bits read and the bits flipped do not overlap"
+            )
+        if bits + base + shift > MAX_SWIZZLE_BIT:
+            raise LayoutError(
+                f"Swizzle({bits}, {base}, {shift}) reads bits up to {bits + base + shift - 1}: "
+                f"expected bits + base + shift <= {MAX_SWIZZLE_BIT} (offsets are 64-bit ints)"
             )
         object.__setattr__(self, "bits", bits)
         object.__setattr__(self, "base", base)
