@@ -682,6 +682,11 @@ def _bind_arguments(
                 raise InterpreterError(
                     f"argument {param.name!r} must be a NumPy array, got {type(value).__name__}"
                 )
+            if value.dtype.kind in "OU":
+                raise InterpreterError(
+                    f"argument {param.name!r} is an array of {value.dtype} elements; expected "
+                    "an array of plain data (its bytes are the bitstream of the parameter)"
+                )
             if not value.flags.c_contiguous or not value.flags.writeable:
                 raise InterpreterError(
                     f"argument {param.name!r} must be a C-contiguous, writeable array"
