@@ -7,16 +7,31 @@ Tests that compile host code (the CPU emulation of generated kernels, the conver
 the C text of symbolic expressions) take the fixture `c_compiler` (gcc, else cc) or
 `cxx_compiler` (g++): the compiler's path. Without one they skip, unless the environment
 variable REQUIRE_COMPILER=1 is set (CI sets it), in which case a missing compiler fails them.
+
+Kernels the tests compile go to a temporary kernel cache made for the session (removed at its
+end), never the user's own, unless LAYOUT_ALGEBRA_CACHE_DIR names one explicitly.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+CACHE_VARIABLE = "LAYOUT_ALGEBRA_CACHE_DIR"
+"""The kernel cache's directory variable (`backend.cache.ENVIRONMENT_VARIABLE`)."""
+
+if not os.environ.get(CACHE_VARIABLE):
+    # Set before any test module imports the backend; mkdtemp makes it mode 0700, as the cache
+    # requires. Subprocesses (the notebooks' kernels) inherit it.
+    _session_cache = tempfile.mkdtemp(prefix="layout-algebra-test-cache-")
+    os.environ[CACHE_VARIABLE] = _session_cache
+    atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
 settings.register_profile(
     "suite",
