@@ -417,12 +417,22 @@ class ProgramBuilder:
         return out
 
     def load_global(
-        self, src: GlobalTensor, offsets: Sequence[ExprLike], layout: RegisterLayout
+        self,
+        src: GlobalTensor,
+        offsets: Sequence[ExprLike],
+        layout: RegisterLayout,
+        fill: int | float = 0,
     ) -> RegisterTensor:
-        """Load the tile at `offsets` of `src` into registers placed by `layout`; 0 outside."""
+        """Load the tile at `offsets` of `src` into registers placed by `layout`; `fill`
+        (default 0; it must fit the type, `check_constant`) outside `src`'s shape, e.g.
+        ``-inf`` for a row maximum over a partial tile."""
         self._memory(src, GlobalTensor, "load_global reads")
+        if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+            raise VerificationError(f"load_global fill must be an int or float, got {fill!r}")
+        check_constant(fill, src.dtype, f"load_global fill {fill!r}")
         out = self._register(src.dtype, layout)
-        self._emit(LoadGlobal(out, src, self._scalars(offsets, "load_global offsets")))
+        offsets_expr = self._scalars(offsets, "load_global offsets")
+        self._emit(LoadGlobal(out, src, offsets_expr, fill))
         return out
 
     def store_global(
@@ -473,7 +483,8 @@ class ProgramBuilder:
         """Start copying a tile global -> shared (`ir.instructions.CopyAsync`).
 
         The tile shape is `layout.shape` when a layout is given, else the last `src.rank`
-        extents of dst's shape; `dst_offsets` defaults to 0.
+        extents of dst's shape; `dst_offsets` defaults to 0. Elements outside `src` arrive as
+        zeros: ``cp.async`` can only zero-fill, so unlike `load_global` there is no fill value.
         """
         if not isinstance(src, GlobalTensor) or not isinstance(dst, SharedTensor):
             raise VerificationError(

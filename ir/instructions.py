@@ -270,12 +270,14 @@ class GlobalView(Instruction):
 
 @dataclass(frozen=True, eq=False)
 class LoadGlobal(Instruction):
-    """`out[c] = src[offsets + c]` for every tile coordinate c; 0 where out of src's shape."""
+    """`out[c] = src[offsets + c]` for every tile coordinate c; `fill` (a Python number, in
+    `out.dtype`, default 0) where offsets + c is out of src's shape."""
 
     op: ClassVar[str] = "load_global"
     out: RegisterTensor = result()
     src: GlobalTensor
     offsets: Offsets
+    fill: int | float = 0
 
 
 @dataclass(frozen=True, eq=False)

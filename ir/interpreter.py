@@ -385,7 +385,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         if inside is None:
             codes = bitstream.read(stream, elements, src.dtype.nbits)
         else:
-            codes = np.zeros(inside.shape, dtype=np.int64)
+            fill = int(src.dtype.encode(np.array([instruction.fill]))[0])
+            codes = np.full(inside.shape, fill, dtype=np.int64)
             codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
         self.registers[out.name] = to_values(out.dtype, codes)
 

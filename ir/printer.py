@@ -62,7 +62,8 @@ class _LinePrinter(InstructionVisitor[str]):
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> str:
         i = instruction
-        return f"{_register(i.out)} = load_global({i.src.name}, {_offsets(i.offsets)})"
+        fill = "" if i.fill == 0 else f", fill={i.fill!r}"
+        return f"{_register(i.out)} = load_global({i.src.name}, {_offsets(i.offsets)}{fill})"
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> str:
         i = instruction

@@ -253,8 +253,11 @@ class MemoryLowering(LoweringContext):
             return simplify(offset * (tile.element_bits // 8))
         return simplify(offset * tile.element_bits // 8)
 
-    def load_element(self, pointer: str, tile: Tile, i: int, mask: Expr | None) -> str:
-        """C code of register i's element loaded from `pointer` (0 where `mask` is false)."""
+    def load_element(
+        self, pointer: str, tile: Tile, i: int, mask: Expr | None, fill: str = "0u"
+    ) -> str:
+        """C code of register i's element loaded from `pointer` (`fill` where `mask` is
+        false)."""
         address, unit = self.element_address(tile, i)
         self.record(tile, i, 1, address, unit, mask)
         bits = tile.element_bits
@@ -264,7 +267,7 @@ class MemoryLowering(LoweringContext):
             load = f"la_load_bits({pointer}, {self.c(address)}, {bits})"
         if mask is None or is_true(mask):
             return load
-        return f"({self.c(mask)} ? (la_u32){load} : 0u)"
+        return f"({self.c(mask)} ? (la_u32){load} : {fill})"
 
     def store_element(self, pointer: str, tile: Tile, i: int, code: str, mask: Expr | None) -> None:
         """Write `code` as register i's element at `pointer` (skipped where `mask` is false)."""
@@ -323,15 +326,17 @@ class MemoryLowering(LoweringContext):
         first: int,
         width: int,
         masked: bool,
+        fill: str = "0u",
     ) -> None:
-        """Load registers first .. first + width - 1 of `out` one by one (0 out of bounds)."""
+        """Load registers first .. first + width - 1 of `out` one by one (the code `fill` out
+        of bounds)."""
         self.note("load element by element", width, generic=True)
         for i in range(first, first + width):
             mask = tile.inside(self.thread, i, 1) if masked else None
             if mask is not None and is_false(mask):
-                self.write_element(out, i, "0u")
+                self.write_element(out, i, fill)
             else:
-                self.write_element(out, i, self.load_element(pointer, tile, i, mask))
+                self.write_element(out, i, self.load_element(pointer, tile, i, mask, fill))
 
     def store_vector(
         self,
@@ -404,16 +409,23 @@ class MemoryLowering(LoweringContext):
                     (edge or elements)(first)
 
     def load_tile(
-        self, out: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
+        self,
+        out: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        width: int,
+        masked: bool,
+        fill: str = "0u",
     ) -> None:
         """Load every register of `out` from a tile, `width` registers a vector; with `masked`,
-        a vector not wholly inside the tensor's shape goes element by element."""
+        a vector not wholly inside the tensor's shape goes element by element, an element
+        outside it taking the code `fill`."""
         self.vector_runs(
             tile,
             width,
             masked,
             lambda first, mask: self.load_vector(out, pointer, tile, first, width, mask),
-            lambda first: self.load_elements(out, pointer, tile, first, width, masked),
+            lambda first: self.load_elements(out, pointer, tile, first, width, masked, fill),
         )
 
     def store_tile(
@@ -434,7 +446,8 @@ class MemoryLowering(LoweringContext):
         out, src = instruction.out, instruction.src
         tile = self.register_tile(src, out.layout, instruction.offsets, "src")
         self.declare(out)
-        self.load_tile(out, src.name, tile, self.global_width(tile, src), masked=True)
+        fill = int(src.dtype.encode(np.array([instruction.fill]))[0])
+        self.load_tile(out, src.name, tile, self.global_width(tile, src), True, f"{fill}u")
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src

@@ -1,9 +1,12 @@
 """Row softmax: y[r, :] = softmax(x[r, :]) for rows of a compile-time length.
 
-Each warp (32 threads) owns one row of the tile and each thread `n_cols // 32` consecutive
-elements of it; the row max and the row sum are reductions over one local mode and one 32-thread
-spatial mode (warp shuffles on the GPU), whose results are replicated over the warp and
-broadcast back against the row. The arithmetic is in f32; `exp` is not bit-exact on the GPU, so
+Each warp (32 threads) owns one row of the tile and each thread `ceil(n_cols / 32)` consecutive
+elements of it; a row length that is not a multiple of 32 leaves the tile's last columns
+outside the tensor, which the load fills with -inf (the type's most negative value when it has
+no infinity), so they change neither the row max nor, as exp(-inf) = 0, the row sum, and the
+store skips them. The row max and the row sum are reductions over one local mode and one
+32-thread spatial mode (warp shuffles on the GPU), whose results are replicated over the warp
+and broadcast back against the row. The arithmetic is in f32; `exp` is not bit-exact on the GPU, so
 GPU runs compare within a tolerance. Launch with ``grid = ceil(m / (num_threads // 32))``.
 """
 
@@ -25,15 +28,16 @@ def row_softmax(n_cols: int = 128, dtype: DataType = dtypes.f16, num_threads: in
 
     y[r, c] = exp(x[r, c] - max_r) / sum_c' exp(x[r, c'] - max_r), computed in f32 and rounded
     to `dtype`; block b handles rows [b * R, (b + 1) * R) with R = num_threads // 32 (rows past m
-    are read as 0 and not stored). Raises VerificationError unless `n_cols` and `num_threads` are
-    multiples of 32.
+    are not stored). Raises VerificationError unless `n_cols` is positive and `num_threads` a
+    multiple of 32.
     """
-    if n_cols % WARP or num_threads % WARP:
-        raise VerificationError(
-            f"n_cols {n_cols} and num_threads {num_threads} must be multiples of {WARP}"
-        )
+    if isinstance(n_cols, bool) or not isinstance(n_cols, int) or n_cols < 1:
+        raise VerificationError(f"n_cols {n_cols!r} must be a positive int")
+    if num_threads % WARP:
+        raise VerificationError(f"num_threads {num_threads} must be a multiple of {WARP}")
     rows = num_threads // WARP
-    layout = spatial(rows, WARP).local(1, n_cols // WARP)
+    layout = spatial(rows, WARP).local(1, -(-n_cols // WARP))
+    fill = float("-inf") if dtype.has_inf else float(dtype.min)
     with ProgramBuilder("row_softmax", num_threads) as b:
         m = b.int_param("m")
         x = b.array_param("x", dtype)
@@ -41,7 +45,7 @@ def row_softmax(n_cols: int = 128, dtype: DataType = dtypes.f16, num_threads: in
         x_view = b.global_view(x, dtype, GlobalLayout((m, n_cols), (n_cols, 1)))
         y_view = b.global_view(y, dtype, GlobalLayout((m, n_cols), (n_cols, 1)))
         origin = [b.block_x * rows, 0]
-        values = b.cast(b.load_global(x_view, origin, layout), dtypes.f32)
+        values = b.cast(b.load_global(x_view, origin, layout, fill=fill), dtypes.f32)
         row_max = b.reduce(values, 1, "max", keepdim=True)
         exponentials = b.exp(b.sub(values, row_max))
         row_sum = b.reduce(exponentials, 1, "sum", keepdim=True)

@@ -112,9 +112,9 @@ class ProgramCase:
                     f"got {actual[k]}, expected {self.expected[k]}"
                 )
             return
-        got = self.output_dtype.decode(actual).astype(np.float64)
-        want = self.output_dtype.decode(self.expected).astype(np.float64)
         with np.errstate(invalid="ignore"):
+            got = self.output_dtype.decode(actual).astype(np.float64)
+            want = self.output_dtype.decode(self.expected).astype(np.float64)
             close = ~np.isnan(got) & ~np.isnan(want) & (np.abs(got - want) <= self.tolerance)
         bad = np.flatnonzero(~(matching | close))
         if bad.size:

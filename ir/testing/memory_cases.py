@@ -140,7 +140,8 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
 def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
     """A masked tile reduced over one dimension; the result stored as a (m, 1) or (1, n) view.
 
-    Elements outside the tensor read 0 and take part in the reduction. Float sums are checked
+    Elements outside the tensor read the load's fill value (0 for sums; 0, the type's min or its
+    max for max and min) and take part in the reduction. Float sums are checked
     within f32 rounding of the float64 sum (their order is the interpreter's); everything else
     exactly, with -0 and +0 equal for float max and min.
     """
@@ -157,7 +158,13 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
         # Keep float sums away from overflow, whose point depends on the summation order.
         magnitudes = np.abs(dtype.decode(codes))
         codes = np.where(np.isfinite(magnitudes) & (magnitudes < 2.0**20), codes, 0)
-    padded = np.zeros(tile, dtype=np.float64 if dtype.is_float else np.int64)
+    # max and min read the elements outside the tensor as a fill value (0, or the type's
+    # extreme values, so that a partial tile of negative numbers has its own maximum).
+    fill = 0
+    if reduction != "sum":
+        fill = draw(st.sampled_from((0, dtype.min, dtype.max)))
+    fill_value = to_values(dtype, dtype.encode(np.array([fill])))[0]
+    padded = np.full(tile, fill_value, dtype=np.float64 if dtype.is_float else np.int64)
     padded[:m, :n] = to_values(dtype, codes).reshape(m, n)
     out_count = tile[1 - dim]
     out_initial = random_codes(draw, dtype, out_count)
@@ -168,7 +175,7 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
         x = b.array_param("x", dtype)
         out = b.array_param("out", dtype)
         tensor = b.load_global(
-            b.global_view(x, dtype, GlobalLayout((rows, cols), (cols, 1))), [0, 0], layout
+            b.global_view(x, dtype, GlobalLayout((rows, cols), (cols, 1))), [0, 0], layout, fill
         )
         result = b.reduce(tensor, dim, reduction, keepdim=True)
         out_shape = (1, tile[1]) if dim == 0 else (tile[0], 1)
@@ -203,7 +210,7 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
         expected=expected.astype(np.int64),
         tolerance=tolerance,
         exact_on_gpu=True,
-        description=f"{dtype} {layout!r} reduce_{reduction} dim={dim}",
+        description=f"{dtype} {layout!r} reduce_{reduction} dim={dim} fill={fill!r}",
     )
 
 

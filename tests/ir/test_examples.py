@@ -189,7 +189,8 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
     ("build", "message"),
     [
         (lambda: vector_add(tile_size=1000), "tile_size 1000 must be a multiple of num_threads"),
-        (lambda: row_softmax(n_cols=48), "must be multiples of 32"),
+        (lambda: row_softmax(n_cols=0), "n_cols 0 must be a positive int"),
+        (lambda: row_softmax(num_threads=48), "num_threads 48 must be a multiple of 32"),
         (lambda: matmul(inner_k=5), "inner_k 5 must divide block_k 32"),
         (lambda: matmul(block_n=60), "block_n 60 must be a multiple of 8"),
         (lambda: matmul(block_m=24), "block_m 24 must be a multiple of the 16 thread rows"),
@@ -213,3 +214,18 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
 def test_example_parameter_errors(build, message):
     with pytest.raises(VerificationError, match=message):
         build()
+
+
+@pytest.mark.parametrize("n_cols", [1, 48, 100])
+def test_softmax_of_rows_of_any_length(n_cols: int) -> None:
+    """Rows that are not a multiple of 32 long: the tile's columns past the row read -inf, so
+    neither the max nor the sum sees them (a row of negative numbers included)."""
+    rng = np.random.default_rng(n_cols)
+    m = 5
+    x = (-rng.uniform(1, 4, (m, n_cols))).astype(np.float16)
+    y = np.zeros((m, n_cols), np.float16)
+    run_reference(row_softmax(n_cols), m, x, y, grid=2)
+    values = x.astype(np.float64)
+    expected = np.exp(values - values.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(y.astype(np.float64), expected, rtol=2e-3, atol=1e-4)
