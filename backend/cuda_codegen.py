@@ -408,8 +408,6 @@ def unary_value(op: str, dtype: DataType, x: str) -> str:
     before rounding or wrapping into `dtype` (`ir.elementwise` gives the meaning)."""
     if dtype.is_float:
         formulas = {
-            "neg": f"la_bits_to_float(la_float_to_bits({x}) ^ 0x80000000u)",
-            "abs": f"la_bits_to_float(la_float_to_bits({x}) & 0x7FFFFFFFu)",
             "exp": f"expf({x})",
             "exp2": f"exp2f({x})",
             "log": f"logf({x})",

@@ -129,17 +129,11 @@ def check_constant(value: int | float, dtype: DataType, subject: str) -> None:
                 f"{dtype.min}..{dtype.max}"
             )
         return
-    if isinstance(value, float) and math.isnan(value):
-        if not dtype.has_nan:
+    if isinstance(value, float) and not math.isfinite(value):
+        name, has = ("NaN", dtype.has_nan) if math.isnan(value) else ("infinity", dtype.has_inf)
+        if not has:
             raise VerificationError(
-                f"{subject}: {dtype} has no NaN; expected a finite value in "
-                f"{dtype.min!r}..{dtype.max!r}"
-            )
-        return
-    if isinstance(value, float) and math.isinf(value):
-        if not dtype.has_inf:
-            raise VerificationError(
-                f"{subject}: {dtype} has no infinity; expected a finite value in "
+                f"{subject}: {dtype} has no {name}; expected a finite value in "
                 f"{dtype.min!r}..{dtype.max!r}"
             )
         return

@@ -111,6 +111,18 @@ def _unsigned(bits: int) -> str:
     return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int"}[bits]
 
 
+def offset_ranges(offsets: Sequence[Expr], limit: int) -> list[range] | None:
+    """For each offset, the values its bounds allow (one value for a constant); None when one
+    is unbounded or their combinations exceed `limit`."""
+    ranges = []
+    for offset in offsets:
+        low, high = as_expr(offset).bounds()
+        if low is None or high is None:
+            return None
+        ranges.append(range(low, high + 1))
+    return ranges if math.prod(len(r) for r in ranges) <= limit else None
+
+
 def offset_values(
     offsets: Sequence[Expr],
 ) -> tuple[list[Expr], dict[str, range], dict[str, Expr]] | None:
@@ -122,23 +134,19 @@ def offset_values(
     `plan_ldmatrix` then checks the load at every value the offsets can take, whatever the
     loop variables behind them, and its claims hold for all of them, so the original offsets
     can be printed in the fresh variables' place (`emit_ldmatrix`'s `substitutions`)."""
+    ranges = offset_ranges(offsets, MAX_OFFSET_POINTS)
+    if ranges is None:
+        return None
     abstract, values, originals = [], {}, {}
-    points = 1
-    for dimension, offset in enumerate(offsets):
+    for dimension, (offset, choices) in enumerate(zip(offsets, ranges)):
         offset = as_expr(offset)
-        low, high = offset.bounds()
         if offset.is_const:
             abstract.append(offset)
             continue
-        if low is None or high is None:
-            return None
         name = f"{RESERVED_PREFIX}offset{dimension}"
-        abstract.append(var(name, low, high))
-        values[name] = range(low, high + 1)
+        abstract.append(var(name, choices.start, choices.stop - 1))
+        values[name] = choices
         originals[name] = offset
-        points *= high - low + 1
-        if points > MAX_OFFSET_POINTS:
-            return None
     return abstract, values, originals
 
 
@@ -179,14 +187,8 @@ class MemoryLowering(LoweringContext):
         """Origins covering every value `origin` can take, or None when there are too many:
         each component over the values its bounds allow (a stage index ``(k - k0) % 2``: 0 and
         1, whatever k), else every valuation of the variables behind it (`origin_values`)."""
-        ranges = []
-        for component in origin:
-            low, high = as_expr(component).bounds()
-            if low is None or high is None:
-                ranges = None
-                break
-            ranges.append(range(low, high + 1))
-        if ranges is not None and math.prod(len(r) for r in ranges) <= ENUMERATION_LIMIT:
+        ranges = offset_ranges(origin, ENUMERATION_LIMIT)
+        if ranges is not None:
             return list(itertools.product(*ranges))
         valuations = self.origin_values(origin)
         if valuations is None:

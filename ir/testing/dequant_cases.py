@@ -84,9 +84,8 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         out_view = b.global_view(out, half, GlobalLayout((m_var, n_var), (n_var, 1)))
         b.store_global(out_view, result, origin)
     converted = dtypes.convert(codes.reshape(-1), code_dtype, half).reshape(m, n)
-    other_full = np.broadcast_to(other, (m, n))
     values = apply_binary(
-        op, half, to_values(half, converted), to_values(half, other_full.reshape(m, n))
+        op, half, to_values(half, converted), to_values(half, np.broadcast_to(other, (m, n)))
     )
     expected = half.encode(values).astype(np.int64).reshape(-1)
     return ProgramCase(

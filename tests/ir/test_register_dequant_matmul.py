@@ -337,9 +337,10 @@ def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -
     loads = [n for n, line in enumerate(lines) if f"*(const uint4*)({view} + " in line]
     # One 16-byte load per k16 row of the k-tile (units_k = 4) per unrolled copy (unroll = 2).
     assert len(loads) == 8
-    # n and k constants and the declared grid: no bounds check around them.
-    for n in loads:
-        assert not lines[n - 2].strip().startswith("if (la_w_") and "<" not in lines[n - 2]
+    # n and k constants and the declared grid: no comparison against the packed tensor's
+    # extents (256 rows of k16, 24576 words per row) anywhere in the loop.
+    text = loop_and_after(i4_source)
+    assert "< 24576" not in text and "< 256)" not in text and "< 256 " not in text
 
 
 @pytest.mark.parametrize("config", [DequantConfig(), DequantConfig(split=8, depth=2)], ids=str)
