@@ -1,12 +1,25 @@
 """Lowering of tile programs to CUDA C++, NVRTC compilation, the kernel cache and launch."""
 
+from backend.autotune import MBucket as MBucket
+from backend.autotune import TuningError as TuningError
+from backend.autotune import TuningResult as TuningResult
+from backend.autotune import autotune as autotune
+from backend.autotune import m_bucket as m_bucket
 from backend.cache import CacheStatistics as CacheStatistics
 from backend.cache import CubinCache as CubinCache
+from backend.cache import RecordStore as RecordStore
 from backend.cache import cache_directory as cache_directory
 from backend.cache import cache_key as cache_key
 from backend.cache import default_cache as default_cache
+from backend.cache import default_record_store as default_record_store
+from backend.cache import record_key as record_key
 from backend.compile import CompiledKernel as CompiledKernel
 from backend.compile import compile as compile
+from backend.compile import compile_lowered as compile_lowered
+from backend.compile import lower_all as lower_all
+from backend.decode_matmul import DecodeMatmul as DecodeMatmul
+from backend.decode_matmul import DecodeProblem as DecodeProblem
+from backend.decode_matmul import decode_search_space as decode_search_space
 from backend.device import KernelResources as KernelResources
 from backend.device import current_arch as current_arch
 from backend.errors import ArchitectureError as ArchitectureError
@@ -15,8 +28,9 @@ from backend.errors import CompilationError as CompilationError
 from backend.errors import DriverError as DriverError
 from backend.errors import LaunchError as LaunchError
 from backend.errors import NoDeviceError as NoDeviceError
-from backend.fast_conversions import FastConversion as FastConversion
-from backend.fast_conversions import fast_conversion as fast_conversion
+from backend.fast_conversions import ConversionPlan as ConversionPlan
+from backend.fast_conversions import conversion_kind as conversion_kind
+from backend.fast_conversions import plan_conversion as plan_conversion
 from backend.kernel import Kernel as Kernel
 from backend.kernel import KernelArrayParam as KernelArrayParam
 from backend.kernel import KernelIntParam as KernelIntParam
@@ -34,3 +48,5 @@ from backend.tensor_core import MmaPlan as MmaPlan
 from backend.tensor_core import mma_operand_layouts as mma_operand_layouts
 from backend.tensor_core import plan_ldmatrix as plan_ldmatrix
 from backend.tensor_core import plan_mma as plan_mma
+from backend.timing import flush_buffer as flush_buffer
+from backend.timing import median_us as median_us

@@ -27,7 +27,11 @@ arguments: a call may omit `grid`, and one whose grid differs raises `LaunchErro
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 from backend.cache import CubinCache
 from backend.device import KernelResources, current_arch
@@ -139,15 +143,74 @@ def compile(
     """
     chosen = check_arch(current_arch() if arch is None else arch)
     lowered = lower(program, chosen, constants=constants)
+    return compile_lowered(program, lowered, chosen, cache=cache)
+
+
+def compile_lowered(
+    program: Program, lowered: LoweredKernel, arch: str, *, cache: CubinCache | None = None
+) -> CompiledKernel:
+    """The second half of `compile`: NVRTC (through the CUBIN `cache`) on the kernel that
+    `lower` (or `lower_all`) made of `program` for `arch`."""
     kernel = build_kernel(
         lowered.source,
         lowered.entry,
         lowered.params,
         lowered.block_threads,
         lowered.shared_bytes,
-        arch=chosen,
+        arch=check_arch(arch),
         options=lowered.options,
         cache=cache,
         grid=lowered.grid,
     )
     return CompiledKernel(program, lowered, kernel)
+
+
+def _lower_job(job: tuple[Program, str, Mapping[str, int] | None]) -> LoweredKernel | Exception:
+    program, arch, constants = job
+    try:
+        return lower(program, arch, constants=constants)
+    except Exception as error:  # returned, so that one bad program does not stop the others
+        return error
+
+
+def lower_all(
+    jobs: Sequence[tuple[Program, Mapping[str, int] | None]],
+    arch: str,
+    *,
+    processes: int | None = None,
+) -> list[LoweredKernel | Exception]:
+    """Lower every (program, constants) of `jobs` for `arch`, each result or the exception it
+    raised in place.
+
+    The lowering is pure Python, so threads would take turns on one core: with more than one
+    job it runs in `processes` worker processes (default: the CPU count; spawned, not forked,
+    so a process that holds a CUDA context can call it; kept for later calls), and the kernels
+    come back pickled. Then
+    `compile_lowered` each (NVRTC releases the GIL: threads suffice there).
+    """
+    chosen = check_arch(arch)
+    work = [(program, chosen, constants) for program, constants in jobs]
+    count = min(len(work), processes or os.cpu_count() or 1)
+    if count <= 1:
+        return [_lower_job(job) for job in work]
+    return list(_lowering_pool(count).map(_lower_job, work))
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _lowering_pool(processes: int) -> ProcessPoolExecutor:
+    """The worker pool of `processes` processes, started once per process of ours (starting
+    one costs about a second of imports) and shut down at exit."""
+    if processes not in _POOLS:
+        context = multiprocessing.get_context("spawn")
+        _POOLS[processes] = ProcessPoolExecutor(max_workers=processes, mp_context=context)
+        if len(_POOLS) == 1:
+            atexit.register(_shutdown_pools)
+    return _POOLS[processes]
+
+
+def _shutdown_pools() -> None:
+    for pool in _POOLS.values():
+        pool.shutdown(wait=True, cancel_futures=True)
+    _POOLS.clear()

@@ -1,44 +1,51 @@
-"""Fast conversions of packed low-bit codes to f16 and bf16: magic-number bit tricks.
+"""Fast conversions of packed low-bit codes to f16 and bf16, synthesized from where the codes lie.
 
-A 32-bit word of the dense bitstream holds ``32 / b`` codes of a b-bit type, code k in bits
-``[k b, (k + 1) b)``. Each conversion here is a device function that turns one such word into
-``16 / b`` words of results, word k holding the f16 or bf16 codes of elements 2k (bits 0-15) and
-2k + 1 (bits 16-31), exactly as `ir.dtypes.convert` gives them. The tricks, per pair of
-elements:
+A cast of a register tensor of b-bit codes (its words hold each thread's bitstream, element k
+in bits ``[k b, (k + 1) b)``) to f16 or bf16 writes each output word, the 16-bit codes of
+output elements 2j and 2j + 1, from two input elements, wherever they lie in the input's
+bitstream (`plan_conversion` takes, for every output element, the input element it converts).
+A conversion is planned once per cast, at lowering time, from that list:
 
-- b = 2 or 4, integers -> f16: ``prmt`` copies the byte holding the pair into both halves of a
-  word, one LOP3 keeps each element's field (at its bit offset s in the byte) and ORs in the
-  exponent of 1024 (``0x6400``), so each half is the f16 value ``1024 + 2^s u``; one
-  ``fma.rn.f16x2`` by ``2^-s`` minus ``1024 / 2^s`` gives u. Signed types flip the field's top
-  bit in the same LOP3 (``u = n + 2^(b-1)``) and subtract ``2^(b-1)`` more.
-- b = 2 or 4, integers -> bf16: the same with ``0x4300`` (128), whose 7 mantissa bits must hold
-  the field: a field reaching past bit 6 is shifted right first.
-- b = 8 -> f16: ``prmt`` puts bytes 2k and 2k + 1 in the low bytes of the halves; ``0x6400`` and
-  the fma as above (``1024 + u < 2048`` is exact).
-- b = 8 -> bf16 (whose 8 significant bits cannot hold ``128 + u``): ``prmt`` builds the float32
-  ``2^23 + u`` (``0x4B0000uu``), one ``sub.f32`` of ``2^23`` (plus the sign bias) gives the exact
-  float n, and a last ``prmt`` keeps the upper halves of two floats, which are their bf16 codes.
-- f4e2m1: ``prmt`` isolates the byte; shifts place each element's exponent-and-mantissa bits
-  under the f16 (bf16) mantissa's top bits and its sign in bit 15, giving the value times
-  ``2^-14`` (``2^-126``) as an f16 (bf16) number, normal or subnormal; one fma by ``2^14``
-  (``2^126``) plus ``-0`` scales it back and keeps signed zeros.
+- *Fields* (integers, b <= 7 for bf16, b <= 7 or 8 for f16): each output half is the magic
+  number ``2^M`` (1024 for f16, 128 for bf16; M mantissa bits) with the element's field ORed
+  into its mantissa at some bit p, ``2^M + 2^p u``; one ``fma.rn`` by ``2^-p`` minus
+  ``2^(M-p)`` gives u (signed types: the field's top bit flipped in the same operation,
+  ``u = n + 2^(b-1)``, and ``2^(b-1)`` more subtracted). The planner picks, per element, a
+  32-bit *window* of the bitstream (an input word, free, or a funnel shift of two neighbouring
+  words, one instruction, shared by every field that uses it) in which the field lands at an
+  allowed p of its half. When both fields of an output word lie in one window, the word costs
+  one LOP3 (mask, magic and sign flips at once) and one fma: about one instruction per weight
+  at every width, which is why the packed weights (`ir.examples.packed_weights`) order each
+  lane's codes so that the two elements of an output word lie 16 bits apart.
+- *Floats* without infinities or NaNs (f4e2m1, f6e3m2, ...; exponent bits <= 4 for f16, <= 7
+  for bf16): the magnitude bits go under the target's exponent (mantissa aligned with the
+  target's top mantissa bits) and the sign to bit 15 of the half, giving the value times
+  ``2^(bias - B)`` (B the target's bias), normal or subnormal; one fma by ``2^(B - bias)``
+  plus ``-0`` scales it back and keeps signed zeros. Two windows per output word at most
+  (magnitudes and signs sit at different distances).
+- *Bytes to f16* (u8, i8): one ``prmt`` puts the two bytes under ``0x64`` exponent bytes
+  (``1024 + u``), one fma subtracts 1024 (signed: the input word's sign bits flipped first).
+- *Bytes to bf16*: bf16's 8 significant bits cannot hold ``128 + u``: ``prmt`` builds the
+  float32 ``2^23 + u``, one ``sub.f32`` gives the exact value, a last ``prmt`` joins the upper
+  halves of two floats (their bf16 codes).
 
-Every arithmetic step is exact (its result is representable), so rounding never happens and the
-results equal the contract's. The functions are plain C over four primitives: ``la_prmt(a, b,
-selector)`` (CUDA's ``__byte_perm``), ``la_fma_f16x2(a, b, c)``, ``la_fma_bf16x2(a, b, c)`` (PTX
-``fma.rn`` on two 16-bit lanes of 32-bit words) and ``la_sub_f32(a, b)`` (float32 subtraction on
-bit patterns); `FAST_CONVERSION_PRIMITIVES` defines them for the device. A test defines them on
-the host, with checks that each arithmetic step is exact, compiles the same function bodies with
-a C compiler and compares them with `ir.dtypes.convert` on every code in every position.
+Every arithmetic step is exact (its result is representable), so no rounding happens and the
+results equal `ir.dtypes.convert`'s. Generated code is plain C over five primitives,
+``la_prmt(a, b, selector)`` (CUDA's ``__byte_perm``), ``la_shf_r(low, high, shift)`` (the low
+32 bits of ``(high:low) >> shift``, CUDA's ``__funnelshift_r``), ``la_fma_f16x2`` and
+``la_fma_bf16x2`` (PTX ``fma.rn`` on the two 16-bit lanes of 32-bit words) and ``la_sub_f32``
+(float32 subtraction on bit patterns); `FAST_CONVERSION_PRIMITIVES` defines them for the
+device. A test defines them on the host with exactness checks, compiles plans for many orders
+with a C compiler and compares them with `ir.dtypes.convert` on every code in every position.
 
-    conversion = fast_conversion(dtypes.u4, dtypes.f16)
-    conversion.function             # "la_fast_u4_to_f16"
-    conversion.elements_per_word    # 8: writes out[0..3]
-    conversion.call("w", "h")       # "la_fast_u4_to_f16(w, h);"
+    plan = plan_conversion(dtypes.u4, dtypes.f16, sources=list(range(8)), input_size=8)
+    plan.instructions                        # estimated instructions for the whole cast
+    plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t")   # C statements
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +61,12 @@ FAST_CONVERSION_PRIMITIVES = r"""
 LA_FAST_FN unsigned int la_prmt(unsigned int a, unsigned int b, unsigned int selector)
 {
     return __byte_perm(a, b, selector);
+}
+
+/* The low 32 bits of the 64-bit (high:low) shifted right by `shift` (0-31). */
+LA_FAST_FN unsigned int la_shf_r(unsigned int low, unsigned int high, unsigned int shift)
+{
+    return __funnelshift_r(low, high, shift);
 }
 
 /* a * b + c on two f16 lanes, rounded once to nearest even. */
@@ -78,13 +91,19 @@ LA_FAST_FN unsigned int la_sub_f32(unsigned int a, unsigned int b)
     return __float_as_uint(__fsub_rn(__uint_as_float(a), __uint_as_float(b)));
 }
 """
-"""Device definitions of the primitives (and of the ``LA_FAST_FN`` qualifier) that every
-`FastConversion.source` calls; include it once before them."""
+"""Device definitions of the primitives the rendered conversions call (and of the
+``LA_FAST_FN`` qualifier); include it once before them."""
 
+WORD_BITS = 32
 _MAGIC_VALUE = {dtypes.f16: 1024, dtypes.bf16: 128}
 """Per target, the power of two whose ulp is 1: its code has an all-zero mantissa, so ORing a
-field u into the mantissa gives the value ``magic + u``."""
+field u into the mantissa at bit p gives the value ``magic + 2^p u``."""
 _MANTISSA_BITS = {dtypes.f16: 10, dtypes.bf16: 7}
+_EXPONENT_BIAS = {dtypes.f16: 15, dtypes.bf16: 127}
+_MAX_FLOAT_EXPONENT_BITS = {dtypes.f16: 4, dtypes.bf16: 7}
+"""Exponent bits of the widest source float whose every value, placed under the target's
+exponent, is a finite normal or subnormal target number."""
+_FMA = {dtypes.f16: "la_fma_f16x2", dtypes.bf16: "la_fma_bf16x2"}
 
 
 def _code(dtype: DataType, value: float) -> int:
@@ -92,153 +111,294 @@ def _code(dtype: DataType, value: float) -> int:
     return int(dtype.encode(np.array([value], dtype=np.float32))[0])
 
 
-def _pair(dtype: DataType, low: float, high: float) -> str:
-    """A C literal of the 32-bit word holding the codes of `low` and `high`."""
-    return f"0x{_code(dtype, low) | _code(dtype, high) << 16:08X}u"
+def _pair(dtype: DataType, low: float, high: float) -> int:
+    """The 32-bit word holding the codes of `low` (bits 0-15) and `high` (bits 16-31)."""
+    return _code(dtype, low) | _code(dtype, high) << 16
 
 
-def _byte_selector(low_byte: int, high_byte: int) -> str:
-    """The prmt selector putting byte `low_byte` of the word in byte 0, `high_byte` in byte 2
-    and zeros (byte 4, from a zero second operand) in bytes 1 and 3."""
-    return f"0x{4 << 12 | high_byte << 8 | 4 << 4 | low_byte:04X}u"
+def _hex(value: int) -> str:
+    return f"0x{value:08X}u"
+
+
+def conversion_kind(src: DataType, dst: DataType) -> str | None:
+    """How `plan_conversion` converts `src` codes to `dst`: "fields", "float", "bytes_f16",
+    "bytes_bf16", or None when it has no fast conversion (then the generic per-element path of
+    `backend.conversions` applies)."""
+    if dst not in _MAGIC_VALUE or src.nbits > 8:
+        return None
+    if src.is_float:
+        finite = not (src.has_inf or src.has_nan)
+        fits = src.exponent_bits <= _MAX_FLOAT_EXPONENT_BITS[dst]
+        return "float" if finite and fits else None
+    if src.nbits == 8:
+        return "bytes_f16" if dst == dtypes.f16 else "bytes_bf16"
+    return "fields" if src.nbits <= _MANTISSA_BITS[dst] else None
 
 
 @dataclass(frozen=True)
-class FastConversion:
-    """A device function converting one packed word of `src` codes to `dst` codes.
+class _Piece:
+    """Bits [src, src + length) of the input go to bit `dest` of the output word; `dest` may be
+    anywhere in [dest_lo, dest_hi] (integer fields choose their position p)."""
 
-    `function` is its C name, called as ``function(word, out)`` with `word` an ``unsigned int``
-    holding `elements_per_word` codes (element k in bits ``[k b, (k + 1) b)``) and `out` an
-    ``unsigned int`` array of `output_words` entries: ``out[k]`` gets the `dst` codes of
-    elements 2k (bits 0-15) and 2k + 1 (bits 16-31). `source` is its C definition (requires
-    `FAST_CONVERSION_PRIMITIVES` before it).
-    """
+    src: int
+    length: int
+    dest_lo: int
+    dest_hi: int
+
+    @property
+    def windows(self) -> range:
+        """Window offsets r (bits [r, r + 32) of the input) that hold the piece in place."""
+        return range(self.src - self.dest_hi, self.src - self.dest_lo + 1)
+
+
+@dataclass(frozen=True)
+class _Word:
+    """One output word: `terms` ((window offset, mask), ...) XORed together with `magic`, then
+    ``fma(t, scale, bias)`` unless `fma` is None; or a byte path (`prmt`, see `_render_word`)."""
+
+    terms: tuple[tuple[int, int], ...] = ()
+    magic: int = 0
+    fma: tuple[int, int] | None = None
+    prmt: tuple[int, int, int] | None = None
+    """(word a, word b, selector) of a byte permutation, for the byte kinds."""
+    bf16_bytes: tuple[tuple[int, int], tuple[int, int]] | None = None
+    """((word, byte), (word, byte)) of the two elements, for bytes to bf16."""
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """The planned conversion of one cast: `render` prints it; `instructions` estimates what it
+    executes per thread (LOP3, shifts, prmt, fma and sub; constants are free)."""
 
     src: DataType
     dst: DataType
-    function: str
-    elements_per_word: int
-    source: str
+    kind: str
+    input_words: int
+    windows: tuple[int, ...]
+    """Unaligned window offsets, each computed once (one funnel shift)."""
+    words: tuple[_Word, ...]
+    flipped_words: tuple[int, ...]
+    """Input words whose byte sign bits are flipped once (signed byte kinds)."""
 
     @property
-    def output_words(self) -> int:
-        """Words the function writes: one per pair of elements."""
-        return self.elements_per_word // 2
-
-    def call(self, word: str, out: str) -> str:
-        """The C statement converting the word in C expression `word` into the array `out`."""
-        return f"{self.function}({word}, {out});"
-
-
-def _function(name: str, body: list[str]) -> str:
-    lines = [f"LA_FAST_FN void {name}(unsigned int word, unsigned int* out)", "{"]
-    lines += ["    " + line for line in body]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def _small_integer_body(src: DataType, dst: DataType) -> list[str]:
-    """b = 2, 4 or 8 bits, integer -> f16 or bf16 by the 0x6400 / 0x4300 magic (not 8 -> bf16)."""
-    bits = src.nbits
-    field = (1 << bits) - 1
-    sign = 1 << (bits - 1) if src.is_signed else 0
-    room = _MANTISSA_BITS[dst]
-    magic_code = _code(dst, _MAGIC_VALUE[dst])
-    body = ["unsigned int y;"]
-    previous = None
-    for k in range(32 // bits // 2):
-        low_bit, high_bit = 2 * k * bits, (2 * k + 1) * bits
-        if bits == 8:
-            selector = _byte_selector(low_bit // 8, high_bit // 8)
-            offsets = (0, 16)
-        else:
-            selector = _byte_selector(low_bit // 8, low_bit // 8)
-            offsets = (low_bit % 8, 16 + high_bit % 8)
-        if selector != previous:
-            body.append(f"y = la_prmt(word, 0u, {selector});")
-            previous = selector
-        # Shift a field right when it would reach past the mantissa (bf16: 7 bits).
-        shifts = [max(0, offset % 16 + bits - room) for offset in offsets]
-        positions = [offset - shift for offset, shift in zip(offsets, shifts)]
-        terms = []
-        for shift in sorted(set(shifts)):
-            mask = sum(field << p for p, s in zip(positions, shifts) if s == shift)
-            source = f"(y >> {shift})" if shift else "y"
-            terms.append(f"({source} & 0x{mask:08X}u)")
-        magic = sum((magic_code | sign << (p % 16)) << (16 * (p // 16)) for p in positions)
-        scales = [2.0 ** -(p % 16) for p in positions]
-        biases = [-_MAGIC_VALUE[dst] * scale - sign for scale in scales]
-        fields = terms[0] if len(terms) == 1 else f"({' | '.join(terms)})"
-        fma = "la_fma_f16x2" if dst == dtypes.f16 else "la_fma_bf16x2"
-        body.append(
-            f"out[{k}] = {fma}({fields} ^ 0x{magic:08X}u, {_pair(dst, *scales)}, "
-            f"{_pair(dst, *biases)});"
-        )
-    return body
-
-
-def _byte_to_bf16_body(src: DataType) -> list[str]:
-    """u8 / i8 -> bf16 through the float32 2^23 magic."""
-    bias = 128 if src.is_signed else 0
-    source = "word ^ 0x80808080u" if src.is_signed else "word"
-    subtrahend = np.array([2.0**23 + bias], dtype=np.float32).view(np.uint32)[0]
-    body = [f"const unsigned int codes = {source};", "unsigned int low, high;"]
-    for k in range(2):
-        for name, byte in (("low", 2 * k), ("high", 2 * k + 1)):
-            body.append(
-                f"{name} = la_sub_f32(la_prmt(codes, 0x4B000000u, 0x{0x7440 | byte:04X}u), "
-                f"0x{int(subtrahend):08X}u);"
-            )
-        body.append(f"out[{k}] = la_prmt(low, high, 0x7632u);")
-    return body
-
-
-def _e2m1_body(dst: DataType) -> list[str]:
-    """f4e2m1 -> f16 / bf16: place the bits, then scale by 2^14 / 2^126."""
-    # Exponent-and-mantissa bits (a nibble's bits 0-2) go to the top 3 bits under the
-    # exponent's lowest bits; the sign (bit 3) to bit 15 of each half.
-    under = _MANTISSA_BITS[dst] - 1
-    low_shift, high_shift = under, under + 16 - 4
-    magnitude_mask = 0x7 << under | 0x7 << (under + 16)
-    scale = 2.0**14 if dst == dtypes.f16 else 2.0**126
-    fma = "la_fma_f16x2" if dst == dtypes.f16 else "la_fma_bf16x2"
-    body = ["unsigned int b, magnitude, sign;"]
-    for k in range(4):
-        body.append(f"b = la_prmt(word, 0u, 0x444{k}u);")
-        body.append(
-            f"magnitude = ((b << {low_shift}) | (b << {high_shift})) & 0x{magnitude_mask:08X}u;"
-        )
-        body.append("sign = ((b << 12) | (b << 24)) & 0x80008000u;")
-        body.append(
-            f"out[{k}] = {fma}(magnitude | sign, {_pair(dst, scale, scale)}, "
-            f"{_pair(dst, -0.0, -0.0)});"
-        )
-    return body
-
-
-def _build() -> dict[tuple[DataType, DataType], FastConversion]:
-    conversions = {}
-    sources = [dtypes.u2, dtypes.i2, dtypes.u4, dtypes.i4, dtypes.u8, dtypes.i8, dtypes.f4e2m1]
-    for src in sources:
-        for dst in (dtypes.f16, dtypes.bf16):
-            if src == dtypes.f4e2m1:
-                body = _e2m1_body(dst)
-            elif src.nbits == 8 and dst == dtypes.bf16:
-                body = _byte_to_bf16_body(src)
+    def instructions(self) -> int:
+        count = len(self.windows) + len(self.flipped_words)
+        for word in self.words:
+            if self.kind in ("fields", "float"):
+                count += max(1, len(word.terms)) + (word.fma is not None)
+            elif self.kind == "bytes_f16":
+                count += 2 + (word.prmt is not None and word.prmt[0] != word.prmt[1])
             else:
-                body = _small_integer_body(src, dst)
-            name = f"la_fast_{src.name}_to_{dst.name}"
-            conversions[src, dst] = FastConversion(
-                src, dst, name, 32 // src.nbits, _function(name, body)
-            )
-    return conversions
+                count += 5
+        return count
+
+    def render(
+        self, word: Callable[[int], str], out: Callable[[int], str], prefix: str
+    ) -> list[str]:
+        """C statements computing every output word: `word(i)` is the C text of input word i,
+        `out(j)` an lvalue for output word j, `prefix` a unique stem for temporaries."""
+        lines = []
+        window_names = {}
+        for index, offset in enumerate(self.windows):
+            name = f"{prefix}_w{index}"
+            lines.append(f"const unsigned int {name} = {self._window(offset, word)};")
+            window_names[offset] = name
+        flipped = {}
+        for w in self.flipped_words:
+            name = f"{prefix}_s{w}"
+            lines.append(f"const unsigned int {name} = {word(w)} ^ 0x80808080u;")
+            flipped[w] = name
+
+        def source(offset: int) -> str:
+            if offset in window_names:
+                return window_names[offset]
+            return word(offset // WORD_BITS)
+
+        def byte_word(w: int) -> str:
+            return flipped.get(w, word(w))
+
+        for j, planned in enumerate(self.words):
+            lines.append(f"{out(j)} = {self._word(planned, source, byte_word)};")
+        return lines
+
+    def _window(self, offset: int, word: Callable[[int], str]) -> str:
+        low, shift = divmod(offset, WORD_BITS)
+        high = low + 1
+        if low < 0:
+            return f"({word(high)} << {WORD_BITS - shift})"
+        if high >= self.input_words:
+            return f"({word(low)} >> {shift})"
+        return f"la_shf_r({word(low)}, {word(high)}, {shift}u)"
+
+    def _word(
+        self, planned: _Word, source: Callable[[int], str], byte_word: Callable[[int], str]
+    ) -> str:
+        fma = _FMA[self.dst]
+        if self.kind == "bytes_bf16":
+            halves = []
+            bias = 128 if self.src.is_signed else 0
+            subtrahend = int(np.array([2.0**23 + bias], dtype=np.float32).view(np.uint32)[0])
+            for w, byte in planned.bf16_bytes:
+                built = f"la_prmt({byte_word(w)}, 0x4B000000u, 0x{0x7440 | byte:04X}u)"
+                halves.append(f"la_sub_f32({built}, {_hex(subtrahend)})")
+            return f"la_prmt({halves[0]}, {halves[1]}, 0x7632u)"
+        if self.kind == "bytes_f16":
+            a, b, selector = planned.prmt
+            if a == b:
+                value = f"la_prmt({byte_word(a)}, 0x64646464u, 0x{selector:04X}u)"
+            else:
+                joined = f"la_prmt({byte_word(a)}, {byte_word(b)}, 0x{selector:04X}u)"
+                value = f"(({joined} & 0x00FF00FFu) ^ 0x64006400u)"
+        else:
+            parts = [f"({source(offset)} & {_hex(mask)})" for offset, mask in planned.terms]
+            if planned.magic:
+                parts.append(_hex(planned.magic))
+            value = parts[0] if len(parts) == 1 else "(" + " ^ ".join(parts) + ")"
+        if planned.fma is None:
+            return value
+        scale, bias = planned.fma
+        return f"{fma}({value}, {_hex(scale)}, {_hex(bias)})"
 
 
-FAST_CONVERSIONS: dict[tuple[DataType, DataType], FastConversion] = _build()
-"""Every fast conversion by (src, dst): u2, i2, u4, i4, u8, i8 and f4e2m1 to f16 and bf16."""
+def _choose_windows(
+    pairs: list[list[_Piece]], input_words: int
+) -> tuple[list[list[int]], list[int]]:
+    """A window offset for every piece (per pair, in order) and the unaligned windows used.
+
+    Aligned windows (whole input words) are free, an unaligned one costs one funnel shift, and
+    every distinct window of an output word one LOP3. Greedy: a pair whose pieces share a free
+    window takes it; the pairs left that fit one window take the window that serves most of
+    them, in turn; pieces of pairs that fit no single window take a free window or, in turn,
+    the one that serves most of them.
+    """
+    aligned = {WORD_BITS * w for w in range(input_words)}
+    chosen: list[int] = []
+
+    def free(offsets: Sequence[int]) -> int | None:
+        candidates = [r for r in offsets if r in aligned or r in chosen]
+        return min(candidates, key=lambda r: (r not in aligned, r)) if candidates else None
+
+    def common(pieces: list[_Piece]) -> range:
+        lo = max(p.windows.start for p in pieces)
+        hi = min(p.windows.stop for p in pieces)
+        return range(lo, max(lo, hi))
+
+    assignment: list[list[int | None]] = [[None] * len(pieces) for pieces in pairs]
+
+    def cover(items: list[tuple[int, range]], place: Callable[[int, int], None]) -> None:
+        pending = []
+        for item, offsets in items:
+            r = free(offsets)
+            if r is None:
+                pending.append((item, offsets))
+            else:
+                place(item, r)
+        while pending:
+            counts: dict[int, int] = {}
+            for _, offsets in pending:
+                for r in offsets:
+                    counts[r] = counts.get(r, 0) + 1
+            best = min(counts, key=lambda r: (-counts[r], r % 8 != 0, r))
+            chosen.append(best)
+            remaining = []
+            for item, offsets in pending:
+                if best in offsets:
+                    place(item, best)
+                else:
+                    remaining.append((item, offsets))
+            pending = remaining
+
+    def place_pair(index: int, r: int) -> None:
+        assignment[index] = [r] * len(pairs[index])
+
+    whole = [(i, common(pieces)) for i, pieces in enumerate(pairs) if len(common(pieces))]
+    cover(whole, place_pair)
+    loose = [
+        (i * 8 + k, piece.windows)
+        for i, pieces in enumerate(pairs)
+        if assignment[i][0] is None
+        for k, piece in enumerate(pieces)
+    ]
+
+    def place_piece(item: int, r: int) -> None:
+        assignment[item // 8][item % 8] = r
+
+    cover(loose, place_piece)
+    return [[int(r) for r in row] for row in assignment], sorted(
+        r for r in chosen if r not in aligned
+    )
 
 
-def fast_conversion(src: DataType, dst: DataType) -> FastConversion | None:
-    """The fast conversion of packed `src` words to `dst` codes, or None when there is none
-    (then the generic per-element conversion of `backend.conversions` applies)."""
-    return FAST_CONVERSIONS.get((src, dst))
+def _field_pieces(src: DataType, dst: DataType, sources: Sequence[int], j: int) -> list[_Piece]:
+    bits = src.nbits
+    if src.is_float:
+        place = _MANTISSA_BITS[dst] - src.mantissa_bits
+        pieces = []
+        for h in range(2):
+            start = sources[2 * j + h] * bits
+            pieces.append(_Piece(start, bits - 1, 16 * h + place, 16 * h + place))
+            pieces.append(_Piece(start + bits - 1, 1, 16 * h + 15, 16 * h + 15))
+        return pieces
+    room = _MANTISSA_BITS[dst] - bits
+    return [_Piece(sources[2 * j + h] * bits, bits, 16 * h, 16 * h + room) for h in range(2)]
+
+
+def _field_word(src: DataType, dst: DataType, pieces: list[_Piece], offsets: list[int]) -> _Word:
+    masks: dict[int, int] = {}
+    positions = []
+    for piece, r in zip(pieces, offsets):
+        at = piece.src - r
+        masks[r] = masks.get(r, 0) | ((1 << piece.length) - 1) << at
+        positions.append(at)
+    terms = tuple(sorted(masks.items()))
+    if src.is_float:
+        scale = 2.0 ** (_EXPONENT_BIAS[dst] - src.bias)
+        return _Word(terms, 0, (_pair(dst, scale, scale), _pair(dst, -0.0, -0.0)))
+    bits = src.nbits
+    sign = 1 << (bits - 1) if src.is_signed else 0
+    magic_code = _code(dst, _MAGIC_VALUE[dst])
+    magic = 0
+    scales, biases = [], []
+    for h, at in enumerate(positions):
+        p = at - 16 * h
+        magic |= (magic_code | sign << p) << (16 * h)
+        scales.append(2.0**-p)
+        biases.append(-_MAGIC_VALUE[dst] * 2.0**-p - sign)
+    return _Word(terms, magic, (_pair(dst, *scales), _pair(dst, *biases)))
+
+
+def plan_conversion(
+    src: DataType, dst: DataType, sources: Sequence[int], input_size: int
+) -> ConversionPlan | None:
+    """The fast conversion of a cast whose output element j converts input element
+    ``sources[j]`` (input elements are b-bit codes in a bitstream of `input_size` elements), or
+    None when `conversion_kind` has none or the output count is odd."""
+    kind = conversion_kind(src, dst)
+    if kind is None or len(sources) % 2 or not sources:
+        return None
+    bits = src.nbits
+    input_words = -(-input_size * bits // WORD_BITS)
+    count = len(sources) // 2
+    if kind in ("fields", "float"):
+        pairs = [_field_pieces(src, dst, sources, j) for j in range(count)]
+        offsets, windows = _choose_windows(pairs, input_words)
+        words = tuple(_field_word(src, dst, pairs[j], offsets[j]) for j in range(count))
+        return ConversionPlan(src, dst, kind, input_words, tuple(windows), words, ())
+    located = [divmod(sources[j] * bits, WORD_BITS) for j in range(len(sources))]
+    flipped = sorted({w for w, _ in located}) if src.is_signed else []
+    words = []
+    for j in range(count):
+        (wa, at_a), (wb, at_b) = located[2 * j], located[2 * j + 1]
+        ba, bb = at_a // 8, at_b // 8
+        if kind == "bytes_bf16":
+            words.append(_Word(bf16_bytes=((wa, ba), (wb, bb))))
+            continue
+        if wa == wb:
+            selector = 4 << 12 | bb << 8 | 4 << 4 | ba
+        else:
+            selector = ba << 12 | (4 + bb) << 8 | ba << 4 | ba
+        bias = -(_MAGIC_VALUE[dst] + (128 if src.is_signed else 0))
+        words.append(
+            _Word(fma=(_pair(dst, 1.0, 1.0), _pair(dst, bias, bias)), prmt=(wa, wb, selector))
+        )
+    return ConversionPlan(src, dst, kind, input_words, (), tuple(words), tuple(flipped))

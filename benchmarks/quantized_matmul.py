@@ -4,26 +4,29 @@ For each weight type, each (K, N) of large language models and each batch M, thr
 in this one process on the same random inputs:
 
 - ours, C = A (M, K) @ (W * S) with S the (K / 128, N) f16 scales:
-  - ``register_dequant``: ``ir.examples.register_dequant_matmul`` on the weights and scales
-    packed by ``ir.examples.packed_weights`` (mma B fragments per 16-byte lane vector),
-    with the small configuration sweep `DEQUANT_CONFIGS` run at M = 1 and M = 16 for each
-    shape (the best at 16 serves every larger M; recorded in `config`); a split-k
-    configuration is timed with its ``split_k_sum`` launch (`launches` 2);
+  - ``register_dequant``: ``backend.decode_matmul.DecodeMatmul``, the compiled
+    ``ir.examples.register_dequant_matmul`` on the weights and scales packed by
+    ``ir.examples.packed_weights`` (mma B fragments per 16-byte lane vector), with the
+    configuration the autotuner (``DecodeMatmul.tuned``, ``backend.autotune``) picks for each
+    shape and M bucket from ``decode_search_space`` (recorded in `config`; tuned once, then
+    read from the kernel cache directory); a split-k configuration is timed with its
+    ``split_k_sum`` launch (`launches` 2);
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
 
-Protocol (the project's GPU notes): every result is checked before it is timed (ours against
-cuBLAS on the same dequantized weights, within f16 rounding; Humming against the unquantized
-product within its quantization error); each timed run is preceded by a read of a 512 MiB buffer
-(more than twice the 60 MB L2, so weights come from HBM; a read, not a write, so no dirty lines
-are written back during the timed kernel) and by a short sleep kernel that hides the launch;
-CUDA events time the kernel alone; the median of `--repeats` (at least 30) runs after warm-up is
-reported. The roofline time is the larger of the bytes that must move (packed weights, scales,
-activations, output) over 4.4 TB/s and the FLOPs over 800 TFLOP/s; a single cold kernel also
-pays about 3 us of fixed cost, which the roofline leaves out.
+Protocol (the project's GPU notes, ``backend.timing.median_us``): every result is checked
+before it is timed (ours against cuBLAS on the same dequantized weights, within f16 rounding;
+Humming against the unquantized product within its quantization error); each timed run is
+preceded by a read of a 512 MiB buffer (more than twice the 60 MB L2, so weights come from HBM;
+a read, not a write, so no dirty lines are written back during the timed kernel) and by a short
+sleep kernel that hides the launch; CUDA events time the kernel alone; the median of
+`--repeats` (at least 30) runs after warm-up is reported. The roofline time is the larger of
+the bytes that must move (packed weights, scales, activations, output) over 4.4 TB/s and the
+FLOPs over 800 TFLOP/s; a single cold kernel also pays about 3 us of fixed cost, which the
+roofline leaves out.
 
 Per point: microseconds of each kernel, our speedup over cuBLAS (cuBLAS time / ours), our ratio
 to the best peer (best peer time / ours: above 1 we are faster) and the fraction of the roofline
@@ -33,7 +36,8 @@ we reach (roofline time / ours). Results go to ``<output>/quantized_matmul.json`
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
-        [--kernels register_dequant,mma] [--output benchmarks/results]
+        [--batches 1,16,256,4096] [--tune-batches 1,16] [--kernels register_dequant,mma]
+        [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -42,10 +46,8 @@ import argparse
 import functools
 import json
 import math
-import statistics
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -54,15 +56,13 @@ import numpy as np
 import torch
 
 import backend
+from backend.autotune import m_bucket
+from backend.decode_matmul import DecodeMatmul, DecodeMeasure, DecodeProblem, relative_error
+from backend.timing import flush_buffer, median_us
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
-from ir.examples.register_dequant_matmul import (
-    DequantConfig,
-    register_dequant_matmul,
-    split_k_sum,
-)
 
 SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
 """(K, N) of the weight matrices."""
@@ -75,19 +75,6 @@ BANDWIDTH = 4.4e12
 """Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
 FLOP_RATE = 800e12
 """FLOP per second of the tensor cores in f16 / bf16 on an H200."""
-FLUSH_BYTES = 512 * 2**20
-SLEEP_CYCLES = 400_000
-"""About 200 us at 2 GHz: longer than a checked launch from Python takes."""
-DEQUANT_CONFIGS = [
-    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=4),
-    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=8),
-    DequantConfig(warps=4, units_n=1, units_k=4, depth=2, split=8),
-    DequantConfig(warps=4, units_n=1, units_k=4, depth=1, split=16),
-    DequantConfig(warps=2, units_n=1, units_k=8, depth=1, split=8),
-    DequantConfig(warps=2, units_n=1, units_k=4, depth=1, split=16),
-    DequantConfig(warps=4, units_n=1, units_k=8, depth=1, split=8),
-]
-"""The configurations of `register_dequant_matmul` tried at M = 1 for each shape."""
 
 
 @dataclass
@@ -136,49 +123,37 @@ def roofline_us(weight: DataType, k: int, n: int, m: int) -> float:
     return 1e6 * max(moved / BANDWIDTH, 2 * m * n * k / FLOP_RATE)
 
 
-def median_us(run: Callable[[], Any], flush: torch.Tensor, repeats: int) -> float:
-    """The median time of `run` (one kernel launch) over `repeats` timed runs after two
-    warm-up runs, each preceded by reading `flush` and a sleep kernel."""
-    for _ in range(2):
-        run()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        flush.sum()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(1e3 * start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def humming_layer(weight: DataType, dequantized: torch.Tensor) -> tuple[Any | None, str]:
-    """A transformed `HummingLayer` for the (K, N) weights, or None and the reason."""
-    if weight.is_float or not weight.is_signed:
+    """A transformed `HummingLayer` for the (K, N) weights, or None and the reason: signed
+    integers as Humming's ``int<b>``, the sub-byte floats as ``float<b>e<e>m<m>``."""
+    if weight.is_float:
+        name = f"float{weight.nbits}e{weight.exponent_bits}m{weight.mantissa_bits}"
+    elif weight.is_signed:
+        name = f"int{weight.nbits}"
+    else:
         return None, f"Humming: no symmetric scaled format for {weight}"
     try:
         from humming.layer import HummingLayer
     except ImportError as error:
         return None, f"Humming not importable: {error}"
     k, n = dequantized.shape
-    layer = HummingLayer(
+    try:
+        layer = _humming(HummingLayer, name, k, n, dequantized)
+    except Exception as error:  # a format or shape Humming refuses: no peer time, a note
+        return None, f"Humming refused {name}: {type(error).__name__}: {error}"
+    return layer, ""
+
+
+def _humming(humming_layer: Any, name: str, k: int, n: int, dequantized: torch.Tensor) -> Any:
+    layer = humming_layer(
         shape_n=n,
         shape_k=k,
-        weight_config={"dtype": f"int{weight.nbits}", "group_size": GROUP_SIZE},
+        weight_config={"dtype": name, "group_size": GROUP_SIZE},
         torch_dtype=torch.float16,
     ).cuda()
     layer.load_from_unquantized(dequantized.t().contiguous())
     layer.transform()
-    return layer, ""
-
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """``|actual - expected| / |expected|`` in the Frobenius norm, in float64."""
-    difference = (actual.double() - expected.double()).norm()
-    return float(difference / expected.double().norm().clamp_min(1e-30))
+    return layer
 
 
 @dataclass
@@ -222,54 +197,41 @@ class Problem:
 
 
 class Operation:
-    """One of our kernels prepared for a problem: `prepare(m)` returns (a run callable that
-    computes C into `output`, the output); `launches` and `config` describe it."""
+    """One of our kernels prepared for a problem: `prepare(a)` returns (a run callable that
+    computes C into its output, the output); `launches` and `config_record` describe it.
+    ``register_dequant`` runs the given `DecodeMatmul`; ``mma`` and ``simt`` compile
+    ``quantized_matmul`` on the dense bitstream of codes."""
 
-    def __init__(self, variant: str, problem: Problem, config: DequantConfig | None = None):
-        self.variant, self.problem, self.config = variant, problem, config
-        weight = problem.weight
+    def __init__(self, variant: str, problem: Problem, decode: DecodeMatmul | None = None):
+        self.variant, self.problem, self.decode = variant, problem, decode
         if variant == "register_dequant":
-            assert config is not None
-            self.packed = problem.packed_units()
-            program = register_dequant_matmul(weight, GROUP_SIZE, config)
-            constants = {"n": problem.n, "k": problem.k}
-            self.kernel = backend.compile(program, constants=constants)
-            self.reduce = backend.compile(split_k_sum(config.split)) if config.split > 1 else None
-            self.launches = 2 if config.split > 1 else 1
-        else:
-            self.packed = pack_codes(problem.codes.reshape(-1), weight.nbits)
-            program = quantized_matmul(weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma")
-            self.kernel = backend.compile(program)
-            self.reduce = None
-            self.launches = 1
+            if decode is None:
+                raise ValueError("the register_dequant kernel needs its DecodeMatmul")
+            self.launches = decode.launches
+            return
+        self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
+        program = quantized_matmul(
+            problem.weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma"
+        )
+        self.kernel = backend.compile(program)
+        self.launches = 1
 
     @property
     def config_record(self) -> dict[str, Any]:
-        if self.config is None:
+        if self.decode is None:
             return {"block_m": BLOCK_M, "block_n": BLOCK_N}
-        return asdict(self.config)
+        return asdict(self.decode.config)
 
     def prepare(self, a: torch.Tensor) -> tuple[Callable[[], Any], torch.Tensor]:
         p = self.problem
         m = a.shape[0]
         out = torch.zeros((m, p.n), device=a.device, dtype=torch.float16)
-        scales = p.scales if self.config is None else p.packed_scales()
-        args = (m, p.n, p.k, a, self.packed, scales)
-        if self.config is None:
-            grid = (math.ceil(p.n / BLOCK_N), math.ceil(m / BLOCK_M))
-            return functools.partial(self.kernel, *args, out, grid=grid), out
-        grid = self.config.grid(m, p.n)
-        if self.reduce is None:
-            return functools.partial(self.kernel, *args, out, grid=grid), out
-        split = self.config.split
-        partial = torch.empty((split, m, p.n), device=a.device, dtype=torch.float32)
-        reduce_grid = math.ceil(m * p.n / 512)
-
-        def run() -> None:
-            self.kernel(*args, partial, grid=grid)
-            self.reduce(m * p.n, partial, out, grid=reduce_grid)
-
-        return run, out
+        if self.decode is not None:
+            run = functools.partial(self.decode, a, p.packed_units(), p.packed_scales(), out=out)
+            return run, out
+        grid = (math.ceil(p.n / BLOCK_N), math.ceil(m / BLOCK_M))
+        args = (m, p.n, p.k, a, self.packed, p.scales)
+        return functools.partial(self.kernel, *args, out, grid=grid), out
 
 
 def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repeats: int) -> float:
@@ -287,44 +249,24 @@ def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repea
     return median_us(run, flush, repeats)
 
 
-TUNING_BATCHES = (1, 16)
-"""The batches the configuration sweep runs at; a larger M uses the configuration of the
-largest of them that is not larger."""
-
-
-def tuned(problem: Problem, flush: torch.Tensor, repeats: int) -> dict[int, Operation]:
-    """For each of `TUNING_BATCHES`, the `DEQUANT_CONFIGS` entry that is fastest at that M on
-    `problem` (each result checked)."""
-    problem.packed_units()
-    configs = [
-        config
-        for config in DEQUANT_CONFIGS
-        if (problem.k // (16 * config.units_k)) % config.split == 0
-        and problem.n % config.block_n == 0
-    ]
-    # NVRTC needs no GPU: compile every candidate at once on the host's cores.
-    with ThreadPoolExecutor(16) as pool:
-        operations = list(
-            pool.map(lambda config: Operation("register_dequant", problem, config), configs)
-        )
-    assert operations, "no configuration fits the shape"
-    chosen = {}
-    for m in TUNING_BATCHES:
-        a = (torch.rand((m, problem.k), device=flush.device) * 2 - 1).to(torch.float16)
-        best, best_us = operations[0], math.inf
-        for config, operation in zip(configs, operations):
-            us = checked_us(operation, a, flush, repeats)
-            print(
-                f"    tune {problem.weight} K={problem.k} N={problem.n} M={m} {config}: {us:.1f} us"
-            )
-            if us < best_us:
-                best, best_us = operation, us
-        chosen[m] = best
-    return chosen
+def tuned(
+    problem: Problem, batches: list[int], flush: torch.Tensor, repeats: int
+) -> dict[int, Operation]:
+    """For each of `batches` (the tuning batches), the register-dequant operation with the
+    configuration the autotuner picks for its M bucket (`DecodeMatmul.tuned`: measured on this
+    GPU the first time, each candidate checked; read from the record store after); a larger M
+    uses the operation of the largest tuning batch not above it (`for_batch`)."""
+    decode_problem = DecodeProblem(problem.weight, GROUP_SIZE, problem.k, problem.n)
+    operations = {}
+    for m in batches:
+        measure = DecodeMeasure(decode_problem, m_bucket(m).lo, repeats=repeats, flush=flush)
+        decode = DecodeMatmul.tuned(decode_problem, m, measure=measure)
+        operations[m] = Operation("register_dequant", problem, decode)
+    return operations
 
 
 def for_batch(operations: dict[int, Operation], m: int) -> Operation:
-    """The tuned operation for batch `m`: that of the largest tuning batch not above it."""
+    """The operation for batch `m`: that of the largest batch of `operations` not above it."""
     return operations[max(b for b in operations if b <= m)]
 
 
@@ -412,6 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one shape, M in {1, 256}")
     parser.add_argument("--weights", default="i4", help="weight types, comma-separated")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per kernel (>= 30)")
+    parser.add_argument(
+        "--batches", default=None, help="batches M, comma-separated (default: 1,16,256,4096)"
+    )
+    parser.add_argument(
+        "--tune-batches",
+        default="1,16",
+        help="the batches the register-dequant kernel is tuned at (each M uses the tuning of "
+        "the largest of them not above it; default 1,16: the decode regime)",
+    )
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     parser.add_argument(
         "--kernels",
@@ -428,8 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     weights = [dtypes.from_name(name.strip()) for name in options.weights.split(",")]
     shapes = QUICK_SHAPES if options.quick else SHAPES
     batches = QUICK_BATCHES if options.quick else BATCHES
+    if options.batches:
+        batches = [int(m) for m in options.batches.split(",")]
+    tune_batches = [int(m) for m in options.tune_batches.split(",")]
+    if min(tune_batches) > min(batches):
+        parser.error(f"--tune-batches {tune_batches} must include a batch <= {min(batches)}")
     device = torch.device("cuda")
-    flush = torch.ones(FLUSH_BYTES // 4, device=device, dtype=torch.float32)
+    flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
     unknown = sorted(set(variants) - {"simt", "mma", "register_dequant"})
@@ -441,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             peers: dict[int, tuple[float, float | None, str]] = {}
             for variant in variants:
                 if variant == "register_dequant":
-                    operations = tuned(problem, flush, options.repeats)
+                    operations = tuned(problem, tune_batches, flush, options.repeats)
                 else:
                     operations = {1: Operation(variant, problem)}
                 points += run_point(operations, batches, flush, options.repeats, peers)

@@ -38,12 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from ir import dtypes
 from ir.arguments import grid_text
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS, REDUCTIONS, UNARY_OPS, broadcast_shapes, result_dtype
 from ir.errors import VerificationError
 from ir.instructions import (
     Assign,
+    AtomicAdd,
     Binary,
     Cast,
     CopyAsync,
@@ -92,7 +94,7 @@ _C_KEYWORDS = frozenset(
     "union unsigned void volatile while bool true false half threadIdx blockIdx blockDim "
     "gridDim".split()
 )
-_GENERATED_PREFIXES = ("r", "s", "g", "k")
+_GENERATED_PREFIXES = ("r", "s", "g", "k", "t")
 
 
 def _is_generated_name(name: str) -> bool:
@@ -437,6 +439,29 @@ class ProgramBuilder:
         src = self._tensor(src, "store_global's source")
         self._emit(StoreGlobal(dst, src, self._scalars(offsets, "store_global offsets")))
 
+    def atomic_add(
+        self, dst: GlobalTensor, offsets: Sequence[ExprLike], value: ExprLike = 1
+    ) -> Expr:
+        """Add `value` to the i32 element at `offsets` of `dst`, once for the block and
+        atomically; returns the element's old value, a scalar the same in every thread (0
+        when the element is outside `dst`). Stores before it are visible to the block whose
+        later atomic_add on the element returns their sum (`ir.instructions.AtomicAdd`):
+
+            ticket = b.atomic_add(counters, [tile])
+            with b.if_(ticket.eq(split - 1)):   # the last of `split` blocks
+                ...  # read every block's partial results
+        """
+        self._memory(dst, GlobalTensor, "atomic_add updates")
+        if dst.dtype != dtypes.i32:
+            raise VerificationError(
+                f"atomic_add updates {dst.name} of dtype {dst.dtype}; expected an i32 tensor"
+            )
+        offsets_expr = self._scalars(offsets, "atomic_add offsets")
+        (value_expr,) = self._scalars([value], "atomic_add value")
+        old = var(self._fresh("t"), -(2**31), 2**31 - 1)
+        self._emit(AtomicAdd(old, dst, offsets_expr, value_expr))
+        return old
+
     def _shared_offsets(
         self, tensor: SharedTensor, offsets: Sequence[ExprLike] | None, what: str
     ) -> tuple[Expr, ...]:
@@ -515,10 +540,14 @@ class ProgramBuilder:
     # Computation
     # ----------------------------------------------------------------------------------------
 
-    def cast(self, x: RegisterTensor, dtype: DataType) -> RegisterTensor:
-        """`x` converted to `dtype` (the contract's conversion rules), same layout."""
+    def cast(
+        self, x: RegisterTensor, dtype: DataType, layout: RegisterLayout | None = None
+    ) -> RegisterTensor:
+        """`x` converted to `dtype` (the contract's conversion rules), in `x`'s layout or in
+        `layout`, a layout of the same shape in which every thread holds only elements it holds
+        in `x` (e.g. the same elements in another local order)."""
         x = self._tensor(x, "cast's operand")
-        out = self._register(dtype, x.layout)
+        out = self._register(dtype, x.layout if layout is None else layout)
         self._emit(Cast(out, x))
         return out
 

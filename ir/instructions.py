@@ -291,6 +291,27 @@ class StoreGlobal(Instruction):
 
 
 @dataclass(frozen=True, eq=False)
+class AtomicAdd(Instruction):
+    """`var = dst[offsets]; dst[offsets] += value` once for the whole block, atomically with
+    respect to every other block (i32, wrapping); `var`, the old value, is the same in every
+    thread and is in scope for the rest of the enclosing body. An element outside dst's shape
+    is left alone and `var` is 0.
+
+    Memory order: the global stores the block made before it are visible to any block whose
+    atomic_add on the same element comes later, and that block's global loads after it see
+    them (release and acquire). So the last of several blocks to add to a counter may read
+    what the others stored before adding, e.g. to sum split-k partial results in a fixed
+    order, in the same launch.
+    """
+
+    op: ClassVar[str] = "atomic_add"
+    var: Expr = binding()
+    dst: GlobalTensor
+    offsets: Offsets
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
 class LoadShared(Instruction):
     """`out[c] = src[offsets + c]`; every accessed coordinate must be inside src's shape."""
 
@@ -399,7 +420,8 @@ class Where(Instruction):
 
 @dataclass(frozen=True, eq=False)
 class Cast(Instruction):
-    """`out = convert(x)` from x.dtype to out.dtype (`ir.dtypes.convert`), same layout."""
+    """`out = convert(x)` from x.dtype to out.dtype (`ir.dtypes.convert`), elementwise over the
+    tile; out's layout may differ from x's when each thread holds in x what it holds in out."""
 
     op: ClassVar[str] = "cast"
     out: RegisterTensor = result()

@@ -405,6 +405,25 @@ class BlockInterpreter(InstructionVisitor[None]):
         self.run.record_global_store(self, dst, elements, unique_codes)
         bitstream.write(stream, elements, unique_codes, dst.dtype.nbits)
 
+    def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
+        dst = instruction.dst
+        layout = self.global_layout(dst)
+        origin = [self.scalar(o) for o in instruction.offsets]
+        old = 0
+        if all(0 <= c < extent for c, extent in zip(origin, layout.shape)):
+            element = sum(c * stride for c, stride in zip(origin, layout.strides))
+            stream = self.run.streams[dst.param.name]
+            if (element + 1) * 4 > stream.size:
+                raise self.error(
+                    f"element {element} of {dst.name} (i32) lies past the end of argument "
+                    f"{dst.param.name} ({stream.size} bytes)"
+                )
+            word = stream[4 * element : 4 * element + 4].view("<i4")
+            old = int(word[0])
+            total = (old + self.scalar(instruction.value) + 2**31) % 2**32 - 2**31
+            word[0] = total
+        self.env[instruction.var.name] = old
+
     def read_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
         """Check that the tile's threads may read `elements` now; record them as readers."""
         pending = state.pending[elements] >= 0
@@ -528,7 +547,8 @@ class BlockInterpreter(InstructionVisitor[None]):
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
         # The values are x's decoded codes, so encoding them is `dtypes.convert` of the codes.
-        self.registers[out.name] = to_values(out.dtype, out.dtype.encode(self.values(x)))
+        values = self.gathered(out, x)
+        self.registers[out.name] = to_values(out.dtype, out.dtype.encode(values))
 
     def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x

@@ -69,6 +69,10 @@ class _LinePrinter(InstructionVisitor[str]):
         i = instruction
         return f"store_global({i.dst.name}, {i.src.name}, {_offsets(i.offsets)})"
 
+    def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> str:
+        i = instruction
+        return f"{i.var.name} = atomic_add({i.dst.name}, {_offsets(i.offsets)}, {i.value!r})"
+
     def visit_load_shared(self, instruction: instructions.LoadShared) -> str:
         i = instruction
         return f"{_register(i.out)} = load_shared({i.src.name}, {_offsets(i.offsets)})"

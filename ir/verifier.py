@@ -237,6 +237,14 @@ class _InstructionChecker(InstructionVisitor[None]):
         _check_offsets(instruction, instruction.offsets, dst.rank, "offsets")
         _check_memory_tile(instruction, src, dst.rank, f"global tensor {dst.name}")
 
+    def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
+        dst = _check_global(instruction, instruction.dst, "destination")
+        if dst.dtype != dtypes.i32:
+            raise _fail(instruction, f"dtype mismatch: {dst.name} is {dst.dtype}, expected i32")
+        _check_offsets(instruction, instruction.offsets, dst.rank, "offsets")
+        if not isinstance(instruction.value, Expr):
+            raise _fail(instruction, f"value {instruction.value!r} is not an Expr")
+
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
         out, offsets = instruction.out, instruction.offsets
         _check_register(instruction, out, "result", self.threads)
@@ -306,8 +314,12 @@ class _InstructionChecker(InstructionVisitor[None]):
         out, x = instruction.out, instruction.x
         _check_register(instruction, x, "operand", self.threads)
         _check_register(instruction, out, "result", self.threads)
+        if out.shape != x.shape:
+            raise _fail(
+                instruction, f"shape mismatch: operand shape {x.shape}, result shape {out.shape}"
+            )
         if out.layout != x.layout:
-            raise _fail(instruction, "layout mismatch: a cast keeps its operand's layout")
+            _check_held(instruction, out, x, "operand")
 
     def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x
@@ -539,7 +551,7 @@ class _Walker:
                 raise _fail(
                     instruction,
                     f"scalar {scalar!r} reads {sorted(unknown)}, which are not parameters, block "
-                    "indices or enclosing loop variables",
+                    "indices, enclosing loop variables or earlier atomic_add results",
                 )
         if (
             isinstance(instruction, instructions.GlobalView)
@@ -554,6 +566,10 @@ class _Walker:
             self.shared_bytes += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
         if isinstance(instruction, instructions.ForRange):
             self.define(instruction, instruction.var.name)
+        if isinstance(instruction, instructions.AtomicAdd):
+            # Its old value is a scalar for the rest of the enclosing body.
+            self.define(instruction, instruction.var.name)
+            scope.names.add(instruction.var.name)
         for body in instruction.bodies():
             inner = scope.child()
             if isinstance(instruction, instructions.ForRange):

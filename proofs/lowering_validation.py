@@ -70,10 +70,18 @@ import z3
 
 from backend.lower import Access
 from backend.tensor_core import Claim
-from ir.instructions import CopyAsync, Dot, LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from ir.instructions import (
+    AtomicAdd,
+    CopyAsync,
+    Dot,
+    LoadGlobal,
+    LoadShared,
+    StoreGlobal,
+    StoreShared,
+)
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import RegisterLayout, pad_layout
+from layout_algebra.register import RegisterLayout, pad_layout, replicate
 from layout_algebra.shared import SharedLayout, shared_row_major
 from layout_algebra.symbolic import Expr, as_expr, evaluate, logical_and
 from proofs.checks import check_equivalent
@@ -118,7 +126,8 @@ def placement(access: Access) -> Placement:
     """The placement the IR instruction of `access` asks for (see `Placement`).
 
     A load reads its source at its offsets with its result's layout; a store writes its
-    destination at its offsets with its source's layout; a copy reads (role "src") and writes
+    destination at its offsets with its source's layout; an atomic_add updates the one element
+    at its offsets; a copy reads (role "src") and writes
     (role "dst") with its layout, or, for a copy the program gives no layout, with the layout
     the backend chose (recorded), which must be a register layout of the copy's tile. A staged
     dot's scratch copies are row-major float32 copies of a and b: written with the operand's
@@ -147,6 +156,11 @@ def placement(access: Access) -> Placement:
                 layout = chosen
         case Dot() if role in ("scratch a", "scratch b"):
             return _scratch_placement(instruction, role, access.step)
+        case AtomicAdd() if role == "dst":
+            # One element at the offsets, every thread's tile (the primary thread adds).
+            tensor, origin = instruction.dst, instruction.offsets
+            ones = [1] * instruction.dst.rank
+            layout = replicate(access.register.num_threads).reshape(*ones)
         case _:
             raise ProofError(
                 f"an access with role {role!r} of {type(instruction).__name__}: the instruction "

@@ -78,9 +78,11 @@ How each part of the IR becomes C++:
   not bit for bit. Likewise a `load_shared` of 16-bit elements that ``ldmatrix`` can do uses it
   (`plan_ldmatrix`; a load, so exact).
 - Elementwise operations, `where`, `cast` and `view` work on each thread's codes
-  (`cuda_codegen`, `conversions`). With an architecture of sm_80 or newer, a cast of u2, i2,
-  u4, i4, u8, i8 or f4e2m1 to f16 or bf16 converts whole 32-bit words of codes with the bit
-  tricks of `backend.fast_conversions` (exact, like the generic path). When an operand
+  (`cuda_codegen`, `conversions`). With an architecture of sm_80 or newer, a cast of integer
+  codes of up to 8 bits or of a small float without infinities and NaNs to f16 or bf16 is
+  planned by `backend.fast_conversions` from where each output's code lies in the input's words
+  (a LOP3 and an fma per output word when both codes lie in one 32-bit window; exact, like the
+  generic path); a cast may also reorder elements within each thread. When an operand
   element's register depends on the thread (e.g. a fully replicated operand), the index is
   computed and selected among the candidates.
 

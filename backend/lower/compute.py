@@ -23,7 +23,7 @@ from backend.cuda_codegen import (
     unary_value,
     wrap_expression,
 )
-from backend.fast_conversions import fast_conversion
+from backend.fast_conversions import plan_conversion
 from backend.lower import registers
 from backend.lower.context import THREAD_NAME, LoweringContext, Tile
 from backend.tensor_core import (
@@ -187,22 +187,28 @@ class ComputeLowering(LoweringContext):
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
         self.declare(out)
-        fast = fast_conversion(x.dtype, out.dtype) if self.tensor_cores else None
         size = out.layout.local_size
-        if fast is not None and size % fast.elements_per_word == 0:
-            # Whole 32-bit words of codes: the bit-trick conversion, a word in, a word of two
-            # 16-bit codes per output pair out.
-            count = fast.elements_per_word
-            self.note(f"fast {x.dtype.name} -> {out.dtype.name}", size // count)
-            for w, first in enumerate(range(0, size, count)):
-                halves = self.temporary("halves")
-                with self.out.block():
-                    self.out.line(f"unsigned int {halves}[{fast.output_words}];")
-                    self.out.line(fast.call(self.word(x, w), halves))
-                    for j in range(fast.output_words):
-                        self.out.line(f"{self.word(out, first // 2 + j)} = {halves}[{j}];")
+        sources = [self.broadcast_index(out, x, i) for i in range(size)]
+        plan = None
+        if self.tensor_cores and None not in sources:
+            plan = plan_conversion(x.dtype, out.dtype, sources, x.layout.local_size)
+        if plan is not None:
+            # Output words of two 16-bit codes straight from the input's words.
+            self.note(f"fast {x.dtype.name} -> {out.dtype.name}", size)
+            self.note(f"fast {x.dtype.name} -> {out.dtype.name} instructions", plan.instructions)
+            with self.out.block():
+                lines = plan.render(
+                    lambda w: self.word(x, w),
+                    lambda j: self.word(out, j),
+                    self.temporary("cv"),
+                )
+                for line in lines:
+                    self.out.line(line)
             return
-        codes = [convert_expression(x.dtype, out.dtype, self.element(x, i)) for i in range(size)]
+        codes = [
+            convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i))
+            for i in range(size)
+        ]
         self.note_codes(f"convert {x.dtype.name} -> {out.dtype.name}", codes)
         self.write_elements(out, codes)
 

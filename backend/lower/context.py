@@ -358,14 +358,22 @@ class LoweringContext:
             self.guard = outer
 
     def _allocate_shared(self) -> int:
-        """Give every shared tensor its byte offset in the dynamic allocation; the total."""
+        """Give every shared tensor its byte offset in the dynamic allocation, and the slot
+        through which atomic_add hands its old value to the block (one for all of them: each
+        runs between two barriers) its offset, `ticket_slot`; the total."""
         total = 0
+        self.ticket_slot: int | None = None
         for instruction in self.program.walk():
             if isinstance(instruction, instructions.SharedTensorAlloc):
                 tensor = instruction.out
                 self.shared_base[tensor.name] = total
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
                 total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+            elif isinstance(instruction, instructions.AtomicAdd) and self.ticket_slot is None:
+                self.ticket_slot = -1
+        if self.ticket_slot is not None:
+            self.ticket_slot = total
+            total += SHARED_ALIGNMENT
         return total
 
     def declare(self, tensor: RegisterTensor) -> None:

@@ -27,7 +27,7 @@ from backend.cuda_codegen import (
     OPERATION_SOURCE,
 )
 from backend.errors import CompilationError
-from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES, FAST_CONVERSIONS
+from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
 from backend.kernel import KernelArrayParam, KernelIntParam
 from backend.lower.compute import ComputeLowering
 from backend.lower.context import (
@@ -91,8 +91,6 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if self.tensor_cores:
             out.lines(TENSOR_CORE_SOURCE)
             out.lines(FAST_CONVERSION_PRIMITIVES)
-            for conversion in FAST_CONVERSIONS.values():
-                out.lines(conversion.source)
         out.line()
         signature = ", ".join(c_parameter(p) for p in program.params)
         header = (

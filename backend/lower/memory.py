@@ -23,6 +23,7 @@ from backend.cuda_codegen import (
 from backend.lower.context import (
     RESERVED_PREFIX,
     THREAD_NAME,
+    WIDE_PREFIX,
     LoweringContext,
     Tile,
     is_false,
@@ -332,9 +333,11 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Load registers first .. first + width - 1 of `out` one by one (the code `fill` out
         of bounds)."""
-        self.note("load element by element", width, generic=True)
-        for i in range(first, first + width):
-            mask = tile.inside(self.thread, i, 1) if masked else None
+        masks = [
+            tile.inside(self.thread, i, 1) if masked else None for i in range(first, first + width)
+        ]
+        self.note_elements("load", tile, width, masks)
+        for i, mask in zip(range(first, first + width), masks):
             if mask is not None and is_false(mask):
                 self.write_element(out, i, fill)
             else:
@@ -374,11 +377,24 @@ class MemoryLowering(LoweringContext):
     ) -> None:
         """Store registers first .. first + width - 1 of `src` one by one (skipped out of
         bounds)."""
-        self.note("store element by element", width, generic=True)
-        for i in range(first, first + width):
-            mask = tile.inside(self.thread, i, 1) if masked else None
+        masks = [
+            tile.inside(self.thread, i, 1) if masked else None for i in range(first, first + width)
+        ]
+        self.note_elements("store", tile, width, masks)
+        for i, mask in zip(range(first, first + width), masks):
             if mask is None or not is_false(mask):
                 self.store_element(pointer, tile, i, self.element(src, i), mask)
+
+    def note_elements(self, verb: str, tile: Tile, width: int, masks: list[Expr | None]) -> None:
+        """Note `width` element moves: native ones (whole 1-, 2- or 4-byte elements, each
+        without a bounds check or with one known true) as "{verb} N B", the others as
+        generic."""
+        bits = tile.element_bits
+        checked = any(m is not None and not is_true(m) for m in masks)
+        if bits in (8, 16, 32) and not checked:
+            self.note(f"{verb} {bits // 8} B", width)
+        else:
+            self.note(f"{verb} element by element", width, generic=True)
 
     def vector_runs(
         self,
@@ -455,6 +471,32 @@ class MemoryLowering(LoweringContext):
         dst, src = instruction.dst, instruction.src
         tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
         self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
+
+    def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
+        """Every thread fences its stores and the block syncs; the primary thread (0) adds
+        atomically and fences; the block syncs again and every thread reads the old value from
+        shared memory, then fences (acquire). Out of bounds: no access, the value 0."""
+        dst, name = instruction.dst, instruction.var.name
+        layout = replicate(self.threads).reshape(*([1] * dst.rank))
+        tile = self.register_tile(dst, layout, instruction.offsets, "dst")
+        slot = f"*(int*)(la_smem + {self.ticket_slot})"
+        self.out.line("__threadfence();")
+        self.out.line("__syncthreads();")
+        self.note("atomic add")
+        with self.primary_replica(layout):
+            address, unit = self.element_address(tile, 0)
+            mask = tile.inside(self.thread, 0, 1)
+            self.record(tile, 0, 1, address, unit, mask)
+            value = self.c(instruction.value)
+            add = f"atomicAdd(&((int*){dst.name})[{self.c(address)}], (int)({value}))"
+            if mask is not None and not is_true(mask):
+                add = f"({self.c(mask)} ? {add} : 0)"
+            self.out.line(f"{slot} = {add};")
+            self.out.line("__threadfence();")
+        self.out.line("__syncthreads();")
+        self.out.line(f"const int {name} = {slot};")
+        self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
+        self.out.line("__threadfence();")
 
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
         out, src = instruction.out, instruction.src

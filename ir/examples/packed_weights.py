@@ -1,13 +1,16 @@
 """The packed weight format of the register-dequant matmul: mma B fragments, one lane vector each.
 
 A (K, N) weight matrix of b-bit codes is cut into *units* of k16 x n64: eight m16n8k16 B
-fragments side by side. In a unit, lane l of a warp holds 32 weights (`unit_element_layout`:
-``local(1, 8) * F_B``, F_B the B fragment layout), which are b 32-bit words of its bitstream
-(`unit_word_layout`: ``spatial(1, 32).local(1, b)`` over i32). The packed tensor is i32 of shape
-(K / 16, N / 64 * 32 * b): row kb holds the units (kb, 0), (kb, 1), ... in order, each as 32
-lane vectors of b words, lane after lane. So a thread that loads its b words of a unit (16 bytes
-at 4 bits) holds whole mma B fragments: a `view` as the weight type in the fragment layout and a
-`cast` make the dot operand, with no shared-memory round trip.
+fragments side by side. In a unit, lane l of a warp holds the 32 weights of its B fragments
+(``local(1, 8) * F_B``, F_B the B fragment layout), which are b 32-bit words of its bitstream
+(`unit_word_layout`: ``spatial(1, 32).local(1, b)`` over i32), in the order `LANE_ORDERS` gives
+for the width (`unit_element_layout(b)`: the same elements, reordered so that the fast
+conversion takes the two codes of each mma register from one 32-bit window). The packed tensor
+is i32 of shape (K / 16, N / 64 * 32 * b): row kb holds the units (kb, 0), (kb, 1), ... in
+order, each as 32 lane vectors of b words, lane after lane. So a thread that loads its b words
+of a unit (16 bytes at 4 bits) holds whole mma B fragments: a `view` as the weight type in the
+packed order and a `cast` into the fragment order (`tile_value_layout`) make the dot operand,
+with no shared-memory round trip.
 
 The format does not depend on a kernel's tile sizes: a kernel tile is a grid of units
 (`tile_layouts`), so every configuration of `ir.examples.register_dequant_matmul` reads the same
@@ -46,8 +49,9 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, spatial
 
-FORMAT_VERSION = 1
-"""The version of the packed layout; bumped whenever the bit placement changes."""
+FORMAT_VERSION = 2
+"""The version of the packed layout; bumped whenever the bit placement changes (2: each lane's
+codes in the order of `LANE_ORDERS`)."""
 UNIT_K = 16
 """Rows (k) of a unit: one mma k16 step."""
 UNIT_N = 64
@@ -94,9 +98,45 @@ def check_weight_dtype(dtype: object) -> DataType:
     return dtype
 
 
-def unit_element_layout() -> RegisterLayout:
-    """The (16, 64) unit of weights over one warp: eight mma B fragments side by side."""
-    return local(1, UNIT_N // 8) * fragment("mma.m16n8k16.b").layout
+LANE_DIGITS = ("f2", "f1", "f0", "khi", "klo")
+"""The binary digits of a lane's 32 weights in a unit, most significant first, in the order of
+the B fragments (`unit_element_layout()`): f2 f1 f0 the n8 fragment (0-7), khi the k half
+(rows 0-7 or 8-15 of the k16 step) and klo the row within a pair of rows (the two f16 halves of
+one mma operand register)."""
+
+LANE_ORDERS: dict[int, tuple[str, ...]] = {
+    1: ("klo", "f2", "f1", "f0", "khi"),
+    2: ("f2", "klo", "f1", "f0", "khi"),
+    3: ("f2", "f1", "klo", "f0", "khi"),
+    4: ("f2", "f1", "klo", "f0", "khi"),
+    5: ("f2", "f1", "klo", "f0", "khi"),
+    6: ("f2", "f1", "f0", "klo", "khi"),
+    7: ("f2", "f1", "f0", "klo", "khi"),
+    8: ("f2", "f1", "f0", "khi", "klo"),
+}
+"""Per bit width, the order of those digits in a lane's packed bitstream, most significant
+first. Putting klo higher than in the fragment order puts the two codes of an mma register
+16 bits (or a multiple of b near 16) apart, so that one mask takes both from one 32-bit window
+(at 4 bits, Marlin's interleave 0 2 4 6 1 3 5 7): `backend.fast_conversions` then converts a
+pair of codes with one LOP3 and one fma. Each order is the cheapest of the 120 for the f16 and
+bf16 conversions together (tests/backend/test_fast_conversions.py checks it)."""
+
+
+def unit_element_layout(nbits: int | None = None) -> RegisterLayout:
+    """The (16, 64) unit of weights over one warp: eight mma B fragments side by side, each
+    lane's elements in fragment order, or, given `nbits`, in the packed order of b-bit codes
+    (`LANE_ORDERS`): the same elements per lane, reordered."""
+    if nbits is None:
+        return local(1, UNIT_N // 8) * fragment("mma.m16n8k16.b").layout
+    order = LANE_ORDERS[nbits]
+    # Modes: k = (khi 2, lanes 4, klo 2), n = (f2 2, f1 2, f0 2, lanes 8).
+    mode_of = {"khi": 0, "klo": 2, "f2": 3, "f1": 4, "f0": 5}
+    return RegisterLayout(
+        (UNIT_K, UNIT_N),
+        (2, 4, 2, 2, 2, 2, 8),
+        (6, 1),
+        tuple(mode_of[digit] for digit in order),
+    )
 
 
 def unit_word_layout(nbits: int) -> RegisterLayout:
@@ -110,11 +150,18 @@ def tile_layouts(
     """(weight layout, word layout) of a kernel tile of `units_k` x (`warps` * `units_n`) units.
 
     Warp w holds the units of columns [w * units_n, (w + 1) * units_n); each thread's local
-    order is (unit row, unit column, element), so the word layout's tile (units_k, warps *
-    units_n * 32 * b) is a block of the packed tensor and the two layouts `view` into each other.
+    order is (unit row, unit column, element in the packed order), so the word layout's tile
+    (units_k, warps * units_n * 32 * b) is a block of the packed tensor and the two layouts
+    `view` into each other. `tile_value_layout` holds the same elements in fragment order.
     """
     grid = spatial(1, warps).local(units_k, units_n)
-    return grid * unit_element_layout(), grid * unit_word_layout(nbits)
+    return grid * unit_element_layout(nbits), grid * unit_word_layout(nbits)
+
+
+def tile_value_layout(warps: int, units_k: int, units_n: int) -> RegisterLayout:
+    """The tile of `tile_layouts` with each thread's elements in mma B-fragment order: what a
+    `cast` of the packed-order codes produces for `dot`."""
+    return spatial(1, warps).local(units_k, units_n) * unit_element_layout()
 
 
 def unit_scale_layout() -> RegisterLayout:
@@ -161,10 +208,11 @@ def pack_scales(scales: Any) -> Any:
 
 
 @cache
-def unit_permutation() -> np.ndarray:
-    """For each element of a unit's packed bitstream (lane-major, 32 per lane), the index
-    r * 64 + c of the weight it holds in the (16, 64) unit: `unit_element_layout`'s map."""
-    layout = unit_element_layout()
+def unit_permutation(nbits: int) -> np.ndarray:
+    """For each element of a unit's packed bitstream of b-bit codes (lane-major, 32 per lane),
+    the index r * 64 + c of the weight it holds in the (16, 64) unit: the map of
+    ``unit_element_layout(nbits)``."""
+    layout = unit_element_layout(nbits)
     index = np.empty(UNIT_LANES * UNIT_ELEMENTS, dtype=np.int64)
     for lane in range(UNIT_LANES):
         for j in range(UNIT_ELEMENTS):
@@ -227,11 +275,11 @@ def pack_weights(codes: Any, dtype: DataType) -> tuple[Any, WeightFormat]:
     units = xp_codes.reshape(k // UNIT_K, UNIT_K, n // UNIT_N, UNIT_N)
     if is_torch:
         units = units.permute(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
-        index = torch.as_tensor(unit_permutation(), device=codes.device)
+        index = torch.as_tensor(unit_permutation(dtype.nbits), device=codes.device)
         ordered = (units[..., index] & ((1 << dtype.nbits) - 1)).to(torch.int64)
         return _pack_bits_torch(ordered, dtype.nbits).reshape(fmt.shape), fmt
     units = units.transpose(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
-    ordered = units[..., unit_permutation()] & ((1 << dtype.nbits) - 1)
+    ordered = units[..., unit_permutation(dtype.nbits)] & ((1 << dtype.nbits) - 1)
     packed = dtypes.pack(ordered.reshape(-1), _unsigned(dtype.nbits))
     return np.frombuffer(packed.tobytes(), dtype=np.int32).reshape(fmt.shape).copy(), fmt
 
@@ -271,7 +319,7 @@ def unpack_weights(packed: np.ndarray, fmt: WeightFormat) -> np.ndarray:
     ordered = dtypes.unpack(packed.view(np.uint8).reshape(-1), _unsigned(nbits), count)
     ordered = ordered.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K * UNIT_N)
     units = np.empty_like(ordered)
-    units[..., unit_permutation()] = ordered
+    units[..., unit_permutation(nbits)] = ordered
     units = units.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K, UNIT_N).transpose(0, 2, 1, 3)
     return units.reshape(fmt.k, fmt.n).astype(np.int64)
 

@@ -11,7 +11,8 @@ weights, so the program keeps them out of shared memory:
               copy_async the first (16, BK) activation tile into shared stage 0
     for each k-tile (unrolled `unroll` times, so stage indices are constants):
         rotate the ring and load the k-tile `depth` ahead; copy_async the next activation tile
-        view the current words as `weight_dtype` in the B-fragment layout, cast to f16,
+        view the current words as `weight_dtype` in the packed order, cast to f16 in the
+        B-fragment order,
         multiply by the (1, BN) scale row of the k-tile's group (loaded as 16-byte vectors of
         packed scales, viewed in the weights' scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
@@ -19,8 +20,10 @@ weights, so the program keeps them out of shared memory:
     `split_k_sum` adds up in a second launch
 
 Layouts (W warps, each owning `units_n` units of 64 columns; KS = `units_k` k16 steps per
-k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`, their words
-`spatial(1, W).local(KS, units_n) * spatial(1, 32).local(1, b)` (`packed_weights.tile_layouts`),
+k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`
+(`packed_weights.tile_value_layout`), their codes the same elements in the packed order and
+their words `spatial(1, W).local(KS, units_n) * spatial(1, 32).local(1, b)`
+(`packed_weights.tile_layouts`),
 activations `(spatial(1, 1) * replicate(W)).local(1, KS) * F_A` (every warp holds the whole
 16-row tile), C `spatial(1, W).local(1, 8 * units_n) * F_C`. The block tile is 16 x BN with
 BN = 64 * W * units_n and BK = 16 * KS.
@@ -49,6 +52,7 @@ from ir.examples.packed_weights import (
     UNIT_N,
     check_weight_dtype,
     tile_layouts,
+    tile_value_layout,
     unit_scale_layout,
 )
 from ir.program import Program
@@ -69,7 +73,10 @@ class DequantConfig:
 
     `warps` per block; `units_n` units of 64 columns per warp; `units_k` k16 steps per k-tile;
     `depth` k-tiles of weights in flight in registers; `split` blocks along k (grid z); `unroll`
-    copies of the loop body per generated iteration (2 makes the activation stage a constant).
+    copies of the loop body per generated iteration (2 makes the activation stage a constant);
+    `fused_sum`: with split > 1, the last block of each output tile adds the partial sums up in
+    the same launch (an `atomic_add` ticket per tile), else `split_k_sum` does in a second
+    launch. Both add the partial sums in split order: the results are the same bits.
     """
 
     warps: int = 4
@@ -78,6 +85,7 @@ class DequantConfig:
     depth: int = 1
     split: int = 1
     unroll: int = 2
+    fused_sum: bool = True
 
     @property
     def block_n(self) -> int:
@@ -90,6 +98,11 @@ class DequantConfig:
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """The launch grid for C of shape (m, n)."""
         return (n // self.block_n, -(-m // BLOCK_M), self.split)
+
+    def tiles(self, m: int, n: int) -> int:
+        """Output tiles of C of shape (m, n): the counters a fused split-k sum needs."""
+        grid = self.grid(m, n)
+        return grid[0] * grid[1]
 
 
 def activation_layout(warps: int, units_k: int) -> RegisterLayout:
@@ -109,6 +122,10 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
+    if not isinstance(config.fused_sum, bool):
+        raise VerificationError(
+            f"register_dequant_matmul: fused_sum={config.fused_sum!r}; expected True or False"
+        )
     if config.warps * UNIT_LANES > 1024:
         raise VerificationError(
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
@@ -128,41 +145,70 @@ def register_dequant_matmul(
     weight_dtype: DataType = dtypes.i4,
     group_size: int = 128,
     config: DequantConfig | None = None,
+    *,
+    activation_dtype: DataType = dtypes.f16,
+    zero_points: bool = False,
 ) -> Program:
-    """The program ``qmm(m, n, k, a, packed, scales, c)``; `c` is f16 (m, n) when
-    ``config.split == 1``, else f32 (split, m, n) partial sums for `split_k_sum`."""
+    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)``.
+
+    `a`, the scales, the zero points and C are `activation_dtype` (f16 or bf16). `c` is the
+    (m, n) output, except with ``config.split > 1`` and not ``config.fused_sum``: then it is
+    f32 (split, m, n) partial sums for `split_k_sum`. With split > 1 and `fused_sum`,
+    `partial` is an f32 (split, m, n) workspace and `counters` ``config.tiles(m, n)`` i32
+    counters that must be 0 before the first launch (each launch leaves them 0). With
+    `zero_points` the dequantized weight is ``(W - Z) * S``, Z the (groups, n) zero points
+    packed like the scales: the subtraction of two integer-valued codes is exact, so it equals
+    the code of ``f32(W - Z) * f32(S)`` rounded once.
+    """
     config = config or DequantConfig()
     weight_dtype = check_weight_dtype(weight_dtype)
     _check_config(group_size, config)
-    f16, f32, i32 = dtypes.f16, dtypes.f32, dtypes.i32
+    if activation_dtype not in (dtypes.f16, dtypes.bf16):
+        raise VerificationError(
+            f"register_dequant_matmul: activation_dtype={activation_dtype!r}; expected f16 or bf16"
+        )
+    if not isinstance(zero_points, bool):
+        raise VerificationError(
+            f"register_dequant_matmul: zero_points={zero_points!r}; expected True or False"
+        )
+    act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
     nbits = weight_dtype.nbits
     warps, split, depth = config.warps, config.split, config.depth
     block_n, block_k = config.block_n, config.block_k
-    weight_layout, word_layout = tile_layouts(nbits, warps, config.units_k, config.units_n)
+    code_layout, word_layout = tile_layouts(nbits, warps, config.units_k, config.units_n)
+    weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
     a_layout = activation_layout(warps, config.units_k)
     c_layout = accumulator_layout(warps, config.units_n)
     scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
     packed_scale_layout = spatial(1, warps).local(1, config.units_n) * unit_scale_layout()
     row_words = UNIT_LANES * nbits
     name = f"register_dequant_matmul_{weight_dtype.name}"
+    name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
-        a = b.array_param("a", f16)
+        a = b.array_param("a", act)
         packed = b.array_param("packed", i32)
-        scales = b.array_param("scales", f16)
-        c = b.array_param("c", f32 if split > 1 else f16)
+        scales = b.array_param("scales", act)
+        zeros = b.array_param("zeros", act) if zero_points else None
+        fused = split > 1 and config.fused_sum
+        partial = b.array_param("partial", f32) if fused else None
+        counters = b.array_param("counters", i32) if fused else None
+        c = b.array_param("c", f32 if split > 1 and not fused else act)
         b.grid(n // block_n, (m + BLOCK_M - 1) // BLOCK_M, split)
         words_per_row = (n // UNIT_N) * row_words
-        a_view = b.global_view(a, f16, GlobalLayout((m, k), (k, 1)))
+        a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
         packed_view = b.global_view(
             packed, i32, GlobalLayout((k // UNIT_K, words_per_row), (words_per_row, 1))
         )
         groups = (k + group_size - 1) // group_size
-        scale_view = b.global_view(scales, f16, GlobalLayout((groups, n), (n, 1)))
+        scale_view = b.global_view(scales, act, GlobalLayout((groups, n), (n, 1)))
+        zero_view = (
+            b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
+        )
         a_shared = b.shared_tensor(
-            f16, shared_row_major_swizzle(2, BLOCK_M, block_k, element_bits=16)
+            act, shared_row_major_swizzle(2, BLOCK_M, block_k, element_bits=16)
         )
         tiles_per_split = (k // block_k) // split
         tiles_per_group = group_size // block_k
@@ -192,25 +238,48 @@ def register_dequant_matmul(
                 ahead = minimum(tile + 1, end - 1)
                 b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
             b.copy_async_commit()
-            weights = b.cast(b.view(current, weight_dtype, weight_layout), f16)
+            codes = b.view(current, weight_dtype, code_layout)
+            weights = b.cast(codes, act, weight_layout)
             group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
-            scale = b.view(
-                b.load_global(scale_view, [group, col0], packed_scale_layout),
-                f16,
-                scale_layout,
-            )
-            weights = b.mul(weights, scale)
+
+            def group_row(view):
+                packed_row = b.load_global(view, [group, col0], packed_scale_layout)
+                return b.view(packed_row, act, scale_layout)
+
+            if zero_points:
+                weights = b.sub(weights, group_row(zero_view))
+            weights = b.mul(weights, group_row(scale_view))
             b.copy_async_wait(1)
             b.sync()
             activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
             b.assign(acc, b.dot(activations, weights, acc))
             b.sync()
-        if split > 1:
+        out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
+        if split == 1:
+            b.store_global(out_view, b.cast(acc, act), [row0, col0])
+        elif not fused:
             c_view = b.global_view(c, f32, GlobalLayout((split, m, n), (m * n, n, 1)))
             b.store_global(c_view, acc, [b.block_z, row0, col0])
         else:
-            c_view = b.global_view(c, f16, GlobalLayout((m, n), (n, 1)))
-            b.store_global(c_view, b.cast(acc, f16), [row0, col0])
+            # Store this block's partial sums; the block that adds the tile's counter last
+            # (split - 1 before it) adds all of them in split order, stores C and resets the
+            # counter for the next launch.
+            parts = b.global_view(partial, f32, GlobalLayout((split, m, n), (m * n, n, 1)))
+            b.store_global(parts, acc, [b.block_z, row0, col0])
+            tiles = (n // block_n) * ((m + BLOCK_M - 1) // BLOCK_M)
+            counter_view = b.global_view(counters, i32, GlobalLayout((tiles,), (1,)))
+            tile_index = b.block_y * (n // block_n) + b.block_x
+            ticket = b.atomic_add(counter_view, [tile_index])
+            with b.if_(ticket.eq(split - 1)):
+                # Each thread adds 16-byte vectors of 4 columns, 8 rows apart.
+                sum_layout = local(BLOCK_M // 2, 1).spatial(2, 16 * warps).local(
+                    1, 4 * config.units_n
+                )
+                all_parts = b.load_global(parts, [0, row0, col0], local(split, 1, 1) * sum_layout)
+                total = b.reduce(all_parts, 0, "sum")
+                b.store_global(out_view, b.cast(total, act), [row0, col0])
+                zero = b.register_tensor(i32, replicate(UNIT_LANES * warps).reshape(1), 0)
+                b.store_global(counter_view, zero, [tile_index])
     return b.program()
 
 
@@ -218,22 +287,26 @@ SUM_COLUMNS_PER_THREAD = 4
 """Consecutive outputs each thread of `split_k_sum` adds up (one 16-byte f32 vector)."""
 
 
-def split_k_sum(split: int, threads: int = 128) -> Program:
-    """``split_k_sum(mn, partial, c)``: c[j] = f16(partial[0, j] + ... + partial[split-1, j])
-    (f32 sums in order), the second launch of a split-k `register_dequant_matmul` with
-    ``mn = m * n``. It declares its grid, ``ceil(mn / (threads * 4))``."""
+def split_k_sum(split: int, threads: int = 128, *, out_dtype: DataType = dtypes.f16) -> Program:
+    """``split_k_sum(mn, partial, c)``: c[j] = out_dtype(partial[0, j] + ... + partial[split-1,
+    j]) (f32 sums in order), the second launch of a split-k `register_dequant_matmul` with
+    ``mn = m * n``; `out_dtype` f16 or bf16. It declares its grid, ``ceil(mn / (threads *
+    4))``."""
     if isinstance(split, bool) or not isinstance(split, int) or split < 2:
         raise VerificationError(f"split_k_sum: split={split!r}; expected an int >= 2")
+    if out_dtype not in (dtypes.f16, dtypes.bf16):
+        raise VerificationError(f"split_k_sum: out_dtype={out_dtype!r}; expected f16 or bf16")
     width = threads * SUM_COLUMNS_PER_THREAD
     layout = local(split, 1).spatial(1, threads).local(1, SUM_COLUMNS_PER_THREAD)
-    with ProgramBuilder(f"split_k_sum_{split}", threads) as b:
+    suffix = "" if out_dtype == dtypes.f16 else f"_{out_dtype.name}"
+    with ProgramBuilder(f"split_k_sum_{split}{suffix}", threads) as b:
         count = b.int_param("mn", lo=1)
         partial = b.array_param("partial", dtypes.f32)
-        c = b.array_param("c", dtypes.f16)
+        c = b.array_param("c", out_dtype)
         b.grid((count + width - 1) // width)
         parts = b.global_view(partial, dtypes.f32, GlobalLayout((split, count), (count, 1)))
-        out = b.global_view(c, dtypes.f16, GlobalLayout((1, count), (count, 1)))
+        out = b.global_view(c, out_dtype, GlobalLayout((1, count), (count, 1)))
         tile = b.load_global(parts, [0, b.block_x * width], layout)
         total = b.reduce(tile, 0, "sum", keepdim=True)
-        b.store_global(out, b.cast(total, dtypes.f16), [0, b.block_x * width])
+        b.store_global(out, b.cast(total, out_dtype), [0, b.block_x * width])
     return b.program()

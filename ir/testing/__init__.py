@@ -28,6 +28,8 @@ Strategies:
 - `dequant_cases()`: low-bit codes (optionally loaded as i32 words and `view`-ed) cast to f16 or
   bf16 and combined by add, sub or mul with a half tile or a broadcast scale row, in layouts
   whose threads hold whole words of codes (fast conversions, paired half instructions).
+- `ticket_cases()`: blocks store partial column sums, take an `atomic_add` ticket, and the last
+  block adds every block's partial in block order and resets the counter.
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 
@@ -48,7 +50,12 @@ from hypothesis import strategies as st
 from ir.testing.cases import CASE_DTYPES, ProgramCase, codes_match, register_layouts
 from ir.testing.compute_cases import dot_cases, loop_cases, view_cases
 from ir.testing.dequant_cases import dequant_cases
-from ir.testing.memory_cases import elementwise_cases, reduction_cases, shared_round_trip_cases
+from ir.testing.memory_cases import (
+    elementwise_cases,
+    reduction_cases,
+    shared_round_trip_cases,
+    ticket_cases,
+)
 
 
 def program_cases() -> st.SearchStrategy[ProgramCase]:
@@ -61,6 +68,7 @@ def program_cases() -> st.SearchStrategy[ProgramCase]:
         dequant_cases(),
         dot_cases(),
         loop_cases(),
+        ticket_cases(),
     )
 
 
@@ -76,5 +84,6 @@ __all__ = [
     "reduction_cases",
     "register_layouts",
     "shared_round_trip_cases",
+    "ticket_cases",
     "view_cases",
 ]

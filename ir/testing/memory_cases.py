@@ -267,3 +267,72 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         expected=store_expected(out_initial, values, dtype, 0),
         description=f"{dtype} {first!r} -> {second!r} async={asynchronous}",
     )
+
+
+@st.composite
+def ticket_cases(draw: Callable[..., Any]) -> ProgramCase:
+    """Split work with an `atomic_add` ticket: each of G blocks (grid (gx, gy)) stores the
+    column sums of its own rows of x as one row of a workspace, takes a ticket on a counter,
+    and the block whose ticket is G - 1 (the last) loads every block's row, adds them in block
+    order, stores the sum and resets the counter.
+
+    Integers sum exactly (wrapping in the type); f32 partial sums are exact small integers
+    first (codes below 2^10), so every order gives the same bits. The counter must be zero
+    again after the launch; the output is the sum row.
+    """
+    num_threads = draw(st.sampled_from((32, 64)))
+    dtype = draw(st.sampled_from((dtypes.i32, dtypes.u8, dtypes.i8, dtypes.f32)))
+    row_layout = draw(register_layouts(num_threads, 2))
+    rows_per_block, cols = row_layout.shape
+    gx, gy = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    blocks = gx * gy
+    count = blocks * rows_per_block * cols
+    if dtype == dtypes.f32:
+        values = draw(st.lists(st.integers(-512, 512), min_size=count, max_size=count))
+        codes = dtype.encode(np.array(values, dtype=np.float32)).astype(np.int64)
+    else:
+        codes = random_codes(draw, dtype, count)
+    values = to_values(dtype, codes).reshape(blocks, rows_per_block, cols)
+    kind = np.float64 if dtype.is_float else np.int64
+    total = values.astype(kind).sum(axis=(0, 1))
+    expected = dtype.encode(total if dtype.is_float else round_values(dtype, total))
+    out_initial = random_codes(draw, dtype, cols)
+    with ProgramBuilder("ticketed", num_threads) as b:
+        x = b.array_param("x", dtype)
+        workspace = b.array_param("workspace", dtype)
+        counter = b.array_param("counter", dtypes.i32)
+        out = b.array_param("out", dtype)
+        b.grid(gx, gy)
+        block = b.block_y * gx + b.block_x
+        x_view = b.global_view(x, dtype, GlobalLayout((blocks * rows_per_block, cols), (cols, 1)))
+        work_view = b.global_view(workspace, dtype, GlobalLayout((blocks, cols), (cols, 1)))
+        counter_view = b.global_view(counter, dtypes.i32, GlobalLayout((1,), (1,)))
+        mine = b.load_global(x_view, [block * rows_per_block, 0], row_layout)
+        partial = b.reduce(mine, 0, "sum", keepdim=True)
+        b.store_global(work_view, partial, [block, 0])
+        ticket = b.atomic_add(counter_view, [0], 1)
+        with b.if_(ticket.eq(blocks - 1)):
+            every_layout = local(blocks, 1) * reduce_layout(row_layout, [0], keepdims=True)
+            every = b.load_global(work_view, [0, 0], every_layout)
+            b.store_global(
+                b.global_view(out, dtype, GlobalLayout((1, cols), (cols, 1))),
+                b.reduce(every, 0, "sum", keepdim=True),
+                [0, 0],
+            )
+            zero = b.register_tensor(dtypes.i32, replicate(num_threads).reshape(1), 0)
+            b.store_global(counter_view, zero, [0])
+    return ProgramCase(
+        program=b.program(),
+        arguments=(
+            dtypes.pack(codes, dtype),
+            np.zeros(-(-blocks * cols * dtype.nbits // 8), dtype=np.uint8),
+            np.zeros(4, dtype=np.uint8),
+            dtypes.pack(out_initial, dtype),
+        ),
+        grid=(gx, gy),
+        output=3,
+        output_dtype=dtype,
+        output_count=cols,
+        expected=expected.astype(np.int64),
+        description=f"{dtype} {row_layout!r} ticketed sum over {blocks} blocks",
+    )

@@ -394,23 +394,63 @@ def _tensor_cores(rng: np.random.Generator) -> FeatureCase:
 
 
 def _fast_casts(rng: np.random.Generator) -> FeatureCase:
-    """Every source type of `backend.fast_conversions` cast to f16 and bf16, in whole words."""
-    sources = (dtypes.u2, dtypes.i2, dtypes.u4, dtypes.i4, dtypes.u8, dtypes.i8, dtypes.f4e2m1)
+    """Source types of `backend.fast_conversions` (integers of every width, sub-byte floats)
+    cast to f16 and bf16, in the codes' order and into another order of each thread's elements
+    (column-major: the conversion gathers its pairs from across the words)."""
+    names = ("u1", "i2", "u3", "i4", "u5", "i6", "u7", "u8", "i8", "f4e2m1", "f6e3m2", "f3e1m1")
     arguments: list[Any] = []
     with ProgramBuilder("fast_casts", 32) as b:
-        layout = spatial(32, 1).local(1, 16)
-        view = GlobalLayout((32, 16), (16, 1))
-        for src in sources:
+        layout = spatial(32, 1).local(2, 8)
+        reordered = spatial(32, 1).column_local(2, 8)
+        view = GlobalLayout((64, 8), (8, 1))
+        for src in map(dtypes.from_name, names):
             x = b.array_param(f"x_{src.name}", src)
             codes = b.load_global(b.global_view(x, src, view), [0, 0], layout)
-            arguments.append(packed_codes(rng, src, 32 * 16))
+            arguments.append(packed_codes(rng, src, 64 * 8))
             for dst in (dtypes.f16, dtypes.bf16):
-                y = b.array_param(f"y_{src.name}_{dst.name}", dst)
-                b.store_global(b.global_view(y, dst, view), b.cast(codes, dst), [0, 0])
-                arguments.append(packed_codes(rng, dst, 32 * 16))
+                for order, out_layout in (("", layout), ("_t", reordered)):
+                    y = b.array_param(f"y_{src.name}_{dst.name}{order}", dst)
+                    converted = b.cast(codes, dst, out_layout)
+                    b.store_global(b.global_view(y, dst, view), converted, [0, 0])
+                    arguments.append(packed_codes(rng, dst, 64 * 8))
     return FeatureCase(
         "fast_casts", b.program(), tuple(arguments), (1,), emulated_arch=EMULATED_ARCH
     )
+
+
+def _ticketed_sum(rng: np.random.Generator) -> FeatureCase:
+    """Blocks store partial results; the block whose `atomic_add` ticket comes last adds every
+    block's partial in block order, stores the sum and resets the counter (the fused split-k
+    sum of the decode kernel)."""
+    parts, width = 5, 256
+    with ProgramBuilder("ticketed_sum", 64) as b:
+        x, partial = b.array_param("x", dtypes.f32), b.array_param("partial", dtypes.f32)
+        counter, y = b.array_param("counter", dtypes.i32), b.array_param("y", dtypes.f32)
+        b.grid(parts)
+        rows = GlobalLayout((parts, width), (width, 1))
+        x_view, parts_view = (
+            b.global_view(x, dtypes.f32, rows),
+            b.global_view(partial, dtypes.f32, rows),
+        )
+        counter_view = b.global_view(counter, dtypes.i32, GlobalLayout((1,), (1,)))
+        layout = spatial(1, 64).local(1, 4)
+        mine = b.load_global(x_view, [b.block_x, 0], layout)
+        b.store_global(parts_view, b.mul(mine, mine), [b.block_x, 0])
+        ticket = b.atomic_add(counter_view, [0])
+        with b.if_(ticket.eq(parts - 1)):
+            every = b.load_global(parts_view, [0, 0], local(parts, 1) * layout)
+            total = b.reduce(every, 0, "sum", keepdim=True)
+            row = GlobalLayout((1, width), (width, 1))
+            b.store_global(b.global_view(y, dtypes.f32, row), total, [0, 0])
+            zero = b.register_tensor(dtypes.i32, replicate(64).reshape(1), 0)
+            b.store_global(counter_view, zero, [0])
+    arguments = (
+        packed_codes(rng, dtypes.f32, parts * width),
+        np.zeros(parts * width * 4, dtype=np.uint8),
+        np.zeros(16, dtype=np.uint8),
+        packed_codes(rng, dtypes.f32, width),
+    )
+    return FeatureCase("ticketed_sum", b.program(), arguments, (parts,))
 
 
 def feature_cases() -> list[FeatureCase]:
@@ -428,5 +468,6 @@ def feature_cases() -> list[FeatureCase]:
         _transcendentals,
         _tensor_cores,
         _fast_casts,
+        _ticketed_sum,
     )
     return [make(rng) for make in makers]

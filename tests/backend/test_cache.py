@@ -1,4 +1,5 @@
-"""The on-disk CUBIN cache: where it lives, its permissions, keys, and refusal of bad entries."""
+"""The on-disk kernel cache: where it lives, its permissions, keys, and refusal of bad entries,
+for CUBINs and for the JSON records stored next to them (`RecordStore`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from backend.cache import (
     ENVIRONMENT_VARIABLE,
     CacheStatistics,
     CubinCache,
+    RecordStore,
     cache_directory,
     cache_key,
     default_cache,
     default_cache_directory,
+    default_record_store,
     prepare_directory,
+    record_key,
 )
 from backend.errors import CacheError
 
@@ -406,3 +410,168 @@ def test_the_suite_compiles_into_a_temporary_cache() -> None:
     if "layout-algebra-test-cache-" in directory.name:  # made by tests/conftest.py
         assert directory.parent == Path(tempfile.gettempdir())
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+# -- the record store (JSON records next to the CUBINs, under the same rules) -------------------
+
+RECORD_A = {"choice": {"warps": 4, "split": 8}, "us": 19.1, "note": "ünïcode"}
+RECORD_B = {"choice": {"warps": 2, "split": 16}, "us": 24.1}
+RECORD_KEY_A = record_key("autotune/1", {"gpu": "NVIDIA H200", "k": 4096})
+RECORD_KEY_B = record_key("autotune/1", {"gpu": "NVIDIA H200", "k": 8192})
+
+
+def _records(directory: Path) -> RecordStore:
+    """A record store in `directory` holding RECORD_A and RECORD_B under their keys."""
+    store = RecordStore(directory)
+    store.store(RECORD_KEY_A, RECORD_A)
+    store.store(RECORD_KEY_B, RECORD_B)
+    return store
+
+
+def test_record_round_trip_and_statistics(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path / "cache")
+    assert store.load(RECORD_KEY_A) is None
+    store.store(RECORD_KEY_A, RECORD_A)
+    assert store.load(RECORD_KEY_A) == RECORD_A
+    assert store.statistics == CacheStatistics(hits=1, misses=1, rejected=0, stores=1)
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+
+
+def test_records_live_next_to_cubins_without_mixing(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    store = _records(directory)
+    cubins = _filled(directory)
+    names = sorted(path.name for path in directory.iterdir())
+    assert names == sorted(
+        [f"{RECORD_KEY_A}.record", f"{RECORD_KEY_B}.record", f"{KEY_A}.cubin", f"{KEY_B}.cubin"]
+    )
+    for name in names:
+        assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600
+    # A CUBIN entry renamed to a record (same key) is refused: the magic lines differ.
+    cubins.entry_path(KEY_A).rename(directory / f"{KEY_A}.record")
+    assert store.load(KEY_A) is None and store.statistics.rejected == 1
+
+
+def test_record_entry_layout(tmp_path: Path) -> None:
+    store = _records(tmp_path / "cache")
+    magic, _, rest = store.entry_path(RECORD_KEY_A).read_bytes().partition(b"\n")
+    header, _, payload = rest.partition(b"\n")
+    assert magic == b"layout-algebra record store entry"
+    expected_payload = json.dumps(
+        RECORD_A, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode("ascii")
+    assert payload == expected_payload
+    assert json.loads(header) == {
+        "format": 1,
+        "key": RECORD_KEY_A,
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "size": len(payload),
+    }
+
+
+def test_record_key_is_canonical_and_separates_namespaces() -> None:
+    fields = {"gpu": "NVIDIA H200", "k": 4096, "zero_points": False}
+    reordered = {"zero_points": False, "k": 4096, "gpu": "NVIDIA H200"}
+    assert record_key("autotune/1", fields) == record_key("autotune/1", reordered)
+    variants = [
+        record_key("autotune/1", fields),
+        record_key("autotune/2", fields),
+        record_key("autotune/1", {**fields, "k": 4097}),
+        record_key("autotune/1", {**fields, "zero_points": True}),
+        record_key("autotune/1", {**fields, "extra": None}),
+    ]
+    assert len(set(variants)) == len(variants)
+    assert all(len(key) == 64 and set(key) <= set("0123456789abcdef") for key in variants)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "fields", "message"),
+    [
+        ("", {"k": 1}, r"record namespace ''; expected a non-empty string"),
+        (7, {"k": 1}, r"record namespace 7; expected a non-empty string"),
+        ("autotune/1", [1, 2], r"record key fields \[1, 2\]; expected a JSON object"),
+        ("autotune/1", {1: "x"}, r"record key fields \{1: 'x'\}; expected a JSON object"),
+        ("autotune/1", {"k": {1, 2}}, r"is not JSON .*; expected JSON values"),
+        ("autotune/1", {"k": float("nan")}, r"is not JSON .*; expected JSON values"),
+    ],
+)
+def test_record_key_refuses_what_is_not_json(
+    namespace: object, fields: object, message: str
+) -> None:
+    with pytest.raises(CacheError, match=message):
+        record_key(namespace, fields)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ([1, 2], r"record \[1, 2\]; expected a JSON object"),
+        ({"us": float("inf")}, r"record \{'us': inf\} is not JSON"),
+        ({"when": object}, r"is not JSON .*; expected JSON values"),
+    ],
+)
+def test_store_refuses_what_is_not_a_json_object(
+    tmp_path: Path, record: object, message: str
+) -> None:
+    store = RecordStore(tmp_path / "cache")
+    with pytest.raises(CacheError, match=message):
+        store.store(RECORD_KEY_A, record)
+    assert list(store.directory.glob("*")) == []
+
+
+def _valid_envelope_around_a_list(path: Path, cache: RecordStore) -> None:
+    """An entry whose magic, header and hash are right but whose content is a JSON list."""
+    magic, _, _ = path.read_bytes().partition(b"\n")
+    payload = b"[1,2,3]"
+    header = {
+        "format": 1,
+        "key": path.name.removesuffix(".record"),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "size": len(payload),
+    }
+    path.write_bytes(magic + b"\n" + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+
+
+def _record_of_another_key(path: Path, cache: RecordStore) -> None:
+    path.write_bytes(cache.entry_path(RECORD_KEY_B).read_bytes())
+
+
+RECORD_CORRUPTIONS = [
+    corruption for corruption in CORRUPTIONS if corruption is not _consistent_but_for_another_key
+] + [_record_of_another_key, _valid_envelope_around_a_list]
+
+
+@pytest.mark.parametrize(
+    "corrupt", RECORD_CORRUPTIONS, ids=lambda corrupt: corrupt.__name__.strip("_")
+)
+def test_bad_record_is_refused_and_replaceable(tmp_path: Path, corrupt: Callable) -> None:
+    store = _records(tmp_path / "cache")
+    path = store.entry_path(RECORD_KEY_A)
+    corrupt(path, store)
+    assert store.load(RECORD_KEY_A) is None
+    assert store.statistics == CacheStatistics(hits=0, misses=1, rejected=1, stores=2)
+    store.store(RECORD_KEY_A, RECORD_A)
+    status = os.lstat(path)
+    assert stat.S_ISREG(status.st_mode) and stat.S_IMODE(status.st_mode) == 0o600
+    assert store.load(RECORD_KEY_A) == RECORD_A
+    assert store.load(RECORD_KEY_B) == RECORD_B
+
+
+def test_record_store_refuses_an_untrusted_directory(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(CacheError, match="is a symbolic link"):
+        RecordStore(tmp_path / "link").load(RECORD_KEY_A)
+    with pytest.raises(CacheError, match="is not a sha256"):
+        RecordStore(tmp_path / "real").load("../" + RECORD_KEY_A[3:])
+
+
+def test_default_record_store_is_one_object_per_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "one"))
+    first = default_record_store()
+    assert default_record_store() is first and first.directory == tmp_path / "one"
+    assert default_cache().directory == first.directory
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "two"))
+    assert default_record_store() is not first

@@ -146,3 +146,22 @@ def test_missing_argument_is_refused_before_launch() -> None:
     kernel = compile(vector_add(), "sm_90a")
     with pytest.raises(LaunchError, match="missing arguments z"):
         kernel(4, None, None, grid=1)
+
+
+def test_lower_all_in_processes_equals_lower_and_returns_errors_in_place() -> None:
+    """Worker processes give the same kernels as `lower` in this process; a program that
+    cannot be specialised gives its exception at its place; `compile_lowered` of a kernel
+    lowered there gives the CUBIN `compile` gives."""
+    good = [(vector_add(), None), (row_softmax(), None)]
+    bad = (vector_add(), {"n": 4})  # n is no compile-time constant of vector_add
+    results = backend.lower_all([good[0], bad, good[1]], "sm_90a", processes=2)
+    assert [type(r).__name__ for r in results] == [
+        "LoweredKernel",
+        "SpecializationError",
+        "LoweredKernel",
+    ]
+    assert results[0].source == lower(vector_add(), "sm_90a").source
+    assert results[2].source == lower(row_softmax(), "sm_90a").source
+    built = backend.compile_lowered(vector_add(), results[0], "sm_90a")
+    assert built.cubin == compile(vector_add(), "sm_90a").cubin
+    assert backend.lower_all([], "sm_90a") == []

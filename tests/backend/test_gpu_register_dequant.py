@@ -5,7 +5,10 @@
   type (u1..u8, i1..i8, f4e2m1, f6e3m2).
 - `register_dequant_matmul` for every weight type, in a rotation of configurations (split-k,
   register ring depth, unroll, warps, units), against `ir.run_reference` within the tensor
-  core's rounding (its dot sums k in its own order); `split_k_sum` bit for bit.
+  core's rounding (its dot sums k in its own order); the split-k sum (fused in the kernel by an
+  atomic ticket, or `split_k_sum` in a second launch) of the GPU's own partial sums bit for
+  bit, and the fused form's counters reset for the next launch.
+- bf16 activations and per-group zero points, the same way.
 
 Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
 """
@@ -39,6 +42,7 @@ WEIGHT_TYPES = [
 CONFIGS = [
     DequantConfig(),
     DequantConfig(split=2, depth=2),
+    DequantConfig(split=4, units_k=2, fused_sum=False),
     DequantConfig(warps=2, units_n=2, units_k=2, unroll=1),
     DequantConfig(warps=1, units_k=8, split=4),
     DequantConfig(warps=4, units_k=2, depth=3, unroll=3),
@@ -120,14 +124,21 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
     failures = []
     for (weight, config, _), (m, n, k, a, packed, scales), kernel in zip(jobs, cases, kernels):
         program = register_dequant_matmul(weight, GROUP_SIZE, config)
-        shape = (config.split, m, n) if config.split > 1 else (m, n)
-        out_dtype = np.float32 if config.split > 1 else np.float16
+        split, grid = config.split, config.grid(m, n)
+        fused = split > 1 and config.fused_sum
+        args = [m, n, k, a, packed.view(np.uint8).reshape(-1), scales]
+        device_args = [m, n, k, _device(a), _device(packed), _device(scales)]
+        if fused:
+            args += [np.zeros(split * m * n, np.float32), np.zeros(config.tiles(m, n), np.int32)]
+            partial = torch.zeros((split, m, n), dtype=torch.float32, device="cuda")
+            counters = torch.zeros(config.tiles(m, n), dtype=torch.int32, device="cuda")
+            device_args += [partial, counters]
+        shape = (split, m, n) if split > 1 and not fused else (m, n)
+        out_dtype = np.float32 if split > 1 and not fused else np.float16
         expected = np.zeros(shape, dtype=out_dtype)
-        args = (m, n, k, a, packed.view(np.uint8).reshape(-1), scales)
-        run_reference(program, *args, expected, grid=config.grid(m, n))
+        run_reference(program, *args, expected, grid=grid)
         out = torch.zeros(shape, dtype=getattr(torch, np.dtype(out_dtype).name), device="cuda")
-        device_args = (m, n, k, _device(a), _device(packed), _device(scales))
-        kernel(*device_args, out, grid=config.grid(m, n))
+        kernel(*device_args, out, grid=grid)
         torch.cuda.synchronize()
         got = out.cpu().numpy().astype(np.float64)
         want = expected.astype(np.float64)
@@ -136,19 +147,108 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
         if not error < 2e-3:
             failures.append(f"{weight} {config}: relative error {error:.2e}")
             continue
-        if config.split > 1:
-            # The second launch on the GPU's own partial sums: bit for bit.
-            reduced = np.zeros((m, n), dtype=np.float16)
-            run_reference(
-                split_k_sum(config.split),
-                m * n,
-                out.cpu().numpy(),
-                reduced,
-                grid=math.ceil(m * n / 512),
-            )
-            final = torch.zeros((m, n), dtype=torch.float16, device="cuda")
-            sums[config.split](m * n, out, final, grid=math.ceil(m * n / 512))
+        if split == 1:
+            continue
+        # The sum of the GPU's own partial sums, in split order: bit for bit.
+        parts = (partial if fused else out).cpu().numpy()
+        reduced = np.zeros((m, n), dtype=np.float16)
+        run_reference(split_k_sum(split), m * n, parts, reduced, grid=math.ceil(m * n / 512))
+        if fused:
+            final = out
+            if counters.count_nonzero().item():
+                failures.append(f"{weight} {config}: counters not reset")
+            # A second launch on the reset counters gives the same bits.
+            again = torch.zeros_like(out)
+            kernel(*device_args, again, grid=grid)
             torch.cuda.synchronize()
-            if not np.array_equal(final.cpu().numpy().view(np.uint16), reduced.view(np.uint16)):
-                failures.append(f"{weight} {config}: split_k_sum differs from the interpreter")
+            if not torch.equal(again.view(torch.int16), out.view(torch.int16)):
+                failures.append(f"{weight} {config}: a second launch differs")
+        else:
+            final = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+            sums[split](m * n, out, final, grid=math.ceil(m * n / 512))
+            torch.cuda.synchronize()
+        if not np.array_equal(final.cpu().numpy().view(np.uint16), reduced.view(np.uint16)):
+            failures.append(f"{weight} {config}: the split-k sum differs from the interpreter")
+    assert not failures, failures
+
+
+ACTIVATION_CASES = [
+    # (weight type, activation type, zero points, config)
+    (dtypes.u4, dtypes.f16, True, DequantConfig(split=2, fused_sum=False)),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig()),
+    (dtypes.u2, dtypes.bf16, True, DequantConfig(units_k=8, depth=2)),
+    (dtypes.i8, dtypes.bf16, False, DequantConfig(units_k=2, split=2, fused_sum=False)),
+    (dtypes.f4e2m1, dtypes.bf16, False, DequantConfig(warps=2)),
+    (dtypes.u3, dtypes.f16, True, DequantConfig(units_k=8)),
+    (dtypes.i1, dtypes.bf16, False, DequantConfig(units_k=8)),
+    (dtypes.u7, dtypes.bf16, True, DequantConfig(units_k=2)),
+]
+
+
+def _device_codes(codes: np.ndarray, dtype: DataType):
+    """A uint16 array of f16 / bf16 codes as a CUDA tensor of that dtype."""
+    torch = _torch()
+    tensor = torch.from_numpy(np.ascontiguousarray(codes.view(np.int16))).cuda()
+    return tensor.view(torch.float16 if dtype == dtypes.f16 else torch.bfloat16)
+
+
+def test_activation_types_and_zero_points_match_the_interpreter() -> None:
+    """bf16 activations and per-group zero points, against `ir.run_reference` within the
+    tensor core's rounding; the bf16 split-k sum bit for bit."""
+    torch = _torch()
+    group_size = 128
+
+    def build(case):
+        weight, activation, zero_points, config = case
+        program = register_dequant_matmul(
+            weight, group_size, config, activation_dtype=activation, zero_points=zero_points
+        )
+        k = math.lcm(group_size, config.block_k * config.split) * 2
+        return program, k, backend.compile(program, constants={"n": config.block_n * 2, "k": k})
+
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(build, ACTIVATION_CASES))
+    failures = []
+    for index, ((weight, activation, zero_points, config), (program, k, kernel)) in enumerate(
+        zip(ACTIVATION_CASES, built)
+    ):
+        rng = np.random.default_rng(100 + index)
+        m, n, groups = 1 + 5 * index % 17, config.block_n * 2, k // group_size
+        a = activation.encode(rng.uniform(-1, 1, (m, k)))
+        packed, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
+        scales = pack_scales(
+            activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
+        )
+        zeros = rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
+        extra = [pack_scales(activation.encode(zeros))] if zero_points else []
+        split = config.split
+        shape = (split, m, n) if split > 1 else (m, n)
+        expected = np.zeros(shape, dtype=np.float32 if split > 1 else np.uint16)
+        args = [m, n, k, a, packed.view(np.uint8).reshape(-1), scales, *extra]
+        run_reference(program, *args, expected, grid=config.grid(m, n))
+        if split > 1:
+            out = torch.zeros(shape, dtype=torch.float32, device="cuda")
+        else:
+            out = _device_codes(np.zeros(shape, dtype=np.uint16), activation)
+        device_args = [m, n, k, _device_codes(a, activation), _device(packed)]
+        device_args += [_device_codes(x, activation) for x in [scales, *extra]]
+        kernel(*device_args, out, grid=config.grid(m, n))
+        torch.cuda.synchronize()
+        got = out.float().cpu().numpy().astype(np.float64)
+        want = expected if split > 1 else activation.decode(expected)
+        want = np.asarray(want, dtype=np.float64)
+        error = float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
+        tolerance = 2e-3 if activation == dtypes.f16 else 1.6e-2
+        if not error < tolerance:
+            failures.append(f"{weight} {activation} zp={zero_points}: error {error:.2e}")
+            continue
+        if split > 1:
+            reduced = np.zeros((m, n), dtype=np.uint16)
+            reduce = split_k_sum(split, out_dtype=activation)
+            run_reference(reduce, m * n, out.cpu().numpy(), reduced, grid=math.ceil(m * n / 512))
+            final = _device_codes(np.zeros((m, n), dtype=np.uint16), activation)
+            backend.compile(reduce)(m * n, out, final, grid=math.ceil(m * n / 512))
+            torch.cuda.synchronize()
+            if not np.array_equal(final.view(torch.int16).cpu().numpy().view(np.uint16), reduced):
+                failures.append(f"{weight} {activation}: split_k_sum differs")
     assert not failures, failures

@@ -87,6 +87,13 @@ static inline T __shfl_sync(unsigned, T value, int lane)
     return value;
 }
 
+static inline int atomicAdd(int* word, int value)
+{
+    return __atomic_fetch_add(word, value, __ATOMIC_SEQ_CST);
+}
+
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
 static inline unsigned atomicAnd(unsigned* word, unsigned value)
 {
     return __atomic_fetch_and(word, value, __ATOMIC_SEQ_CST);
@@ -131,6 +138,11 @@ static inline void la_cp_async_wait() {}
 
 FAST_CONVERSION_EMULATION = r"""
 #define LA_FAST_FN inline
+
+static inline unsigned int la_shf_r(unsigned int low, unsigned int high, unsigned int shift)
+{
+    return (unsigned int)((((unsigned long long)high << 32) | low) >> (shift & 31u));
+}
 
 static inline unsigned int la_prmt(unsigned int a, unsigned int b, unsigned int selector)
 {

@@ -21,6 +21,7 @@ from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.packed_weights import (
     FORMAT_VERSION,
+    LANE_ORDERS,
     WeightFormat,
     check_weight_dtype,
     pack_scales,
@@ -43,9 +44,11 @@ def b_fragment(lane: int, register: int) -> tuple[int, int]:
     return 2 * (lane % 4) + register % 2 + 8 * (register // 2), lane // 4
 
 
-def unit_table() -> list[list[tuple[int, int]]]:
-    """For each lane, the (row, column) in the (16, 64) unit of its 32 weights, in bitstream
-    order: fragment f (columns 8f .. 8f + 7) outer, the fragment's four halves inner."""
+def unit_table(nbits: int | None = None) -> list[list[tuple[int, int]]]:
+    """For each lane, the (row, column) in the (16, 64) unit of its 32 weights: in fragment
+    order (fragment f, columns 8f .. 8f + 7, outer; the fragment's four halves inner), or, given
+    `nbits`, in the packed bitstream order, whose position writes the binary digits of (f,
+    half) in the order `LANE_ORDERS[nbits]` names them."""
     table = []
     for lane in range(32):
         row = []
@@ -53,6 +56,17 @@ def unit_table() -> list[list[tuple[int, int]]]:
             for register in range(4):
                 k, n = b_fragment(lane, register)
                 row.append((k, 8 * f + n))
+        if nbits is not None:
+            digits = {}
+            packed = [None] * 32
+            for i, entry in enumerate(row):
+                digits = {"f2": i >> 4 & 1, "f1": i >> 3 & 1, "f0": i >> 2 & 1}
+                digits |= {"khi": i >> 1 & 1, "klo": i & 1}
+                position = 0
+                for digit in LANE_ORDERS[nbits]:
+                    position = 2 * position + digits[digit]
+                packed[position] = entry
+            row = packed
         table.append(row)
     return table
 
@@ -61,7 +75,7 @@ def formula_pack(codes: np.ndarray, dtype: DataType) -> np.ndarray:
     """The packed i32 tensor written from the fragment formula: unit (kb, nb) after unit, lane
     after lane, each lane's 32 codes as a b-bit little-endian bitstream."""
     k, n = codes.shape
-    table = unit_table()
+    table = unit_table(dtype.nbits)
     ordered = []
     for kb in range(k // 16):
         for nb in range(n // 64):
@@ -82,14 +96,27 @@ def random_codes(rng: np.random.Generator, dtype: DataType, k: int, n: int) -> n
 
 
 def test_unit_permutation_lane_0_literal() -> None:
-    # Lane 0 holds k = 0, 1, 8, 9 of column 0 of each n8 fragment, fragments 0..7 in order.
+    # At 8 bits the packed order is the fragment order: lane 0 holds k = 0, 1, 8, 9 of column 0
+    # of each n8 fragment, fragments 0..7 in order.
     expected = [(0, 0), (1, 0), (8, 0), (9, 0), (0, 8), (1, 8), (8, 8), (9, 8), (0, 16)]
-    assert [divmod(int(x), 64) for x in unit_permutation()[:9]] == expected
+    assert [divmod(int(x), 64) for x in unit_permutation(8)[:9]] == expected
     # Lane 1 starts at element 32: k = 2, 3, 10, 11 of column 0.
-    lane_1 = [divmod(int(x), 64) for x in unit_permutation()[32:36]]
+    lane_1 = [divmod(int(x), 64) for x in unit_permutation(8)[32:36]]
     assert lane_1 == [(2, 0), (3, 0), (10, 0), (11, 0)]
+    # At 4 bits each word pairs rows k and k + 1 (one mma register) 16 bits apart: its eight
+    # nibbles are k = 0, 8 of fragments 0 and 1, then k = 1, 9 of the same.
+    assert [divmod(int(x), 64) for x in unit_permutation(4)[:8]] == [
+        (0, 0),
+        (8, 0),
+        (0, 8),
+        (8, 8),
+        (1, 0),
+        (9, 0),
+        (1, 8),
+        (9, 8),
+    ]
     # Lane 4 is column 1 of each fragment.
-    assert [divmod(int(x), 64) for x in unit_permutation()[128:133]] == [
+    assert [divmod(int(x), 64) for x in unit_permutation(8)[128:133]] == [
         (0, 1),
         (1, 1),
         (8, 1),
@@ -98,13 +125,24 @@ def test_unit_permutation_lane_0_literal() -> None:
     ]
 
 
-def test_unit_permutation_equals_the_b_fragment_formula() -> None:
-    expected = [r * 64 + c for row in unit_table() for r, c in row]
-    assert unit_permutation().tolist() == expected
+@pytest.mark.parametrize("nbits", range(1, 9))
+def test_unit_permutation_equals_the_b_fragment_formula(nbits: int) -> None:
+    expected = [r * 64 + c for row in unit_table(nbits) for r, c in row]
+    assert unit_permutation(nbits).tolist() == expected
 
 
-def test_unit_permutation_is_a_permutation_of_the_unit() -> None:
-    assert sorted(unit_permutation().tolist()) == list(range(16 * 64))
+@pytest.mark.parametrize("nbits", range(1, 9))
+def test_unit_permutation_is_a_permutation_of_the_unit(nbits: int) -> None:
+    assert sorted(unit_permutation(nbits).tolist()) == list(range(16 * 64))
+
+
+@pytest.mark.parametrize("nbits", range(1, 9))
+def test_packed_order_holds_the_fragment_elements_of_each_lane(nbits: int) -> None:
+    packed, natural = unit_element_layout(nbits), unit_element_layout()
+    for lane in range(32):
+        assert sorted(packed.map(lane, j) for j in range(32)) == sorted(
+            natural.map(lane, j) for j in range(32)
+        )
 
 
 def test_unit_element_layout_map_equals_the_b_fragment_formula() -> None:
@@ -133,9 +171,9 @@ def test_weight_format_shape(dtype: DataType, k: int, n: int, shape: tuple[int, 
 
 
 def test_weight_format_version_and_unit() -> None:
-    assert FORMAT_VERSION == 1
+    assert FORMAT_VERSION == 2
     fmt = WeightFormat("i4", 16, 64)
-    assert (fmt.version, fmt.unit) == (1, "k16n64 mma.m16n8k16.b")
+    assert (fmt.version, fmt.unit) == (2, "k16n64 mma.m16n8k16.b")
     packed, packed_fmt = pack_weights(np.zeros((32, 128), dtype=np.int64), dtypes.u3)
     assert packed_fmt == WeightFormat("u3", 32, 128, FORMAT_VERSION)
     assert packed.dtype == np.int32 and packed.shape == packed_fmt.shape
@@ -146,12 +184,13 @@ def test_pack_weights_u4_literal_words() -> None:
     rows, columns = np.indices((16, 64))
     packed, _ = pack_weights((rows + columns // 8) % 16, dtypes.u4)
     words = packed.view(np.uint32)
-    # Lane 0, word 0: nibbles 0, 1, 8, 9 (fragment 0) then 1, 2, 9, 10 (fragment 1).
-    assert words[0, 0] == 0xA921_9810
-    # Lane 0, word 3: fragments 6 and 7: 6, 7, 14, 15 then 7, 8, 15, 0.
-    assert words[0, 3] == 0x0F87_FE76
-    # Lane 1, word 0 (lane 1 starts at word 4): rows 2, 3, 10, 11.
-    assert words[0, 4] == 0xCB43_BA32
+    # Lane 0, word 0, in the 4-bit lane order (rows 0 and 8 of fragments 0 and 1, then rows 1
+    # and 9 of the same): 0, 8, 1, 9 then 1, 9, 2, 10.
+    assert words[0, 0] == 0xA291_9180
+    # Lane 0, word 3: fragments 6 and 7: 6, 14, 7, 15 then 7, 15, 8, 0.
+    assert words[0, 3] == 0x08F7_F7E6
+    # Lane 1, word 0 (lane 1 starts at word 4): rows 2, 10 then 3, 11.
+    assert words[0, 4] == 0xC4B3_B3A2
 
 
 def test_pack_weights_u8_literal_bytes() -> None:
@@ -320,7 +359,7 @@ def test_codes_out_of_range_are_refused(dtype: DataType, bad: int, message: str)
 def test_unpack_refuses_another_version() -> None:
     packed, fmt = pack_weights(np.zeros((16, 64), dtype=np.int64), dtypes.i4)
     newer = WeightFormat(fmt.dtype, fmt.k, fmt.n, version=FORMAT_VERSION + 1)
-    with pytest.raises(VerificationError, match="format version 2; this library reads 1"):
+    with pytest.raises(VerificationError, match="format version 3; this library reads 2"):
         unpack_weights(packed, newer)
 
 

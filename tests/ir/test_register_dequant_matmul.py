@@ -118,24 +118,40 @@ def run_split_k_sum(partials: np.ndarray, threads: int = 128) -> np.ndarray:
 def run_dequant(
     dtype: DataType, group_size: int, config: DequantConfig, m: int, n: int, k: int, seed: int
 ) -> None:
-    """Run the kernel (and `split_k_sum`) in the interpreter and check it against both
-    references; the outputs' tails stay untouched."""
+    """Run the kernel (and `split_k_sum`, or the fused sum) in the interpreter and check it
+    against both references; the outputs' tails stay untouched and the counters end at 0."""
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     program = register_dequant_matmul(dtype, group_size, config)
-    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
     split = config.split
-    c = with_tail(split * m * n, np.float32 if split > 1 else np.float16)
+    fused = split > 1 and config.fused_sum
+    names = ["m", "n", "k", "a", "packed", "scales"]
+    names += ["partial", "counters", "c"] if fused else ["c"]
+    assert [p.name for p in program.params] == names
     scales = pack_scales(problem.scales)
-    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
-    np.testing.assert_array_equal(c[split * m * n :], SENTINEL)
     partials = sequential_partials(problem.a, problem.dequantized, split)
-    if split > 1:
-        got = c[: split * m * n].reshape(split, m, n)
+    if fused:
+        partial = with_tail(split * m * n, np.float32)
+        counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
+        c = with_tail(m * n, np.float16)
+        arguments = [problem.a, packed, scales, partial, counters, c]
+        run_reference(program, m, n, k, *arguments, grid=config.grid(m, n))
+        np.testing.assert_array_equal(partial[split * m * n :], SENTINEL)
+        got = partial[: split * m * n].reshape(split, m, n)
         np.testing.assert_array_equal(got.view(np.uint32), np.stack(partials).view(np.uint32))
-        out = run_split_k_sum(got.reshape(split, m * n)).reshape(m, n)
-    else:
+        np.testing.assert_array_equal(counters, 0)
+        np.testing.assert_array_equal(c[m * n :], SENTINEL)
         out = c[: m * n].reshape(m, n)
+    else:
+        c = with_tail(split * m * n, np.float32 if split > 1 else np.float16)
+        run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
+        np.testing.assert_array_equal(c[split * m * n :], SENTINEL)
+        if split > 1:
+            got = c[: split * m * n].reshape(split, m, n)
+            np.testing.assert_array_equal(got.view(np.uint32), np.stack(partials).view(np.uint32))
+            out = run_split_k_sum(got.reshape(split, m * n)).reshape(m, n)
+        else:
+            out = c[: m * n].reshape(m, n)
     np.testing.assert_array_equal(out.view(np.uint16), ordered_sum(partials).view(np.uint16))
     # The formula is the product: f16 rounding of each weight and of the output, f32 sums.
     weights = dtype.decode(problem.codes).astype(np.float64)
@@ -152,6 +168,7 @@ CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles per split)
     (dtypes.i4, 128, DequantConfig(), 1, 2, 2),  # the default: two k-tiles per scale group
     (dtypes.u4, 64, DequantConfig(split=2, depth=2), 5, 1, 3),  # odd trip count, unroll 2
+    (dtypes.u4, 64, DequantConfig(split=2, depth=2, fused_sum=False), 5, 1, 3),  # two launches
     (dtypes.i8, 64, DequantConfig(warps=1, units_k=1, split=4, depth=2), 16, 2, 3),
     (dtypes.u3, 64, DequantConfig(warps=2, units_n=2, units_k=2, unroll=1), 17, 1, 3),
     (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, unroll=1), 17, 2, 2),
@@ -162,6 +179,7 @@ CASES = [
     (dtypes.i4, 128, DequantConfig(units_n=2, depth=3), 16, 1, 2),  # depth past the k range
     (dtypes.u4, 64, DequantConfig(warps=1, split=2, depth=3), 1, 1, 1),  # one k-tile per split
     (dtypes.i4, 64, DequantConfig(units_n=2, units_k=2, depth=2, split=4), 17, 1, 3),
+    (dtypes.i3, 64, DequantConfig(warps=1, units_k=2, split=4, fused_sum=False), 17, 2, 2),
     (dtypes.i1, 64, DequantConfig(warps=1, units_k=2, unroll=1), 5, 1, 4),
     (dtypes.f8e5m2, 128, DequantConfig(warps=2, units_k=4), 1, 1, 2),
 ]
@@ -185,6 +203,79 @@ def test_register_dequant_matmul_equals_numpy(
     run_dequant(dtype, group_size, config, m, n, k, seed=len(CASES) + m + n + k)
 
 
+ZERO_POINT_CASES = [
+    # (weight type, activation type, zero points, config, m)
+    (dtypes.u4, dtypes.f16, True, DequantConfig(warps=1, split=2), 3),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1), 17),
+    (dtypes.u2, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, unroll=1), 1),
+    (dtypes.i8, dtypes.bf16, False, DequantConfig(warps=1, units_k=2, split=2), 5),
+    (dtypes.f4e2m1, dtypes.bf16, False, DequantConfig(warps=2, units_k=2), 16),
+    (dtypes.u3, dtypes.f16, True, DequantConfig(warps=1, units_k=2, depth=2), 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("weight", "activation", "zero_points", "config", "m"),
+    ZERO_POINT_CASES,
+    ids=[f"{c[0]}-{c[1]}{'-zp' if c[2] else ''}" for c in ZERO_POINT_CASES],
+)
+def test_zero_points_and_bf16_activations_equal_numpy(
+    weight: DataType, activation: DataType, zero_points: bool, config: DequantConfig, m: int
+) -> None:
+    """C = A @ act((W - Z) * S) with the f32 sums in k order, every code and output exact."""
+    rng = np.random.default_rng(weight.nbits * 7 + m)
+    group_size, n = 64, config.block_n
+    k = config.block_k * config.split * max(2, group_size // config.block_k)
+    codes = rng.integers(0, 1 << weight.nbits, (k, n))
+    values = weight.decode(codes).astype(np.float64)
+    groups = k // group_size
+    scales = activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
+    zeros = activation.encode(
+        rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
+        if zero_points
+        else np.zeros((groups, n))
+    )
+    per_row = np.repeat(np.arange(groups), group_size)
+    scale_values = activation.decode(scales).astype(np.float64)[per_row]
+    zero_values = activation.decode(zeros).astype(np.float64)[per_row]
+    # W - Z is exact; the product is rounded once to the activation type.
+    dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
+    a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
+    a = activation.decode(a_codes).astype(np.float32)
+    program = register_dequant_matmul(
+        weight, group_size, config, activation_dtype=activation, zero_points=zero_points
+    )
+    split = config.split
+    workspace = ["partial", "counters"] if split > 1 else []
+    names = ["m", "n", "k", "a", "packed", "scales"] + (["zeros"] if zero_points else [])
+    assert [p.name for p in program.params] == names + workspace + ["c"]
+    packed, _ = pack_weights(codes, weight)
+    c = np.zeros(m * n, dtype=np.uint16)
+    arguments = [m, n, k, a_codes, packed, pack_scales(scales)]
+    arguments += [pack_scales(zeros)] if zero_points else []
+    partial = np.zeros(split * m * n, dtype=np.float32)
+    counters = np.zeros(config.tiles(m, n), dtype=np.int32)
+    arguments += [partial, counters] if split > 1 else []
+    run_reference(program, *arguments, c, grid=config.grid(m, n))
+    partials = sequential_partials(a, dequantized.astype(np.float32), split)
+    total = partials[0]
+    for part in partials[1:]:
+        total = total + part
+    if split > 1:
+        np.testing.assert_array_equal(partial.reshape(split, m, n), np.stack(partials))
+        np.testing.assert_array_equal(counters, 0)
+    np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))
+
+
+def test_activation_dtype_and_zero_points_are_checked() -> None:
+    with pytest.raises(VerificationError, match="activation_dtype=f32; expected f16 or bf16"):
+        register_dequant_matmul(dtypes.i4, activation_dtype=dtypes.f32)
+    with pytest.raises(VerificationError, match="zero_points=1; expected True or False"):
+        register_dequant_matmul(dtypes.u4, zero_points=1)
+    with pytest.raises(VerificationError, match="out_dtype=f32; expected f16 or bf16"):
+        split_k_sum(2, out_dtype=dtypes.f32)
+
+
 @st.composite
 def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int, int, int]:
     """A weight type of exact f16 values, a valid config and group size, and a small shape."""
@@ -195,6 +286,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         depth=draw(st.integers(1, 3)),
         split=draw(st.sampled_from([1, 2, 4])),
         unroll=draw(st.sampled_from([1, 2])),
+        fused_sum=draw(st.booleans()),
     )
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 33))
@@ -301,7 +393,7 @@ def test_split_k_sum_of_fewer_than_two_parts_is_refused(split: object) -> None:
     ],
 )
 def test_shape_off_the_tile_grid_is_refused_at_run_time(n: int, k: int, message: str) -> None:
-    program = register_dequant_matmul(dtypes.i4, 128, DequantConfig(split=2))
+    program = register_dequant_matmul(dtypes.i4, 128, DequantConfig(split=2, fused_sum=False))
     a, c = np.zeros(k, np.float16), np.zeros(2 * max(n, 1), np.float32)
     packed, scales = np.zeros(k * n, np.int32), np.zeros(n * 2, np.float16)
     with pytest.raises(InterpreterError, match=message):
@@ -343,19 +435,47 @@ def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -
     assert "< 24576" not in text and "< 256)" not in text and "< 256 " not in text
 
 
-@pytest.mark.parametrize("config", [DequantConfig(), DequantConfig(split=8, depth=2)], ids=str)
-def test_decode_loop_takes_no_generic_path(config: DequantConfig) -> None:
+DECODE_LOOP_CASES = [
+    (dtypes.i4, DequantConfig(), dtypes.f16, False),
+    (dtypes.i4, DequantConfig(split=8, depth=2), dtypes.f16, False),
+    (dtypes.u4, DequantConfig(), dtypes.bf16, True),
+    (dtypes.i8, DequantConfig(units_k=2), dtypes.bf16, False),
+    (dtypes.f4e2m1, DequantConfig(), dtypes.f16, False),
+] + [
+    (
+        dtypes.from_name(f"{kind}{bits}"),
+        DequantConfig(units_k=8 if bits < 4 else 4),
+        dtypes.f16,
+        False,
+    )
+    for bits in (1, 2, 3, 5, 6, 7, 8)
+    for kind in "ui"
+]
+
+
+@pytest.mark.parametrize(
+    ("weight", "config", "activation", "zero_points"),
+    DECODE_LOOP_CASES,
+    ids=[f"{w}-{a}{'-zp' if z else ''}-{c}" for w, c, a, z in DECODE_LOOP_CASES],
+)
+def test_decode_loop_takes_no_generic_path(
+    weight: DataType, config: DequantConfig, activation: DataType, zero_points: bool
+) -> None:
     """The lowering report: inside the k loop, no instruction is lowered element by element or
-    through the software float codec."""
-    kernel = lower(register_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    through the software float codec, at every width, in f16 and bf16, with zero points."""
+    program = register_dequant_matmul(
+        weight, 128, config, activation_dtype=activation, zero_points=zero_points
+    )
+    kernel = lower(program, "sm_90a", constants=LAYER)
     assert [step.describe() for step in kernel.report.generic_in_loops()] == []
     in_loop = {path.name for step in kernel.report if step.loop_depth for path in step.paths}
-    assert {"load 16 B", "fast i4 -> f16", "paired f16 mul", "ldmatrix", "mma.m16n8k16"} <= in_loop
+    expected = {"load 16 B", f"fast {weight} -> {activation}", f"paired {activation} mul"}
+    assert expected | {"ldmatrix", "mma.m16n8k16"} <= in_loop
 
 
 @pytest.mark.parametrize(
     "call",
-    ["la_fast_i4_to_f16(", "la_hmul2_f16(", "la_mma_m16n8k16_f16(", "la_ldmatrix_x4("],
+    ["la_fma_f16x2(", "la_hmul2_f16(", "la_mma_m16n8k16_f16(", "la_ldmatrix_x4("],
 )
 def test_decode_loop_uses_the_fast_paths(i4_source: str, call: str) -> None:
     assert call in loop_and_after(i4_source)

@@ -115,11 +115,30 @@ def test_where_needs_a_u1_condition():
     rejects(b, "where: dtype mismatch: cond is f16, expected u1")
 
 
-def test_cast_keeps_the_layout():
+def test_cast_reads_only_elements_its_threads_hold():
     b = unchecked()
     x = b.register_tensor(F16, spatial(4))
     b._emit(Cast(RegisterTensor("r5", F32, spatial(2).local(2).replicate(2)), x))
-    rejects(b, "layout mismatch: a cast keeps its operand's layout")
+    rejects(
+        b,
+        r"cast: thread 0 combines operand r0 element \(1,\) \(for result element \(1,\)\) that "
+        "it does not hold",
+    )
+
+
+def test_cast_of_another_shape_is_rejected():
+    b = unchecked()
+    x = b.register_tensor(F16, spatial(4))
+    b._emit(Cast(RegisterTensor("r5", F32, spatial(4).local(2)), x))
+    rejects(b, r"cast: shape mismatch: operand shape \(4,\), result shape \(8,\)")
+
+
+def test_cast_may_reorder_each_threads_elements():
+    b = ProgramBuilder("reorder", 4)
+    x = b.register_tensor(F16, spatial(4).local(2, 3))
+    y = b.cast(x, F32, spatial(4).column_local(2, 3))
+    assert y.layout == spatial(4).column_local(2, 3)
+    verify(b.program())
 
 
 def test_view_with_unequal_bits_per_thread():

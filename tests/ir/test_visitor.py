@@ -24,6 +24,7 @@ INSTRUCTION_NAMES = (
     "GlobalView",
     "LoadGlobal",
     "StoreGlobal",
+    "AtomicAdd",
     "LoadShared",
     "StoreShared",
     "CopyAsync",

@@ -1,0 +1,426 @@
+"""A general autotuner: the fastest of a search space of parameter sets, tuned once per key and
+remembered on disk.
+
+It knows nothing of any one kernel. A *candidate* is a parameter set, a mapping of str to JSON
+scalars (e.g. the fields of a `DequantConfig`); the *key* names what the choice is for, a
+mapping of str to JSON scalars (the GPU, the data types, the shape, an M bucket, ...). The
+caller gives three functions:
+
+- `construct(candidate)`: the cheap, serial step (building and verifying a tile program);
+  raising `ir.errors.VerificationError` or `SpecializationError` prunes the candidate;
+- `build(candidate, constructed)`: the expensive step (NVRTC), run for every candidate left in a
+  thread pool: NVRTC needs no GPU and releases the interpreter while it compiles;
+- `measure(built)`: the candidate's time in microseconds, run in the calling thread, one
+  candidate after another in search-space order (on a GPU: `backend.timing.median_us`); it
+  starts as soon as the first candidate is built, while the others still compile.
+
+A construct or build that raises one of `CANDIDATE_ERRORS` (the project's "this candidate does
+not fit or does not work" types) or a measure that raises one, or returns anything but a finite
+number >= 0, is a failed trial: recorded, reported in one `RuntimeWarning`, never chosen. Any
+other exception is a bug and propagates. The fastest measured candidate wins; equal times go to
+the one earlier in the search space, so the choice is a function of the times alone.
+
+Storage: the record store of the kernel cache (`backend.cache.RecordStore`, same directory, same
+ownership, permission, hash and atomic-replace rules as the CUBINs), under
+``record_key(namespace, {"key": key, "space": space_digest(candidates)})``: a new search space
+is a new record. The record holds the namespace, the key, the space digest, the choice, its
+time and every trial. A lookup that finds a usable record (the store accepts the file, and it
+names this namespace, key and space and a choice among the candidates) constructs and builds
+that choice alone and measures nothing: a warm tuning is deterministic. Anything else (no
+record, a corrupt, foreign or symlinked file, a stale choice, a choice that no longer builds)
+is tuned again and the record replaced.
+
+A cold tuning shows its progress on stderr (or the stream given): tqdm's bar when tqdm can be
+imported, else one line rewritten in place on a terminal; a summary line at the end either way.
+
+M buckets (`m_bucket`): two per octave, with boundaries at 2^j and 3 * 2^(j-1), so a bucket's
+largest M is less than 1.5 times its smallest (the smallest is what a tuning measures):
+
+    M        1    2    3    4-5   6-7   8-11   12-15   16-23   24-31   32-47  ...
+    bucket   1    2    3    4     6     8      12      16      24      32     ...
+
+    result = autotune("matmul/1", {"gpu": "NVIDIA H200", "k": 4096}, candidates,
+                      construct=make_program, build=compile_program, measure=time_on_gpu)
+    result.choice, result.built, result.from_cache, result.trials
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TextIO, TypeVar
+
+from backend.cache import RecordStore, default_record_store, record_key
+from backend.errors import CompilationError, LaunchError
+from ir.errors import SpecializationError, VerificationError
+
+Scalar = str | int | float | bool | None
+"""A JSON scalar: what key fields and candidate parameters may hold."""
+
+Constructed = TypeVar("Constructed")
+Built = TypeVar("Built")
+
+
+class TuningError(ValueError):
+    """A search space, key or tuning that cannot give a choice: an empty or malformed search
+    space, a malformed key, no candidate that could be measured, a candidate whose result is
+    wrong; the message names the value and what was expected."""
+
+
+PRUNING_ERRORS: tuple[type[Exception], ...] = (VerificationError, SpecializationError)
+"""What `construct` raises for a candidate whose program is ill-formed or does not fit the
+problem: the candidate is pruned."""
+
+CANDIDATE_ERRORS: tuple[type[Exception], ...] = (
+    VerificationError,
+    SpecializationError,
+    CompilationError,
+    LaunchError,
+    TuningError,
+)
+"""What `build` or `measure` raises for a candidate that fails (does not compile, cannot
+launch, computes a wrong result): a failed trial, not a failed tuning."""
+
+RECORD_FORMAT = 1
+"""Version of the record's fields; a record of another version is tuned again."""
+
+
+@dataclass(frozen=True)
+class MBucket:
+    """The batches [lo, hi) that share one tuning; `lo` is the M a tuning measures."""
+
+    lo: int
+    hi: int
+
+    def __contains__(self, m: object) -> bool:
+        return isinstance(m, int) and self.lo <= m < self.hi
+
+
+def m_bucket(m: int) -> MBucket:
+    """The bucket of batch `m` (two per octave; see the module docstring's table).
+
+    For 2^j <= m < 2^(j+1): [2^j, 3 * 2^(j-1)) or [3 * 2^(j-1), 2^(j+1)) (j >= 1), and [1, 2)
+    for m = 1. Raises `TuningError` for anything but an int >= 1.
+    """
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise TuningError(f"batch m={m!r}; expected an int >= 1")
+    octave = 1 << (m.bit_length() - 1)
+    if octave == 1:
+        return MBucket(1, 2)
+    middle = octave + octave // 2
+    return MBucket(octave, middle) if m < middle else MBucket(middle, 2 * octave)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate's fate in a cold tuning: `status` "pruned" (construct refused it),
+    "failed" (build or measure raised, or measure gave no time) or "measured"; `us` its time
+    when measured; `detail` the reason otherwise."""
+
+    candidate: dict[str, Scalar]
+    status: str
+    us: float | None = None
+    detail: str = ""
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate,
+            "status": self.status,
+            "us": self.us,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class TuningResult(Generic[Built]):
+    """What `autotune` returns: the `choice` (a candidate), what `build` made of it, whether it
+    came `from_cache` (then nothing was measured and `trials` is empty), its time `us` (as
+    measured when it was tuned) and the `trials` of a cold tuning, in search-space order."""
+
+    choice: dict[str, Scalar]
+    built: Built
+    from_cache: bool
+    us: float
+    trials: tuple[Trial, ...] = ()
+
+
+def space_digest(candidates: Sequence[Mapping[str, Scalar]]) -> str:
+    """The sha256 of the search space: its candidates in order, as canonical JSON."""
+    return hashlib.sha256(_canonical([dict(c) for c in candidates]).encode("ascii")).hexdigest()
+
+
+def autotune(
+    namespace: str,
+    key: Mapping[str, Scalar],
+    candidates: Sequence[Mapping[str, Scalar]],
+    *,
+    construct: Callable[[dict[str, Scalar]], Constructed],
+    build: Callable[[dict[str, Scalar], Constructed], Built],
+    measure: Callable[[Built], float],
+    prepare: Callable[[list[Constructed]], None] | None = None,
+    store: RecordStore | None = None,
+    workers: int | None = None,
+    progress: bool | TextIO = True,
+) -> TuningResult[Built]:
+    """The fastest of `candidates` for `key` (see the module docstring for every step).
+
+    `namespace` names the tuned operation and its version (e.g. ``"register_dequant_matmul/1"``);
+    `prepare`, when given, gets every constructed candidate of a cold tuning at once, before
+    the builds (e.g. to lower them all in worker processes);
+    `store` defaults to `backend.cache.default_record_store()`; `workers` is the size of the
+    build pool (default: the CPU count); `progress` True shows the cold tuning's progress on
+    stderr, a stream shows it there, False shows nothing.
+
+    Raises `TuningError` for an empty or malformed search space (a candidate that is not a
+    mapping of str to JSON scalars, or two equal candidates), a malformed key, or when no
+    candidate could be measured (the message lists every trial); `CacheError` when the cache
+    directory cannot be trusted.
+    """
+    space = _checked_candidates(candidates)
+    key = _checked_mapping(key, "tuning key")
+    if not isinstance(namespace, str) or not namespace:
+        raise TuningError(f"tuning namespace {namespace!r}; expected a non-empty string")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise TuningError(f"workers={workers!r}; expected an int >= 1 or None")
+    if workers is not None and workers < 1:
+        raise TuningError(f"workers={workers}; expected an int >= 1 or None")
+    store = default_record_store() if store is None else store
+    digest = space_digest(space)
+    entry = record_key(namespace, {"key": key, "space": digest})
+    warm = _usable_record(store.load(entry), namespace, key, digest, space)
+    if warm is not None:
+        choice, us = warm
+        try:
+            built = build(choice, construct(choice))
+        except CANDIDATE_ERRORS:
+            pass  # the recorded choice no longer builds: tune again
+        else:
+            return TuningResult(choice, built, True, us)
+    return _tune(
+        namespace,
+        key,
+        space,
+        digest,
+        entry,
+        store,
+        construct,
+        build,
+        measure,
+        prepare,
+        workers,
+        progress,
+    )
+
+
+def _tune(
+    namespace: str,
+    key: dict[str, Scalar],
+    space: list[dict[str, Scalar]],
+    digest: str,
+    entry: str,
+    store: RecordStore,
+    construct: Callable[[dict[str, Scalar]], Any],
+    build: Callable[[dict[str, Scalar], Any], Any],
+    measure: Callable[[Any], float],
+    prepare: Callable[[list[Any]], None] | None,
+    workers: int | None,
+    progress: bool | TextIO,
+) -> TuningResult[Any]:
+    """The cold tuning: prune, prepare, build in parallel, measure in order, record the
+    winner."""
+    started = time.monotonic()
+    trials: list[Trial | None] = [None] * len(space)
+    constructed: dict[int, Any] = {}
+    for index, candidate in enumerate(space):
+        try:
+            constructed[index] = construct(candidate)
+        except PRUNING_ERRORS as error:
+            trials[index] = Trial(candidate, "pruned", detail=str(error))
+    if prepare is not None and constructed:
+        prepare(list(constructed.values()))
+    label = f"{namespace} {_describe(key)}"
+    display = _Progress(label, len(constructed), progress)
+    best: int | None = None
+    best_built: Any = None  # only the fastest so far is kept: the others' modules can go
+    pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1)
+    try:
+        futures = {i: pool.submit(build, space[i], constructed[i]) for i in constructed}
+        for index, future in futures.items():
+            candidate = space[index]
+            try:
+                built = future.result()
+                us = measure(built)
+            except CANDIDATE_ERRORS as error:
+                trials[index] = Trial(
+                    candidate, "failed", detail=f"{type(error).__name__}: {error}"
+                )
+                display.advance(None if best is None else trials[best].us)
+                continue
+            if (
+                isinstance(us, bool)
+                or not isinstance(us, int | float)
+                or not math.isfinite(us)
+                or us < 0
+            ):
+                trials[index] = Trial(
+                    candidate,
+                    "failed",
+                    detail=f"measure gave {us!r}; expected a finite time >= 0 in us",
+                )
+            else:
+                trials[index] = Trial(candidate, "measured", us=float(us))
+                if best is None or trials[index].us < trials[best].us:
+                    best, best_built = index, built
+            display.advance(None if best is None else trials[best].us)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    finished = tuple(trial for trial in trials if trial is not None)
+    failed = [trial for trial in finished if trial.status == "failed"]
+    if best is None:
+        display.close(f"tuning {label}: no candidate could be measured")
+        reasons = "; ".join(f"{_canonical(t.candidate)}: {t.status}: {t.detail}" for t in finished)
+        raise TuningError(
+            f"tuning {label}: none of the {len(space)} candidates could be measured ({reasons}); "
+            "expected at least one that builds and runs"
+        )
+    choice, us = space[best], trials[best].us
+    display.close(
+        f"tuned {label}: {len(space)} candidates, {len(space) - len(constructed)} pruned, "
+        f"{len(failed)} failed; best {us:.2f} us with {_describe(choice)} "
+        f"({time.monotonic() - started:.1f} s)"
+    )
+    if failed:
+        warnings.warn(
+            f"tuning {label}: {len(failed)} candidates failed: "
+            + "; ".join(f"{_describe(t.candidate)}: {t.detail}" for t in failed),
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    record = {
+        "format": RECORD_FORMAT,
+        "namespace": namespace,
+        "key": key,
+        "space": digest,
+        "choice": choice,
+        "us": us,
+        "trials": [trial.as_record() for trial in finished],
+    }
+    try:
+        store.store(entry, record)
+    except OSError as error:
+        warnings.warn(
+            f"could not store the tuning of {label} in {str(store.directory)!r}: {error}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return TuningResult(choice, best_built, False, us, finished)
+
+
+def _usable_record(
+    record: dict[str, Any] | None,
+    namespace: str,
+    key: dict[str, Scalar],
+    digest: str,
+    space: list[dict[str, Scalar]],
+) -> tuple[dict[str, Scalar], float] | None:
+    """(choice, time) of a record that answers this tuning, else None."""
+    if record is None:
+        return None
+    expected = {"format": RECORD_FORMAT, "namespace": namespace, "key": key, "space": digest}
+    if any(record.get(name) != value for name, value in expected.items()):
+        return None
+    choice, us = record.get("choice"), record.get("us")
+    if not isinstance(choice, dict) or choice not in space:
+        return None
+    if isinstance(us, bool) or not isinstance(us, int | float) or not math.isfinite(us):
+        return None
+    return space[space.index(choice)], float(us)
+
+
+def _checked_mapping(value: object, what: str) -> dict[str, Scalar]:
+    """`value` as a dict of str to JSON scalars, else `TuningError`."""
+    if not isinstance(value, Mapping):
+        raise TuningError(f"{what} {value!r}; expected a mapping of str to JSON scalars")
+    for name, item in value.items():
+        if not isinstance(name, str):
+            raise TuningError(f"{what} {value!r}: key {name!r} is not a str")
+        scalar = item is None or isinstance(item, str | int | bool)
+        scalar = scalar or (isinstance(item, float) and math.isfinite(item))
+        if not scalar:
+            raise TuningError(
+                f"{what} {value!r}: {name}={item!r}; expected a str, int, bool, finite float "
+                "or None"
+            )
+    return dict(value)
+
+
+def _checked_candidates(candidates: object) -> list[dict[str, Scalar]]:
+    """The search space as a list of dicts, else `TuningError` (empty, malformed, repeated)."""
+    if isinstance(candidates, Mapping | str) or not isinstance(candidates, Sequence):
+        raise TuningError(f"search space {candidates!r}; expected a sequence of candidates")
+    space = [_checked_mapping(candidate, "candidate") for candidate in candidates]
+    if not space:
+        raise TuningError("an empty search space; expected at least one candidate")
+    texts = [_canonical(candidate) for candidate in space]
+    repeated = sorted({text for text in texts if texts.count(text) > 1})
+    if repeated:
+        raise TuningError(f"candidates {', '.join(repeated)} appear twice; expected distinct ones")
+    return space
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _describe(fields: Mapping[str, Scalar]) -> str:
+    return " ".join(f"{name}={value}" for name, value in fields.items())
+
+
+class _Progress:
+    """The progress display of a cold tuning: tqdm when importable, else one line rewritten in
+    place on a terminal (nothing but the summary on another stream)."""
+
+    def __init__(self, label: str, total: int, progress: bool | TextIO) -> None:
+        self._stream: TextIO | None = sys.stderr if progress is True else progress or None
+        self._label, self._total, self._done = label, total, 0
+        self._bar: Any = None
+        self._width = 0
+        if self._stream is None:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, desc=f"tuning {label}", unit="candidate", file=self._stream)
+
+    def advance(self, best_us: float | None) -> None:
+        """One more candidate built and measured (or failed); `best_us` the best so far."""
+        self._done += 1
+        best = "" if best_us is None else f", best {best_us:.2f} us"
+        if self._bar is not None:
+            self._bar.set_postfix_str(best.lstrip(", "), refresh=False)
+            self._bar.update(1)
+        elif self._stream is not None and self._stream.isatty():
+            line = f"tuning {self._label}: {self._done}/{self._total} measured{best}"
+            self._stream.write("\r" + line.ljust(self._width))
+            self._stream.flush()
+            self._width = len(line)
+
+    def close(self, summary: str) -> None:
+        """End the display with the `summary` line."""
+        if self._stream is None:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        elif self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
+        self._stream.write(summary + "\n")
+        self._stream.flush()

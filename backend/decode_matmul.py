@@ -1,0 +1,671 @@
+"""The register-dequant quantized matmul for decoding, as one compiled operation, and its tuning.
+
+`DecodeProblem` is what a layer fixes: the weight type, the group size, K, N, the activation
+type (f16 or bf16) and whether the weights have zero points. `DecodeMatmul(problem, config)`
+compiles `ir.examples.register_dequant_matmul` for it with ``constants={"n": N, "k": K}`` (and
+`split_k_sum` when ``config.split > 1`` without `fused_sum`); calling it computes
+
+    out (m, N) = a (m, K) @ dequantized,   dequantized = (W - Z) * S   (W * S without zero points)
+
+from the packed weights (`ir.examples.packed_weights.pack_weights`) and the packed scales and
+zero points (`pack_scales` of (groups, N) tensors), every launch included: the matmul, and for
+split-k the f32 partial sums, added up in the same launch by the last block of each output tile
+(`fused_sum`, the default: one launch; the operation keeps the tile counters, zeroed once and
+left zero by every launch, per device, so calls on one device must not run concurrently on
+several streams) or by the `split_k_sum` launch (`launches`).
+
+`DecodeMatmul.tuned(problem, m)` builds it with the configuration the autotuner
+(`backend.autotune`) picks for the M bucket of `m` on the current GPU, from
+`decode_search_space`; the choice is remembered in the kernel cache directory, so a second
+call (in this process or another) measures nothing. The measure is `DecodeMeasure`: random
+inputs, each candidate's result checked against torch, then timed by `backend.timing`.
+
+The search space sizes tiles in bytes. A memory-bound decode kernel wants 32 to 64 KiB of
+weight loads in flight per SM (`IN_FLIGHT_BYTES`: HBM's bandwidth-latency product, 4.4 TB/s
+times about a microsecond, spread over 132 SMs). A warp's k-tile of weights is 16 * units_k rows
+by 64 columns of b bits, 128 * units_k * b bytes, and an SM holds about `RESIDENT_WARPS` = 16
+warps of such a kernel (64K registers at about 128 per thread), so:
+- units_k: the powers of two with 16 * 128 * units_k * b in the window, i.e. units_k * b in
+  [16, 32] (b = 8: 2, 4; b = 4: 4, 8; b = 2: 8, 16; b = 1: 16, 32), as far as the group size
+  allows (a k-tile never spans two groups: at group size 128, units_k <= 8);
+- depth (k-tiles loaded ahead in the register ring): 1, and 2 where twice the bytes stay in
+  the window;
+- warps in {2, 4, 8} (1 only when N fits no other), one unit of 64 columns each;
+- split-k: powers of two that make the grid cover the SMs at least once and at most
+  `MAX_WAVES` full waves (every SM holding 16 warps), with at least `MIN_TILES_PER_SPLIT`
+  k-tiles per block.
+For the benchmark's shapes and batches that is 9 to 36 candidates at 4 and 8 bits.
+
+    problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
+    matmul = DecodeMatmul.tuned(problem, m=1)           # or DecodeMatmul(problem, config)
+    out = matmul(a, packed, scales)                     # a: (m, 4096) f16 on the GPU
+    matmul.config, matmul.launches
+
+torch is imported inside the functions that launch or measure: the module imports, builds its
+search space and compiles without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, TextIO
+
+from backend.autotune import Scalar, TuningError, TuningResult, autotune, m_bucket
+from backend.cache import CubinCache, RecordStore
+from backend.compile import CompiledKernel, compile, compile_lowered, lower_all
+from backend.device import current_arch
+from backend.errors import LaunchError
+from backend.lower import LoweredKernel
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.errors import VerificationError
+from ir.examples.packed_weights import (
+    UNIT_K,
+    UNIT_N,
+    WeightFormat,
+    check_weight_dtype,
+    pack_scales,
+    pack_weights,
+)
+from ir.examples.register_dequant_matmul import (
+    BLOCK_M,
+    DequantConfig,
+    register_dequant_matmul,
+    split_k_sum,
+)
+from ir.program import Program
+from ir.specialize import check_constants
+
+NAMESPACE = "register_dequant_matmul/2"
+"""The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
+enough that old choices should be tuned again."""
+ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
+"""The activation (and scale, zero point and output) types the program supports."""
+IN_FLIGHT_BYTES = (32 * 1024, 64 * 1024)
+"""The window of weight bytes in flight per SM the search space aims for (see the docstring)."""
+RESIDENT_WARPS = 16
+"""Warps of a decode kernel resident on one SM, in the search space's byte model."""
+WARP_CHOICES = (2, 4, 8)
+"""Warps per block in the search space (1 only when N fits no other)."""
+DEPTH_CHOICES = (1, 2)
+"""Register ring depths (k-tiles of weights loaded ahead) in the search space; 2 only where the
+bytes in flight stay in the window (`depth_choices`)."""
+MAX_WAVES = 4
+"""The most full waves (every SM holding `RESIDENT_WARPS` warps) a split-k grid may make."""
+MIN_TILES_PER_SPLIT = 4
+"""The fewest k-tiles a block of a split-k grid loops over."""
+DEFAULT_SM_COUNT = 132
+"""SMs of the H200, the search space's default when no GPU is asked."""
+
+
+@dataclass(frozen=True)
+class DecodeProblem:
+    """What one layer fixes: `weight_dtype` (1 to 8 bits), `group_size` (rows of W per scale),
+    `k`, `n`, `activation_dtype` (f16 or bf16: A, scales, zero points and the output) and
+    `zero_points` (dequantized weight (W - Z) * S instead of W * S).
+
+    Requires: k a positive multiple of 16, n of 64, group_size of 16. Construction raises
+    `VerificationError` naming the bad field otherwise.
+    """
+
+    weight_dtype: DataType
+    group_size: int
+    k: int
+    n: int
+    activation_dtype: DataType = dtypes.f16
+    zero_points: bool = False
+
+    def __post_init__(self) -> None:
+        check_weight_dtype(self.weight_dtype)
+        for name, multiple in (("group_size", UNIT_K), ("k", UNIT_K), ("n", UNIT_N)):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 1
+                or value % multiple
+            ):
+                raise VerificationError(
+                    f"decode matmul: {name}={value!r}; expected a positive multiple of {multiple}"
+                )
+        if self.activation_dtype not in ACTIVATION_DTYPES:
+            raise VerificationError(
+                f"decode matmul: activation_dtype={self.activation_dtype!r}; expected f16 or bf16"
+            )
+        if not isinstance(self.zero_points, bool):
+            raise VerificationError(
+                f"decode matmul: zero_points={self.zero_points!r}; expected True or False"
+            )
+
+    @property
+    def groups(self) -> int:
+        """Rows of the scales (and zero points): ceil(k / group_size)."""
+        return -(-self.k // self.group_size)
+
+    @property
+    def packed_shape(self) -> tuple[int, int]:
+        """The shape of the packed i32 weights (`WeightFormat.shape`)."""
+        return WeightFormat(self.weight_dtype.name, self.k, self.n).shape
+
+
+@dataclass(frozen=True)
+class DecodePrograms:
+    """The tile programs of one (problem, config): `matmul` and, for split-k, `reduce`."""
+
+    problem: DecodeProblem
+    config: DequantConfig
+    matmul: Program
+    reduce: Program | None
+    lowered: dict[str, LoweredKernel] = field(default_factory=dict, compare=False)
+    """Kernels lowered ahead (`prepare_all`), by "matmul" / "reduce" for `arch_lowered`."""
+    arch_lowered: str | None = None
+
+    def prepare(self, arch: str, lowered: dict[str, LoweredKernel]) -> DecodePrograms:
+        """These programs with their kernels lowered for `arch` ahead of the build."""
+        return replace(self, lowered=lowered, arch_lowered=arch)
+
+
+def prepare_all(programs: list[DecodePrograms], arch: str) -> list[DecodePrograms]:
+    """Every candidate's programs with their kernels lowered for `arch` at once, in worker
+    processes (`backend.compile.lower_all`); a program whose lowering fails is left to fail
+    again in its build."""
+    jobs, owners = [], []
+    for index, item in enumerate(programs):
+        constants = {"n": item.problem.n, "k": item.problem.k}
+        jobs.append((item.matmul, constants))
+        owners.append((index, "matmul"))
+        if item.reduce is not None:
+            jobs.append((item.reduce, None))
+            owners.append((index, "reduce"))
+    results = lower_all(jobs, arch)
+    lowered: list[dict[str, LoweredKernel]] = [{} for _ in programs]
+    for (index, role), result in zip(owners, results):
+        if isinstance(result, LoweredKernel):
+            lowered[index][role] = result
+    return [item.prepare(arch, kernels) for item, kernels in zip(programs, lowered)]
+
+
+def decode_programs(problem: DecodeProblem, config: DequantConfig) -> DecodePrograms:
+    """Build (and check against the problem's constants) the programs of `config`.
+
+    Raises `VerificationError` for a configuration the program refuses (e.g. a k-tile that does
+    not divide the group size), `SpecializationError` for one whose tile does not divide K or N.
+    """
+    matmul = register_dequant_matmul(
+        problem.weight_dtype,
+        problem.group_size,
+        config,
+        activation_dtype=problem.activation_dtype,
+        zero_points=problem.zero_points,
+    )
+    check_constants(matmul, {"n": problem.n, "k": problem.k})
+    reduce = None
+    if config.split > 1 and not config.fused_sum:
+        reduce = split_k_sum(config.split, out_dtype=problem.activation_dtype)
+    return DecodePrograms(problem, config, matmul, reduce)
+
+
+def _torch_dtype(dtype: DataType) -> Any:
+    import torch
+
+    return {dtypes.f16: torch.float16, dtypes.bf16: torch.bfloat16}[dtype]
+
+
+class DecodeMatmul:
+    """The compiled decode matmul of one problem and configuration (see the module docstring).
+
+    `DecodeMatmul(problem, config, arch=None, cache=None)` compiles for `arch` (default: the
+    current GPU) through the CUBIN `cache` (default: `backend.default_cache()`); it raises what
+    `decode_programs` and `backend.compile` raise. Attributes: `problem`, `config`,
+    `launches` (2 with a split-k sum in a second launch, else 1), `matmul_kernel`,
+    `reduce_kernel` (None unless that second launch is used), and `tuning` (the
+    `TuningResult` when built by `tuned`, else None).
+    """
+
+    def __init__(
+        self,
+        problem: DecodeProblem,
+        config: DequantConfig,
+        *,
+        arch: str | None = None,
+        cache: CubinCache | None = None,
+    ) -> None:
+        self._setup(decode_programs(problem, config), arch, cache)
+
+    @classmethod
+    def from_programs(
+        cls, programs: DecodePrograms, *, arch: str | None = None, cache: CubinCache | None = None
+    ) -> DecodeMatmul:
+        """Compile programs already made by `decode_programs` (the autotuner's build step)."""
+        operation = cls.__new__(cls)
+        operation._setup(programs, arch, cache)
+        return operation
+
+    def _setup(self, programs: DecodePrograms, arch: str | None, cache: CubinCache | None) -> None:
+        problem = programs.problem
+        self.problem = problem
+        self.config = programs.config
+        self.tuning: TuningResult[DecodeMatmul] | None = None
+        constants = {"n": problem.n, "k": problem.k}
+        chosen = current_arch() if arch is None else arch
+        ahead = programs.lowered if programs.arch_lowered == chosen else {}
+
+        def build(role: str, program: Program, values: dict[str, int] | None) -> CompiledKernel:
+            if role in ahead:
+                return compile_lowered(program, ahead[role], chosen, cache=cache)
+            return compile(program, chosen, constants=values, cache=cache)
+
+        self.matmul_kernel: CompiledKernel = build("matmul", programs.matmul, constants)
+        self.reduce_kernel: CompiledKernel | None = None
+        if programs.reduce is not None:
+            self.reduce_kernel = build("reduce", programs.reduce, None)
+        self._counters: dict[Any, Any] = {}
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches per call: 2 with the split-k sum in a second launch, else 1."""
+        return 1 if self.reduce_kernel is None else 2
+
+    def counters(self, m: int, device: Any) -> Any:
+        """The zeroed i32 tile counters of a fused split-k sum for `m` rows on `device`: one
+        buffer per device, grown as m grows (every launch leaves its counters zero)."""
+        import torch
+
+        tiles = self.config.tiles(m, self.problem.n)
+        held = self._counters.get(device)
+        if held is None or held.numel() < tiles:
+            held = torch.zeros(tiles, dtype=torch.int32, device=device)
+            self._counters[device] = held
+        return held[:tiles]
+
+    @property
+    def arch(self) -> str:
+        """The architecture the kernels are compiled for."""
+        return self.matmul_kernel.arch
+
+    def __repr__(self) -> str:
+        p = self.problem
+        return (
+            f"DecodeMatmul({p.weight_dtype} g{p.group_size} K={p.k} N={p.n} "
+            f"{p.activation_dtype}{' zero points' if p.zero_points else ''}, {self.config}, "
+            f"arch={self.arch!r})"
+        )
+
+    @classmethod
+    def tuned(
+        cls,
+        problem: DecodeProblem,
+        m: int,
+        *,
+        measure: Callable[[DecodeMatmul], float] | None = None,
+        store: RecordStore | None = None,
+        cache: CubinCache | None = None,
+        arch: str | None = None,
+        gpu_name: str | None = None,
+        sm_count: int | None = None,
+        workers: int | None = None,
+        progress: bool | TextIO = True,
+    ) -> DecodeMatmul:
+        """The operation with the configuration the autotuner picks for `m`'s bucket.
+
+        `measure(operation) -> microseconds` defaults to ``DecodeMeasure(problem, bucket.lo)``
+        on the current GPU. `gpu_name` and `sm_count` default to the current GPU's (through
+        torch), `arch` to its architecture; give all three (and a `measure`) to tune without
+        torch or a GPU. `store` is the record store (default: the kernel cache directory's),
+        `cache` the CUBIN cache, `workers` the compile pool size, `progress` as
+        `backend.autotune.autotune`. Raises `TuningError` when no candidate can be measured.
+        """
+        bucket = m_bucket(m)
+        if gpu_name is None or sm_count is None:
+            import torch
+
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            gpu_name = properties.name if gpu_name is None else gpu_name
+            sm_count = properties.multi_processor_count if sm_count is None else sm_count
+        arch = current_arch() if arch is None else arch
+        space = decode_search_space(
+            problem.weight_dtype,
+            problem.k,
+            problem.n,
+            bucket.lo,
+            group_size=problem.group_size,
+            sm_count=sm_count,
+        )
+
+        def construct(params: dict[str, Scalar]) -> DecodePrograms:
+            return decode_programs(problem, DequantConfig(**params))
+
+        prepared: dict[int, DecodePrograms] = {}
+
+        def prepare(candidates: list[DecodePrograms]) -> None:
+            for item, ready in zip(candidates, prepare_all(candidates, arch)):
+                prepared[id(item)] = ready
+
+        def build(params: dict[str, Scalar], programs: DecodePrograms) -> DecodeMatmul:
+            ready = prepared.get(id(programs), programs)
+            return cls.from_programs(ready, arch=arch, cache=cache)
+
+        result = autotune(
+            NAMESPACE,
+            decode_tuning_key(problem, bucket.lo, gpu_name=gpu_name, arch=arch),
+            [asdict(config) for config in space],
+            construct=construct,
+            build=build,
+            prepare=prepare,
+            measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,
+            store=store,
+            workers=workers,
+            progress=progress,
+        )
+        operation = result.built
+        operation.tuning = result
+        return operation
+
+    def __call__(self, a: Any, packed: Any, scales: Any, zeros: Any = None, out: Any = None) -> Any:
+        """``out (m, N) = a @ dequantized`` (see the module docstring); returns `out`.
+
+        `a`: (m, K) torch tensor of the activation type on a CUDA device; `packed`: the i32
+        packed weights (`DecodeProblem.packed_shape`); `scales` and, with zero points, `zeros`:
+        (groups, N) of the activation type, packed by `pack_scales`; `out`: (m, N) of the
+        activation type, allocated when None. Every tensor contiguous and on `a`'s device.
+        Raises `LaunchError` naming the argument, its value and what was expected, before
+        anything is launched.
+        """
+        import torch
+
+        p = self.problem
+        act = _torch_dtype(p.activation_dtype)
+        if not isinstance(a, torch.Tensor) or a.dim() != 2:
+            shape = tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+            raise LaunchError(f"argument 'a' is {shape}; expected a 2-D torch tensor (m, {p.k})")
+        m = int(a.shape[0])
+        if m < 1:
+            raise LaunchError(f"argument 'a' has shape {tuple(a.shape)}; expected m >= 1 rows")
+        if a.device.type != "cuda":
+            raise LaunchError(f"argument 'a' is on {a.device}; expected a CUDA device")
+        expected = {
+            "a": (a, (m, p.k), act),
+            "packed": (packed, p.packed_shape, torch.int32),
+            "scales": (scales, (p.groups, p.n), act),
+        }
+        if p.zero_points:
+            if zeros is None:
+                raise LaunchError(
+                    "argument 'zeros' is None; expected the packed (groups, N) zero points of an "
+                    "operation built with zero_points=True"
+                )
+            expected["zeros"] = (zeros, (p.groups, p.n), act)
+        elif zeros is not None:
+            raise LaunchError(
+                "argument 'zeros' is given; expected None for an operation built with "
+                "zero_points=False"
+            )
+        if out is None:
+            out = torch.empty((m, p.n), dtype=act, device=a.device)
+        expected["out"] = (out, (m, p.n), act)
+        for name, (value, shape, dtype) in expected.items():
+            _check_tensor(torch, name, value, shape, dtype, a.device)
+        arguments = {"m": m, "n": p.n, "k": p.k, "a": a, "packed": packed, "scales": scales}
+        if p.zero_points:
+            arguments["zeros"] = zeros
+        grid = self.config.grid(m, p.n)
+        if self.config.split == 1:
+            self.matmul_kernel(**arguments, c=out, grid=grid)
+            return out
+        partial = torch.empty((self.config.split, m, p.n), dtype=torch.float32, device=a.device)
+        if self.reduce_kernel is None:
+            counters = self.counters(m, a.device)
+            self.matmul_kernel(**arguments, partial=partial, counters=counters, c=out, grid=grid)
+            return out
+        self.matmul_kernel(**arguments, c=partial, grid=grid)
+        self.reduce_kernel(mn=m * p.n, partial=partial, c=out)
+        return out
+
+
+def _check_tensor(
+    torch: Any, name: str, value: Any, shape: tuple[int, ...], dtype: Any, device: Any
+) -> None:
+    """`LaunchError` unless `value` is a contiguous torch tensor of `shape` and `dtype` on
+    `device`."""
+    if not isinstance(value, torch.Tensor):
+        raise LaunchError(
+            f"argument {name!r} is a {type(value).__name__}; expected a torch tensor {shape} of "
+            f"{dtype}"
+        )
+    if tuple(value.shape) != shape:
+        raise LaunchError(f"argument {name!r} has shape {tuple(value.shape)}; expected {shape}")
+    if value.dtype != dtype:
+        raise LaunchError(f"argument {name!r} has dtype {value.dtype}; expected {dtype}")
+    if value.device != device:
+        raise LaunchError(f"argument {name!r} is on {value.device}; expected {device}, as 'a'")
+    if not value.is_contiguous():
+        raise LaunchError(
+            f"argument {name!r} is not contiguous (strides {value.stride()}); expected a dense "
+            "row-major tensor"
+        )
+
+
+def decode_tuning_key(
+    problem: DecodeProblem, m: int, *, gpu_name: str, arch: str
+) -> dict[str, Scalar]:
+    """The autotuner's key of `problem` at batch `m` on a GPU: the GPU's name and architecture,
+    the weight and activation types, zero points, group size, K, N and the first M of `m`'s
+    bucket (`backend.autotune.m_bucket`)."""
+    return {
+        "gpu": gpu_name,
+        "arch": arch,
+        "weight_dtype": problem.weight_dtype.name,
+        "activation_dtype": problem.activation_dtype.name,
+        "zero_points": problem.zero_points,
+        "group_size": problem.group_size,
+        "k": problem.k,
+        "n": problem.n,
+        "m_bucket": m_bucket(m).lo,
+    }
+
+
+def _warp_tile_bytes(nbits: int) -> int:
+    """Weight bytes in flight per SM per k16 step of a warp's k-tile, in the byte model: a
+    warp's k16 x 64 unit is 128 * b bytes, and `RESIDENT_WARPS` warps share the SM."""
+    return RESIDENT_WARPS * UNIT_K * UNIT_N * nbits // 8
+
+
+def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
+    """The k16 steps per k-tile tried at `nbits`-bit weights: the powers of two u with
+    16 * 128 * u * b bytes in `IN_FLIGHT_BYTES` (u * b in [16, 32]) whose k-tile divides K and
+    the group size; when the group size or K allows none, the largest power of two below the
+    window that fits. Requires: K and the group size multiples of 16.
+    """
+
+    def fits(units: int) -> bool:
+        return group_size % (UNIT_K * units) == 0 and k % (UNIT_K * units) == 0
+
+    low = -(-IN_FLIGHT_BYTES[0] // _warp_tile_bytes(nbits))
+    high = IN_FLIGHT_BYTES[1] // _warp_tile_bytes(nbits)
+    powers = [1 << e for e in range(7)]
+    window = tuple(u for u in powers if low <= u <= high and fits(u))
+    # u = 1 always fits (K and the group size are multiples of 16): never empty.
+    return window or (max(u for u in powers if u < low and fits(u)),)
+
+
+def depth_choices(nbits: int, units_k: int) -> tuple[int, ...]:
+    """The register ring depths tried with `units_k`: those of `DEPTH_CHOICES` that keep the
+    depth k-tiles in flight within the top of `IN_FLIGHT_BYTES` (depth 2 doubles the bytes in
+    flight as doubling units_k does); at least depth 1."""
+    tile = _warp_tile_bytes(nbits) * units_k
+    return tuple(d for d in DEPTH_CHOICES if d == 1 or d * tile <= IN_FLIGHT_BYTES[1])
+
+
+def split_choices(
+    blocks: int, k: int, block_k: int, warps: int, sm_count: int = DEFAULT_SM_COUNT
+) -> tuple[int, ...]:
+    """The split-k factors tried for a grid of `blocks` blocks (of `warps` warps) without split.
+
+    The powers of two s with K a multiple of `block_k` * s and at least
+    `MIN_TILES_PER_SPLIT` k-tiles per split (s = 1 always qualifies), whose grid of blocks * s
+    covers the `sm_count` SMs at least once and is at most `MAX_WAVES` full waves (a full wave:
+    sm_count * `RESIDENT_WARPS` / warps blocks); when none covers the SMs, the largest such s
+    within `MAX_WAVES` waves (1 when even the unsplit grid is larger).
+    """
+    full_wave = sm_count * max(1, RESIDENT_WARPS // warps)
+    tiles = k // block_k
+    valid = [
+        s
+        for s in (1 << e for e in range(16))
+        if tiles % s == 0 and (s == 1 or tiles // s >= MIN_TILES_PER_SPLIT)
+    ]
+    within = [s for s in valid if blocks * s <= MAX_WAVES * full_wave]
+    covering = tuple(s for s in within if blocks * s >= sm_count)
+    return covering or ((max(within),) if within else (1,))
+
+
+def decode_search_space(
+    weight_dtype: DataType,
+    k: int,
+    n: int,
+    m: int,
+    *,
+    group_size: int = 128,
+    sm_count: int = DEFAULT_SM_COUNT,
+) -> list[DequantConfig]:
+    """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
+    fixed order (warps, units_k, split, depth); see the module docstring for the byte model.
+
+    Every candidate satisfies the program's requirements: group_size a multiple of 16 * units_k,
+    K of 16 * units_k * split, N of 64 * warps * units_n. Raises `VerificationError` for a
+    problem no configuration fits (K, N or the group size not multiples of 16, 64, 16) and
+    `TuningError` for m < 1 or sm_count < 1.
+    """
+    problem = DecodeProblem(weight_dtype, group_size, k, n)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise TuningError(f"decode search space: m={m!r}; expected an int >= 1")
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise TuningError(f"decode search space: sm_count={sm_count!r}; expected an int >= 1")
+    warp_choices = [w for w in WARP_CHOICES if n % (UNIT_N * w) == 0] or [1]
+    space = []
+    for warps in warp_choices:
+        for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
+            blocks = (n // (UNIT_N * warps)) * math.ceil(m / BLOCK_M)
+            for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
+                for depth in depth_choices(problem.weight_dtype.nbits, units_k):
+                    space.append(
+                        DequantConfig(
+                            warps=warps, units_n=1, units_k=units_k, depth=depth, split=split
+                        )
+                    )
+    return space
+
+
+class DecodeMeasure:
+    """The GPU measure of `DecodeMatmul.tuned`: ``measure(operation)`` runs `operation` on
+    random inputs of `problem` at batch `m` (made on the current device at the first call),
+    checks its result against torch (``a.float() @ dequantized.float()``, the dequantized weight
+    rounded to the activation type as the kernel rounds it) within `tolerance` in the relative
+    Frobenius norm (default 2e-3 for f16, 1e-2 for bf16: `TuningError` beyond), then returns
+    `backend.timing.median_us` of it over `repeats` runs, with `flush` (default
+    `backend.timing.flush_buffer()`).
+    """
+
+    def __init__(
+        self,
+        problem: DecodeProblem,
+        m: int,
+        *,
+        repeats: int = 30,
+        flush: Any = None,
+        seed: int = 0,
+        tolerance: float | None = None,
+    ) -> None:
+        m_bucket(m)  # TuningError for anything but an int >= 1
+        self.problem, self.m, self.repeats, self.seed = problem, m, repeats, seed
+        if tolerance is None:
+            tolerance = 2e-3 if problem.activation_dtype == dtypes.f16 else 1e-2
+        self.tolerance = tolerance
+        self._flush = flush
+        self._inputs: Mapping[str, Any] | None = None
+
+    def inputs(self) -> Mapping[str, Any]:
+        """The random inputs (made at the first call): `a`, `packed`, `scales`, `zeros` (None
+        without zero points) and `expected`, the f32 reference result."""
+        if self._inputs is None:
+            self._inputs = decode_inputs(self.problem, self.m, seed=self.seed)
+        return self._inputs
+
+    def __call__(self, operation: DecodeMatmul) -> float:
+        from backend.timing import flush_buffer, median_us
+
+        if operation.problem != self.problem:
+            raise TuningError(
+                f"measure of {self.problem} given an operation for {operation.problem}; expected "
+                "the same problem"
+            )
+        inputs = self.inputs()
+        out = operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
+        error = relative_error(out, inputs["expected"])
+        if not error <= self.tolerance:
+            raise TuningError(
+                f"{operation!r} at m={self.m}: relative error {error:.2e} against torch; "
+                f"expected at most {self.tolerance:.1e}"
+            )
+        if self._flush is None:
+            self._flush = flush_buffer(out.device)
+
+        def run() -> None:
+            operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"], out)
+
+        return median_us(run, self._flush, self.repeats)
+
+
+def relative_error(actual: Any, expected: Any) -> float:
+    """``|actual - expected| / |expected|`` in the Frobenius norm, computed in float64."""
+    difference = (actual.double() - expected.double()).norm()
+    return float(difference / expected.double().norm().clamp_min(1e-30))
+
+
+def decode_inputs(problem: DecodeProblem, m: int, *, seed: int = 0) -> dict[str, Any]:
+    """Random inputs of `problem` at batch `m` on the current CUDA device, seeded by `seed`.
+
+    `a` (m, K) uniform in [-1, 1); `codes` (K, N) uniform over the weight type's codes;
+    `packed` their packed form; `scales` the packed (groups, N) scales, uniform in [0.5, 1.5)
+    / 2^(b-1); `zeros` the packed zero points, the values of random codes (None without zero
+    points); `dequantized` (K, N) = (W - Z) * S in f32 rounded once to the activation type;
+    `expected` = a @ dequantized in f32. Tensors of the activation type are of its torch dtype.
+    """
+    import numpy as np
+    import torch
+
+    p = problem
+    act = _torch_dtype(p.activation_dtype)
+    device = torch.device("cuda", torch.cuda.current_device())
+    generator = torch.Generator(device=device).manual_seed(seed)
+    nbits = p.weight_dtype.nbits
+    table = torch.tensor(
+        p.weight_dtype.decode(np.arange(1 << nbits)).astype(np.float32), device=device
+    )
+    codes = torch.randint(0, 1 << nbits, (p.k, p.n), device=device, generator=generator)
+    scales = (torch.rand((p.groups, p.n), device=device, generator=generator) + 0.5) / 2 ** (
+        nbits - 1
+    )
+    scales = scales.to(act)
+    weights = table[codes]
+    zeros = None
+    if p.zero_points:
+        zero_codes = torch.randint(
+            0, 1 << nbits, (p.groups, p.n), device=device, generator=generator
+        )
+        zeros = table[zero_codes].to(act)
+        weights = weights - zeros.float().repeat_interleave(p.group_size, dim=0)[: p.k]
+    dequantized = (weights * scales.float().repeat_interleave(p.group_size, dim=0)[: p.k]).to(act)
+    a = (torch.rand((m, p.k), device=device, generator=generator) * 2 - 1).to(act)
+    packed, _ = pack_weights(codes, p.weight_dtype)
+    return {
+        "a": a,
+        "codes": codes,
+        "packed": packed,
+        "scales": pack_scales(scales),
+        "zeros": None if zeros is None else pack_scales(zeros),
+        "dequantized": dequantized,
+        "expected": a.float() @ dequantized.float(),
+    }

@@ -1,0 +1,745 @@
+"""The autotuner (`backend.autotune`) and the decode matmul's tuning (`backend.decode_matmul`),
+without a GPU.
+
+- exact tables: the M buckets, the decode tuning key, the search space's tile choices;
+- properties: buckets are monotone and two per octave; every candidate of the search space
+  meets the program's requirements and the byte window, for random shapes;
+- the autotuner on fake construct / build / measure functions: pruning, the minimum, ties,
+  failures, parallel builds, the warm cache (nothing measured), records refused and re-tuned;
+- `DecodeMatmul.tuned` end to end with a fake measure, compiling with NVRTC for sm_90a;
+- the modules import without torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.autotune import (
+    RECORD_FORMAT,
+    MBucket,
+    TuningError,
+    autotune,
+    m_bucket,
+    space_digest,
+)
+from backend.cache import RecordStore, record_key
+from backend.decode_matmul import (
+    IN_FLIGHT_BYTES,
+    NAMESPACE,
+    DecodeMatmul,
+    DecodeProblem,
+    decode_programs,
+    decode_search_space,
+    decode_tuning_key,
+    depth_choices,
+    split_choices,
+    units_k_choices,
+)
+from backend.errors import CompilationError, LaunchError
+from ir import dtypes
+from ir.errors import SpecializationError, VerificationError
+from ir.examples.register_dequant_matmul import DequantConfig
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+KEY = {"gpu": "Fake GPU", "arch": "sm_90a", "k": 4096}
+SPACE = [{"tile": tile, "depth": depth} for tile in (16, 32, 64) for depth in (1, 2)]
+
+
+class FakeTuning:
+    """construct / build / measure stand-ins that count their calls. `times` maps (tile, depth)
+    to the microseconds `measure` returns; `prune` the candidates construct refuses."""
+
+    def __init__(self, times: dict[tuple[int, int], float], prune: frozenset = frozenset()):
+        self.times, self.prune = times, prune
+        self.constructed: list[tuple[int, int]] = []
+        self.built: list[tuple[int, int]] = []
+        self.measured: list[tuple[int, int]] = []
+        self.measure_threads: set[int] = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def name(candidate: dict) -> tuple[int, int]:
+        return (candidate["tile"], candidate["depth"])
+
+    def construct(self, candidate: dict) -> str:
+        self.constructed.append(self.name(candidate))
+        if self.name(candidate) in self.prune:
+            raise VerificationError(f"tile {candidate['tile']} does not fit")
+        return f"program {self.name(candidate)}"
+
+    def build(self, candidate: dict, program: str) -> tuple[str, tuple[int, int]]:
+        assert program == f"program {self.name(candidate)}"
+        with self._lock:
+            self.built.append(self.name(candidate))
+        return ("kernel", self.name(candidate))
+
+    def measure(self, built: tuple[str, tuple[int, int]]) -> float:
+        self.measured.append(built[1])
+        self.measure_threads.add(threading.get_ident())
+        return self.times[built[1]]
+
+    def tune(self, store: RecordStore, space: list[dict] | None = None, **options):
+        return autotune(
+            "fake/1",
+            KEY,
+            SPACE if space is None else space,
+            construct=self.construct,
+            build=self.build,
+            measure=self.measure,
+            store=store,
+            progress=options.pop("progress", False),
+            **options,
+        )
+
+
+def _times(**overrides: float) -> dict[tuple[int, int], float]:
+    """Every candidate of SPACE at 50 us except the overrides, named like t32d1=12.0."""
+    times = {FakeTuning.name(c): 50.0 for c in SPACE}
+    for name, value in overrides.items():
+        tile, depth = name[1:].split("d")
+        times[int(tile), int(depth)] = value
+    return times
+
+
+# -- M buckets ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("m", "lo", "hi"),
+    [
+        (1, 1, 2),
+        (2, 2, 3),
+        (3, 3, 4),
+        (4, 4, 6),
+        (5, 4, 6),
+        (6, 6, 8),
+        (7, 6, 8),
+        (8, 8, 12),
+        (11, 8, 12),
+        (12, 12, 16),
+        (15, 12, 16),
+        (16, 16, 24),
+        (23, 16, 24),
+        (24, 24, 32),
+        (255, 192, 256),
+        (256, 256, 384),
+        (4096, 4096, 6144),
+        (6143, 4096, 6144),
+        (6144, 6144, 8192),
+    ],
+)
+def test_m_bucket_table(m: int, lo: int, hi: int) -> None:
+    assert m_bucket(m) == MBucket(lo, hi)
+
+
+@pytest.mark.parametrize("m", [0, -3, 1.0, True, "16", None])
+def test_m_bucket_refuses_what_is_not_a_batch(m: object) -> None:
+    with pytest.raises(TuningError, match=r"batch m=.*; expected an int >= 1"):
+        m_bucket(m)
+
+
+@given(st.integers(1, 1 << 20), st.integers(1, 1 << 20))
+@settings(max_examples=200)
+def test_m_bucket_is_monotone_and_holds_its_batch(first: int, second: int) -> None:
+    low, high = sorted((first, second))
+    assert m_bucket(low).lo <= m_bucket(high).lo
+    bucket = m_bucket(high)
+    assert high in bucket
+    assert bucket.hi - 1 < 1.5 * bucket.lo or bucket == MBucket(1, 2)
+    assert m_bucket(bucket.lo) == bucket == m_bucket(bucket.hi - 1)
+
+
+@pytest.mark.parametrize("octave", range(1, 16))
+def test_m_bucket_two_per_octave(octave: int) -> None:
+    start = 1 << octave
+    buckets = {m_bucket(m) for m in range(start, 2 * start)}
+    assert sorted(buckets, key=lambda b: b.lo) == [
+        MBucket(start, start + start // 2),
+        MBucket(start + start // 2, 2 * start),
+    ]
+
+
+# -- the decode tuning key and search space -----------------------------------------------------
+
+
+def test_decode_tuning_key_table() -> None:
+    problem = DecodeProblem(dtypes.i4, 128, 4096, 12288, dtypes.bf16, zero_points=True)
+    assert decode_tuning_key(problem, 20, gpu_name="NVIDIA H200", arch="sm_90a") == {
+        "gpu": "NVIDIA H200",
+        "arch": "sm_90a",
+        "weight_dtype": "i4",
+        "activation_dtype": "bf16",
+        "zero_points": True,
+        "group_size": 128,
+        "k": 4096,
+        "n": 12288,
+        "m_bucket": 16,
+    }
+
+
+def test_decode_tuning_key_separates_every_field() -> None:
+    base = DecodeProblem(dtypes.i4, 128, 4096, 12288)
+    variants = [
+        (base, 1, "NVIDIA H200", "sm_90a"),
+        (base, 1, "NVIDIA H100 80GB HBM3", "sm_90a"),
+        (base, 1, "NVIDIA H200", "sm_80"),
+        (DecodeProblem(dtypes.u4, 128, 4096, 12288), 1, "NVIDIA H200", "sm_90a"),
+        (DecodeProblem(dtypes.i4, 128, 4096, 12288, dtypes.bf16), 1, "NVIDIA H200", "sm_90a"),
+        (DecodeProblem(dtypes.i4, 128, 4096, 12288, zero_points=True), 1, "NVIDIA H200", "sm_90a"),
+        (DecodeProblem(dtypes.i4, 64, 4096, 12288), 1, "NVIDIA H200", "sm_90a"),
+        (DecodeProblem(dtypes.i4, 128, 8192, 12288), 1, "NVIDIA H200", "sm_90a"),
+        (DecodeProblem(dtypes.i4, 128, 4096, 8192), 1, "NVIDIA H200", "sm_90a"),
+        (base, 2, "NVIDIA H200", "sm_90a"),
+    ]
+    keys = [
+        record_key(NAMESPACE, decode_tuning_key(p, m, gpu_name=gpu, arch=arch))
+        for p, m, gpu, arch in variants
+    ]
+    assert len(set(keys)) == len(keys)
+    # Batches of one bucket share a key.
+    same = [decode_tuning_key(base, m, gpu_name="g", arch="sm_90a") for m in (16, 17, 23)]
+    assert same[0] == same[1] == same[2]
+
+
+@pytest.mark.parametrize(
+    ("nbits", "group_size", "expected"),
+    [
+        (8, 128, (2, 4)),  # 128 * u * 8 bytes per warp: 2 and 4 KiB
+        (7, 128, (4,)),
+        (6, 128, (4,)),
+        (5, 128, (4,)),
+        (4, 128, (4, 8)),
+        (3, 128, (8,)),
+        (2, 128, (8,)),  # 16 would make a k-tile of 256 rows: two groups
+        (1, 128, (8,)),  # below the window: the largest that fits the group
+        (2, 256, (8, 16)),
+        (1, 512, (16, 32)),
+        (4, 32, (2,)),  # the group size allows no more
+        (8, 16, (1,)),
+    ],
+)
+def test_units_k_choices_table(nbits: int, group_size: int, expected: tuple[int, ...]) -> None:
+    assert units_k_choices(nbits, 8192, group_size) == expected
+
+
+@pytest.mark.parametrize(
+    ("nbits", "units_k", "expected"),
+    [(8, 2, (1, 2)), (8, 4, (1,)), (4, 4, (1, 2)), (4, 8, (1,)), (3, 8, (1,)), (1, 8, (1, 2))],
+)
+def test_depth_choices_table(nbits: int, units_k: int, expected: tuple[int, ...]) -> None:
+    assert depth_choices(nbits, units_k) == expected
+
+
+@pytest.mark.parametrize(
+    ("blocks", "k", "block_k", "warps", "expected"),
+    [
+        (48, 4096, 64, 4, (4, 8, 16)),  # 192 .. 768 blocks; 32 would leave 2 k-tiles a block
+        (96, 4096, 64, 2, (2, 4, 8, 16)),
+        (24, 4096, 128, 8, (8,)),  # 16 would leave 2 k-tiles a block
+        (64, 28672, 64, 2, (4, 8, 16, 32, 64)),  # 64 * 64 blocks: just within 4 full waves
+        (448, 8192, 64, 4, (1, 2, 4)),  # 8: 3584 blocks, more than 4 waves of 528
+        (8, 1024, 128, 4, (2,)),  # never covers the SMs: the largest split that fits
+        (3000, 4096, 64, 4, (1,)),  # already more than 4 waves
+    ],
+)
+def test_split_choices_table(
+    blocks: int, k: int, block_k: int, warps: int, expected: tuple[int, ...]
+) -> None:
+    assert split_choices(blocks, k, block_k, warps) == expected
+
+
+def test_decode_search_space_table() -> None:
+    space = decode_search_space(dtypes.i4, 1024, 2048, 1)
+    assert [(c.warps, c.units_k, c.split, c.depth) for c in space] == [
+        (2, 4, 4, 1),
+        (2, 4, 4, 2),
+        (2, 8, 2, 1),
+        (4, 4, 4, 1),
+        (4, 4, 4, 2),
+        (4, 8, 2, 1),
+        (8, 4, 4, 1),
+        (8, 4, 4, 2),
+        (8, 8, 2, 1),
+    ]
+    assert {(c.units_n, c.unroll) for c in space} == {(1, 2)}
+
+
+@pytest.mark.parametrize("weight", ["i4", "i8"])
+@pytest.mark.parametrize("m", [1, 16, 256, 4096])
+@pytest.mark.parametrize("shape", [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)])
+def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
+    weight: str, m: int, shape: tuple[int, int]
+) -> None:
+    space = decode_search_space(dtypes.from_name(weight), *shape, m)
+    assert 6 <= len(space) <= 40
+
+
+@given(
+    nbits=st.integers(1, 8),
+    k_units=st.integers(1, 2048),
+    n_units=st.integers(1, 1024),
+    group_log=st.integers(4, 9),
+    m=st.integers(1, 8192),
+    sm_count=st.sampled_from([108, 132, 144]),
+)
+@settings(max_examples=150)
+def test_every_candidate_meets_the_program_requirements(
+    nbits: int, k_units: int, n_units: int, group_log: int, m: int, sm_count: int
+) -> None:
+    k, n, group_size = 16 * k_units, 64 * n_units, 1 << group_log
+    weight = dtypes.from_name(f"u{nbits}")
+    space = decode_search_space(weight, k, n, m, group_size=group_size, sm_count=sm_count)
+    assert space
+    assert len(set(space)) == len(space)
+    for config in space:
+        assert group_size % (16 * config.units_k) == 0
+        assert k % (16 * config.units_k * config.split) == 0
+        assert n % (64 * config.warps * config.units_n) == 0
+        # The byte window: never above it; below it only where the group or K forbids more.
+        tile_bytes = 16 * 128 * config.units_k * nbits
+        assert tile_bytes * config.depth <= IN_FLIGHT_BYTES[1]
+        larger = 2 * config.units_k
+        if tile_bytes < IN_FLIGHT_BYTES[0]:
+            assert group_size % (16 * larger) or k % (16 * larger)
+
+
+def test_search_space_candidates_construct() -> None:
+    """Every candidate of one space builds its programs (f16 and bf16 with zero points)."""
+    for problem in (
+        DecodeProblem(dtypes.i4, 128, 1024, 2048),
+        DecodeProblem(dtypes.u2, 128, 1024, 2048, dtypes.bf16, zero_points=True),
+    ):
+        for config in decode_search_space(problem.weight_dtype, problem.k, problem.n, 1):
+            programs = decode_programs(problem, config)
+            assert (programs.reduce is None) == (config.split == 1 or config.fused_sum)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((dtypes.i4, 128, 1000, 2048), r"k=1000; expected a positive multiple of 16"),
+        ((dtypes.i4, 128, 1024, 2000), r"n=2000; expected a positive multiple of 64"),
+        ((dtypes.i4, 100, 1024, 2048), r"group_size=100; expected a positive multiple of 16"),
+        ((dtypes.i4, 128, 1024, 2048, dtypes.f32), r"activation_dtype=f32; expected f16 or bf16"),
+        ((dtypes.i4, 128, 1024, 2048, dtypes.f16, 1), r"zero_points=1; expected True or False"),
+        ((dtypes.i32, 128, 1024, 2048), r"i32 is not a weight type"),
+    ],
+)
+def test_decode_problem_refuses_bad_fields(arguments: tuple, message: str) -> None:
+    with pytest.raises(VerificationError, match=message):
+        DecodeProblem(*arguments)
+
+
+def test_decode_programs_raise_for_a_config_that_does_not_fit() -> None:
+    problem = DecodeProblem(dtypes.i4, 128, 1024, 2048)
+    with pytest.raises(SpecializationError, match=r"constant k .* = 1024 is outside"):
+        decode_programs(problem, DequantConfig(units_k=8, split=16))
+    with pytest.raises(VerificationError, match=r"group_size=128 is not a multiple of the k-tile"):
+        decode_programs(problem, DequantConfig(units_k=16))
+
+
+# -- the autotuner on fakes ---------------------------------------------------------------------
+
+
+def test_the_fastest_candidate_wins(tmp_path: Path) -> None:
+    fake = FakeTuning(_times(t32d2=7.5, t64d1=9.0))
+    result = fake.tune(RecordStore(tmp_path))
+    assert result.choice == {"tile": 32, "depth": 2}
+    assert result.built == ("kernel", (32, 2))
+    assert (result.from_cache, result.us) == (False, 7.5)
+    assert [t.status for t in result.trials] == ["measured"] * len(SPACE)
+    assert fake.measured == [FakeTuning.name(c) for c in SPACE]  # in order, each once
+
+
+def test_pruned_candidates_are_never_built_or_measured(tmp_path: Path) -> None:
+    fake = FakeTuning(_times(t16d1=1.0, t64d2=3.0), prune=frozenset({(16, 1), (16, 2)}))
+    result = fake.tune(RecordStore(tmp_path))
+    assert result.choice == {"tile": 64, "depth": 2}
+    assert (16, 1) not in fake.built and (16, 1) not in fake.measured
+    assert [t.status for t in result.trials][:2] == ["pruned", "pruned"]
+    assert "tile 16 does not fit" in result.trials[0].detail
+    assert sorted(fake.built) == sorted(FakeTuning.name(c) for c in SPACE[2:])
+
+
+def test_specialization_errors_prune_too(tmp_path: Path) -> None:
+    def construct(candidate: dict) -> dict:
+        if candidate["tile"] == 64:
+            raise SpecializationError("constant k = 16 is outside the parameter's bounds")
+        return candidate
+
+    result = autotune(
+        "fake/1",
+        KEY,
+        SPACE,
+        construct=construct,
+        build=lambda candidate, program: candidate,
+        measure=lambda built: 100.0 - built["tile"],
+        store=RecordStore(tmp_path),
+        progress=False,
+    )
+    assert result.choice == {"tile": 32, "depth": 1}
+    assert [t.status for t in result.trials].count("pruned") == 2
+
+
+def test_ties_go_to_the_earlier_candidate(tmp_path: Path) -> None:
+    times = _times(t32d1=5.0, t64d2=5.0)
+    assert FakeTuning(times).tune(RecordStore(tmp_path / "a")).choice == {"tile": 32, "depth": 1}
+    reverse = list(reversed(SPACE))
+    chosen = FakeTuning(times).tune(RecordStore(tmp_path / "b"), space=reverse).choice
+    assert chosen == {"tile": 64, "depth": 2}
+    again = FakeTuning(times).tune(RecordStore(tmp_path / "c")).choice
+    assert again == {"tile": 32, "depth": 1}
+
+
+def test_a_warm_cache_measures_nothing(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    first = FakeTuning(_times(t16d2=4.0)).tune(store)
+    warm = FakeTuning(_times(t16d2=99.0, t64d1=1.0))  # different times: must not be asked
+    second = warm.tune(store)
+    assert warm.measured == [] and warm.built == [(16, 2)] and warm.constructed == [(16, 2)]
+    assert (second.choice, second.built, second.us) == (first.choice, ("kernel", (16, 2)), 4.0)
+    assert (second.from_cache, second.trials) == (True, ())
+
+
+def test_the_record_holds_key_space_choice_and_trials(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    FakeTuning(_times(t64d1=2.0), prune=frozenset({(16, 1)})).tune(store)
+    record = store.load(record_key("fake/1", {"key": KEY, "space": space_digest(SPACE)}))
+    assert record is not None
+    assert {name: record[name] for name in ("format", "namespace", "key", "space", "choice")} == {
+        "format": RECORD_FORMAT,
+        "namespace": "fake/1",
+        "key": KEY,
+        "space": space_digest(SPACE),
+        "choice": {"tile": 64, "depth": 1},
+    }
+    assert record["us"] == 2.0
+    assert record["trials"][0]["status"] == "pruned"
+    assert record["trials"][4] == {
+        "candidate": {"tile": 64, "depth": 1},
+        "status": "measured",
+        "us": 2.0,
+        "detail": "",
+    }
+
+
+def test_a_new_search_space_is_tuned_again(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    FakeTuning(_times(t16d1=1.0)).tune(store)
+    fake = FakeTuning(_times(t16d1=1.0, t32d2=3.0))
+    result = fake.tune(store, space=SPACE[1:])
+    assert not result.from_cache and len(fake.measured) == len(SPACE) - 1
+    assert result.choice == {"tile": 32, "depth": 2}
+
+
+def _record_path(store: RecordStore) -> Path:
+    return store.entry_path(record_key("fake/1", {"key": KEY, "space": space_digest(SPACE)}))
+
+
+def _flip_a_byte(path: Path, store: RecordStore) -> None:
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _record_of_another_key(path: Path, store: RecordStore) -> None:
+    other = record_key("fake/1", {"key": {**KEY, "k": 8192}, "space": space_digest(SPACE)})
+    store.store(other, json.loads(json.dumps(store.load(record_key_of(path)))))
+    path.write_bytes(store.entry_path(other).read_bytes())
+
+
+def _symlink_to_a_valid_record(path: Path, store: RecordStore) -> None:
+    elsewhere = path.parent.parent / "elsewhere.record"
+    elsewhere.write_bytes(path.read_bytes())
+    elsewhere.chmod(0o600)
+    path.unlink()
+    path.symlink_to(elsewhere)
+
+
+def _group_readable(path: Path, store: RecordStore) -> None:
+    path.chmod(0o640)
+
+
+def _stale_choice(path: Path, store: RecordStore) -> None:
+    record = store.load(record_key_of(path))
+    store.store(record_key_of(path), {**record, "choice": {"tile": 128, "depth": 1}})
+
+
+def _other_namespace(path: Path, store: RecordStore) -> None:
+    record = store.load(record_key_of(path))
+    store.store(record_key_of(path), {**record, "namespace": "fake/2"})
+
+
+def _other_format(path: Path, store: RecordStore) -> None:
+    record = store.load(record_key_of(path))
+    store.store(record_key_of(path), {**record, "format": RECORD_FORMAT + 1})
+
+
+def record_key_of(path: Path) -> str:
+    return path.name.removesuffix(".record")
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        _flip_a_byte,
+        _record_of_another_key,
+        _symlink_to_a_valid_record,
+        _group_readable,
+        _stale_choice,
+        _other_namespace,
+        _other_format,
+    ],
+    ids=lambda spoil: spoil.__name__.strip("_"),
+)
+def test_a_bad_record_is_tuned_again_and_replaced(tmp_path: Path, spoil) -> None:
+    store = RecordStore(tmp_path / "cache")
+    FakeTuning(_times(t16d2=4.0)).tune(store)
+    path = _record_path(store)
+    spoil(path, store)
+    retune = FakeTuning(_times(t32d1=2.0))
+    result = retune.tune(store)
+    assert not result.from_cache and len(retune.measured) == len(SPACE)
+    assert result.choice == {"tile": 32, "depth": 1}
+    assert path.is_file() and not path.is_symlink()
+    warm = FakeTuning(_times())
+    assert warm.tune(store).choice == {"tile": 32, "depth": 1} and warm.measured == []
+
+
+def test_a_recorded_choice_that_no_longer_builds_is_tuned_again(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    FakeTuning(_times(t16d2=4.0)).tune(store)
+    fake = FakeTuning(_times(t32d1=3.0), prune=frozenset({(16, 2)}))
+    result = fake.tune(store)
+    assert not result.from_cache and result.choice == {"tile": 32, "depth": 1}
+
+
+def test_builds_run_in_parallel(tmp_path: Path) -> None:
+    """Three builds wait for each other at a barrier: serial builds would break it."""
+    barrier = threading.Barrier(3, timeout=20)
+    threads: set[int] = set()
+    space = SPACE[:3]
+
+    def build(candidate: dict, program: dict) -> dict:
+        threads.add(threading.get_ident())
+        barrier.wait()
+        return candidate
+
+    measured_in: set[int] = set()
+
+    def measure(built: dict) -> float:
+        measured_in.add(threading.get_ident())
+        return float(built["tile"] + built["depth"])
+
+    result = autotune(
+        "fake/1",
+        KEY,
+        space,
+        construct=lambda candidate: candidate,
+        build=build,
+        measure=measure,
+        store=RecordStore(tmp_path),
+        workers=3,
+        progress=False,
+    )
+    assert result.choice == {"tile": 16, "depth": 1}
+    assert len(threads) == 3 and threading.get_ident() not in threads
+    assert measured_in == {threading.get_ident()}
+
+
+def test_failed_candidates_are_reported_and_never_chosen(tmp_path: Path) -> None:
+    def build(candidate: dict, program: dict) -> dict:
+        if candidate == {"tile": 16, "depth": 1}:
+            raise CompilationError("NVRTC: too many resources")
+        return candidate
+
+    def measure(built: dict) -> float:
+        if built == {"tile": 16, "depth": 2}:
+            raise TuningError("relative error 3.1e-01 against torch")
+        if built == {"tile": 32, "depth": 1}:
+            raise LaunchError("block_threads 256 exceeds the 128 threads per block")
+        if built == {"tile": 32, "depth": 2}:
+            return float("nan")
+        return float(built["tile"])
+
+    with pytest.warns(RuntimeWarning, match=r"4 candidates failed: .*too many resources"):
+        result = autotune(
+            "fake/1",
+            KEY,
+            SPACE,
+            construct=lambda candidate: candidate,
+            build=build,
+            measure=measure,
+            store=RecordStore(tmp_path),
+            progress=False,
+        )
+    assert result.choice == {"tile": 64, "depth": 1}
+    assert [t.status for t in result.trials] == ["failed"] * 4 + ["measured"] * 2
+    assert "CompilationError: NVRTC" in result.trials[0].detail
+    assert "measure gave nan" in result.trials[3].detail
+
+
+def test_no_measurable_candidate_is_an_error(tmp_path: Path) -> None:
+    def build(candidate: dict, program: dict) -> dict:
+        raise CompilationError(f"tile {candidate['tile']} does not compile")
+
+    with pytest.raises(TuningError, match=r"none of the 6 candidates could be measured .*tile 16"):
+        autotune(
+            "fake/1",
+            KEY,
+            SPACE,
+            construct=lambda candidate: candidate,
+            build=build,
+            measure=lambda built: 1.0,
+            store=RecordStore(tmp_path),
+            progress=False,
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bug_in_a_measure_propagates(tmp_path: Path) -> None:
+    def measure(built: dict) -> float:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        autotune(
+            "fake/1",
+            KEY,
+            SPACE,
+            construct=lambda candidate: candidate,
+            build=lambda candidate, program: candidate,
+            measure=measure,
+            store=RecordStore(tmp_path),
+            progress=False,
+        )
+
+
+@pytest.mark.parametrize(
+    ("namespace", "key", "space", "message"),
+    [
+        ("fake/1", KEY, [], r"an empty search space"),
+        ("fake/1", KEY, [{"tile": 1}, {"tile": 1}], r'candidates \{"tile":1\} appear twice'),
+        ("fake/1", KEY, [{"tile": [1, 2]}], r"tile=\[1, 2\]; expected a str, int, bool"),
+        ("fake/1", KEY, [{"tile": float("inf")}], r"tile=inf; expected a str, int, bool"),
+        ("fake/1", KEY, {"tile": 1}, r"search space .*; expected a sequence of candidates"),
+        ("fake/1", {"k": (1, 2)}, SPACE, r"tuning key .*k=\(1, 2\)"),
+        ("fake/1", {3: "x"}, SPACE, r"key 3 is not a str"),
+        ("", KEY, SPACE, r"tuning namespace ''; expected a non-empty string"),
+    ],
+)
+def test_malformed_tunings_are_refused(
+    tmp_path: Path, namespace: str, key: object, space: object, message: str
+) -> None:
+    with pytest.raises(TuningError, match=message):
+        autotune(
+            namespace,
+            key,
+            space,
+            construct=lambda candidate: candidate,
+            build=lambda candidate, program: candidate,
+            measure=lambda built: 1.0,
+            store=RecordStore(tmp_path),
+        )
+
+
+def test_progress_summary_on_a_cold_tuning_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stream = io.StringIO()
+    store = RecordStore(tmp_path)
+    FakeTuning(_times(t16d2=4.0), prune=frozenset({(64, 2)})).tune(store, progress=stream)
+    summary = stream.getvalue().strip().splitlines()[-1]
+    assert summary.startswith("tuned fake/1 gpu=Fake GPU arch=sm_90a k=4096: 6 candidates, ")
+    assert "1 pruned, 0 failed; best 4.00 us with tile=16 depth=2" in summary
+    FakeTuning(_times()).tune(store, progress=True)
+    assert capsys.readouterr().err == ""  # warm: no display
+    FakeTuning(_times()).tune(RecordStore(tmp_path / "other"), progress=True)
+    assert "tuned fake/1" in capsys.readouterr().err
+    FakeTuning(_times()).tune(RecordStore(tmp_path / "quiet"), progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_refused_record_store_warns_and_still_returns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def refuse(source: object, target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("backend.cache.os.replace", refuse)
+    with pytest.warns(RuntimeWarning, match=r"could not store the tuning .*No space left"):
+        result = FakeTuning(_times(t16d1=1.0)).tune(RecordStore(tmp_path))
+    assert result.choice == {"tile": 16, "depth": 1}
+
+
+# -- DecodeMatmul.tuned, compiled for sm_90a without a GPU --------------------------------------
+
+
+def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
+    """Three candidates (3-bit weights: one k-tile size, depth 1), compiled with NVRTC; a fake
+    measure that prefers 4 warps; then a warm lookup that measures nothing."""
+    problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
+    measured: list[DequantConfig] = []
+
+    def measure(operation: DecodeMatmul) -> float:
+        measured.append(operation.config)
+        return {2: 30.0, 4: 10.0, 8: 20.0}[operation.config.warps]
+
+    options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
+    store = RecordStore(tmp_path)
+    cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
+    space = decode_search_space(dtypes.i3, 1024, 2048, 1)
+    assert measured == space and len(space) == 3
+    assert cold.config == DequantConfig(warps=4, units_k=8, split=2, depth=1)  # a fused sum
+    assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
+    assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
+    warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
+    assert len(measured) == 3
+    assert warm.config == cold.config and warm.tuning.from_cache
+    key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
+    entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
+    assert store.load(entry)["choice"] == asdict(cold.config)
+
+
+def test_the_modules_import_without_torch() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of torch fails\n"
+        "import backend.autotune, backend.decode_matmul, backend.timing\n"
+        "print('imported')\n"
+    )
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPOSITORY), os.environ.get("PYTHONPATH", "")]),
+    }
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "imported"
+
+
+def test_prepare_gets_every_constructed_candidate_once_and_only_when_cold(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    batches: list[list[str]] = []
+    cold = FakeTuning(_times(t32d2=3.0), prune=frozenset({(16, 1)}))
+    cold.tune(store, prepare=batches.append)
+    expected = [f"program {FakeTuning.name(c)}" for c in SPACE if FakeTuning.name(c) != (16, 1)]
+    assert batches == [expected]
+    warm = FakeTuning(_times(t32d2=3.0))
+    warm.tune(store, prepare=batches.append)
+    assert len(batches) == 1 and warm.built == [(32, 2)]

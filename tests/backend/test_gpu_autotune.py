@@ -1,0 +1,189 @@
+"""The decode matmul operation, its autotuning and the timing protocol on the GPU (marked `gpu`).
+
+- `DecodeMatmul.tuned` on a small problem (i4, K=1024, N=2048, M=1) with the real measure
+  (`DecodeMeasure`: checked against torch, then timed by `backend.timing`): the chosen
+  operation's result against torch ``a @ dequantized``; a second tuning from the warm record
+  store gives the same configuration and times nothing;
+- `DecodeMatmul` with split-k and without, for i4 and i8 in f16, and with bf16 activations and
+  zero points, against torch;
+- its argument checks (`LaunchError` naming the argument) and `out=`;
+- `backend.timing`: the flush buffer's size and reuse, and a median that grows with the work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.autotune import TuningError
+from backend.cache import RecordStore
+from backend.decode_matmul import (
+    DecodeMatmul,
+    DecodeMeasure,
+    DecodeProblem,
+    decode_inputs,
+    decode_search_space,
+    relative_error,
+)
+from backend.errors import LaunchError
+from ir import dtypes
+from ir.examples.register_dequant_matmul import DequantConfig
+
+pytestmark = pytest.mark.gpu
+
+SMALL = DecodeProblem(dtypes.i4, 128, 1024, 2048)
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _check_against_torch(operation: DecodeMatmul, m: int, seed: int, tolerance: float) -> None:
+    inputs = decode_inputs(operation.problem, m, seed=seed)
+    out = operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
+    _torch().cuda.synchronize()
+    assert tuple(out.shape) == (m, operation.problem.n)
+    error = relative_error(out, inputs["expected"])
+    assert error < tolerance, f"{operation!r} at m={m}: relative error {error:.2e}"
+
+
+def test_tuned_operation_matches_torch_and_warm_tuning_times_nothing(tmp_path: Path) -> None:
+    _torch()
+    calls: list[DequantConfig] = []
+    real = DecodeMeasure(SMALL, 1, repeats=30)
+
+    def measure(operation: DecodeMatmul) -> float:
+        calls.append(operation.config)
+        return real(operation)
+
+    store = RecordStore(tmp_path / "records")
+    cold = DecodeMatmul.tuned(SMALL, 1, measure=measure, store=store, progress=False)
+    space = decode_search_space(dtypes.i4, SMALL.k, SMALL.n, 1, sm_count=_sm_count())
+    assert calls == space
+    assert cold.config in space and not cold.tuning.from_cache
+    measured = [trial for trial in cold.tuning.trials if trial.status == "measured"]
+    assert len(measured) == len(space), cold.tuning.trials
+    assert cold.tuning.us == min(trial.us for trial in measured) > 0
+    _check_against_torch(cold, 1, seed=11, tolerance=2e-3)
+    _check_against_torch(cold, 5, seed=12, tolerance=2e-3)  # another M of the same kernels
+
+    warm = DecodeMatmul.tuned(SMALL, 1, measure=measure, store=store, progress=False)
+    assert len(calls) == len(space)  # nothing timed
+    assert warm.config == cold.config and warm.tuning.from_cache
+    _check_against_torch(warm, 1, seed=13, tolerance=2e-3)
+
+
+def _sm_count() -> int:
+    torch = _torch()
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+@pytest.mark.parametrize("weight", ["i4", "i8"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        DequantConfig(warps=4, units_k=4, split=1),
+        DequantConfig(warps=4, units_k=4, split=4, depth=2),
+        DequantConfig(warps=2, units_k=2, split=2),
+        DequantConfig(warps=2, units_k=2, split=2, fused_sum=False),
+    ],
+    ids=["split1", "split4", "split2", "split2-two-launches"],
+)
+def test_decode_matmul_matches_torch(weight: str, config: DequantConfig) -> None:
+    _torch()
+    problem = DecodeProblem(dtypes.from_name(weight), 128, 1024, 2048)
+    operation = DecodeMatmul(problem, config)
+    assert operation.launches == (1 if config.split == 1 or config.fused_sum else 2)
+    for m, seed in ((1, 1), (16, 2), (37, 3), (1, 4)):
+        _check_against_torch(operation, m, seed, tolerance=2e-3)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("activation", ["f16", "bf16"])
+def test_decode_matmul_with_zero_points_matches_torch(split: int, activation: str) -> None:
+    _torch()
+    problem = DecodeProblem(dtypes.u4, 128, 1024, 2048, dtypes.from_name(activation), True)
+    operation = DecodeMatmul(problem, DequantConfig(warps=4, units_k=4, split=split))
+    tolerance = 2e-3 if activation == "f16" else 1e-2
+    for m, seed in ((1, 4), (20, 5)):
+        _check_against_torch(operation, m, seed, tolerance)
+
+
+def test_out_is_written_and_returned() -> None:
+    torch = _torch()
+    operation = DecodeMatmul(SMALL, DequantConfig(split=2))
+    inputs = decode_inputs(SMALL, 3, seed=6)
+    out = torch.full((3, SMALL.n), float("nan"), dtype=torch.float16, device="cuda")
+    returned = operation(inputs["a"], inputs["packed"], inputs["scales"], out=out)
+    torch.cuda.synchronize()
+    assert returned is out
+    assert relative_error(out, inputs["expected"]) < 2e-3
+
+
+def test_arguments_are_checked_before_launch() -> None:
+    torch = _torch()
+    operation = DecodeMatmul(SMALL, DequantConfig(split=2))
+    inputs = decode_inputs(SMALL, 2, seed=7)
+    a, packed, scales = inputs["a"], inputs["packed"], inputs["scales"]
+    cases = [
+        ((a.cpu(), packed, scales), {}, r"argument 'a' is on cpu; expected a CUDA device"),
+        ((a[0], packed, scales), {}, r"argument 'a' is \(1024,\); expected a 2-D torch tensor"),
+        ((a.float(), packed, scales), {}, r"'a' has dtype torch.float32; expected torch.float16"),
+        ((a[:, :512], packed, scales), {}, r"'a' has shape \(2, 512\); expected \(2, 1024\)"),
+        ((a, packed[:-1], scales), {}, r"'packed' has shape \(63, 4096\); expected \(64, 4096\)"),
+        ((a, packed.view(torch.float32), scales), {}, r"'packed' has dtype torch.float32"),
+        ((a, packed, scales.cpu()), {}, r"'scales' is on cpu; expected cuda:0, as 'a'"),
+        ((a, packed, scales.t().contiguous().t()), {}, r"'scales' is not contiguous"),
+        ((a, packed, scales, scales), {}, r"'zeros' is given; expected None"),
+        ((a, packed, scales), {"out": torch.empty(2, 2048, device="cuda")}, r"'out' has dtype"),
+        ((a, packed, [1, 2]), {}, r"'scales' is a list; expected a torch tensor"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(LaunchError, match=message):
+            operation(*args, **kwargs)
+    zero_points = DecodeMatmul(
+        DecodeProblem(dtypes.u4, 128, 1024, 2048, zero_points=True), DequantConfig()
+    )
+    with pytest.raises(LaunchError, match=r"argument 'zeros' is None; expected the packed"):
+        zero_points(a, packed, scales)
+
+
+def test_measure_refuses_a_wrong_result_and_another_problem() -> None:
+    _torch()
+    operation = DecodeMatmul(SMALL, DequantConfig())
+    measure = DecodeMeasure(SMALL, 1, repeats=30)
+    measure.inputs()["expected"].mul_(1.01)  # a reference 1% off: the result no longer fits
+    with pytest.raises(TuningError, match=r"relative error 9\.\d+e-03 against torch"):
+        measure(operation)
+    other = DecodeMatmul(DecodeProblem(dtypes.u4, 128, 1024, 2048), DequantConfig())
+    with pytest.raises(TuningError, match=r"measure of .* given an operation for"):
+        DecodeMeasure(SMALL, 1)(other)
+
+
+def test_flush_buffer_is_large_and_reused() -> None:
+    torch = _torch()
+    from backend.timing import FLUSH_BYTES, flush_buffer
+
+    flush = flush_buffer()
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    nbytes = flush.numel() * flush.element_size()
+    assert nbytes >= max(2 * l2, FLUSH_BYTES) and flush.is_cuda
+    assert flush_buffer() is flush
+    assert flush_buffer(nbytes=nbytes + 4 * 2**20) is not flush
+
+
+def test_median_grows_with_the_work_and_checks_its_arguments() -> None:
+    torch = _torch()
+    from backend.timing import flush_buffer, median_us
+
+    flush = flush_buffer()
+    small = torch.ones(1 << 10, device="cuda")
+    large = torch.ones(1 << 28, device="cuda")  # 1 GiB: reading it takes >= 200 us
+    small_us = median_us(lambda: small.sum(), flush, 30)
+    large_us = median_us(lambda: large.sum(), flush, 30)
+    assert 0 < small_us < 100 and large_us > 150 and large_us > 5 * small_us
+    with pytest.raises(LaunchError, match=r"repeats=0; expected an int >= 1"):
+        median_us(lambda: None, flush, 0)
+    with pytest.raises(LaunchError, match=r"flush is Tensor; expected a CUDA tensor"):
+        median_us(lambda: None, torch.ones(16), 30)

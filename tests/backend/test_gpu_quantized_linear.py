@@ -1,0 +1,118 @@
+"""`backend.quantized_linear.QuantizedLinear` on the GPU (marked `gpu`).
+
+- `forward` at M = 1 and 16 (the decode kernel, `backend.decode_matmul.DecodeMatmul`) and M = 256
+  (dequantize, then `torch.matmul`) for i4, i8 and u4 with zero points, in f16 and bf16 (bf16 where
+  `register_dequant_matmul` takes an activation dtype), against ``x @ dequantize() + bias``.
+- `dequantize` on the GPU equals `dequantize` on the CPU bit for bit.
+- Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 16
+  and never for larger M, here through the autotuner (whose timing is its own; the test times
+  nothing).
+
+The layer is (K, N) = (1024, 1000): N is padded to 1024 at packing and the output sliced. The
+forward tests pin one decode configuration per weight type (`set_decode_config`; a cold tuning
+per case would measure a dozen candidates each), covering split-k, a register ring of depth 2
+and two warps.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+import pytest
+
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from backend.quantized_linear import QuantizedLinear  # noqa: E402
+
+IN_FEATURES, OUT_FEATURES, GROUP_SIZE = 1024, 1000, 128
+WEIGHT_TYPES = [dtypes.i4, dtypes.i8, dtypes.u4]
+CONFIGS = {
+    dtypes.i4: DequantConfig(),
+    dtypes.i8: DequantConfig(units_k=2, depth=2, split=2),
+    dtypes.u4: DequantConfig(warps=2, units_k=8),
+}
+ACTIVATIONS = [torch.float16, torch.bfloat16]
+BF16_DECODE = "activation_dtype" in inspect.signature(register_dequant_matmul).parameters
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2.0**-7}
+"""Largest error relative to max |x @ dequantize()|. f16: 2e-3. bf16: one bf16 ulp (2^-7) at
+that maximum, since two f32 sums of different order rounded to bf16 may differ by an ulp, and
+bf16's half ulp (2^-8 = 3.9e-3) is already above 2e-3."""
+
+
+def _skip_without_bf16(act: torch.dtype) -> None:
+    if act == torch.bfloat16 and not BF16_DECODE:
+        pytest.skip(
+            "register_dequant_matmul takes no activation_dtype: the decode kernel is f16 only"
+        )
+
+
+def _layer(weight_dtype: DataType, act: torch.dtype) -> QuantizedLinear:
+    """A quantized random layer with a bias, on the GPU."""
+    generator = torch.Generator().manual_seed(weight_dtype.nbits * 10 + (act == torch.bfloat16))
+    linear = torch.nn.Linear(IN_FEATURES, OUT_FEATURES)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.05)
+        linear.bias.copy_(torch.randn(linear.bias.shape, generator=generator) * 0.1)
+    return QuantizedLinear.from_linear(linear.to("cuda", act), weight_dtype, GROUP_SIZE)
+
+
+_cached_layer = functools.cache(_layer)
+
+
+def _activations(shape: tuple[int, ...], act: torch.dtype, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator).to("cuda", act)
+
+
+@pytest.mark.parametrize("m", [1, 16, 256])
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=str)
+@pytest.mark.parametrize("weight_dtype", WEIGHT_TYPES, ids=str)
+def test_forward_matches_x_at_dequantize(weight_dtype: DataType, act: torch.dtype, m: int) -> None:
+    _skip_without_bf16(act)
+    module = _cached_layer(weight_dtype, act)
+    module.set_decode_config(CONFIGS[weight_dtype])
+    assert module.zero_points == (weight_dtype == dtypes.u4)
+    x = _activations((m, IN_FEATURES), act, seed=m)
+    out = module(x)
+    torch.cuda.synchronize()
+    assert out.shape == (m, OUT_FEATURES) and out.dtype == act and out.is_cuda
+    expected = (torch.matmul(x, module.dequantize(act)) + module.bias).float()
+    error = float((out.float() - expected).abs().max()) / float(expected.abs().max())
+    assert error < TOLERANCE[act], f"{weight_dtype} {act} m={m}: relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("weight_dtype", WEIGHT_TYPES, ids=str)
+def test_dequantize_on_the_gpu_equals_the_cpu(weight_dtype: DataType) -> None:
+    module = _cached_layer(weight_dtype, torch.float16)
+    on_gpu = module.dequantize().cpu()
+    state = {
+        name: value.cpu() if isinstance(value, torch.Tensor) else value
+        for name, value in module.state_dict().items()
+    }
+    on_cpu = QuantizedLinear.from_state_dict(state).dequantize()
+    assert np.array_equal(on_gpu.view(torch.int16).numpy(), on_cpu.view(torch.int16).numpy())
+
+
+def test_decode_kernels_are_built_for_small_m_only() -> None:
+    module = _layer(dtypes.i4, torch.float16)
+    device = module.packed_weight.device
+    assert module.decode_ops == {}
+    module(_activations((1, IN_FEATURES), torch.float16, seed=1))
+    assert set(module.decode_ops) == {(1, torch.float16, device)}
+    first = module.decode_ops[1, torch.float16, device]
+    module(_activations((2, 8, IN_FEATURES), torch.float16, seed=2))  # M = 16
+    assert set(module.decode_ops) == {(1, torch.float16, device), (16, torch.float16, device)}
+    module(_activations((256, IN_FEATURES), torch.float16, seed=3))
+    module(_activations((0, IN_FEATURES), torch.float16, seed=4))
+    assert len(module.decode_ops) == 2
+    module(_activations((1, 1, IN_FEATURES), torch.float16, seed=5))
+    assert module.decode_ops[1, torch.float16, device] is first
+    torch.cuda.synchronize()
