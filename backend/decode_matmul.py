@@ -34,7 +34,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
 - split-k: powers of two that make the grid cover the SMs at least once and at most
   `MAX_WAVES` full waves (every SM holding 16 warps), with at least `MIN_TILES_PER_SPLIT`
   k-tiles per block.
-For the benchmark's shapes and batches that is 9 to 36 candidates at 4 and 8 bits.
+For the benchmark's shapes and batches that is 6 to 42 candidates at 3 to 8 bits.
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
     matmul = DecodeMatmul.tuned(problem, m=1)           # or DecodeMatmul(problem, config)
@@ -92,7 +92,7 @@ WARP_CHOICES = (2, 4, 8)
 DEPTH_CHOICES = (1, 2)
 """Register ring depths (k-tiles of weights loaded ahead) in the search space; 2 only where the
 bytes in flight stay in the window (`depth_choices`)."""
-MAX_WAVES = 4
+MAX_WAVES = 8
 """The most full waves (every SM holding `RESIDENT_WARPS` warps) a split-k grid may make."""
 MIN_TILES_PER_SPLIT = 4
 """The fewest k-tiles a block of a split-k grid loops over."""

@@ -404,6 +404,7 @@ class MemoryLowering(LoweringContext):
         vector: Callable[[int, Expr | None], None],
         elements: Callable[[int], None],
         edge: Callable[[int], None] | None = None,
+        outside: Callable[[int], None] | None = None,
     ) -> None:
         """Emit every run of `width` registers of `tile` (registers first .. first + width - 1,
         first a multiple of width): the skeleton of every load, store and copy.
@@ -412,7 +413,10 @@ class MemoryLowering(LoweringContext):
         run moves as one vector (`vector(first, mask)`) when width > 1 and its mask is known
         true (or there is none), element by element (`elements(first)`) when width is 1 or its
         mask is known false, and otherwise under ``if (mask)`` as a vector, with `edge(first)`
-        (default: `elements`) in the ``else``.
+        (default: `elements`) in the ``else``. When the masks of the run's first and last
+        elements are the run's own mask (it does not depend on the position along the run,
+        e.g. only a row bound), the run is wholly inside or wholly outside: the ``else`` is
+        `outside(first)` (for a load, the fill; for a store, nothing) when given.
         """
         for first in range(0, tile.register.local_size, width):
             mask = tile.inside(self.thread, first, width) if masked else None
@@ -423,6 +427,13 @@ class MemoryLowering(LoweringContext):
             else:
                 with self.out.block(f"if ({self.c(mask)})"):
                     vector(first, mask)
+                uniform = outside is not None and all(
+                    tile.inside(self.thread, i, 1) == mask for i in (first, first + width - 1)
+                )
+                if uniform:
+                    self.note("bounds checked per vector", width)
+                    outside(first)
+                    continue
                 with self.out.block("else"):
                     (edge or elements)(first)
 
@@ -438,12 +449,18 @@ class MemoryLowering(LoweringContext):
         """Load every register of `out` from a tile, `width` registers a vector; with `masked`,
         a vector not wholly inside the tensor's shape goes element by element, an element
         outside it taking the code `fill`."""
+        def fill_run(first: int) -> None:
+            with self.out.block("else"):
+                for i in range(first, first + width):
+                    self.write_element(out, i, fill)
+
         self.vector_runs(
             tile,
             width,
             masked,
             lambda first, mask: self.load_vector(out, pointer, tile, first, width, mask),
             lambda first: self.load_elements(out, pointer, tile, first, width, masked, fill),
+            outside=fill_run,
         )
 
     def store_tile(
@@ -458,6 +475,7 @@ class MemoryLowering(LoweringContext):
                 masked,
                 lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
                 lambda first: self.store_elements(src, pointer, tile, first, width, masked),
+                outside=lambda first: None,
             )
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:

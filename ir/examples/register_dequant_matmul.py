@@ -271,12 +271,16 @@ def register_dequant_matmul(
             tile_index = b.block_y * (n // block_n) + b.block_x
             ticket = b.atomic_add(counter_view, [tile_index])
             with b.if_(ticket.eq(split - 1)):
-                # Each thread adds 16-byte vectors of 4 columns, 8 rows apart.
+                # Each thread adds 16-byte vectors of 4 columns, 2 rows apart, one part at a
+                # time (f32 adds in split order, as split_k_sum's).
                 sum_layout = local(BLOCK_M // 2, 1).spatial(2, 16 * warps).local(
                     1, 4 * config.units_n
                 )
-                all_parts = b.load_global(parts, [0, row0, col0], local(split, 1, 1) * sum_layout)
-                total = b.reduce(all_parts, 0, "sum")
+                total = b.load_global(parts, [0, row0, col0], sum_layout.unsqueeze(0))
+                with b.for_range(1, split) as part:
+                    term = b.load_global(parts, [part, row0, col0], sum_layout.unsqueeze(0))
+                    b.assign(total, b.add(total, term))
+                total = b.view(total, f32, sum_layout)
                 b.store_global(out_view, b.cast(total, act), [row0, col0])
                 zero = b.register_tensor(i32, replicate(UNIT_LANES * warps).reshape(1), 0)
                 b.store_global(counter_view, zero, [tile_index])
