@@ -348,6 +348,19 @@ def table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(output: Path, device: torch.device, repeats: int, points: list[Point]) -> None:
+    """``quantized_matmul.json`` and ``quantized_matmul.md`` of `points` in `output`."""
+    record = {
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "repeats": repeats,
+        "group_size": GROUP_SIZE,
+        "points": [asdict(p) for p in points],
+    }
+    (output / "quantized_matmul.json").write_text(json.dumps(record, indent=2) + "\n")
+    (output / "quantized_matmul.md").write_text(table(points))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -391,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(variants) - {"simt", "mma", "register_dequant"})
     if unknown:
         parser.error(f"--kernels takes register_dequant, mma and simt, got {unknown}")
+    output = Path(options.output)
+    output.mkdir(parents=True, exist_ok=True)
     for weight in weights:
         for k, n in shapes:
             problem = Problem.make(weight, k, n, device)
@@ -401,19 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     operations = {1: Operation(variant, problem)}
                 points += run_point(operations, batches, flush, options.repeats, peers)
-    output = Path(options.output)
-    output.mkdir(parents=True, exist_ok=True)
-    record = {
-        "device": torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "repeats": options.repeats,
-        "group_size": GROUP_SIZE,
-        "points": [asdict(p) for p in points],
-    }
-    (output / "quantized_matmul.json").write_text(json.dumps(record, indent=2) + "\n")
-    text = table(points)
-    (output / "quantized_matmul.md").write_text(text)
-    print(text, end="")
+            # Written after every shape, so that a run cut short keeps what it measured.
+            write_results(output, device, options.repeats, points)
+    print(table(points), end="")
     return 0
 
 

@@ -449,6 +449,7 @@ class MemoryLowering(LoweringContext):
         """Load every register of `out` from a tile, `width` registers a vector; with `masked`,
         a vector not wholly inside the tensor's shape goes element by element, an element
         outside it taking the code `fill`."""
+
         def fill_run(first: int) -> None:
             with self.out.block("else"):
                 for i in range(first, first + width):

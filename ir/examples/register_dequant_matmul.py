@@ -273,8 +273,8 @@ def register_dequant_matmul(
             with b.if_(ticket.eq(split - 1)):
                 # Each thread adds 16-byte vectors of 4 columns, 2 rows apart, one part at a
                 # time (f32 adds in split order, as split_k_sum's).
-                sum_layout = local(BLOCK_M // 2, 1).spatial(2, 16 * warps).local(
-                    1, 4 * config.units_n
+                sum_layout = (
+                    local(BLOCK_M // 2, 1).spatial(2, 16 * warps).local(1, 4 * config.units_n)
                 )
                 total = b.load_global(parts, [0, row0, col0], sum_layout.unsqueeze(0))
                 with b.for_range(1, split) as part:
