@@ -180,9 +180,9 @@ def autotune(
     stderr, a stream shows it there, False shows nothing.
 
     Raises `TuningError` for an empty or malformed search space (a candidate that is not a
-    mapping of str to JSON scalars, or two equal candidates), a malformed key, or when no
-    candidate could be measured (the message lists every trial); `CacheError` when the cache
-    directory cannot be trusted.
+    mapping of str to JSON scalars, ints of at most 64 bits, or two equal candidates), a
+    malformed key, or when no candidate could be measured (the message lists every trial);
+    `CacheError` when the cache directory cannot be trusted.
     """
     space = _checked_candidates(candidates)
     key = _checked_mapping(key, "tuning key")
@@ -352,6 +352,12 @@ def _checked_mapping(value: object, what: str) -> dict[str, Scalar]:
     for name, item in value.items():
         if not isinstance(name, str):
             raise TuningError(f"{what} {value!r}: key {name!r} is not a str")
+        if isinstance(item, int) and not -(2**63) <= item < 2**63:
+            # Checked first: JSON (and repr) cannot write an int past 4300 digits.
+            raise TuningError(
+                f"{what}: {name} is an int of {item.bit_length()} bits; expected a str, int "
+                "(of at most 64 bits), bool, finite float or None"
+            )
         scalar = item is None or isinstance(item, str | int | bool)
         scalar = scalar or (isinstance(item, float) and math.isfinite(item))
         if not scalar:

@@ -11,8 +11,10 @@ The arguments are those of the program, in its parameter order or by name: array
 tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
 bitstream of the parameter's elements, ints within the parameter's bounds. Every argument is
 checked before the launch (`backend.kernel.Kernel`): an array must be contiguous, on the current
-device, 16-byte aligned, of a storage dtype of the element width (bytes for sub-byte elements)
-and at least as large as every global view of it reaches for the given ints.
+device, 16-byte aligned, of a storage dtype the interpreter accepts too
+(`ir.arguments.storage_dtypes`: the element type's own dtype, integers of its width holding
+codes, or bytes of the bitstream) and at least as large as every global view of it reaches for
+the given ints.
 
 A compile-time constant parameter (``int_param("k", constant=True)``) gets its value from
 `constants` at compile time: the kernel is generated for that value, as literals in its source

@@ -96,6 +96,8 @@ MAX_WAVES = 8
 """The most full waves (every SM holding `RESIDENT_WARPS` warps) a split-k grid may make."""
 MIN_TILES_PER_SPLIT = 4
 """The fewest k-tiles a block of a split-k grid loops over."""
+MAX_EXTENT = 2**31 - 1
+"""The largest K, N and group size: the kernels take them as C ints."""
 DEFAULT_SM_COUNT = 132
 """SMs of the H200, the search space's default when no GPU is asked."""
 
@@ -106,8 +108,8 @@ class DecodeProblem:
     `k`, `n`, `activation_dtype` (f16 or bf16: A, scales, zero points and the output) and
     `zero_points` (dequantized weight (W - Z) * S instead of W * S).
 
-    Requires: k a positive multiple of 16, n of 64, group_size of 16. Construction raises
-    `VerificationError` naming the bad field otherwise.
+    Requires: k a positive multiple of 16, n of 64, group_size of 16, each at most
+    `MAX_EXTENT`. Construction raises `VerificationError` naming the bad field otherwise.
     """
 
     weight_dtype: DataType
@@ -124,11 +126,12 @@ class DecodeProblem:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int)
-                or value < 1
+                or not 1 <= value <= MAX_EXTENT
                 or value % multiple
             ):
                 raise VerificationError(
-                    f"decode matmul: {name}={value!r}; expected a positive multiple of {multiple}"
+                    f"decode matmul: {name}={value!r}; expected a positive multiple of {multiple} "
+                    f"up to {MAX_EXTENT}"
                 )
         if self.activation_dtype not in ACTIVATION_DTYPES:
             raise VerificationError(

@@ -18,7 +18,9 @@ naming the parameter, the value and what was expected:
   and equal to its `constant` when it is a compile-time constant;
 - arrays: a torch tensor, an object with `__cuda_array_interface__` (v2 or v3), or a DLPack
   producer (`__dlpack__` / `__dlpack_device__`); in memory of the current CUDA device; a storage
-  dtype the parameter accepts; contiguous (row-major and dense); at least
+  dtype the parameter accepts (for a parameter lowered from a program, the rule the interpreter
+  applies too, `ir.arguments.storage_dtypes`: the element type's own dtype, integers of its
+  width holding codes, or bytes of the bitstream); contiguous (row-major and dense); at least
   ceil(num_elements * element_bits / 8) bytes, with `num_elements` evaluated on the int
   arguments when it is an expression; the start address a multiple of the parameter's
   alignment (16 bytes by default: the generated code may use 16-byte vector accesses);
@@ -59,38 +61,21 @@ from backend.device import (
 )
 from backend.errors import CompilationError, LaunchError
 from backend.nvrtc import compile_cached, cubin_kernels
-from ir.arguments import bind_arguments, grid_text, launch_grid
+from ir.arguments import (
+    STORAGE_DTYPE_BITS,
+    bind_arguments,
+    check_storage,
+    grid_text,
+    launch_grid,
+)
 from ir.arguments import check_grid as check_arguments_grid
+from ir.arguments import storage_dtypes as storage_dtypes_of
+from ir.dtypes import DataType
 from layout_algebra.symbolic import Expr, as_expr
 
 MAX_BLOCK_THREADS = 1024
 RESERVED_NAMES = frozenset({"grid"})
 """Names a parameter may not take: they are keywords of `Kernel.__call__`."""
-
-STORAGE_DTYPE_BITS: Mapping[str, int] = {
-    "bool": 8,
-    "int8": 8,
-    "uint8": 8,
-    "int16": 16,
-    "uint16": 16,
-    "int32": 32,
-    "uint32": 32,
-    "int64": 64,
-    "uint64": 64,
-    "float16": 16,
-    "bfloat16": 16,
-    "float32": 32,
-    "float64": 64,
-    "float8_e3m4": 8,
-    "float8_e4m3": 8,
-    "float8_e4m3fn": 8,
-    "float8_e4m3fnuz": 8,
-    "float8_e5m2": 8,
-    "float8_e5m2fnuz": 8,
-    "float8_e8m0fnu": 8,
-}
-"""The storage dtypes an array argument may have (names as in NumPy, ml_dtypes and PyTorch),
-with their bits per item."""
 
 
 def default_storage_dtypes(element_bits: int) -> tuple[str, ...]:
@@ -129,8 +114,11 @@ class KernelArrayParam:
     stored as a dense little-endian bitstream (element k in bits [k*b, (k+1)*b)).
 
     `num_elements`: a non-negative int, or a symbolic `Expr` over the int parameters' names.
-    `storage_dtypes`: the dtypes an argument may have; () means `default_storage_dtypes`.
+    `storage_dtypes`: the dtypes an argument may have; () means `ir.arguments.storage_dtypes`
+    of `dtype` when it is given, else `default_storage_dtypes` of the width.
     `alignment`: the byte alignment the start address must have (a power of two).
+    `dtype`: the IR data type of the elements when the kernel was lowered from a program (its
+    `element_bits` bits), None for a kernel written by hand.
     Construction raises `LaunchError` for an invalid field.
     """
 
@@ -139,6 +127,7 @@ class KernelArrayParam:
     num_elements: int | Expr
     storage_dtypes: tuple[str, ...] = ()
     alignment: int = 16
+    dtype: DataType | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name, "array parameter")
@@ -157,7 +146,18 @@ class KernelArrayParam:
                 f"array parameter {self.name!r}: num_elements {self.num_elements!r} is neither "
                 "an int nor a layout_algebra.symbolic.Expr"
             )
-        storage = tuple(self.storage_dtypes) or default_storage_dtypes(self.element_bits)
+        if self.dtype is not None and (
+            not isinstance(self.dtype, DataType) or self.dtype.nbits != self.element_bits
+        ):
+            raise LaunchError(
+                f"array parameter {self.name!r}: dtype {self.dtype!r} is not an ir.dtypes "
+                f"DataType of element_bits={self.element_bits} bits"
+            )
+        if self.dtype is not None:
+            default = storage_dtypes_of(self.dtype)
+        else:
+            default = default_storage_dtypes(self.element_bits)
+        storage = tuple(self.storage_dtypes) or default
         unknown = [dtype for dtype in storage if dtype not in STORAGE_DTYPE_BITS]
         if unknown:
             raise LaunchError(
@@ -571,11 +571,8 @@ class Kernel:
                 f"argument {name!r} is in {view.location}; expected memory of the current CUDA "
                 f"device (cuda:{ordinal})"
             )
-        if view.dtype not in param.storage_dtypes:
-            raise LaunchError(
-                f"argument {name!r} has storage dtype {view.dtype}; expected one of "
-                f"{', '.join(param.storage_dtypes)} for {param.element_bits}-bit elements"
-            )
+        element = param.element_bits if param.dtype is None else param.dtype
+        check_storage(name, view.dtype, param.storage_dtypes, element, LaunchError)
         if not view.contiguous:
             raise LaunchError(
                 f"argument {name!r} is not contiguous; expected a dense row-major array "

@@ -12,11 +12,15 @@ per CUDA header directory (`cuda_include_dirs`), then the caller's own options.
 NVRTC has no C++ standard library; a source may include CUDA's own headers (`cuda_fp16.h`,
 `cuda_bf16.h`, `cuda_fp8.h`, ...). The `nvidia-cuda-nvrtc` wheel holds only `nvrtc.h`, but NVRTC
 13.3 and later carry the toolkit headers (with CCCL) inside `libnvrtc-builtins` and extract them on
-request (`nvrtcInstallBundledHeaders`); they are extracted once into the kernel cache directory,
-one folder per NVRTC version, and always match the compiler. With an older NVRTC the headers of a
+request (`nvrtcInstallBundledHeaders`); they are extracted into the kernel cache directory, one
+folder per NVRTC version (`nvrtc-<major>.<minor>-headers`), and always match the compiler. That
+folder is a `backend.cache.HeaderTree`: it is used only while it is private to the current user and
+every file has the sha256 recorded when it was extracted; a header that was edited, deleted,
+replaced by a link or made writable by others, or a folder planted by another user, is re-extracted
+from NVRTC (with a `RuntimeWarning`) before NVRTC reads it. With an older NVRTC the headers of a
 CUDA toolkit found by `cuda.pathfinder` (a `nvidia-cuda-runtime` wheel, conda, CUDA_PATH,
-/usr/local/cuda) are used instead; with neither, a source that includes them fails to compile
-with a `CompilationError` that says so.
+/usr/local/cuda) are used in place instead; with neither, a source that includes them fails to
+compile with a `CompilationError` that says so.
 
     module = compile_cuda(source, "sm_90a")       # CompiledModule: .cubin, .log, .nvrtc_version
     module = compile_cached(source, "sm_90a")     # the same, through the on-disk cache
@@ -34,13 +38,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from backend.cache import CubinCache, cache_directory, cache_key, default_cache
+from backend.cache import CubinCache, HeaderTree, cache_key, default_cache
 from backend.errors import ArchitectureError, CompilationError
 
 PROGRAM_NAME = "kernel.cu"
 """The file name NVRTC gives the source in its messages."""
 
 LANGUAGE_STANDARD = "-std=c++17"
+
+BUNDLED_HEADERS_VERSION = (13, 3)
+"""The first NVRTC (major, minor) that carries the CUDA headers (`nvrtcInstallBundledHeaders`)."""
 
 _ARCH_PATTERN = re.compile(r"sm_(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)")
 _ERROR_PATTERN = re.compile(
@@ -151,26 +158,55 @@ def check_arch(arch: str) -> str:
 
 
 def bundled_header_dirs() -> tuple[str, ...]:
-    """The include directories of the headers NVRTC carries, extracted under the cache directory.
+    """The include directories of the headers NVRTC carries, checked under the cache directory.
 
-    Returns (headers, headers/cccl) inside `<cache directory>/nvrtc-<major>.<minor>-headers`,
-    extracting them on first use (NVRTC skips the work when its version marker is present), or ()
-    when this NVRTC (or its Python binding) predates bundled headers. Raises `CacheError` when the
-    cache directory cannot be used.
+    Returns (headers, headers/cccl) of `<cache directory>/nvrtc-<major>.<minor>-headers`, a
+    `HeaderTree` that NVRTC's `nvrtcInstallBundledHeaders` fills: extracted on first use, checked
+    (ownership, permissions, recorded sha256 of every file) at every call, and extracted again
+    when it fails a check. Returns () when this NVRTC (or its Python binding) predates bundled
+    headers. Raises `CacheError` when the cache directory or a rejected tree cannot be used or
+    replaced, `CompilationError` when NVRTC fails to extract its headers.
+    """
+    tree = _bundled_header_tree()
+    return () if tree is None else _tree_include_dirs(tree.ensure())
+
+
+def _bundled_header_tree() -> HeaderTree | None:
+    """The `HeaderTree` of this NVRTC's bundled headers in the cache directory (not checked or
+    built yet), or None when this NVRTC or its binding predates them."""
+    nvrtc = _bindings()
+    version = nvrtc_version()
+    if version < BUNDLED_HEADERS_VERSION or not hasattr(nvrtc, "nvrtcInstallBundledHeaders"):
+        return None
+    major, minor = version
+    return HeaderTree(f"nvrtc-{major}.{minor}-headers", _install_bundled_headers)
+
+
+def _tree_include_dirs(root: Path) -> tuple[str, str]:
+    """The include directories of a bundled header tree at `root`: itself and its CCCL."""
+    return (str(root), str(root / "cccl"))
+
+
+def _install_bundled_headers(target: Path) -> None:
+    """Extract the headers this NVRTC carries into the empty directory `target`.
+
+    Raises `CompilationError` with NVRTC's message when the extraction fails.
     """
     nvrtc = _bindings()
-    install = getattr(nvrtc, "nvrtcInstallBundledHeaders", None)
-    if install is None:
-        return ()
-    major, minor = nvrtc_version()
-    target = cache_directory() / f"nvrtc-{major}.{minor}-headers"
     try:
-        result = install(os.fsencode(target), nvrtc.NVRTC_INSTALL_HEADERS_SKIP_IF_EXISTS)
-    except RuntimeError:
-        return ()
-    if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        return ()
-    return (str(target), str(target / "cccl"))
+        result, detail = nvrtc.nvrtcInstallBundledHeaders(os.fsencode(target), 0)
+    except RuntimeError as error:
+        raise CompilationError(
+            f"NVRTC could not extract its bundled headers into {str(target)!r}: {error}"
+        ) from error
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        _, description = nvrtc.nvrtcGetErrorString(result)
+        message = description.decode(errors="replace")
+        if detail:
+            message += f" ({bytes(detail).decode(errors='replace')})"
+        raise CompilationError(
+            f"NVRTC could not extract its bundled headers into {str(target)!r}: {message}"
+        )
 
 
 def toolkit_header_dirs() -> tuple[str, ...]:
@@ -263,14 +299,25 @@ def compile_cached(
 
     The key is `cache_key(source, full options, arch, nvrtc_version())`, so the include
     directories and every option take part. NVRTC runs only on a miss; a hit has `from_cache`
-    True and an empty log.
+    True and an empty log. With `include_dirs=None` the bundled headers are checked (and rebuilt
+    when they fail, `bundled_header_dirs`) only on a miss, right before NVRTC reads them: a hit
+    reads no header.
     """
-    full_options = nvrtc_options(arch, options, include_dirs)
+    tree = _bundled_header_tree() if include_dirs is None else None
+    if include_dirs is not None:
+        directories = tuple(include_dirs)
+    elif tree is not None:
+        directories = _tree_include_dirs(tree.path)  # checked on a miss, in compile_cubin
+    else:
+        directories = toolkit_header_dirs()
+    full_options = nvrtc_options(arch, options, directories)
     version = nvrtc_version()
     key = cache_key(source, full_options, arch, version)
     compiled: list[CompiledModule] = []
 
     def compile_cubin() -> bytes:
+        if tree is not None:
+            tree.ensure()
         compiled.append(_compile(source, arch, full_options))
         return compiled[0].cubin
 

@@ -46,6 +46,7 @@ packed format itself does); a bad argument of `forward` raises `backend.errors.L
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -78,6 +79,8 @@ GROUP_SIZES = (32, 64, 128)
 COLUMN_TILE = 256
 """N is padded to a multiple of this: the column tile of the decode kernel's default
 configuration (4 warps of one 64-column unit), a multiple of the packed unit's 64 columns."""
+MAX_FEATURES = 2**31 - 1
+"""The largest in_features and out_features: the decode kernel takes K and N as C ints."""
 DECODE_MAX_ROWS = 16
 """The largest M that `forward` sends to the decode kernel on CUDA (one m16 tile)."""
 ACTIVATION_DTYPES = {torch.float16: dtypes.f16, torch.bfloat16: dtypes.bf16}
@@ -117,9 +120,36 @@ def _check_activation_dtype(dtype: object, role: str) -> DataType:
 
 
 def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise VerificationError(f"QuantizedLinear: {name}={value!r}; expected a positive int")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FEATURES:
+        raise VerificationError(
+            f"QuantizedLinear: {name}={value!r}; expected a positive int up to {MAX_FEATURES}"
+        )
     return value
+
+
+def _as_tensor(values: Any, what: str) -> torch.Tensor:
+    """`values` as a torch tensor (`torch.as_tensor`); VerificationError naming `what` for
+    anything torch cannot convert (a string, an array of objects)."""
+    try:
+        return torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise VerificationError(
+            f"QuantizedLinear.from_quantized: {what} of type {type(values).__name__} is not an "
+            f"array of numbers ({error}); expected a torch tensor or a NumPy array"
+        ) from None
+
+
+def _check_device(device: object) -> None:
+    """VerificationError unless `device` is None or names a torch device."""
+    if device is None:
+        return
+    try:
+        torch.device(device)
+    except (TypeError, ValueError, RuntimeError):
+        raise VerificationError(
+            f"QuantizedLinear: device={device!r}; expected a torch.device, a device string such "
+            "as 'cpu' or 'cuda:0', or None"
+        ) from None
 
 
 def _check_group_size(group_size: object) -> int:
@@ -183,7 +213,13 @@ def quantize(
     act = _check_activation_dtype(dtype, "scale dtype")
     if isinstance(weight, torch.Tensor):
         weight = weight.detach().to("cpu", torch.float32).numpy()
-    w = np.asarray(weight, dtype=np.float32)
+    try:
+        w = np.asarray(weight, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise VerificationError(
+            f"quantize: weight of type {type(weight).__name__} is not an array of reals "
+            f"({error}); expected a torch tensor or a NumPy array"
+        ) from None
     if w.ndim != 2 or 0 in w.shape:
         raise VerificationError(f"quantize: weight of shape {w.shape}; expected (K, N), non-empty")
     k, n = w.shape
@@ -316,8 +352,9 @@ class QuantizedLinear(torch.nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         """Requires: `weight_dtype` a weight type of 1 to 8 bits, `group_size` in
-        `GROUP_SIZES`, `in_features` a multiple of it, `dtype` f16 or bf16. Raises
-        VerificationError otherwise."""
+        `GROUP_SIZES`, `in_features` and `out_features` positive ints up to `MAX_FEATURES`,
+        `in_features` a multiple of the group size, `dtype` f16 or bf16, `device` None or a
+        torch device. Raises VerificationError otherwise."""
         super().__init__()
         self.weight_dtype = check_weight_dtype(weight_dtype)
         self.group_size = _check_group_size(group_size)
@@ -325,6 +362,7 @@ class QuantizedLinear(torch.nn.Module):
         self.out_features = _check_positive_int(out_features, "out_features")
         _check_k(in_features, self.group_size)
         _check_activation_dtype(dtype, "dtype")
+        _check_device(device)
         for name, flag in (("zero_points", zero_points), ("bias", bias)):
             if not isinstance(flag, bool):
                 raise VerificationError(f"QuantizedLinear: {name}={flag!r}; expected a bool")
@@ -459,7 +497,7 @@ class QuantizedLinear(torch.nn.Module):
         weight_dtype = check_weight_dtype(weight_dtype)
         group_size = _check_group_size(group_size)
         _check_activation_dtype(dtype, "dtype")
-        codes = torch.as_tensor(codes)
+        codes = _as_tensor(codes, "codes")
         if codes.ndim != 2 or 0 in codes.shape:
             raise VerificationError(
                 f"QuantizedLinear.from_quantized: codes of shape {tuple(codes.shape)}; expected "
@@ -493,7 +531,7 @@ class QuantizedLinear(torch.nn.Module):
             zeros = _group_tensor(zeros, "zeros", (groups, n), dtype, device, weight_dtype)
             module.packed_zeros.copy_(pack_scales(_pad_columns(zeros, module, 0.0)))
         if bias is not None:
-            bias = torch.as_tensor(bias)
+            bias = _as_tensor(bias, "bias")
             if tuple(bias.shape) != (n,):
                 raise VerificationError(
                     f"QuantizedLinear.from_quantized: bias of shape {tuple(bias.shape)}; "
@@ -507,6 +545,11 @@ class QuantizedLinear(torch.nn.Module):
         """A module built from a `state_dict()` of one (its metadata gives the configuration),
         on the device of its packed weight. Raises VerificationError for a state dict without
         the metadata, or of another version or shape."""
+        if not isinstance(state_dict, Mapping):
+            raise VerificationError(
+                f"QuantizedLinear.from_state_dict: {type(state_dict).__name__}; expected the "
+                "mapping of a state_dict()"
+            )
         metadata = state_dict.get(EXTRA_STATE_KEY)
         _check_metadata_form(metadata)
         packed = state_dict.get("packed_weight")
@@ -695,7 +738,7 @@ def _group_tensor(
 ) -> torch.Tensor:
     """`values` as a finite `dtype` tensor of `shape` on `device`, checked as zero points of
     `zero_points_of` when it is given; VerificationError otherwise."""
-    tensor = torch.as_tensor(values)
+    tensor = _as_tensor(values, name)
     if tuple(tensor.shape) != shape:
         raise VerificationError(
             f"QuantizedLinear.from_quantized: {name} of shape {tuple(tensor.shape)}; expected "

@@ -1,4 +1,4 @@
-"""The one argument binder and grid check that the interpreter and the kernel launch share.
+"""The one argument binder, storage rule and grid check that the interpreter and the launch share.
 
 A program (or kernel) takes its arguments positionally in parameter order, by name, or both;
 `bind_arguments` matches them to the parameter names and refuses too many, unknown, repeated or
@@ -6,6 +6,29 @@ missing ones. A grid is a positive int or 1 to 3 positive ints within the hardwa
 (`MAX_GRID`: x < 2^31, y and z < 2^16), which `check_grid` pads to (x, y, z). A program may
 declare its grid (`ir.Program.grid`, expressions over its int parameters): `launch_grid` then
 computes it from the int arguments when none is given, and refuses a given grid that differs.
+
+An array argument's raw bytes are the dense bitstream of its parameter's elements, so its
+storage dtype (the element type of the NumPy array or torch tensor, named as NumPy, ml_dtypes and
+PyTorch name it) must say how those bytes are meant. `storage_dtypes(D)` is the rule, for a
+parameter of data type D with b bits per element; an argument may be:
+
+- an array of D's own type, one element per item: float16 (f16), bfloat16 (bf16), float32
+  (f32), float8_e4m3fn (f8e4m3), float8_e5m2 (f8e5m2), float8_e3m4 (f8e3m4), int8 (i8),
+  uint8 (u8), int32 (i32);
+- an array of integers of exactly b bits, uint<b> or int<b> (b = 8, 16 or 32), each item one
+  element's code (its bit pattern: uint16 or int16 codes for f16 and bf16, uint32 for f32);
+- an array of bytes, uint8 or int8, holding the bitstream itself: the one form for sub-byte
+  types (`ir.dtypes.pack` writes it), and accepted for every type.
+
+Everything else is refused: a float type other than D's own (float32 for an f16 parameter,
+float16 for bf16, float64 for anything, float8_e4m3fnuz for f8e4m3), integers of another width
+(int64, int32 for f16), bool, and the one-item-per-element ml_dtypes types of sub-byte formats
+(int4, float4_e2m1fn: their bytes are no dense bitstream), as well as multi-byte items stored
+big-endian. `check_storage` raises for a storage dtype outside the accepted ones, naming the
+parameter, the storage dtype given and those expected; the interpreter checks NumPy arrays with
+it (`numpy_storage_name`), the kernel launch checks tensors with it against the storage dtypes
+`backend.lower` derived from `storage_dtypes` (`backend.kernel.KernelArrayParam`).
+
 All raise the caller's own error type (`ir.InterpreterError` for `run_reference`,
 `backend.LaunchError` for a kernel call), so each side keeps its exception while the rules live
 here once.
@@ -13,6 +36,8 @@ here once.
     bind_arguments("vector_add", ["n", "x"], (4,), {"x": x}, InterpreterError)  # {"n": 4, "x": x}
     check_grid((8, 2), InterpreterError)                                         # (8, 2, 1)
     launch_grid("f", None, (n // 256, const(1), const(1)), {"n": 1024}, LaunchError)  # (4, 1, 1)
+    storage_dtypes(f16)   # ('float16', 'uint16', 'int16', 'uint8', 'int8')
+    check_storage("x", "float32", storage_dtypes(f16), f16, InterpreterError)  # raises
 """
 
 from __future__ import annotations
@@ -22,10 +47,39 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ir.dtypes import DataType
 from layout_algebra.symbolic import Expr, evaluate
 
 MAX_GRID = (2**31 - 1, 2**16 - 1, 2**16 - 1)
 """The largest grid the hardware launches: x, y and z block counts."""
+
+STORAGE_DTYPE_BITS: Mapping[str, int] = {
+    "bool": 8,
+    "int8": 8,
+    "uint8": 8,
+    "int16": 16,
+    "uint16": 16,
+    "int32": 32,
+    "uint32": 32,
+    "int64": 64,
+    "uint64": 64,
+    "float16": 16,
+    "bfloat16": 16,
+    "float32": 32,
+    "float64": 64,
+    "float8_e3m4": 8,
+    "float8_e4m3": 8,
+    "float8_e4m3fn": 8,
+    "float8_e4m3fnuz": 8,
+    "float8_e5m2": 8,
+    "float8_e5m2fnuz": 8,
+    "float8_e8m0fnu": 8,
+}
+"""The storage dtypes an array argument of a kernel may have at all (names as in NumPy, ml_dtypes
+and PyTorch), with their bits per item."""
+
+BYTE_STORAGE = ("uint8", "int8")
+"""The storage dtypes whose items are the bytes of a bitstream."""
 
 
 def bind_arguments(
@@ -134,3 +188,54 @@ def launch_grid(
             f"{expected} {where}"
         )
     return sizes
+
+
+def storage_dtypes(dtype: DataType) -> tuple[str, ...]:
+    """The storage dtypes an array argument for a parameter of data type `dtype` may have (see
+    the module docstring): its own type where NumPy, ml_dtypes and PyTorch name one of its width,
+    then unsigned and signed integers of its width (codes), then bytes (the bitstream).
+
+        storage_dtypes(bf16)  # ('bfloat16', 'uint16', 'int16', 'uint8', 'int8')
+        storage_dtypes(u4)    # ('uint8', 'int8')
+    """
+    accepted = []
+    if STORAGE_DTYPE_BITS.get(dtype.long_name) == dtype.nbits:
+        accepted.append(dtype.long_name)
+    if dtype.nbits in (8, 16, 32):
+        accepted += [f"uint{dtype.nbits}", f"int{dtype.nbits}"]
+    accepted += BYTE_STORAGE
+    return tuple(dict.fromkeys(accepted))
+
+
+def numpy_storage_name(dtype: np.dtype) -> str:
+    """The storage dtype name of a NumPy dtype, as `check_storage` takes it: its name
+    (``float16``, ``bfloat16`` for ml_dtypes' type), or ``big-endian >f2`` for items of more
+    than one byte stored big-endian (the bitstream is little-endian, so never accepted)."""
+    if dtype.itemsize > 1 and dtype.str.startswith(">"):
+        return f"big-endian {dtype.str}"
+    return dtype.name
+
+
+def check_storage(
+    name: str,
+    storage: str,
+    accepted: Sequence[str],
+    element: DataType | int,
+    error: type[Exception],
+) -> None:
+    """Raise `error` unless the storage dtype `storage` of argument `name` is one of `accepted`,
+    naming the argument, `storage`, the accepted ones and the parameter's `element` type (a
+    `DataType`, or a width in bits where the kernel knows no more)."""
+    if storage in accepted:
+        return
+    if isinstance(element, DataType):
+        what = (
+            f"{element} elements (an array of its own type, its codes in integers of its "
+            "width, or the bytes of its bitstream: ir.dtypes.pack)"
+        )
+    else:
+        what = f"{element}-bit elements"
+    raise error(
+        f"argument {name!r} has storage dtype {storage}; expected one of {', '.join(accepted)} "
+        f"for {what}"
+    )

@@ -94,6 +94,9 @@ _C_KEYWORDS = frozenset(
     "union unsigned void volatile while bool true false half threadIdx blockIdx blockDim "
     "gridDim".split()
 )
+_CALL_KEYWORDS = frozenset({"grid", "max_blocks"})
+"""Keywords of `run_reference` and of a kernel call: a parameter so named could not be passed by
+name."""
 _GENERATED_PREFIXES = ("r", "s", "g", "k", "t")
 
 
@@ -282,6 +285,11 @@ class ProgramBuilder:
                 f"parameter name {name!r} is reserved (C keywords, block_*, and the generated "
                 "names r<n>, s<n>, g<n>, k<n>)"
             )
+        if name in _CALL_KEYWORDS:
+            raise VerificationError(
+                f"parameter name {name!r} is reserved: it is a keyword of run_reference and of "
+                "the kernel call"
+            )
         if any(p.name == name for p in self._params):
             raise VerificationError(f"parameter name {name!r} is already used")
 
@@ -302,8 +310,9 @@ class ProgramBuilder:
         its value is given at compile time (``backend.compile(program, arch, constants={name:
         4096})``, see `ir.specialize`), the kernel is generated with that literal value, and a
         call with another value is refused; the parameter keeps its place in the argument
-        list. Raises VerificationError for a `multiple_of` that is not a positive int or has
-        no multiple within [lo, hi], or a `constant` that is not a bool.
+        list. Raises VerificationError for bounds that are not ints (or None) or have lo > hi,
+        a `multiple_of` that is not a positive int or has no multiple within [lo, hi], or a
+        `constant` that is not a bool.
         """
         self._check_param_name(name)
         if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
@@ -314,13 +323,17 @@ class ProgramBuilder:
             raise VerificationError(
                 f"int parameter {name!r}: constant={constant!r}; expected True or False"
             )
+        try:
+            variable = var(name, lo, hi)
+        except (TypeError, LayoutError) as error:
+            raise VerificationError(f"int parameter {name!r}: {error}") from None
         bounded = lo is not None and hi is not None
         if bounded and multiple_of > 1 and -(-lo // multiple_of) * multiple_of > hi:
             raise VerificationError(
                 f"int parameter {name!r}: no multiple of {multiple_of} lies within its bounds "
                 f"[{lo}, {hi}]"
             )
-        param = IntParam(name, var(name, lo, hi), multiple_of, constant)
+        param = IntParam(name, variable, multiple_of, constant)
         self._params.append(param)
         return param.var
 

@@ -7,8 +7,10 @@ executed for all threads at once:
 - a register tensor is an array [num_threads, local_size] of *values* (float32 for float types,
   holding values exactly representable in the type; int64 for integer types), see
   `ir.elementwise`;
-- global memory is the arguments' own bytes (a C-contiguous NumPy array of any dtype whose raw
-  bytes hold the dense bitstream), mutated in place like a kernel would;
+- global memory is the arguments' own bytes (a C-contiguous NumPy array whose raw bytes hold
+  the dense bitstream, of a dtype that says so: `ir.arguments.storage_dtypes`), mutated in
+  place like a kernel would; a global view whose extent is below 1 at the int arguments (``n``
+  with n = 0) is empty, so its loads read the fill and its stores are skipped;
 - shared memory is one byte array per shared tensor, holding the bitstream of `layout.size`
   elements; its initial contents are zero here (undefined on the GPU).
 - `dot` is warp-collective: each c element's a[m, k] and b[k, n] are read from the first thread
@@ -31,7 +33,8 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
   threads, so the data they touch needs a `sync` before another access);
 - out-of-range shared accesses (a tile that leaves the shared tensor's shape), global elements
   inside the view's shape but past the end of the argument's bytes;
-- integer division by zero and out-of-range shifts; bad arguments or grid.
+- integer division by zero and out-of-range shifts; bad arguments or grid, and a grid of more
+  than `MAX_BLOCKS` blocks unless `run_reference` is given a larger `max_blocks`.
 
 `NaN` payloads of types narrower than f32 are not preserved (registers hold values).
 """
@@ -41,12 +44,18 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ir import bitstream, instructions
-from ir.arguments import bind_arguments, launch_grid
+from ir.arguments import (
+    bind_arguments,
+    check_storage,
+    launch_grid,
+    numpy_storage_name,
+    storage_dtypes,
+)
 from ir.dtypes import DataType
 from ir.elementwise import (
     apply_binary,
@@ -74,6 +83,10 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
 from layout_algebra.symbolic import Expr, evaluate
+
+MAX_BLOCKS = 65536
+"""The most blocks `run_reference` runs unless told otherwise (`max_blocks=`): it runs them one
+by one in Python, so a larger grid is more likely a mistake than a wish to wait."""
 
 _CLEAN = -1
 """Tracker value: no thread wrote / read the element since the last barrier."""
@@ -276,11 +289,24 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"of {tensor.name}, its first owner holds {reference[t, i].item()!r}"
             )
 
-    def global_layout(self, tensor: GlobalTensor) -> GlobalLayout:
+    def global_layout(self, tensor: GlobalTensor) -> GlobalLayout | BoundView:
         layout = tensor.layout
         if not layout.is_symbolic:
             return layout
-        return self.run.bound_layout(layout, self.env)
+        try:
+            bound = self.run.bound_layout(layout, self.env)
+        except ZeroDivisionError as error:
+            raise self.error(
+                f"the layout of {tensor.name}, {layout!r}, divides by zero with "
+                f"{_format_env(layout, self.env)}"
+            ) from error
+        negative = [stride for stride in bound.strides if stride < 0]
+        if negative:
+            raise self.error(
+                f"the layout of {tensor.name}, {layout!r}, has strides {bound.strides} with "
+                f"{_format_env(layout, self.env)}; expected strides >= 0"
+            )
+        return bound
 
     def global_access(
         self, tensor: GlobalTensor, offsets: Sequence[Expr], key: TileKey
@@ -619,6 +645,24 @@ def _combiner(reduction: str, dtype: DataType) -> Callable[[np.ndarray, np.ndarr
     return np.maximum if op == "max" else np.minimum
 
 
+class BoundView(NamedTuple):
+    """A symbolic global layout at the int arguments of a launch: its extents and strides. An
+    extent below 1 (``n`` with n = 0, ``n - 8`` with n = 5) is an empty view: every element of
+    a tile is outside it, so loads read the fill and stores are skipped, as on the GPU."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def _format_env(layout: GlobalLayout, env: Mapping[str, int]) -> str:
+    """The values of the variables `layout` reads, e.g. ``n=0, m=4``."""
+    return ", ".join(f"{name}={env[name]}" for name in sorted(layout.free_vars()))
+
+
 class _Run:
     """One launch: the program, its bound arguments, the grid and cross-block store records."""
 
@@ -633,16 +677,24 @@ class _Run:
         self.streams: dict[str, np.ndarray] = {}
         for param in program.params:
             if isinstance(param, ArrayParam):
-                self.streams[param.name] = arguments[param.name].reshape(-1).view(np.uint8)
+                # The bytes of a plain ndarray view: a subclass (np.matrix) keeps its own shape.
+                array = arguments[param.name].view(np.ndarray)
+                self.streams[param.name] = array.reshape(-1).view(np.uint8)
         self.stores: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        self.layouts: dict[tuple[GlobalLayout, tuple[int, ...]], GlobalLayout] = {}
+        self.layouts: dict[tuple[GlobalLayout, tuple[int, ...]], BoundView] = {}
 
-    def bound_layout(self, layout: GlobalLayout, env: Mapping[str, int]) -> GlobalLayout:
+    def bound_layout(self, layout: GlobalLayout, env: Mapping[str, int]) -> BoundView:
+        """`layout`'s extents and strides at the values of `env` (ZeroDivisionError when one
+        divides by zero)."""
         names = sorted(layout.free_vars())
         key = (layout, tuple(env[name] for name in names))
         bound = self.layouts.get(key)
         if bound is None:
-            bound = layout.bind({name: env[name] for name in names})
+            values = {name: env[name] for name in names}
+            bound = BoundView(
+                tuple(int(evaluate(extent, values)) for extent in layout.shape),
+                tuple(int(evaluate(stride, values)) for stride in layout.strides),
+            )
             self.layouts[key] = bound
         return bound
 
@@ -703,11 +755,23 @@ def _bind_arguments(
                 raise InterpreterError(
                     f"argument {param.name!r} must be a NumPy array, got {type(value).__name__}"
                 )
+            if isinstance(value, np.ma.MaskedArray):
+                raise InterpreterError(
+                    f"argument {param.name!r} is a masked array; expected a plain NumPy array "
+                    "(the mask would be ignored)"
+                )
             if value.dtype.kind in "OU":
                 raise InterpreterError(
                     f"argument {param.name!r} is an array of {value.dtype} elements; expected "
                     "an array of plain data (its bytes are the bitstream of the parameter)"
                 )
+            check_storage(
+                param.name,
+                numpy_storage_name(value.dtype),
+                storage_dtypes(param.dtype),
+                param.dtype,
+                InterpreterError,
+            )
             if not value.flags.c_contiguous or not value.flags.writeable:
                 raise InterpreterError(
                     f"argument {param.name!r} must be a C-contiguous, writeable array"
@@ -716,26 +780,46 @@ def _bind_arguments(
 
 
 def run_reference(
-    program: Program, *args: Any, grid: int | Sequence[int] | None = None, **kwargs: Any
+    program: Program,
+    *args: Any,
+    grid: int | Sequence[int] | None = None,
+    max_blocks: int = MAX_BLOCKS,
+    **kwargs: Any,
 ) -> tuple[np.ndarray, ...]:
     """Run `program` over `grid` on NumPy arguments; mutate the arrays in place and return them.
 
-    Arguments are given positionally in parameter order or by name: NumPy arrays (C-contiguous,
-    any dtype: their raw bytes are the bitstream) for array parameters, ints (within the
-    parameter's bounds; the value itself for a constant of a specialised program,
-    `ir.specialize`) for int parameters. `grid` is 1 to 3 positive ints (x, y, z) within the
-    hardware's limits (`ir.arguments.check_grid`). When the program declares its grid
-    (`Program.grid`), `grid` may be omitted (the declared grid evaluated on the int arguments)
-    and must equal it when given; otherwise it defaults to 1 (`ir.arguments.launch_grid`).
+    Arguments are given positionally in parameter order or by name: NumPy arrays for array
+    parameters, C-contiguous and writeable, whose raw bytes are the bitstream and whose dtype
+    says so (`ir.arguments.storage_dtypes`: the parameter type's own NumPy or ml_dtypes type,
+    unsigned or signed integers of its width holding codes, or uint8 / int8 bytes of the dense
+    bitstream), ints (within the parameter's bounds; the value itself for a constant of a
+    specialised program, `ir.specialize`) for int parameters. `grid` is 1 to 3 positive ints
+    (x, y, z) within the hardware's limits (`ir.arguments.check_grid`). When the program
+    declares its grid (`Program.grid`), `grid` may be omitted (the declared grid evaluated on
+    the int arguments) and must equal it when given; otherwise it defaults to 1
+    (`ir.arguments.launch_grid`). The interpreter runs blocks one by one, so a grid of more than
+    `max_blocks` blocks (a positive int, `MAX_BLOCKS` by default) is refused up front.
     Returns the array arguments in parameter order. Raises VerificationError for an ill-formed
-    program and InterpreterError for bad arguments, a grid that differs from the declared one
-    or a declared grid with an extent below 1, and for everything the module docstring lists.
+    program and InterpreterError for bad arguments, a grid that differs from the declared one,
+    a declared grid with an extent below 1, a grid past `max_blocks`, and for everything the
+    module docstring lists.
     """
     verify(program)
+    if isinstance(max_blocks, bool) or not isinstance(max_blocks, int | np.integer):
+        raise InterpreterError(f"max_blocks={max_blocks!r}; expected a positive int")
+    if max_blocks < 1:
+        raise InterpreterError(f"max_blocks={max_blocks}; expected a positive int")
     arguments = _bind_arguments(program, args, kwargs)
     ints = {p.name: int(arguments[p.name]) for p in program.params if isinstance(p, IntParam)}
     given = 1 if grid is None and program.grid is None else grid
     sizes = launch_grid(program.name, given, program.grid, ints, InterpreterError)
+    blocks = sizes[0] * sizes[1] * sizes[2]
+    if blocks > max_blocks:
+        raise InterpreterError(
+            f"{program.name}: grid {sizes} has {blocks} blocks, more than the interpreter's "
+            f"limit of {max_blocks}; it runs blocks one by one in Python, so pass "
+            f"max_blocks={blocks} (or more) to run_reference to run it anyway"
+        )
     run = _Run(program, arguments, sizes)
     for z, y, x in itertools.product(range(sizes[2]), range(sizes[1]), range(sizes[0])):
         BlockInterpreter(run, (x, y, z)).execute(program.body)

@@ -62,6 +62,17 @@ def _positive_seconds(text: str) -> float:
     return seconds
 
 
+def _seed(text: str) -> int:
+    """argparse type: a non-negative integer seed (NumPy's random generators take no other)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return seed
+
+
 def _weight_type(text: str) -> str:
     """argparse type: the name of a data type of at most 8 bits (a weight type of the demo)."""
     from ir import dtypes
@@ -377,7 +388,9 @@ def _add_demo_command(subparsers: argparse._SubParsersAction) -> None:
         metavar="DTYPE",
         help=f"weight type: {WEIGHT_TYPES_HELP} (default u4)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    parser.add_argument(
+        "--seed", type=_seed, default=0, help="random seed of the inputs (a non-negative integer)"
+    )
     parser.add_argument(
         "--timeout",
         type=_positive_seconds,

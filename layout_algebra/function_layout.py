@@ -30,7 +30,7 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr
-from layout_algebra.validation import check_int, is_int
+from layout_algebra.validation import check_int, check_table_entries, is_int
 
 IntTuple = tuple[int, ...]
 
@@ -171,8 +171,9 @@ class FunctionLayout:
         """All coordinates as an int64 array of shape [num_threads, local_size, rank].
 
         Raises LayoutError naming the first (t, i), in row-major order, whose image lies
-        outside the shape.
+        outside the shape, and for more than `validation.MAX_TABLE_ENTRIES` pairs.
         """
+        check_table_entries(self.num_threads * self.local_size, f"the table of {self!r}")
         t = np.arange(self.num_threads, dtype=np.int64)[:, None]
         i = np.arange(self.local_size, dtype=np.int64)[None, :]
         coords = self.map(t, i)

@@ -35,7 +35,7 @@ import numpy as np
 from layout_algebra.errors import LayoutError
 from layout_algebra.infer import layout_from_table
 from layout_algebra.register import RegisterLayout, register_layout
-from layout_algebra.validation import check_int_tuple
+from layout_algebra.validation import check_int_tuple, check_table_entries
 
 NestedInt = int | tuple["NestedInt", ...]
 
@@ -193,7 +193,9 @@ def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
     column-major unravel of the CuTe layout's value at (t, i).
     Raises LayoutError when the text is malformed, a size is not positive, an index falls outside
     the tile, or no register layout has that function (the strides are not a mixed-radix split of
-    the tile, a thread holds one element twice, a stride steps along two dimensions, ...).
+    the tile, a thread holds one element twice, a stride steps along two dimensions, ...), and
+    when the layout has more (thread, value) pairs, or the tile more elements, than
+    `validation.MAX_TABLE_ENTRIES` (it is evaluated at every pair).
     """
     layout_shape, layout_stride = _parse_cute(text)
     if isinstance(layout_shape, int) or len(layout_shape) != 2:
@@ -210,10 +212,23 @@ def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
         modes.append((sizes, strides))
     num_threads = math.prod(modes[0][0])
     local_size = math.prod(modes[1][0])
+    num_elements = math.prod(tile)
+    # from_cute evaluates the layout at every (thread, value) pair.
+    check_table_entries(num_threads * local_size, f"CuTe layout {text[:80]!r}")
+    check_table_entries(num_elements, f"the tile {tile} of CuTe layout {text[:80]!r}")
+    # A size-1 sub-mode's stride never counts; the others must keep indices within int64.
+    modes = [
+        (sizes, [s if n > 1 else 0 for n, s in zip(sizes, strides)]) for sizes, strides in modes
+    ]
+    reach = sum((n - 1) * abs(s) for sizes, strides in modes for n, s in zip(sizes, strides))
+    if reach >= 1 << 62:
+        raise LayoutError(
+            f"CuTe layout {text[:80]!r}: its strides reach index {reach}, outside the "
+            f"{num_elements} elements of tile {tile}"
+        )
     t = np.arange(num_threads, dtype=np.int64)[:, None]
     i = np.arange(local_size, dtype=np.int64)[None, :]
     index = _colexicographic_index(t, *modes[0]) + _colexicographic_index(i, *modes[1])
-    num_elements = math.prod(tile)
     outside = (index < 0) | (index >= num_elements)
     if outside.any():
         bad_t, bad_i = (int(x) for x in np.argwhere(outside)[0])

@@ -21,18 +21,22 @@ they are the same function of (thread, register).
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr, as_expr
 from layout_algebra.validation import (
+    MAX_LAYOUT_SIZE,
     check_index_tuple,
     check_int,
     check_int_tuple,
+    check_table_entries,
+    int_text,
     is_int,
 )
 
@@ -153,7 +157,8 @@ class RegisterLayout:
     first, each dimension's outermost first), `spatial_modes` (modes over the thread index, most
     significant first; ``-r`` is an r-fold replication) and `local_modes` (modes over the
     register index, most significant first). Construction validates and canonicalises, so `==`
-    and `hash` mean "same function of (thread, register)".
+    and `hash` mean "same function of (thread, register)"; an extent, thread count or local size
+    past `validation.MAX_LAYOUT_SIZE` (2**62, so that indices fit int64) is a LayoutError.
     """
 
     shape: IntTuple
@@ -167,6 +172,18 @@ class RegisterLayout:
         spatial = check_index_tuple(self.spatial_modes, "spatial_modes")
         local = check_index_tuple(self.local_modes, "local_modes")
         mode_shape, spatial, local = _canonicalize(shape, mode_shape, spatial, local)
+        num_threads = math.prod(-e if e < 0 else mode_shape[e] for e in spatial)
+        local_size = math.prod(mode_shape[e] for e in local)
+        for what, size in (
+            *((f"shape[{d}]", extent) for d, extent in enumerate(shape)),
+            ("num_threads", num_threads),
+            ("local_size", local_size),
+        ):
+            if size > MAX_LAYOUT_SIZE:
+                raise LayoutError(
+                    f"register layout: {what} = {int_text(size)} exceeds {MAX_LAYOUT_SIZE} "
+                    "(2**62), the largest size whose indices fit NumPy's int64"
+                )
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "mode_shape", mode_shape)
         object.__setattr__(self, "spatial_modes", spatial)
@@ -285,8 +302,10 @@ class RegisterLayout:
         """Every (thread, local index) holding the element at `coord`, sorted.
 
         More than one pair exactly when the layout replicates. Raises LayoutError for a
-        coordinate of the wrong rank or out of the shape.
+        coordinate of the wrong rank or out of the shape, or a replication past
+        `validation.MAX_TABLE_ENTRIES` owners.
         """
+        check_table_entries(self.replication, f"the owner list of an element of {self!r}")
         coord = check_index_tuple(coord, "coord")
         if len(coord) != self.rank:
             raise LayoutError(f"coord {coord} has rank {len(coord)}, expected {self.rank}")
@@ -311,7 +330,9 @@ class RegisterLayout:
         return sorted((t, local) for t in threads)
 
     def table(self) -> np.ndarray:
-        """All coordinates as an int64 array of shape [num_threads, local_size, rank]."""
+        """All coordinates as an int64 array of shape [num_threads, local_size, rank]; LayoutError
+        for more than `validation.MAX_TABLE_ENTRIES` thread-register pairs."""
+        check_table_entries(self.num_threads * self.local_size, f"the table of {self!r}")
         t = np.arange(self.num_threads, dtype=np.int64)[:, None]
         i = np.arange(self.local_size, dtype=np.int64)[None, :]
         coords = self.map(t, i)
@@ -325,21 +346,21 @@ class RegisterLayout:
 
     def __mul__(self, other: RegisterLayout) -> RegisterLayout:
         if not isinstance(other, RegisterLayout):
-            _refuse_number(other, "*")
-            return NotImplemented
+            _refuse_operand(other, "*")
         return product(self, other)
 
-    def __rmul__(self, other: object) -> RegisterLayout:
-        _refuse_number(other, "*")
-        return NotImplemented
+    def __rmul__(self, other: object) -> NoReturn:
+        _refuse_operand(other, "*")
 
     def __truediv__(self, other: RegisterLayout) -> RegisterLayout:
         if not isinstance(other, RegisterLayout):
-            _refuse_number(other, "/")
-            return NotImplemented
+            _refuse_operand(other, "/")
         from layout_algebra.divide import divide
 
         return divide(self, other)
+
+    def __rtruediv__(self, other: object) -> NoReturn:
+        _refuse_operand(other, "/")
 
     def local(self, *shape: int) -> RegisterLayout:
         """`self * local(*shape)`."""
@@ -444,14 +465,14 @@ class RegisterLayout:
         return layout_figure(self, **kwargs)
 
 
-def _refuse_number(other: object, operator: str) -> None:
-    """Raise LayoutError for a number on one side of a layout operator (a common slip:
-    ``local(4) * 3`` for ``local(4) * local(3)``)."""
-    if isinstance(other, (int, float, complex)):
-        raise LayoutError(
-            f"cannot combine a RegisterLayout with {other!r} ({type(other).__name__}) by "
-            f"{operator}: both operands must be register layouts, e.g. local(4) * local(3)"
-        )
+def _refuse_operand(other: object, operator: str) -> NoReturn:
+    """Raise LayoutError for anything but a register layout on one side of a layout operator
+    (a common slip: ``local(4) * 3`` for ``local(4) * local(3)``; a string or a sequence would
+    otherwise reach Python's own repetition and fail with a TypeError)."""
+    raise LayoutError(
+        f"cannot combine a RegisterLayout with {reprlib.repr(other)} ({type(other).__name__}) "
+        f"by {operator}: both operands must be register layouts, e.g. local(4) * local(3)"
+    )
 
 
 def _varargs(values: tuple[Any, ...]) -> Any:

@@ -38,7 +38,7 @@ import numpy as np
 from layout_algebra.errors import LayoutError
 from layout_algebra.register import mode_dims
 from layout_algebra.symbolic import Expr
-from layout_algebra.validation import check_int, check_int_tuple, is_int
+from layout_algebra.validation import check_int, check_int_tuple, check_table_entries, is_int
 
 IntTuple = tuple[int, ...]
 
@@ -275,7 +275,9 @@ class SharedLayout:
         return linear if self.swizzle is None else self.swizzle(linear)
 
     def table(self) -> np.ndarray:
-        """Every offset as an int64 array of shape `shape`: ``table()[coord] == offset(coord)``."""
+        """Every offset as an int64 array of shape `shape`: ``table()[coord] == offset(coord)``;
+        LayoutError for more than `validation.MAX_TABLE_ENTRIES` elements."""
+        check_table_entries(self.num_elements, f"the table of {self!r}")
         if self.rank == 0:
             return np.array(self.offset(()), dtype=np.int64)
         grids = np.indices(self.shape, dtype=np.int64)
@@ -286,9 +288,12 @@ class SharedLayout:
     # ------------------------------------------------------------------------------------------
 
     def __mul__(self, other: SharedLayout) -> SharedLayout:
-        if not isinstance(other, SharedLayout):
-            return NotImplemented
+        # Anything but a SharedLayout is a LayoutError of shared_product, never a TypeError.
         return shared_product(self, other)
+
+    def __rmul__(self, other: object) -> SharedLayout:
+        # Only reached when `other` is no SharedLayout: shared_product refuses it.
+        return shared_product(other, self)
 
     def _repr_html_(self) -> str:
         from layout_algebra.render import shared_html

@@ -23,6 +23,8 @@ from proofs.errors import ProofError
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds the solver may run for one query when the caller gives no timeout."""
+MAX_TIMEOUT = 4_294_967
+"""The longest timeout, in seconds: Z3 counts it in milliseconds in an unsigned 32-bit int."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,17 @@ class ProofResult:
 
 
 def check_limits(timeout: float, rlimit: int | None) -> None:
-    """Raise ProofError unless `timeout` is a positive number of seconds and `rlimit` is None or
-    a positive int."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ProofError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    """Raise ProofError unless `timeout` is a positive number of seconds up to `MAX_TIMEOUT` and
+    `rlimit` is None or a positive int."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout <= MAX_TIMEOUT
+    ):
+        raise ProofError(
+            f"timeout must be a positive number of seconds, got {timeout!r} (at most "
+            f"{MAX_TIMEOUT}: Z3 counts milliseconds in an unsigned 32-bit int)"
+        )
     if rlimit is not None and (isinstance(rlimit, bool) or not isinstance(rlimit, int)):
         raise ProofError(f"rlimit must be a positive int or None, got {rlimit!r}")
     if rlimit is not None and rlimit < 1:

@@ -37,7 +37,7 @@ from layout_algebra.errors import LayoutError
 from layout_algebra.shared import SharedLayout, Swizzle
 from layout_algebra.symbolic import Expr, const, evaluate, var
 from proofs.encode import Encoder, bitvector_width
-from proofs.result import ProofResult, elapsed, search, unknown
+from proofs.result import MAX_TIMEOUT, ProofResult, elapsed, search, unknown
 
 DEFAULT_RLIMIT = 20_000_000
 DEFAULT_TIMEOUT = 30.0
@@ -67,8 +67,14 @@ def _encoder(expressions: list[Expr]) -> Encoder:
 
 
 def _check_limits(timeout: float, rlimit: int) -> None:
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise LayoutError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if (
+        not isinstance(timeout, (int, float))
+        or isinstance(timeout, bool)
+        or not 0 < timeout <= MAX_TIMEOUT
+    ):
+        raise LayoutError(
+            f"timeout must be a positive number of seconds, got {timeout!r} (at most {MAX_TIMEOUT})"
+        )
     if not isinstance(rlimit, int) or isinstance(rlimit, bool) or rlimit < 1:
         raise LayoutError(f"rlimit must be a positive integer, got {rlimit!r}")
 

@@ -173,7 +173,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             nbits = param.dtype.nbits
             count = simplify((maximum(as_expr(total), 0) + nbits - 1) // nbits)
             params.append(
-                KernelArrayParam(param.name, nbits, count.value if count.is_const else count)
+                KernelArrayParam(
+                    param.name, nbits, count.value if count.is_const else count, dtype=param.dtype
+                )
             )
         return tuple(params)
 

@@ -188,8 +188,9 @@ def scale_permutation() -> np.ndarray:
 def pack_scales(scales: Any) -> Any:
     """The (G, N) group scales with the columns of each 64-column unit permuted as
     `scale_permutation` says, so a lane's eight scales are one 16-byte vector; NumPy or torch in,
-    the same kind out. Raises VerificationError for a shape that is not (G, N), N a multiple of
-    64."""
+    the same kind out. Raises VerificationError for scales that are no NumPy array or torch
+    tensor, or of a shape that is not (G, N), N a multiple of 64."""
+    _check_array(scales, "packed scales: scales")
     shape = tuple(scales.shape)
     if len(shape) != 2 or shape[1] % UNIT_N or shape[1] == 0:
         raise VerificationError(
@@ -221,6 +222,22 @@ def unit_permutation(nbits: int) -> np.ndarray:
     return index
 
 
+def _check_array(value: Any, what: str) -> None:
+    """VerificationError unless `value` is a NumPy array or a torch tensor."""
+    if not isinstance(value, np.ndarray) and not type(value).__module__.startswith("torch"):
+        raise VerificationError(
+            f"{what} of type {type(value).__name__}; expected a NumPy array or a torch tensor"
+        )
+
+
+def _check_warps(warps: object, what: str) -> int:
+    """`warps` when it is an int from 1 to 32 (a block of at most 1024 threads), else
+    VerificationError naming `what`."""
+    if isinstance(warps, bool) or not isinstance(warps, int) or not 1 <= warps <= 32:
+        raise VerificationError(f"{what}: warps={warps!r}; expected an int from 1 to 32")
+    return warps
+
+
 def _unsigned(nbits: int) -> DataType:
     """The unsigned integer type of `nbits` bits (the codes' bit patterns)."""
     return dtypes.from_name(f"u{nbits}")
@@ -240,9 +257,11 @@ def pack_weights(codes: Any, dtype: DataType) -> tuple[Any, WeightFormat]:
     `codes` is a NumPy array or a torch tensor of integers: the codes' bit patterns, or, for
     signed integer types, the values themselves (only the low b bits are kept). The result has
     the input's kind (a torch tensor stays on its device). Raises VerificationError for a bad
-    type or shape, or codes that do not fit in b bits.
+    type or shape, codes that are no NumPy array or torch tensor, or codes that do not fit in b
+    bits.
     """
     dtype = check_weight_dtype(dtype)
+    _check_array(codes, "packed weights: codes")
     shape = tuple(codes.shape)
     if len(shape) != 2:
         raise VerificationError(f"packed weights: codes of shape {shape}; expected (K, N)")
@@ -306,12 +325,21 @@ def _pack_bits_torch(codes: Any, nbits: int) -> Any:
 
 def unpack_weights(packed: np.ndarray, fmt: WeightFormat) -> np.ndarray:
     """The (K, N) codes (as unsigned b-bit patterns) of a NumPy packed tensor: the inverse of
-    `pack_weights`. Raises VerificationError for an unknown version or a wrong shape."""
+    `pack_weights`. Raises VerificationError for a `fmt` that is no `WeightFormat` or of an
+    unknown version, or `packed` that is not an integer array of its shape."""
+    if not isinstance(fmt, WeightFormat):
+        raise VerificationError(f"packed weights: format {fmt!r}; expected a WeightFormat")
     if fmt.version != FORMAT_VERSION:
         raise VerificationError(
             f"packed weights: format version {fmt.version}; this library reads {FORMAT_VERSION}"
         )
-    packed = np.ascontiguousarray(packed, dtype=np.int32)
+    _check_array(packed, "packed weights: packed")
+    packed = np.asarray(packed)
+    if packed.dtype.kind not in "iu" or packed.dtype.itemsize != 4:
+        raise VerificationError(
+            f"packed weights: packed of dtype {packed.dtype}; expected int32 (or uint32) words"
+        )
+    packed = np.ascontiguousarray(packed).view(np.int32)
     if packed.shape != fmt.shape:
         raise VerificationError(f"packed weights: shape {packed.shape}; expected {fmt.shape}")
     nbits = fmt.words_per_lane
@@ -331,9 +359,11 @@ def pack_weights_program(dtype: DataType, warps: int = 4) -> Program:
 
     Each block packs one row of `warps` units: it loads them in `tile_layouts`' weight layout,
     views each thread's bits as i32 words and stores them in the word layout. Launch with
-    ``grid = (n // (64 * warps), k // 16)``; `n` must be a multiple of 64 * `warps`.
+    ``grid = (n // (64 * warps), k // 16)``; `n` must be a multiple of 64 * `warps`. Raises
+    VerificationError for a dtype that is no weight type or `warps` not an int from 1 to 32.
     """
     dtype = check_weight_dtype(dtype)
+    warps = _check_warps(warps, "pack_weights_program")
     nbits = dtype.nbits
     # Moved as the unsigned type of its width: a pure bit move, so every code (a float NaN with
     # a payload too) arrives as it is.

@@ -149,7 +149,8 @@ def register_dequant_matmul(
     activation_dtype: DataType = dtypes.f16,
     zero_points: bool = False,
 ) -> Program:
-    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)``.
+    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)`` for
+    `config` (a `DequantConfig`; None: the default one).
 
     `a`, the scales, the zero points and C are `activation_dtype` (f16 or bf16). `c` is the
     (m, n) output, except with ``config.split > 1`` and not ``config.fused_sum``: then it is
@@ -160,7 +161,12 @@ def register_dequant_matmul(
     packed like the scales: the subtraction of two integer-valued codes is exact, so it equals
     the code of ``f32(W - Z) * f32(S)`` rounded once.
     """
-    config = config or DequantConfig()
+    if config is None:
+        config = DequantConfig()
+    elif not isinstance(config, DequantConfig):
+        raise VerificationError(
+            f"register_dequant_matmul: config={config!r}; expected a DequantConfig or None"
+        )
     weight_dtype = check_weight_dtype(weight_dtype)
     _check_config(group_size, config)
     if activation_dtype not in (dtypes.f16, dtypes.bf16):
@@ -294,12 +300,14 @@ SUM_COLUMNS_PER_THREAD = 4
 def split_k_sum(split: int, threads: int = 128, *, out_dtype: DataType = dtypes.f16) -> Program:
     """``split_k_sum(mn, partial, c)``: c[j] = out_dtype(partial[0, j] + ... + partial[split-1,
     j]) (f32 sums in order), the second launch of a split-k `register_dequant_matmul` with
-    ``mn = m * n``; `out_dtype` f16 or bf16. It declares its grid, ``ceil(mn / (threads *
-    4))``."""
+    ``mn = m * n``; `out_dtype` f16 or bf16; `threads` an int from 1 to 1024. It declares its
+    grid, ``ceil(mn / (threads * 4))``. Raises VerificationError for anything else."""
     if isinstance(split, bool) or not isinstance(split, int) or split < 2:
         raise VerificationError(f"split_k_sum: split={split!r}; expected an int >= 2")
     if out_dtype not in (dtypes.f16, dtypes.bf16):
         raise VerificationError(f"split_k_sum: out_dtype={out_dtype!r}; expected f16 or bf16")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
+        raise VerificationError(f"split_k_sum: threads={threads!r}; expected an int from 1 to 1024")
     width = threads * SUM_COLUMNS_PER_THREAD
     layout = local(split, 1).spatial(1, threads).local(1, SUM_COLUMNS_PER_THREAD)
     suffix = "" if out_dtype == dtypes.f16 else f"_{out_dtype.name}"

@@ -1,14 +1,17 @@
 """The on-disk kernel cache: where it lives, its permissions, keys, and refusal of bad entries,
-for CUBINs and for the JSON records stored next to them (`RecordStore`)."""
+for CUBINs and for the JSON records stored next to them (`RecordStore`); the size bound of the
+CUBINs (eviction of the least recently used). Header trees: test_cache_headers.py."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import backend.cache
 from backend.cache import (
+    DEFAULT_MAX_BYTES,
     ENVIRONMENT_VARIABLE,
+    MAX_BYTES_VARIABLE,
     CacheStatistics,
     CubinCache,
     RecordStore,
@@ -26,6 +32,7 @@ from backend.cache import (
     default_cache,
     default_cache_directory,
     default_record_store,
+    max_cache_bytes,
     prepare_directory,
     record_key,
 )
@@ -575,3 +582,197 @@ def test_default_record_store_is_one_object_per_directory(
     assert default_cache().directory == first.directory
     monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(tmp_path / "two"))
     assert default_record_store() is not first
+
+
+# -- the size bound of the CUBINs (least recently used first) ----------------------------------
+
+KEYS = [cache_key(f"source {index}", (), "sm_80", (13, 0)) for index in range(12)]
+
+
+def _cubin(index: int, size: int = 1000) -> bytes:
+    """A stand-in CUBIN of `size` bytes, distinct per `index`."""
+    return (b"\x7fELF" + index.to_bytes(4, "little") * size)[:size]
+
+
+def _entry_bytes(cache: CubinCache) -> int:
+    """The size on disk of this cache's CUBIN entries."""
+    return sum(path.stat().st_size for path in cache.directory.glob("*.cubin") if path.is_file())
+
+
+def _age(cache: CubinCache, key: str, seconds_ago: int) -> None:
+    """Set the last use of the entry of `key` to `seconds_ago` seconds before now."""
+    stamp = (int(time.time()) - seconds_ago) * 1_000_000_000
+    os.utime(cache.entry_path(key), ns=(stamp, stamp))
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [
+        (None, DEFAULT_MAX_BYTES),  # unset: 1 GiB
+        ("", DEFAULT_MAX_BYTES),  # empty means unset
+        ("5000", 5000),
+        (" 42 ", 42),  # surrounding blanks are ignored
+    ],
+)
+def test_max_bytes_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, configured: str | None, expected: int
+) -> None:
+    if configured is None:
+        monkeypatch.delenv(MAX_BYTES_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(MAX_BYTES_VARIABLE, configured)
+    assert DEFAULT_MAX_BYTES == 1 << 30
+    assert max_cache_bytes() == expected
+    assert CubinCache(tmp_path).max_bytes == expected
+    assert CubinCache(tmp_path, max_bytes=7).max_bytes == 7  # an explicit bound wins
+
+
+@pytest.mark.parametrize("configured", ["abc", "-1", "0", "1.5", "1e9", "1GiB", "0x10"])
+def test_bad_max_bytes_is_refused_before_compiling(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, configured: str
+) -> None:
+    monkeypatch.setenv(MAX_BYTES_VARIABLE, configured)
+    compiler = CountingCompiler(CUBIN_A)
+    message = rf"LAYOUT_ALGEBRA_CACHE_MAX_BYTES='{re.escape(configured)}'; expected a positive"
+    with pytest.raises(CacheError, match=message):
+        CubinCache(tmp_path / "cache").get_or_compile(KEY_A, compiler)
+    with pytest.raises(CacheError, match=message):
+        CubinCache(tmp_path / "cache").store(KEY_A, CUBIN_A)
+    assert compiler.calls == 0
+    assert not (tmp_path / "cache").exists() or list((tmp_path / "cache").iterdir()) == []
+
+
+@pytest.mark.parametrize("max_bytes", [0, -1, True, 1.5, "1024"])
+def test_bad_max_bytes_argument_is_refused(tmp_path: Path, max_bytes: object) -> None:
+    with pytest.raises(
+        CacheError, match=r"max_bytes .*; expected a positive int \(bytes\) or None"
+    ):
+        CubinCache(tmp_path, max_bytes=max_bytes)
+
+
+def test_the_oldest_entry_is_evicted_first(tmp_path: Path) -> None:
+    probe = CubinCache(tmp_path / "probe")
+    probe.store(KEYS[0], _cubin(0))
+    entry = probe.entry_path(KEYS[0]).stat().st_size
+    cache = CubinCache(tmp_path / "cache", max_bytes=2 * entry + entry // 2)  # room for two
+    for index, seconds_ago in ((0, 300), (1, 200)):
+        cache.store(KEYS[index], _cubin(index))
+        _age(cache, KEYS[index], seconds_ago)
+    cache.store(KEYS[2], _cubin(2))
+    assert [cache.load(key) for key in KEYS[:3]] == [None, _cubin(1), _cubin(2)]
+
+
+def test_a_hit_makes_an_entry_recent(tmp_path: Path) -> None:
+    probe = CubinCache(tmp_path / "probe")
+    probe.store(KEYS[0], _cubin(0))
+    entry = probe.entry_path(KEYS[0]).stat().st_size
+    cache = CubinCache(tmp_path / "cache", max_bytes=2 * entry + entry // 2)
+    for index, seconds_ago in ((0, 300), (1, 200)):
+        cache.store(KEYS[index], _cubin(index))
+        _age(cache, KEYS[index], seconds_ago)
+    assert cache.get_or_compile(KEYS[0], CountingCompiler(b"unused")) == (_cubin(0), True)
+    assert cache.entry_path(KEYS[0]).stat().st_mtime > time.time() - 60
+    cache.store(KEYS[2], _cubin(2))
+    assert [cache.load(key) for key in KEYS[:3]] == [_cubin(0), None, _cubin(2)]
+
+
+def test_the_entries_stay_under_the_bound(tmp_path: Path) -> None:
+    cache = CubinCache(tmp_path / "cache", max_bytes=5000)
+    sizes: list[int] = []
+    for index, key in enumerate(KEYS):
+        _, hit = cache.get_or_compile(key, CountingCompiler(_cubin(index, 300 + 150 * index)))
+        assert not hit
+        sizes.append(cache.entry_path(key).stat().st_size)
+        _age(cache, key, 1000 - index)  # distinct ages, in the order of the stores
+        assert _entry_bytes(cache) <= 5000
+        assert cache.load(key) == _cubin(index, 300 + 150 * index)  # the newest is kept
+    # Exactly the newest entries that fit survive: no more were evicted than needed.
+    newest_that_fit = next(first for first in range(len(KEYS)) if sum(sizes[first:]) <= 5000)
+    kept = [index for index, key in enumerate(KEYS) if cache.entry_path(key).exists()]
+    assert kept == list(range(newest_that_fit, len(KEYS)))
+    assert 0 < newest_that_fit < len(KEYS) - 1
+
+
+def test_an_entry_larger_than_the_bound_is_kept_until_the_next_store(tmp_path: Path) -> None:
+    cache = CubinCache(tmp_path / "cache", max_bytes=10)
+    cache.store(KEY_A, CUBIN_A)
+    assert cache.load(KEY_A) == CUBIN_A
+    _age(cache, KEY_A, 100)
+    cache.store(KEY_B, CUBIN_B)
+    assert (cache.load(KEY_A), cache.load(KEY_B)) == (None, CUBIN_B)
+
+
+def test_eviction_leaves_what_the_cache_does_not_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cache = CubinCache(tmp_path / "cache", max_bytes=1)
+    directory = prepare_directory(cache.directory)
+    outside = tmp_path / "outside.cubin"
+    outside.write_bytes(b"x" * 5000)
+    foreign: dict[str, bytes] = {
+        "notes.txt": b"n" * 5000,
+        "big.cubin": b"b" * 5000,  # the suffix, but not a key
+        f"{KEYS[5].upper()}.cubin": b"u" * 5000,
+        f"{KEYS[6]}.cubin.bak": b"k" * 5000,
+        ".tmp-unfinished.part": b"t" * 5000,
+        f"{KEYS[7]}.cubin": b"another user's entry",
+    }
+    for name, content in foreign.items():
+        (directory / name).write_bytes(content)
+    _another_users_file(monkeypatch, directory / f"{KEYS[7]}.cubin")
+    (directory / f"{KEYS[8]}.cubin").symlink_to(outside)
+    (directory / f"{KEYS[9]}.cubin").mkdir()
+    (directory / f"{KEYS[9]}.cubin" / "inside").write_bytes(b"d" * 5000)
+    records = RecordStore(directory)
+    records.store(RECORD_KEY_A, RECORD_A)
+    cache.store(KEY_A, CUBIN_A)
+    _age(cache, KEY_A, 100)
+    cache.store(KEY_B, CUBIN_B)
+    assert (cache.load(KEY_A), cache.load(KEY_B)) == (None, CUBIN_B)
+    for name, content in foreign.items():
+        assert (directory / name).read_bytes() == content
+    assert (directory / f"{KEYS[8]}.cubin").is_symlink() and outside.read_bytes() == b"x" * 5000
+    assert (directory / f"{KEYS[9]}.cubin" / "inside").read_bytes() == b"d" * 5000
+    assert records.load(RECORD_KEY_A) == RECORD_A
+
+
+def _another_users_file(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """Make the cache's ownership check see `path` as another user's."""
+    inode = os.lstat(path).st_ino
+    owned = backend.cache._owned_by_current_user
+    monkeypatch.setattr(
+        "backend.cache._owned_by_current_user",
+        lambda status: status.st_ino != inode and owned(status),
+    )
+
+
+def test_eviction_spares_an_entry_chowned_to_another_user(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    cache = CubinCache(tmp_path / "cache", max_bytes=1)
+    cache.store(KEY_A, CUBIN_A)
+    os.chown(cache.entry_path(KEY_A), os.getuid() + 1, -1)
+    cache.store(KEY_B, CUBIN_B)
+    assert cache.entry_path(KEY_A).read_bytes().endswith(CUBIN_A)
+
+
+@pytest.mark.parametrize("refused", ["unlink", "scandir"])
+def test_a_failing_eviction_only_warns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, refused: str
+) -> None:
+    cache = CubinCache(tmp_path / "cache", max_bytes=1)
+    cache.store(KEY_A, CUBIN_A)
+
+    def refuse(*arguments: object, **keywords: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(f"backend.cache.os.{refused}", refuse)
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"could not evict old kernels from the cache '.*' to keep it under 1 bytes "
+        r"\(LAYOUT_ALGEBRA_CACHE_MAX_BYTES\): .*Permission denied",
+    ):
+        assert cache.get_or_compile(KEY_B, CountingCompiler(CUBIN_B)) == (CUBIN_B, False)
+    monkeypatch.undo()
+    assert (cache.load(KEY_A), cache.load(KEY_B)) == (CUBIN_A, CUBIN_B)
+    assert cache.statistics.stores == 2

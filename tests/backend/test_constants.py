@@ -103,8 +103,8 @@ def test_the_launch_signature_records_the_value() -> None:
     params = lower(doubled(), constants={"n": 200}).params
     assert params == (
         KernelIntParam("n", 32, True, 1, 2**31 - 1, 8, constant=200),
-        KernelArrayParam("x", 32, 200),
-        KernelArrayParam("y", 32, 200),
+        KernelArrayParam("x", 32, 200, dtype=dtypes.f32),
+        KernelArrayParam("y", 32, 200, dtype=dtypes.f32),
     )
 
 

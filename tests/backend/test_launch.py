@@ -34,6 +34,10 @@ from backend.kernel import (
     build_kernel,
     check_grid,
 )
+from backend.lower import lower
+from ir import dtypes
+from ir.arguments import storage_dtypes
+from ir.examples.vector_add import vector_add
 from layout_algebra.symbolic import Expr, var
 
 VECTOR_ADD = """\
@@ -565,6 +569,57 @@ def test_refused_before_anything_reaches_the_gpu(
         kernel(*args, grid=1, **kwargs)
     assert device.launches == []
     assert device.loads == []
+
+
+@pytest.fixture
+def lowered_kernel(device: FakeDevice) -> Kernel:
+    """vector_add(n, x, y, z) of f16, with the signature `backend.lower` gives it."""
+    device.parameter_types = (ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
+    lowered = lower(vector_add())
+    return Kernel(
+        source=lowered.source,
+        cubin=b"",
+        arch="sm_80",
+        entry=lowered.entry,
+        params=lowered.params,
+        block_threads=lowered.block_threads,
+        device=device,
+    )
+
+
+@pytest.mark.parametrize("typestr", ["<f2", "<u2", "<i2", "|u1", "|i1"])
+def test_a_lowered_kernel_takes_the_storage_the_interpreter_takes(
+    lowered_kernel: Kernel, device: FakeDevice, typestr: str
+) -> None:
+    count = 64 // np.dtype(typestr).itemsize  # 32 f16 elements
+    x, y, z = (device_array(device, (count,), typestr) for _ in range(3))
+    lowered_kernel(32, x, y, z, grid=1)
+    assert len(device.launches) == 1
+    for param in lowered_kernel.params[1:]:
+        assert param.storage_dtypes == storage_dtypes(dtypes.f16)
+
+
+@pytest.mark.parametrize(
+    ("make", "given"),
+    [
+        (lambda d: device_array(d, (32,), "<f4"), "float32"),
+        (lambda d: device_array(d, (32,), "<i4"), "int32"),
+        (lambda d: FakeDLPackArray((2, 0), d.allocate(64), (32,), (4, 16, 1)), "bfloat16"),
+        (lambda d: device_array(d, (32,), ">f2"), "big-endian >f2"),
+    ],
+    ids=["float32", "int32", "bfloat16", "big-endian"],
+)
+def test_a_lowered_kernel_refuses_what_the_interpreter_refuses(
+    lowered_kernel: Kernel, device: FakeDevice, make: object, given: str
+) -> None:
+    x, z = (device_array(device, (32,), "<f2") for _ in range(2))
+    message = (
+        rf"argument 'y' has storage dtype {given}; expected one of float16, uint16, int16, "
+        r"uint8, int8 for f16 elements"
+    )
+    with pytest.raises(LaunchError, match=message):
+        lowered_kernel(32, x, make(device), z, grid=1)
+    assert device.launches == []
 
 
 @pytest.mark.parametrize(

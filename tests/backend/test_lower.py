@@ -403,9 +403,9 @@ def test_vector_add_signature() -> None:
     n = var("n", 0, 2**31 - 1)
     assert kernel.params == (
         KernelIntParam("n", 32, True, 0, 2**31 - 1),
-        KernelArrayParam("x", 16, n),
-        KernelArrayParam("y", 16, n),
-        KernelArrayParam("z", 16, n),
+        KernelArrayParam("x", 16, n, dtype=dtypes.f16),
+        KernelArrayParam("y", 16, n, dtype=dtypes.f16),
+        KernelArrayParam("z", 16, n, dtype=dtypes.f16),
     )
     assert 'extern "C" __global__ void __launch_bounds__(128) vector_add(' in kernel.source
     assert "--fmad=false" in kernel.options
