@@ -13,11 +13,14 @@ weights, so the program keeps them out of shared memory:
         rotate the ring and load the k-tile `depth` ahead; copy_async the next activation tile
         view the current words as `weight_dtype` in the packed order, cast to f16 in the
         B-fragment order,
-        multiply by the (1, BN) scale row of the k-tile's group (loaded as 16-byte vectors of
-        packed scales, viewed in the weights' scale layout)
+        subtract the zero-point row (with zero points), multiply by the (1, BN) scale row of
+        the k-tile's group (loaded as 16-byte vectors of packed scales, viewed in the weights'
+        scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
-    store C (split == 1), or the f32 partial sums of this block's k range (split > 1) that
-    `split_k_sum` adds up in a second launch
+    store C (split == 1), or the f32 partial sums of this block's k range (split > 1); then
+    the block whose `atomic_add` ticket on its tile's counter comes last adds the split's
+    partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
+    second launch
 
 Layouts (W warps, each owning `units_n` units of 64 columns; KS = `units_k` k16 steps per
 k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`
