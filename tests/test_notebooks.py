@@ -4,6 +4,7 @@ Each notebook runs in a fresh `python3` kernel (the kernelspec ipykernel provide
 interpreter) with its own folder as the working directory; a cell that raises, or that runs longer
 than `CELL_TIMEOUT` seconds, fails the test. Committed notebooks carry no outputs and no execution
 counts, so their diffs show only what a person wrote. Skipped where nbclient is not installed.
+The `notebooks` extra brings JupyterLab, which the README's quick start opens them with.
 """
 
 from __future__ import annotations
@@ -57,3 +58,21 @@ def test_notebook_runs_without_error(path: Path) -> None:
         if output.output_type == "error"
     ]
     assert not errors, f"{path.name}: cells raised {errors}"
+
+
+def test_the_notebooks_extra_brings_jupyterlab() -> None:
+    """The README's `jupyter lab notebooks/` works where the `notebooks` extra is installed:
+    JupyterLab's server application starts far enough to print its version."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("jupyterlab")
+    run = subprocess.run(
+        [sys.executable, "-m", "jupyterlab", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.strip().split(".")[0]) >= 4
