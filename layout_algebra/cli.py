@@ -4,16 +4,18 @@ Subcommands:
 
 - ``show EXPR [--html FILE] [--png FILE]``: print the layout's repr, its numbers (shape,
   num_threads, local_size, replication) and its ``t:i`` grid; optionally draw it as HTML or PNG;
-- ``equiv EXPR EXPR [--timeout S]``: prove the two layouts equal with the solver, or print a
-  counterexample;
+- ``equiv EXPR EXPR [--timeout S] [--html FILE] [--png FILE]``: prove the two layouts equal
+  with the solver, or print a counterexample; optionally draw where they differ as HTML or PNG
+  (no cell marked when they are equal);
 - ``demo [--weights DTYPE] [--json]``: build the quantized matmul tile program, prove its
   layouts and its lowering, run it in the reference interpreter, compile it, and run and compare
   it on the GPU when there is one.
 
 EXPR is a layout expression in the restricted grammar of `layout_algebra.expression_parser`
-(never evaluated by Python). Exit codes: 0 success (for ``equiv``: proved equivalent), 1 refuted,
-3 unknown (the solver gave up), 2 a usage or expression error, 4 any other error; errors are one
-line on stderr, never a traceback.
+(never evaluated by Python); ``show --help`` and ``equiv --help`` state it (`GRAMMAR_HELP`).
+Exit codes: 0 success (for ``equiv``: proved equivalent), 1 refuted, 3 unknown (the solver gave
+up), 2 a usage or expression error, 4 any other error (``equiv --html/--png`` of layouts of
+different shapes or thread counts among them); errors are one line on stderr, never a traceback.
 
 Every subcommand is one ``_add_<name>_command(subparsers)`` function in `SUBCOMMANDS` that adds
 its parser and sets ``handler`` to a function of the parsed arguments returning the exit code.
@@ -26,11 +28,12 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from layout_algebra.expression_parser import ExpressionError, parse_layout
+from layout_algebra.expression_parser import FUNCTIONS, METHODS, ExpressionError, parse_layout
 from layout_algebra.printing import GRID_LIMIT, text_grid
 from layout_algebra.register import RegisterLayout
 
@@ -47,6 +50,33 @@ MAX_TIMEOUT_SECONDS = 4_294_967
 """The longest solver timeout: z3 counts it in milliseconds in an unsigned 32-bit int."""
 
 WEIGHT_TYPES_HELP = "u1..u8, i1..i8, or a float of at most 8 bits (f4e2m1, f6e3m2, f8e4m3, ...)"
+
+
+def _grammar_help() -> str:
+    """The expression grammar of `layout_algebra.expression_parser`, for the epilog of the
+    subcommands that take expressions."""
+
+    def names(label: str, values: list[str]) -> str:
+        return textwrap.fill(
+            ", ".join(values), width=96, initial_indent=f"  {label}", subsequent_indent=" " * 12
+        )
+
+    return "\n".join(
+        [
+            "EXPR grammar (parsed, never run as Python):",
+            "  EXPR := FUNCTION(ARGS) | EXPR.METHOD(ARGS) | EXPR * EXPR | EXPR / EXPR | (EXPR)",
+            "  '*' is product(a, b), '/' is divide(a, b); ARGS are comma-separated: integers",
+            "  (also negative), True, False, [ints] or (ints), layouts, and NAME=ARG keywords.",
+            names("FUNCTION: ", sorted(FUNCTIONS)),
+            names("METHOD:   ", sorted(METHODS)),
+            '  examples: "local(2,1).spatial(8,4).local(1,2)", "spatial(2,4) * local(2,1)",',
+            '            "reduce(spatial(3,4), [0])", "spatial(4).replicate(2)"',
+        ]
+    )
+
+
+GRAMMAR_HELP = _grammar_help()
+"""The epilog of ``show`` and ``equiv``: what their EXPR arguments may be."""
 
 
 def _positive_seconds(text: str) -> float:
@@ -130,6 +160,8 @@ def _add_show_command(subparsers: argparse._SubParsersAction) -> None:
         help="print a layout's numbers and its t:i grid",
         description="Print the layout's repr, shape, num_threads, local_size, replication and "
         "its grid, each cell listing the thread:register pairs that hold the element.",
+        epilog=GRAMMAR_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("expr", help='a layout expression, e.g. "spatial(2,4).local(2,1)"')
     parser.add_argument("--html", metavar="FILE", help="also write the picture as HTML")
@@ -144,12 +176,42 @@ def _as_text(value: object) -> str:
     return str(value)
 
 
+def _difference_pictures(
+    first: RegisterLayout, second: RegisterLayout, args: argparse.Namespace
+) -> list[tuple[str, Callable[[str], None]]]:
+    """The pictures of where `first` and `second` differ that `args` asks for, as (path, writer)
+    pairs; drawn before the solver runs, so that layouts that cannot be compared cell by cell
+    fail at once (LayoutError)."""
+    pictures: list[tuple[str, Callable[[str], None]]] = []
+    if args.html is not None:
+        from layout_algebra.render import difference_html
+
+        text = difference_html(first, second)
+        pictures.append((args.html, lambda path: Path(path).write_text(text, encoding="utf-8")))
+    if args.png is not None:
+        from layout_algebra.render import difference_figure
+
+        figure = difference_figure(first, second)
+        pictures.append((args.png, lambda path: figure.savefig(path, format="png")))
+    return pictures
+
+
 def _run_equiv(args: argparse.Namespace) -> int:
     first = parse_layout(args.a)
     second = parse_layout(args.b)
+    pictures = _difference_pictures(first, second, args)
     from proofs import check_equivalent
 
     result = check_equivalent(first, second, timeout=args.timeout)
+    code = _report_verdict(result)
+    for path, write in pictures:
+        write(path)
+        print(f"wrote {path}")
+    return code
+
+
+def _report_verdict(result: object) -> int:
+    """Print the verdict of `check_equivalent`; return its exit code."""
     if result.holds is True:
         print(f"equivalent (proved in {round(result.seconds * 1000)} ms)")
         return EXIT_OK
@@ -172,7 +234,11 @@ def _add_equiv_command(subparsers: argparse._SubParsersAction) -> None:
         "equiv",
         help="prove two layouts equal or find a counterexample",
         description="Ask the solver whether layouts A and B are the same function of "
-        "(thread, register). Exit code 0 proved, 1 refuted, 3 unknown.",
+        "(thread, register). Exit code 0 proved, 1 refuted, 3 unknown. --html and --png draw "
+        "the tile once, marking in red the elements whose owners differ (A and B must have the "
+        "same shape and number of threads).",
+        epilog=GRAMMAR_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("a", metavar="A", help="the first layout expression")
     parser.add_argument("b", metavar="B", help="the second layout expression")
@@ -183,6 +249,8 @@ def _add_equiv_command(subparsers: argparse._SubParsersAction) -> None:
         metavar="S",
         help="give up after S seconds (default 30)",
     )
+    parser.add_argument("--html", metavar="FILE", help="also write where they differ as HTML")
+    parser.add_argument("--png", metavar="FILE", help="also write where they differ as PNG")
     parser.set_defaults(handler=_run_equiv)
 
 

@@ -1,6 +1,6 @@
 """Pictures of layouts: HTML tables for Jupyter and matplotlib figures.
 
-Three kinds of picture, each as HTML (``*_html``, self-contained, inline styles only) and as a
+Four kinds of picture, each as HTML (``*_html``, self-contained, inline styles only) and as a
 matplotlib `Figure` (``*_figure``, built on `matplotlib.figure.Figure` directly, so no pyplot
 state leaks between figures; save it with ``figure.savefig(path)``):
 
@@ -16,11 +16,17 @@ state leaks between figures; save it with ``figure.savefig(path)``):
   and show ``t:i``, the offset and the bank; cells on a conflicting bank of their phase are marked
   red. The HTML adds the bank table: per phase, which threads each bank serves, conflicting banks
   in red.
+- differences of two register layouts of one shape and thread count (`difference_html`,
+  `difference_figure`; what a refuted `proofs.check_equivalent` looks like): the tile drawn once,
+  each cell listing its owners ``t:i``; a cell whose set of owners differs between the layouts
+  lists both (``a ...`` and ``b ...``) and gets a red frame, and a thick line runs around the
+  differing cells; the legend counts the differing elements and names the first.
 
 Layouts of rank 0 draw one cell, rank 1 one row; from rank 3 on, the leading dimensions are
 flattened into rows labelled with their indices. Tiles of more than `MAX_CELLS` cells (64 x 64)
-fall back to a colour map with a legend: thread (register layouts), bank (shared layouts) or
-access role (access maps); their HTML embeds that figure as a PNG, so it needs matplotlib.
+fall back to a colour map with a legend: thread (register layouts), bank (shared layouts),
+access role (access maps) or same/different owners (differences); their HTML embeds that
+figure as a PNG, so it needs matplotlib.
 """
 
 from __future__ import annotations
@@ -448,15 +454,18 @@ def _register_grid(layout: RegisterLayout) -> _Grid:
     return grid
 
 
+def _flat_elements(layout: RegisterLayout) -> np.ndarray:
+    """The row-major index of the element each (t, i) holds, in the order of `table`."""
+    table = layout.table().reshape(layout.num_threads * layout.local_size, layout.rank)
+    if not layout.rank:
+        return np.zeros(len(table), dtype=np.int64)
+    return np.ravel_multi_index(tuple(table.T), layout.shape)
+
+
 def _first_owner_and_warps(layout: RegisterLayout) -> tuple[np.ndarray, np.ndarray]:
     """Per cell of the 2-D view: the lowest owning thread, and a warp-set group id."""
     rows, cols = _grid_shape(layout.shape)
-    table = layout.table().reshape(layout.num_threads * layout.local_size, layout.rank)
-    flat = (
-        np.ravel_multi_index(tuple(table.T), layout.shape)
-        if layout.rank
-        else np.zeros(len(table), dtype=np.int64)
-    )
+    flat = _flat_elements(layout)
     threads = np.repeat(np.arange(layout.num_threads), layout.local_size)
     first = np.full(rows * cols, layout.num_threads, dtype=np.int64)
     np.minimum.at(first, flat, threads)
@@ -511,6 +520,154 @@ def layout_figure(
     if math.prod(layout.shape) > max_cells:
         return _register_colour_map(layout, min(cell_size, 0.12))
     return _grid_figure(_register_grid(layout), cell_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Differences of two register layouts
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Difference:
+    """Two comparable register layouts and, per cell of the 2-D view, whether the sets of
+    (t, i) owning the element differ between them."""
+
+    a: RegisterLayout
+    b: RegisterLayout
+    differ: np.ndarray
+
+    @property
+    def title(self) -> str:
+        return (
+            f"a = {self.a!r} vs b = {self.b!r}: shape {self.a.shape}, {self.a.num_threads} threads"
+        )
+
+    @property
+    def legend(self) -> str:
+        count, total = int(self.differ.sum()), self.differ.size
+        text = f"{count} of {total} elements differ"
+        if count:
+            first = int(np.flatnonzero(self.differ)[0])
+            coord = tuple(int(x) for x in np.unravel_index(first, self.a.shape))
+            text += (
+                f"; first: element {coord}, held by {_owner_text(self.a.owners(coord))} under a "
+                f"and by {_owner_text(self.b.owners(coord))} under b"
+            )
+        return text + _DIFFERENCE_LEGEND
+
+
+_DIFFERENCE_LEGEND = (
+    ". cell: t:i = thread t, register i (every owner listed); red frame, 'a ...' and 'b ...': "
+    "an element whose owners differ, with its owners under each layout; colour: the owners' "
+    "lanes; thick lines: around the differing elements"
+)
+
+
+def _owner_text(owners: list[tuple[int, int]]) -> str:
+    """Owners as ``t:i`` labels separated by spaces, or ``none``."""
+    return " ".join(f"{t}:{i}" for t, i in owners) or "none"
+
+
+def _compare(a: Any, b: Any) -> _Difference:
+    """The cells where `a` and `b` disagree; LayoutError unless both are register layouts of
+    one shape and one thread count."""
+    a, b = _check_register(a), _check_register(b)
+    if a.shape != b.shape or a.num_threads != b.num_threads:
+        raise LayoutError(
+            f"cannot draw the difference of {a!r} (shape {a.shape}, {a.num_threads} threads) "
+            f"and {b!r} (shape {b.shape}, {b.num_threads} threads): expected the same shape "
+            "and the same number of threads"
+        )
+    # Each (element, t, i) of a layout as one integer; the elements whose owners differ are
+    # those of the keys that only one layout has.
+    width = max(a.local_size, b.local_size)
+    pairs = a.num_threads * width
+
+    def keys(layout: RegisterLayout) -> np.ndarray:
+        threads = np.repeat(np.arange(layout.num_threads), layout.local_size)
+        registers = np.tile(np.arange(layout.local_size), layout.num_threads)
+        return _flat_elements(layout) * pairs + threads * width + registers
+
+    rows, cols = _grid_shape(a.shape)
+    differ = np.zeros(rows * cols, dtype=bool)
+    differ[np.setxor1d(keys(a), keys(b)) // pairs] = True
+    return _Difference(a, b, differ.reshape(rows, cols))
+
+
+def _difference_grid(difference: _Difference) -> _Grid:
+    grid = _empty_grid(difference.a.shape, difference.title, difference.legend)
+    owners_a, owners_b = _owners(difference.a), _owners(difference.b)
+    for coord, (r, c) in _flat_cells(difference.a.shape):
+        held_a, held_b = owners_a[coord], owners_b[coord]
+        if difference.differ[r, c]:
+            grid.lines[r, c] = [f"a {_owner_text(held_a)}", f"b {_owner_text(held_b)}"]
+            grid.tips[r, c] = (
+                f"{coord}: {_owner_text(held_a)} under a, {_owner_text(held_b)} under b (differ)"
+            )
+        else:
+            grid.lines[r, c] = [f"{t}:{i}" for t, i in held_a]
+            grid.tips[r, c] = f"{coord}: {_owner_text(held_a)} under both"
+        threads = sorted({t for t, _ in held_a + held_b})
+        grid.fills[r, c] = tuple(lane_colour(t) for t in threads) or (IDLE_COLOUR,)
+    grid.marked = difference.differ.copy()
+    grid.groups = difference.differ.astype(np.int64)
+    return grid
+
+
+def _difference_colour_map(difference: _Difference, cell_size: float) -> Any:
+    require_matplotlib()
+    from matplotlib.colors import ListedColormap
+
+    categories = [("same owners", IDLE_COLOUR), ("different owners", CONFLICT_COLOUR)]
+    roles = difference.differ.astype(np.int64)
+    shape = difference.a.shape
+    figure = _colour_map_figure(
+        roles,
+        roles,
+        shape[-2] if len(shape) >= 3 else roles.shape[0],
+        difference.title,
+        difference.legend,
+        ListedColormap([colour for _, colour in categories]),
+        "",
+        cell_size,
+        categories=categories,
+    )
+    figure.axes[0].images[0].set_clim(0, 1)
+    return figure
+
+
+def difference_html(a: RegisterLayout, b: RegisterLayout, *, max_cells: int = MAX_CELLS) -> str:
+    """HTML picture of where register layouts `a` and `b` (one shape, one thread count) differ.
+
+    The tile is drawn once, one cell per element. An element held by the same set of (t, i)
+    under both layouts lists its ``t:i`` once; one whose owner sets differ lists
+    ``a <owners>`` and ``b <owners>`` and gets a red frame, and a thick line runs around the
+    differing elements. Cells take the colours of their owners' lanes. The legend reads
+    ``"<k> of <n> elements differ"`` and names the first differing element (row-major) with its
+    owners under each layout. Tiles of more than `max_cells` cells embed the same/different
+    colour map of `difference_figure` as a PNG. LayoutError when `a` or `b` is not a register
+    layout, or their shapes or thread counts differ.
+    Example: ``difference_html(spatial(4), column_spatial(4))`` marks no cell (they are equal).
+    """
+    difference = _compare(a, b)
+    if difference.differ.size > max_cells:
+        return _figure_html(
+            _difference_colour_map(difference, 0.12), difference.title, difference.legend
+        )
+    return _grid_html(_difference_grid(difference))
+
+
+def difference_figure(
+    a: RegisterLayout, b: RegisterLayout, *, cell_size: float = 0.6, max_cells: int = MAX_CELLS
+) -> Any:
+    """A matplotlib `Figure` of where register layouts `a` and `b` differ: the picture of
+    `difference_html` (red frames on the differing cells), or for tiles of more than `max_cells`
+    cells a colour map of same and different owners with a legend. LayoutError as for
+    `difference_html`."""
+    difference = _compare(a, b)
+    if difference.differ.size > max_cells:
+        return _difference_colour_map(difference, min(cell_size, 0.12))
+    return _grid_figure(_difference_grid(difference), cell_size)
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import z3
@@ -187,7 +188,13 @@ def check_equivalent(
     (register layouts and access maps: the images are coordinate tuples or offsets) or
     ``{"coord", "a", "b"}`` (memory layouts), plus ``"params"`` (name -> value) when the
     layouts have free parameters. `timeout` is in seconds; `rlimit` bounds Z3's resource count.
+    The result keeps ``(a, b)`` as `compared` (its Jupyter picture draws their difference).
     """
+    return replace(_equivalence(a, b, timeout, rlimit), compared=(a, b))
+
+
+def _equivalence(a: Any, b: Any, timeout: float, rlimit: int | None) -> ProofResult:
+    """`check_equivalent` without `compared`."""
     started = time.perf_counter()
     check_limits(timeout, rlimit)
     map_a, map_b = symbolic_map(a), symbolic_map(b)

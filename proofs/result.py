@@ -8,13 +8,18 @@ outside the translation). An unknown is never reported as proven.
 The solver is bounded twice: by Z3's resource limit `rlimit` (a count of solver steps, the same
 on every machine whatever its load, so tests stay deterministic) and by a wall-clock `timeout`
 in seconds.
+
+In Jupyter a result shows its verdict line; a refuted `check_equivalent` of two register layouts
+of one shape and thread count also shows the picture of where they differ
+(`layout_algebra.render.difference_html`).
 """
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -35,13 +40,47 @@ class ProofResult:
     refutation, a dict naming the domain point(s) and the images that break the claim (each
     check documents its keys); None otherwise, and also for refutations that need no solver
     (e.g. layouts whose domains already differ). `reason`: one sentence saying what was shown
-    or why not. `seconds`: wall-clock time of the whole check.
+    or why not. `seconds`: wall-clock time of the whole check. `compared`: the two objects
+    `check_equivalent` compared, ``()`` for every other check; it takes no part in equality or
+    the repr.
     """
 
     holds: bool | None
     counterexample: dict[str, Any] | None
     reason: str
     seconds: float
+    compared: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+    def _repr_html_(self) -> str:
+        """The verdict line and, for a refuted equivalence of two register layouts of one shape
+        and thread count, the picture of where they differ (a one-line summary instead when a
+        layout has more than `printing.PICTURE_LIMIT` thread-register pairs)."""
+        verdict = {True: "proved", False: "refuted", None: "unknown"}[self.holds]
+        out = [
+            '<div style="font-family:monospace;font-size:12px;margin-bottom:4px">'
+            f"<b>{verdict}</b>: {html.escape(self.reason)} "
+            f"({round(self.seconds * 1000)} ms)</div>"
+        ]
+        if self.holds is False and len(self.compared) == 2:
+            out.append(_difference_picture(*self.compared))
+        return "\n".join(out)
+
+
+def _difference_picture(a: Any, b: Any) -> str:
+    """HTML of where `a` and `b` differ, or "" when they are not two register layouts of one
+    shape and thread count (their verdict's reason already says how their domains differ)."""
+    from layout_algebra.printing import PICTURE_LIMIT, too_large
+    from layout_algebra.register import RegisterLayout
+    from layout_algebra.render import difference_html
+
+    if not (isinstance(a, RegisterLayout) and isinstance(b, RegisterLayout)):
+        return ""
+    if a.shape != b.shape or a.num_threads != b.num_threads:
+        return ""
+    summary = too_large(a, PICTURE_LIMIT, "picture") or too_large(b, PICTURE_LIMIT, "picture")
+    if summary is not None:
+        return f"<pre>{html.escape(summary)}</pre>"
+    return difference_html(a, b)
 
 
 def check_limits(timeout: float, rlimit: int | None) -> None:

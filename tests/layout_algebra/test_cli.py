@@ -9,6 +9,7 @@ these tests: a missing `proofs` package fails them, never skips them).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import types
@@ -30,6 +31,8 @@ from layout_algebra import (
     spatial,
 )
 from layout_algebra.cli import main
+from layout_algebra.expression_parser import FUNCTIONS, METHODS
+from layout_algebra.render import CONFLICT_COLOUR
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 MMA_C = local(2, 1).spatial(8, 4).local(1, 2)
@@ -286,6 +289,55 @@ def test_equiv_end_to_end_with_the_solver(capsys: pytest.CaptureFixture[str]) ->
     a, b = spatial(8, 4).local(2, 2).map(t, i), MMA_C.map(t, i)
     assert a != b
     assert f"maps to {a} under A but {b} under B" in out
+
+
+def test_equiv_writes_the_difference_pictures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    html, png = tmp_path / "difference.html", tmp_path / "difference.png"
+    argv = ["equiv", "local(2,2)", "column_local(2,2)", "--html", str(html), "--png", str(png)]
+    assert main(argv) == 1
+    text = html.read_text(encoding="utf-8")
+    assert text.count(f"box-shadow:inset 0 0 0 3px {CONFLICT_COLOUR}") == 2
+    assert "a 0:1<br>b 0:2" in text and "2 of 4 elements differ" in text
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    out = capsys.readouterr().out
+    assert out.startswith("not equivalent: thread 0, register ")
+    assert out.endswith(f"wrote {html}\nwrote {png}\n")
+
+
+def test_equiv_of_equal_layouts_draws_no_mark(tmp_path: Path) -> None:
+    html = tmp_path / "same.html"
+    argv = ["equiv", "local(2,1).spatial(8,4).local(1,2)", "local(2,1)*spatial(8,4)*local(1,2)"]
+    assert main([*argv, "--html", str(html)]) == 0
+    text = html.read_text(encoding="utf-8")
+    assert "0 of 128 elements differ" in text and "box-shadow" not in text
+
+
+def test_equiv_pictures_of_different_shapes_fail_before_the_solver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = install_fake_proofs(monkeypatch, types.SimpleNamespace(holds=False))
+    html = tmp_path / "difference.html"
+    assert main(["equiv", "local(4)", "local(2,2)", "--html", str(html)]) == 4
+    captured = capsys.readouterr()
+    assert "LayoutError: cannot draw the difference of local(4) (shape (4,), 1 threads)" in (
+        captured.err
+    )
+    assert captured.out == "" and calls == [] and not html.exists()
+
+
+@pytest.mark.parametrize("command", ["show", "equiv"])
+def test_help_of_expression_commands_states_the_grammar(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "EXPR := FUNCTION(ARGS) | EXPR.METHOD(ARGS) | EXPR * EXPR | EXPR / EXPR | (EXPR)" in out
+    assert "'*' is product(a, b), '/' is divide(a, b)" in out
+    words = set(re.findall(r"[a-z_]+", out))
+    assert set(FUNCTIONS) <= words and METHODS <= words
+    assert "NAME=ARG keywords" in out
 
 
 # --------------------------------------------------------------------------------------------
