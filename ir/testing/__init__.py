@@ -33,6 +33,9 @@ Strategies:
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 
+`ir.testing.grid_programs` holds two fixed programs that declare their grid (`doubled`, `rows`),
+shared by the grid tests of the IR, the lowering and its proofs.
+
 In about one program of three, some int parameters (sizes, a loop's runtime stop) are
 compile-time constants (``int_param(name, constant=True)``); `ProgramCase.constants` gives their
 values, to compile with: ``backend.compile(case.program, arch, constants=case.constants)``.

@@ -28,10 +28,9 @@ from backend.kernel import Kernel, KernelIntParam
 from backend.lower import LoweredKernel, lower
 from ir import dtypes, run_reference
 from ir.arguments import launch_grid
-from ir.builder import ProgramBuilder
 from ir.program import Program
-from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import spatial
+from ir.testing.grid_programs import doubled
+from ir.testing.grid_programs import rows as grid_rows
 from layout_algebra.symbolic import const, var
 
 
@@ -46,39 +45,10 @@ def _load(name: str, file: str) -> object:
 launch_fakes = _load("launch_fakes", "test_launch.py")
 
 
-def doubled(grid: bool, constant: bool = True) -> Program:
-    """y[i] = x[i] + x[i] for i < n, 128 f32 elements per block; n a multiple of 128; the grid
-    n // 128 declared when `grid`."""
-    with ProgramBuilder("doubled", 32) as b:
-        n = b.int_param("n", 128, 2**20, multiple_of=128, constant=constant)
-        x = b.array_param("x", dtypes.f32)
-        y = b.array_param("y", dtypes.f32)
-        if grid:
-            b.grid(n // 128)
-        tile = spatial(32).local(4)
-        source = b.global_view(x, dtypes.f32, GlobalLayout((n,), (1,)))
-        target = b.global_view(y, dtypes.f32, GlobalLayout((n,), (1,)))
-        values = b.load_global(source, [b.block_x * 128], tile)
-        b.store_global(target, b.add(values, values), [b.block_x * 128])
-    return b.program()
-
-
 def rows() -> Program:
-    """y = x + 1 over an (m, n) i32 matrix, (4, 32) per block, grid (n // 32, (m + 3) // 4, 2)
-    declared; blocks with block_z = 1 store the same values again."""
-    with ProgramBuilder("rows", 32) as b:
-        m = b.int_param("m", 0, 2**16)
-        n = b.int_param("n", 32, 4096, multiple_of=32, constant=True)
-        x = b.array_param("x", dtypes.i32)
-        y = b.array_param("y", dtypes.i32)
-        b.grid(n // 32, (m + 3) // 4, 2)
-        layout = GlobalLayout((m, n), (n, 1))
-        source = b.global_view(x, dtypes.i32, layout)
-        target = b.global_view(y, dtypes.i32, layout)
-        origin = [b.block_y * 4, b.block_x * 32]
-        tile = b.load_global(source, origin, spatial(4, 8).local(1, 4))
-        b.store_global(target, b.add(tile, 1), origin)
-    return b.program()
+    """`ir.testing.grid_programs.rows` with n constant and grid z = 2: blocks with block_z = 1
+    store the same values again."""
+    return grid_rows(depth=2)
 
 
 def _body(source: str, entry: str) -> str:

@@ -16,36 +16,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from ir import dtypes, run_reference
+from ir import run_reference
 from ir.builder import ProgramBuilder
 from ir.errors import InterpreterError, VerificationError
 from ir.program import BLOCK_INDEX_LIMIT, BLOCK_INDICES, Program
 from ir.specialize import specialize
 from ir.testing import ProgramCase, program_cases
+from ir.testing.grid_programs import rows
 from ir.values import IntParam
 from ir.verifier import verify
-from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import spatial
 from layout_algebra.symbolic import Expr, const, minimum, var
 
 
 def rows_program(grid: bool = True, constant: bool = False) -> Program:
-    """y[i, j] = x[i, j] + 1 over an (m, n) i32 matrix, a (4, 32) tile per block; the grid
-    (n // 32, (m + 3) // 4, 1) declared when `grid`."""
-    with ProgramBuilder("rows", 32) as b:
-        m = b.int_param("m", 0, 64)
-        n = b.int_param("n", 32, 4096, multiple_of=32, constant=constant)
-        x = b.array_param("x", dtypes.i32)
-        y = b.array_param("y", dtypes.i32)
-        if grid:
-            b.grid(n // 32, (m + 3) // 4)
-        layout = GlobalLayout((m, n), (n, 1))
-        source = b.global_view(x, dtypes.i32, layout)
-        target = b.global_view(y, dtypes.i32, layout)
-        origin = [b.block_y * 4, b.block_x * 32]
-        tile = b.load_global(source, origin, spatial(4, 8).local(1, 4))
-        b.store_global(target, b.add(tile, 1), origin)
-    return b.program()
+    """`ir.testing.grid_programs.rows` with m <= 64 and n a runtime parameter by default."""
+    return rows(grid=grid, constant=constant, m_max=64)
 
 
 ROWS_TEXT = """\
