@@ -323,6 +323,15 @@ class CodeWriter:
             self._depth -= 1
             self.line("}")
 
+    def position(self) -> int:
+        """Where the next line goes, for `insert`."""
+        return len(self._lines)
+
+    def insert(self, position: int, text: str) -> None:
+        """Insert the lines of `text` (unindented) before the line at `position`: something
+        the code after it turns out to need, such as a table of constants."""
+        self._lines[position:position] = text.strip("\n").split("\n")
+
     def text(self) -> str:
         """The source written so far, newline-terminated."""
         return "\n".join(self._lines) + "\n"

@@ -33,8 +33,10 @@ warps of such a kernel (64K registers at about 128 per thread), so:
 - warps in {2, 4, 8} (1 only when N fits no other), one unit of 64 columns each;
 - split-k: powers of two that make the grid cover the SMs at least once and at most
   `MAX_WAVES` full waves (every SM holding 16 warps), with at least `MIN_TILES_PER_SPLIT`
-  k-tiles per block.
-For the benchmark's shapes and batches that is 6 to 42 candidates at 3 to 8 bits.
+  k-tiles per block;
+- where the k-tile is the group, each point with and without `late_scale` (the scales
+  applied to the mma products instead of the weights: fewer instructions, more registers).
+For the benchmark's shapes and batches that is 9 to 56 candidates at 1 to 8 bits.
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
     matmul = DecodeMatmul.tuned(problem, m=1)           # or DecodeMatmul(problem, config)
@@ -534,7 +536,8 @@ def decode_search_space(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> list[DequantConfig]:
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
-    fixed order (warps, units_k, split, depth); see the module docstring for the byte model.
+    fixed order (warps, units_k, split, depth, late_scale); see the module docstring for the
+    byte model.
 
     Every candidate satisfies the program's requirements: group_size a multiple of 16 * units_k,
     K of 16 * units_k * split, N of 64 * warps * units_n. Raises `VerificationError` for a
@@ -551,13 +554,21 @@ def decode_search_space(
     for warps in warp_choices:
         for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
             blocks = (n // (UNIT_N * warps)) * math.ceil(m / BLOCK_M)
+            # Scaling the products instead of the weights needs the k-tile to be the group.
+            lates = (False, True) if UNIT_K * units_k == group_size else (False,)
             for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
                 for depth in depth_choices(problem.weight_dtype.nbits, units_k):
-                    space.append(
-                        DequantConfig(
-                            warps=warps, units_n=1, units_k=units_k, depth=depth, split=split
+                    for late in lates:
+                        space.append(
+                            DequantConfig(
+                                warps=warps,
+                                units_n=1,
+                                units_k=units_k,
+                                depth=depth,
+                                split=split,
+                                late_scale=late,
+                            )
                         )
-                    )
     return space
 
 

@@ -14,7 +14,8 @@ A conversion is planned once per cast, at lowering time, from that list:
   32-bit *window* of the bitstream (an input word, free, or a funnel shift of two neighbouring
   words, one instruction, shared by every field that uses it) in which the field lands at an
   allowed p of its half. When both fields of an output word lie in one window, the word costs
-  one LOP3 (mask, magic and sign flips at once) and one fma: about one instruction per weight
+  one LOP3 (mask, magic and sign flips at once: ``(window & mask) ^ magic``) and one fma:
+  about one instruction per weight
   at every width, which is why the packed weights (`ir.examples.packed_weights`) order each
   lane's codes so that the two elements of an output word lie 16 bits apart.
 - *Floats* without infinities or NaNs (f4e2m1, f6e3m2, ...; exponent bits <= 4 for f16, <= 7
@@ -37,6 +38,12 @@ results equal `ir.dtypes.convert`'s. Generated code is plain C over five primiti
 (float32 subtraction on bit patterns); `FAST_CONVERSION_PRIMITIVES` defines them for the
 device. A test defines them on the host with exactness checks, compiles plans for many orders
 with a C compiler and compares them with `ir.dtypes.convert` on every code in every position.
+
+A LOP3 has room for one 32-bit immediate: `render` takes a `constant` callback for the magic
+words, so that a kernel reads them from constant memory (`backend.lower` keeps a table per
+kernel) and the mask stays the immediate. With both as immediates the compiler rebuilds the
+mask in a register before every LOP3, a move per output word (measured in the decode matmul's
+loop: a fifth of its instructions at 2 bits).
 
     plan = plan_conversion(dtypes.u4, dtypes.f16, sources=list(range(8)), input_size=8)
     plan.instructions                        # estimated instructions for the whole cast
@@ -193,10 +200,16 @@ class ConversionPlan:
         return count
 
     def render(
-        self, word: Callable[[int], str], out: Callable[[int], str], prefix: str
+        self,
+        word: Callable[[int], str],
+        out: Callable[[int], str],
+        prefix: str,
+        constant: Callable[[int], str] | None = None,
     ) -> list[str]:
         """C statements computing every output word: `word(i)` is the C text of input word i,
-        `out(j)` an lvalue for output word j, `prefix` a unique stem for temporaries."""
+        `out(j)` an lvalue for output word j, `prefix` a unique stem for temporaries,
+        `constant(value)` the C operand of a 32-bit magic word (None: the literal)."""
+        magic = _hex if constant is None else constant
         lines = []
         window_names = {}
         for index, offset in enumerate(self.windows):
@@ -218,7 +231,7 @@ class ConversionPlan:
             return flipped.get(w, word(w))
 
         for j, planned in enumerate(self.words):
-            lines.append(f"{out(j)} = {self._word(planned, source, byte_word)};")
+            lines.append(f"{out(j)} = {self._word(planned, source, byte_word, magic)};")
         return lines
 
     def _window(self, offset: int, word: Callable[[int], str]) -> str:
@@ -231,7 +244,11 @@ class ConversionPlan:
         return f"la_shf_r({word(low)}, {word(high)}, {shift}u)"
 
     def _word(
-        self, planned: _Word, source: Callable[[int], str], byte_word: Callable[[int], str]
+        self,
+        planned: _Word,
+        source: Callable[[int], str],
+        byte_word: Callable[[int], str],
+        magic: Callable[[int], str],
     ) -> str:
         fma = _FMA[self.dst]
         if self.kind == "bytes_bf16":
@@ -248,11 +265,11 @@ class ConversionPlan:
                 value = f"la_prmt({byte_word(a)}, 0x64646464u, 0x{selector:04X}u)"
             else:
                 joined = f"la_prmt({byte_word(a)}, {byte_word(b)}, 0x{selector:04X}u)"
-                value = f"(({joined} & 0x00FF00FFu) ^ 0x64006400u)"
+                value = f"(({joined} & 0x00FF00FFu) ^ {magic(0x64006400)})"
         else:
             parts = [f"({source(offset)} & {_hex(mask)})" for offset, mask in planned.terms]
             if planned.magic:
-                parts.append(_hex(planned.magic))
+                parts.append(magic(planned.magic))
             value = parts[0] if len(parts) == 1 else "(" + " ^ ".join(parts) + ")"
         if planned.fma is None:
             return value

@@ -1,61 +1,71 @@
-"""Launch our quantized matmul once per kernel variant, for a profiler such as Nsight Compute.
+"""Launch the decode matmul once per configuration, for a profiler such as Nsight Compute.
 
-    ncu --kernel-name regex:quantized --section SpeedOfLight --section Occupancy \
-        --section WarpStateStats python benchmarks/profile_quantized_matmul.py --m 1
+    ncu --clock-control none --kernel-name regex:register_dequant \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        python benchmarks/profile_quantized_matmul.py --weights i2 --k 8192 --n 57344 \
+        --config warps=4,units_k=8,split=4 --config warps=4,units_k=8,split=4,depth=2
 
-Random inputs of one (M, K, N) point of `benchmarks/quantized_matmul.py`; each variant (SIMT dot,
-mma.sync) is launched once after a warm-up launch and checked against torch.matmul.
+Random inputs of one (weight type, K, N, M) point of `benchmarks/quantized_matmul.py`; each
+`--config` (fields of `ir.examples.register_dequant_matmul.DequantConfig`, the rest default; none
+given: the autotuner's choice, tuned here if no record exists) is compiled, checked against
+torch (`backend.decode_matmul.DecodeMeasure`'s tolerance) and launched `--launches` times. It
+prints each configuration's registers per thread, shared bytes and relative error.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import torch
 
-import backend
+from backend.decode_matmul import DecodeMatmul, DecodeProblem, decode_inputs, relative_error
 from ir import dtypes
-from ir.examples.quantized_matmul import quantized_matmul
+from ir.examples.register_dequant_matmul import DequantConfig
 
-BLOCK_M = BLOCK_N = 64
-GROUP_SIZE = 128
+
+def parse_config(text: str) -> DequantConfig:
+    """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); ``fused_sum`` and ``late_scale`` take 0/1."""
+    fields: dict[str, object] = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        if name not in DequantConfig.__dataclass_fields__ or not value.isdigit():
+            raise SystemExit(f"--config {text!r}: {item!r} is not a DequantConfig field=int")
+        fields[name] = bool(int(value)) if name in ("fused_sum", "late_scale") else int(value)
+    return DequantConfig(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run each variant on one random problem; return the exit status."""
+    """Run each configuration on one random problem; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", default="i4")
     parser.add_argument("--m", type=int, default=1)
-    parser.add_argument("--k", type=int, default=4096)
-    parser.add_argument("--n", type=int, default=12288)
-    parser.add_argument("--kernels", default="simt,mma")
+    parser.add_argument("--k", type=int, default=8192)
+    parser.add_argument("--n", type=int, default=57344)
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--config", action="append", default=[])
+    parser.add_argument("--launches", type=int, default=1)
     options = parser.parse_args(argv)
-    m, k, n = options.m, options.k, options.n
-    device = torch.device("cuda")
-    weight = dtypes.i4
-    codes = torch.randint(0, 16, (k * n,), device=device, dtype=torch.int32)
-    shifts = (torch.arange(k * n, device=device) % 2) * 4
-    packed = (codes << shifts).reshape(-1, 2).sum(dim=1).to(torch.uint8)
-    scales = (torch.rand((math.ceil(k / GROUP_SIZE), n), device=device) * 0.1).half()
-    values = torch.tensor(weight.decode(torch.arange(16).numpy()), device=device)[codes.long()]
-    dequantized = (
-        values.reshape(k, n) * scales.float().repeat_interleave(GROUP_SIZE, 0)[:k]
-    ).half()
-    a = (torch.rand((m, k), device=device) * 2 - 1).half()
-    expected = a.float() @ dequantized.float()
-    grid = (math.ceil(n / BLOCK_N), math.ceil(m / BLOCK_M))
-    for variant in options.kernels.split(","):
-        program = quantized_matmul(weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma")
-        kernel = backend.compile(program)
-        out = torch.zeros((m, n), device=device, dtype=torch.float16)
-        for _ in range(2):
-            kernel(m, n, k, a, packed, scales, out, grid=grid)
+    problem = DecodeProblem(
+        dtypes.from_name(options.weights), options.group_size, k=options.k, n=options.n
+    )
+    inputs = decode_inputs(problem, options.m)
+    operations = [DecodeMatmul(problem, parse_config(text)) for text in options.config]
+    if not operations:
+        operations = [DecodeMatmul.tuned(problem, options.m)]
+    for operation in operations:
+        arguments = (inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
+        out = operation(*arguments)
         torch.cuda.synchronize()
-        error = float((out.float() - expected).norm() / expected.norm())
+        error = relative_error(out, inputs["expected"])
+        for _ in range(options.launches - 1):
+            operation(*arguments, out)
+        torch.cuda.synchronize()
+        kernel = operation.matmul_kernel
         print(
-            f"{variant}: registers {kernel.resources.registers_per_thread}, "
-            f"shared {kernel.shared_bytes} B, relative error {error:.2e}"
+            f"{options.weights} {options.k}x{options.n} m={options.m} {operation.config}: "
+            f"registers {kernel.resources.registers_per_thread}, shared {kernel.shared_bytes} B, "
+            f"relative error {error:.2e}"
         )
     return 0
 

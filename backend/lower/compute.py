@@ -201,6 +201,7 @@ class ComputeLowering(LoweringContext):
                     lambda w: self.word(x, w),
                     lambda j: self.word(out, j),
                     self.temporary("cv"),
+                    self.constant_word,
                 )
                 for line in lines:
                     self.out.line(line)

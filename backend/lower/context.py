@@ -62,6 +62,9 @@ WIDE_PREFIX = "la_w_"
 RESERVED_PREFIX = "la_"
 """Names the generated code uses for itself; parameters and programs may not start with it."""
 
+CONSTANT_TABLE = "la_constants"
+"""The kernel's table of 32-bit constants in constant memory (`LoweringContext.constant_word`)."""
+
 NVRTC_OPTIONS = ("--fmad=false", "--diag-suppress=177")
 """Options every lowered kernel is compiled with: no contraction of a * b + c into an FMA, and
 no warning for the helpers and variables a kernel does not use."""
@@ -323,6 +326,8 @@ class LoweringContext:
         self.current: Instruction | None = None
         self.guard: Expr | None = None
         self.temporaries = 0
+        # 32-bit words the kernel reads from its constant-memory table, by value: their index.
+        self.constant_words: dict[int, int] = {}
         self.shared_base: dict[str, int] = {}
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
@@ -339,6 +344,14 @@ class LoweringContext:
     def temporary(self, stem: str) -> str:
         self.temporaries += 1
         return f"la_{stem}{self.temporaries}"
+
+    def constant_word(self, value: int) -> str:
+        """The C operand of the 32-bit `value` read from the kernel's constant table
+        (`CONSTANT_TABLE`, declared before the kernel): an instruction that takes one
+        immediate, such as a LOP3, can then take another operand as the immediate and this
+        one from a register the compiler loads once."""
+        index = self.constant_words.setdefault(value, len(self.constant_words))
+        return f"{CONSTANT_TABLE}[{index}]"
 
     def c(self, expr: Expr | int) -> str:
         """C text of a scalar expression (`c_text`)."""

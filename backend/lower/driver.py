@@ -33,6 +33,7 @@ from backend.lower.compute import ComputeLowering
 from backend.lower.context import (
     C_INT_MAX,
     C_INT_MIN,
+    CONSTANT_TABLE,
     NVRTC_OPTIONS,
     RESERVED_PREFIX,
     THREAD_NAME,
@@ -92,6 +93,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             out.lines(TENSOR_CORE_SOURCE)
             out.lines(FAST_CONVERSION_PRIMITIVES)
         out.line()
+        table_position = out.position()
         signature = ", ".join(c_parameter(p) for p in program.params)
         header = (
             f'extern "C" __global__ void __launch_bounds__({self.threads}) '
@@ -108,6 +110,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
             self.execute(program.body)
+        if self.constant_words:
+            words = ", ".join(f"0x{value:08X}u" for value in self.constant_words)
+            size = len(self.constant_words)
+            table = f"__constant__ unsigned int {CONSTANT_TABLE}[{size}] = {{{words}}};"
+            out.insert(table_position, table)
         shared_bytes = self.user_shared_bytes + self.scratch_bytes
         limit = shared_memory_limit(None if self.arch is None else arch_number(self.arch))
         if shared_bytes > limit:

@@ -23,6 +23,8 @@ then loading is the identity.
 The group scales are packed too (`pack_scales`): within each 64-column unit the columns are
 permuted (`scale_permutation`) so that the eight scales a lane multiplies its weights by are one
 16-byte vector (`unit_scale_layout`), which the kernel `view`s in the weights' scale layout.
+The same order serves a kernel that scales the mma accumulators instead of the weights: a C
+fragment's sixteen scales are two neighbouring 16-byte vectors (`unit_accumulator_scale_layouts`).
 
 Two implementations of the same weight permutation:
 - `pack_weights(codes, dtype)`: on the host or the tensor's device (NumPy or torch), from a (K,
@@ -47,7 +49,7 @@ from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
-from layout_algebra.register import RegisterLayout, local, spatial
+from layout_algebra.register import RegisterLayout, local, replicate, spatial
 
 FORMAT_VERSION = 2
 """The version of the packed layout; bumped whenever the bit placement changes (2: each lane's
@@ -169,6 +171,20 @@ def unit_scale_layout() -> RegisterLayout:
     f16), the eight scales of its B-fragment column (column l // 4 of each n8 fragment); the
     four lanes of a column share them."""
     return spatial(1, 8).replicate(4).local(1, UNIT_N // 8)
+
+
+def unit_accumulator_scale_layouts() -> tuple[RegisterLayout, RegisterLayout]:
+    """The (1, 64) packed scales of a unit read for the mma C fragments instead of the B
+    fragments: ``(load, view)``. Lane 4r + q of a C fragment holds columns 2q and 2q + 1 of
+    each n8 fragment t; in the packed order (`scale_permutation`: packed column 8g + t holds
+    column 8t + g) those sixteen are packed columns [16q, 16q + 16), so `load` has lane 4r + q
+    read them (two 16-byte vectors, the same for the eight lanes of a q) and `view` names what
+    it read: column 8t + 2q + e at register 8e + t. `view` holds in each lane the columns C's
+    layout reduced over rows holds there, in another register order."""
+    load = replicate(8).spatial(1, 4).local(1, 16)
+    # Modes of the column: t (the n8 fragment), q (the lane's pair), e (within the pair).
+    view = RegisterLayout((1, UNIT_N), (UNIT_N // 8, 4, 2), (-8, 1), (2, 0))
+    return load, view
 
 
 @cache

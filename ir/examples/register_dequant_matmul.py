@@ -56,6 +56,7 @@ from ir.examples.packed_weights import (
     check_weight_dtype,
     tile_layouts,
     tile_value_layout,
+    unit_accumulator_scale_layouts,
     unit_scale_layout,
 )
 from ir.program import Program
@@ -80,6 +81,11 @@ class DequantConfig:
     `fused_sum`: with split > 1, the last block of each output tile adds the partial sums up in
     the same launch (an `atomic_add` ticket per tile), else `split_k_sum` does in a second
     launch. Both add the partial sums in split order: the results are the same bits.
+    `late_scale`: multiply each k-tile's product by its group's scales instead of the weights
+    (requires one k-tile per group, 16 * units_k == group_size): the dot takes the unscaled
+    weights into a zero f32 accumulator, and the scale row, as f32 in C's layout, multiplies
+    that before it is added to C. Two f32 operations per accumulator element and k-tile
+    replace a half multiply per pair of weights (32 against 128 per lane and unit at 16 rows).
     """
 
     warps: int = 4
@@ -89,6 +95,7 @@ class DequantConfig:
     split: int = 1
     unroll: int = 2
     fused_sum: bool = True
+    late_scale: bool = False
 
     @property
     def block_n(self) -> int:
@@ -125,10 +132,12 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
-    if not isinstance(config.fused_sum, bool):
-        raise VerificationError(
-            f"register_dequant_matmul: fused_sum={config.fused_sum!r}; expected True or False"
-        )
+    for name in ("fused_sum", "late_scale"):
+        value = getattr(config, name)
+        if not isinstance(value, bool):
+            raise VerificationError(
+                f"register_dequant_matmul: {name}={value!r}; expected True or False"
+            )
     if config.warps * UNIT_LANES > 1024:
         raise VerificationError(
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
@@ -141,6 +150,11 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         raise VerificationError(
             f"register_dequant_matmul: group_size={group_size} is not a multiple of the k-tile "
             f"{config.block_k} (16 * units_k); one scale row per k-tile is required"
+        )
+    if config.late_scale and group_size != config.block_k:
+        raise VerificationError(
+            f"register_dequant_matmul: late_scale with group_size={group_size} and a k-tile of "
+            f"{config.block_k} (16 * units_k); it requires the k-tile to be the group"
         )
 
 
@@ -188,8 +202,15 @@ def register_dequant_matmul(
     weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
     a_layout = activation_layout(warps, config.units_k)
     c_layout = accumulator_layout(warps, config.units_n)
-    scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
-    packed_scale_layout = spatial(1, warps).local(1, config.units_n) * unit_scale_layout()
+    # A row of packed scales (or zero points) as loaded and as viewed: for the weights (B's
+    # fragment columns), or for C's fragments (columns 2q, 2q + 1 of each n8 fragment).
+    warp_units = spatial(1, warps).local(1, config.units_n)
+    weight_row_layouts = (
+        warp_units * unit_scale_layout(),
+        reduce_layout(weight_layout, [0], keepdims=True),
+    )
+    unit_load, unit_view = unit_accumulator_scale_layouts()
+    accumulator_row_layouts = (warp_units * unit_load, warp_units * unit_view)
     row_words = UNIT_LANES * nbits
     name = f"register_dequant_matmul_{weight_dtype.name}"
     name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
@@ -230,6 +251,7 @@ def register_dequant_matmul(
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)
 
         acc = b.register_tensor(f32, c_layout, 0.0)
+        zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
         ring = [weight_words(first + d) for d in range(depth)]
         current = b.register_tensor(i32, word_layout, 0)
         b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
@@ -251,17 +273,26 @@ def register_dequant_matmul(
             weights = b.cast(codes, act, weight_layout)
             group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
 
-            def group_row(view):
-                packed_row = b.load_global(view, [group, col0], packed_scale_layout)
-                return b.view(packed_row, act, scale_layout)
+            def group_row(view, layouts):
+                packed_row = b.load_global(view, [group, col0], layouts[0])
+                return b.view(packed_row, act, layouts[1])
 
             if zero_points:
-                weights = b.sub(weights, group_row(zero_view))
-            weights = b.mul(weights, group_row(scale_view))
+                weights = b.sub(weights, group_row(zero_view, weight_row_layouts))
+            if not config.late_scale:
+                weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
             b.copy_async_wait(1)
             b.sync()
             activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
-            b.assign(acc, b.dot(activations, weights, acc))
+            if config.late_scale:
+                scale = b.cast(
+                    group_row(scale_view, accumulator_row_layouts),
+                    f32,
+                    reduce_layout(c_layout, [0], keepdims=True),
+                )
+                b.assign(acc, b.add(acc, b.mul(b.dot(activations, weights, zero), scale)))
+            else:
+                b.assign(acc, b.dot(activations, weights, acc))
             b.sync()
         out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
         if split == 1:

@@ -261,16 +261,20 @@ def test_split_choices_table(
 
 def test_decode_search_space_table() -> None:
     space = decode_search_space(dtypes.i4, 1024, 2048, 1)
-    assert [(c.warps, c.units_k, c.split, c.depth) for c in space] == [
-        (2, 4, 4, 1),
-        (2, 4, 4, 2),
-        (2, 8, 2, 1),
-        (4, 4, 4, 1),
-        (4, 4, 4, 2),
-        (4, 8, 2, 1),
-        (8, 4, 4, 1),
-        (8, 4, 4, 2),
-        (8, 8, 2, 1),
+    # units_k = 8 makes the k-tile the group (128): with and without the late scale.
+    assert [(c.warps, c.units_k, c.split, c.depth, c.late_scale) for c in space] == [
+        (2, 4, 4, 1, False),
+        (2, 4, 4, 2, False),
+        (2, 8, 2, 1, False),
+        (2, 8, 2, 1, True),
+        (4, 4, 4, 1, False),
+        (4, 4, 4, 2, False),
+        (4, 8, 2, 1, False),
+        (4, 8, 2, 1, True),
+        (8, 4, 4, 1, False),
+        (8, 4, 4, 2, False),
+        (8, 8, 2, 1, False),
+        (8, 8, 2, 1, True),
     ]
     assert {(c.units_n, c.unroll) for c in space} == {(1, 2)}
 
@@ -282,7 +286,7 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    assert 6 <= len(space) <= 48
+    assert 6 <= len(space) <= 56
 
 
 @given(
@@ -686,25 +690,28 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Three candidates (3-bit weights: one k-tile size, depth 1), compiled with NVRTC; a fake
-    measure that prefers 4 warps; then a warm lookup that measures nothing."""
+    """Six candidates (3-bit weights: one k-tile size, the group, depth 1, with and without
+    the late scale), compiled with NVRTC; a fake measure that prefers 4 warps and the late
+    scale; then a warm lookup that measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
     def measure(operation: DecodeMatmul) -> float:
         measured.append(operation.config)
-        return {2: 30.0, 4: 10.0, 8: 20.0}[operation.config.warps]
+        late = 1.0 if operation.config.late_scale else 0.0
+        return {2: 30.0, 4: 10.0, 8: 20.0}[operation.config.warps] - late
 
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 3
-    assert cold.config == DequantConfig(warps=4, units_k=8, split=2, depth=1)  # a fused sum
+    assert measured == space and len(space) == 6
+    # A fused sum, the scales applied to the products.
+    assert cold.config == DequantConfig(warps=4, units_k=8, split=2, depth=1, late_scale=True)
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 3
+    assert len(measured) == 6
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})

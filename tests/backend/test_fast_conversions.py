@@ -369,6 +369,30 @@ def test_interleaved_i4_to_f16_is_one_lop3_and_one_fma_per_pair() -> None:
     assert plan.instructions == 9
 
 
+def test_magic_words_come_from_the_constant_callback() -> None:
+    """With `constant`, every magic word is its operand (the mask stays the LOP3 immediate);
+    the rest of the text is unchanged."""
+    plan = plan_conversion(dtypes.i4, dtypes.f16, [0, 4, 1, 5, 2, 6, 3, 7], 8)
+    asked = []
+
+    def constant(value: int) -> str:
+        asked.append(value)
+        return f"K{value:08X}"
+
+    lines = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t", constant)
+    assert lines[1] == (
+        "y[0] = la_fma_f16x2(((x[0] & 0x000F000Fu) ^ K64086408), 0x3C003C00u, 0xE408E408u);"
+    )
+    assert asked == [0x64086408, 0x64806480, 0x64086408, 0x64806480]
+    literal = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t")
+    for value in set(asked):
+        lines = [line.replace(f"K{value:08X}", f"0x{value:08X}u") for line in lines]
+    assert lines == literal
+    joined = plan_conversion(dtypes.u8, dtypes.f16, [0, 4, 1, 5], 8)
+    text = "\n".join(joined.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t", constant))
+    assert "^ K64006400)" in text and "0x64006400u" not in text
+
+
 def test_bytes_to_f16_is_one_prmt_and_one_fma_per_pair() -> None:
     plan = plan_conversion(dtypes.u8, dtypes.f16, [0, 1, 2, 3], 4)
     assert plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t") == [

@@ -47,6 +47,8 @@ CONFIGS = [
     DequantConfig(warps=1, units_k=8, split=4),
     DequantConfig(warps=4, units_k=2, depth=3, unroll=3),
     DequantConfig(warps=8, units_k=1, split=2),
+    DequantConfig(units_k=8, late_scale=True),
+    DequantConfig(warps=2, units_k=8, split=2, depth=2, late_scale=True),
 ]
 GROUP_SIZE = 128
 
@@ -182,6 +184,8 @@ ACTIVATION_CASES = [
     (dtypes.u3, dtypes.f16, True, DequantConfig(units_k=8)),
     (dtypes.i1, dtypes.bf16, False, DequantConfig(units_k=8)),
     (dtypes.u7, dtypes.bf16, True, DequantConfig(units_k=2)),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(units_k=8, late_scale=True)),
+    (dtypes.i2, dtypes.f16, False, DequantConfig(warps=2, units_k=8, late_scale=True)),
 ]
 
 

@@ -57,6 +57,7 @@ SHIM = r"""
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
 #define __shared__
+#define __constant__ static const
 #define __align__(bytes)
 
 struct la_dim3 { unsigned x, y, z; };

@@ -28,6 +28,7 @@ from ir.examples.packed_weights import (
     pack_weights,
     pack_weights_program,
     scale_permutation,
+    unit_accumulator_scale_layouts,
     unit_element_layout,
     unit_permutation,
     unit_scale_layout,
@@ -390,6 +391,19 @@ def test_scale_permutation_table() -> None:
     for lane in range(32):
         columns = [layout.map(lane, f)[1] for f in range(8)]
         assert columns == list(range(lane // 4 * 8, lane // 4 * 8 + 8))
+
+
+def test_accumulator_scale_layouts_read_the_c_fragment_columns() -> None:
+    load, view = unit_accumulator_scale_layouts()
+    for lane in range(32):
+        q = lane % 4
+        # Lane 4r + q reads packed columns 16q .. 16q + 15 (two 16-byte vectors)...
+        assert [load.map(lane, i)[1] for i in range(16)] == list(range(16 * q, 16 * q + 16))
+        # ...which hold natural column 8t + 2q + e at register 8e + t: in PTX's m16n8k16 C
+        # fragment, lane 4r + q holds columns 2q and 2q + 1 of each n8 fragment t.
+        named = [view.map(lane, i)[1] for i in range(16)]
+        assert named == [8 * t + 2 * q + e for e in range(2) for t in range(8)]
+        assert named == [scale_permutation()[load.map(lane, i)[1]] for i in range(16)]
 
 
 @settings(max_examples=25, deadline=None)

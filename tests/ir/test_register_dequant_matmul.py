@@ -92,6 +92,25 @@ def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.nda
     return partials
 
 
+def late_scaled_partials(
+    a: np.ndarray, values: np.ndarray, scales: np.ndarray, group_size: int, split: int
+) -> list[np.ndarray]:
+    """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
+    f32 sum in k order of a * f16(w) from zero, times the group's f32 scale, added to the
+    split's sum."""
+    size = a.shape[1] // split
+    partials = []
+    for s in range(split):
+        accumulator = np.zeros((a.shape[0], values.shape[1]), dtype=np.float32)
+        for start in range(s * size, (s + 1) * size, group_size):
+            (product,) = sequential_partials(
+                a[:, start : start + group_size], values[start : start + group_size], 1
+            )
+            accumulator = accumulator + product * scales[start // group_size].astype(np.float32)
+        partials.append(accumulator)
+    return partials
+
+
 def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
     """f16(p0 + p1 + ...), the f32 additions in order."""
     total = partials[0]
@@ -129,7 +148,11 @@ def run_dequant(
     names += ["partial", "counters", "c"] if fused else ["c"]
     assert [p.name for p in program.params] == names
     scales = pack_scales(problem.scales)
-    partials = sequential_partials(problem.a, problem.dequantized, split)
+    if config.late_scale:
+        values = dtype.decode(problem.codes).astype(np.float16)
+        partials = late_scaled_partials(problem.a, values, problem.scales, group_size, split)
+    else:
+        partials = sequential_partials(problem.a, problem.dequantized, split)
     if fused:
         partial = with_tail(split * m * n, np.float32)
         counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
@@ -182,6 +205,10 @@ CASES = [
     (dtypes.i3, 64, DequantConfig(warps=1, units_k=2, split=4, fused_sum=False), 17, 2, 2),
     (dtypes.i1, 64, DequantConfig(warps=1, units_k=2, unroll=1), 5, 1, 4),
     (dtypes.f8e5m2, 128, DequantConfig(warps=2, units_k=4), 1, 1, 2),
+    # The scales applied to each k-tile's product (the k-tile is the group).
+    (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, late_scale=True), 17, 1, 2),
+    (dtypes.u4, 64, DequantConfig(units_k=4, depth=2, late_scale=True), 5, 1, 3),
+    (dtypes.f4e2m1, 32, DequantConfig(warps=2, units_n=2, units_k=2, late_scale=True), 16, 1, 3),
 ]
 
 
@@ -211,6 +238,8 @@ ZERO_POINT_CASES = [
     (dtypes.i8, dtypes.bf16, False, DequantConfig(warps=1, units_k=2, split=2), 5),
     (dtypes.f4e2m1, dtypes.bf16, False, DequantConfig(warps=2, units_k=2), 16),
     (dtypes.u3, dtypes.f16, True, DequantConfig(warps=1, units_k=2, depth=2), 2),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, late_scale=True), 5),
+    (dtypes.i2, dtypes.f16, False, DequantConfig(warps=2, units_k=4, late_scale=True), 3),
 ]
 
 
@@ -240,6 +269,7 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     zero_values = activation.decode(zeros).astype(np.float64)[per_row]
     # W - Z is exact; the product is rounded once to the activation type.
     dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
+    shifted = (values - zero_values).astype(np.float32)  # exact: small integers
     a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
     a = activation.decode(a_codes).astype(np.float32)
     program = register_dequant_matmul(
@@ -257,7 +287,11 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     counters = np.zeros(config.tiles(m, n), dtype=np.int32)
     arguments += [partial, counters] if split > 1 else []
     run_reference(program, *arguments, c, grid=config.grid(m, n))
-    partials = sequential_partials(a, dequantized.astype(np.float32), split)
+    if config.late_scale:
+        group_scales = activation.decode(scales).astype(np.float32)
+        partials = late_scaled_partials(a, shifted, group_scales, group_size, split)
+    else:
+        partials = sequential_partials(a, dequantized.astype(np.float32), split)
     total = partials[0]
     for part in partials[1:]:
         total = total + part
@@ -287,8 +321,9 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         split=draw(st.sampled_from([1, 2, 4])),
         unroll=draw(st.sampled_from([1, 2])),
         fused_sum=draw(st.booleans()),
+        late_scale=draw(st.booleans()),
     )
-    group_size = config.block_k * draw(st.sampled_from([1, 2]))
+    group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
     k = config.block_k * config.split * draw(st.integers(1, 3))
@@ -344,6 +379,8 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(split=2.0), r"split=2\.0; expected an int >= 1"),
         (DequantConfig(unroll=False), "unroll=False; expected an int >= 1"),
         (DequantConfig(warps=33), "warps=33; a block has at most 32 warps"),
+        (DequantConfig(late_scale=1), "late_scale=1; expected True or False"),
+        (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
     ],
     ids=str,
 )
@@ -450,6 +487,9 @@ DECODE_LOOP_CASES = [
     )
     for bits in (1, 2, 3, 5, 6, 7, 8)
     for kind in "ui"
+] + [
+    (dtypes.i2, DequantConfig(units_k=8, late_scale=True), dtypes.f16, False),
+    (dtypes.u4, DequantConfig(units_k=8, late_scale=True), dtypes.bf16, True),
 ]
 
 
@@ -469,8 +509,20 @@ def test_decode_loop_takes_no_generic_path(
     kernel = lower(program, "sm_90a", constants=LAYER)
     assert [step.describe() for step in kernel.report.generic_in_loops()] == []
     in_loop = {path.name for step in kernel.report if step.loop_depth for path in step.paths}
-    expected = {"load 16 B", f"fast {weight} -> {activation}", f"paired {activation} mul"}
-    assert expected | {"ldmatrix", "mma.m16n8k16"} <= in_loop
+    expected = {"load 16 B", f"fast {weight} -> {activation}", "ldmatrix", "mma.m16n8k16"}
+    # The scales multiply the weights in pairs, or (late_scale) the f32 products.
+    expected.add("f32 mul" if config.late_scale else f"paired {activation} mul")
+    assert expected <= in_loop
+
+
+def test_decode_loop_reads_the_magic_words_from_constant_memory(i4_source: str) -> None:
+    """The LOP3s of the i4 decoder take their mask as the immediate and the magic word from
+    the kernel's constant table, declared once before the kernel."""
+    (table,) = re.findall(r"__constant__ unsigned int la_constants\[(\d+)\] = \{([^}]*)\};", i4_source)
+    assert int(table[0]) == len(table[1].split(",")) and "0x64086408u" in table[1]
+    loop = loop_and_after(i4_source)
+    assert re.search(r"& 0x000F000Fu\) \^ la_constants\[\d+\]\)", loop)
+    assert "0x64086408u" not in loop
 
 
 @pytest.mark.parametrize(
