@@ -25,7 +25,8 @@ from ir.examples.register_dequant_matmul import DequantConfig
 
 
 def parse_config(text: str) -> DequantConfig:
-    """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); ``fused_sum`` and ``late_scale`` take 0/1."""
+    """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); ``fused_sum`` and
+    ``late_scale`` take 0/1."""
     fields: dict[str, object] = {}
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")

@@ -17,6 +17,8 @@ weights, so the program keeps them out of shared memory:
         the k-tile's group (loaded as 16-byte vectors of packed scales, viewed in the weights'
         scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
+        (with `late_scale`, the weights are not scaled; the dot starts from zero and its
+        product, times the group's scale row as f32 in C's layout, is added to C)
     store C (split == 1), or the f32 partial sums of this block's k range (split > 1); then
     the block whose `atomic_add` ticket on its tile's counter comes last adds the split's
     partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
@@ -85,7 +87,8 @@ class DequantConfig:
     (requires one k-tile per group, 16 * units_k == group_size): the dot takes the unscaled
     weights into a zero f32 accumulator, and the scale row, as f32 in C's layout, multiplies
     that before it is added to C. Two f32 operations per accumulator element and k-tile
-    replace a half multiply per pair of weights (32 against 128 per lane and unit at 16 rows).
+    replace a half multiply per pair of weights (per lane and unit, at a k-tile of 128: 64
+    against 128), at the cost of a second accumulator's registers.
     """
 
     warps: int = 4

@@ -472,25 +472,29 @@ def test_decode_loop_loads_weights_as_unmasked_16_byte_vectors(i4_source: str) -
     assert "< 24576" not in text and "< 256)" not in text and "< 256 " not in text
 
 
-DECODE_LOOP_CASES = [
-    (dtypes.i4, DequantConfig(), dtypes.f16, False),
-    (dtypes.i4, DequantConfig(split=8, depth=2), dtypes.f16, False),
-    (dtypes.u4, DequantConfig(), dtypes.bf16, True),
-    (dtypes.i8, DequantConfig(units_k=2), dtypes.bf16, False),
-    (dtypes.f4e2m1, DequantConfig(), dtypes.f16, False),
-] + [
-    (
-        dtypes.from_name(f"{kind}{bits}"),
-        DequantConfig(units_k=8 if bits < 4 else 4),
-        dtypes.f16,
-        False,
-    )
-    for bits in (1, 2, 3, 5, 6, 7, 8)
-    for kind in "ui"
-] + [
-    (dtypes.i2, DequantConfig(units_k=8, late_scale=True), dtypes.f16, False),
-    (dtypes.u4, DequantConfig(units_k=8, late_scale=True), dtypes.bf16, True),
-]
+DECODE_LOOP_CASES = (
+    [
+        (dtypes.i4, DequantConfig(), dtypes.f16, False),
+        (dtypes.i4, DequantConfig(split=8, depth=2), dtypes.f16, False),
+        (dtypes.u4, DequantConfig(), dtypes.bf16, True),
+        (dtypes.i8, DequantConfig(units_k=2), dtypes.bf16, False),
+        (dtypes.f4e2m1, DequantConfig(), dtypes.f16, False),
+    ]
+    + [
+        (
+            dtypes.from_name(f"{kind}{bits}"),
+            DequantConfig(units_k=8 if bits < 4 else 4),
+            dtypes.f16,
+            False,
+        )
+        for bits in (1, 2, 3, 5, 6, 7, 8)
+        for kind in "ui"
+    ]
+    + [
+        (dtypes.i2, DequantConfig(units_k=8, late_scale=True), dtypes.f16, False),
+        (dtypes.u4, DequantConfig(units_k=8, late_scale=True), dtypes.bf16, True),
+    ]
+)
 
 
 @pytest.mark.parametrize(
@@ -518,7 +522,8 @@ def test_decode_loop_takes_no_generic_path(
 def test_decode_loop_reads_the_magic_words_from_constant_memory(i4_source: str) -> None:
     """The LOP3s of the i4 decoder take their mask as the immediate and the magic word from
     the kernel's constant table, declared once before the kernel."""
-    (table,) = re.findall(r"__constant__ unsigned int la_constants\[(\d+)\] = \{([^}]*)\};", i4_source)
+    declaration = r"__constant__ unsigned int la_constants\[(\d+)\] = \{([^}]*)\};"
+    (table,) = re.findall(declaration, i4_source)
     assert int(table[0]) == len(table[1].split(",")) and "0x64086408u" in table[1]
     loop = loop_and_after(i4_source)
     assert re.search(r"& 0x000F000Fu\) \^ la_constants\[\d+\]\)", loop)
