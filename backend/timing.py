@@ -6,11 +6,17 @@ kernel launches) with CUDA events, after warm-up runs, each timed run preceded b
 1. a READ of `flush`, a buffer of at least twice the L2 cache (`flush_buffer`), so the timed
    operation reads its inputs from HBM; a read, not a write, so no dirty lines are written back
    during the timed kernel (that adds 3 to 20 us to a small one);
-2. a sleep kernel of `sleep_cycles` (about 200 us at 2 GHz by default), queued so the GPU is
+2. a sleep kernel of `sleep_cycles` (about 1 ms at 2 GHz by default), queued so the GPU is
    still busy when the timed launch is queued: the launch's host cost is hidden;
 
 and returns the median in microseconds. The events bracket `run` alone, neither the flush nor
-the sleep.
+the sleep. The sleep hides the host cost only while that cost is shorter than it; past it, the
+GPU waits for the launch inside the timed interval and the time includes host work (seen on an
+H200: a checked decode-matmul launch from Python takes 140 to 470 us on the host, and behind
+a 200 us sleep one point in eight measured 2 to 4 times its kernel time). So `median_us` times
+the sleep alone first and the host time of every timed `run`; when one of them outlasts the
+sleep, it times them all again behind a sleep `SLEEP_GROWTH` times longer (at most
+`SLEEP_ATTEMPTS` times, then it raises `LaunchError`).
 
     flush = flush_buffer()                        # cached per device
     us = median_us(lambda: kernel(*args), flush, repeats=30)
@@ -20,7 +26,9 @@ torch is imported inside the functions only: this module imports on a machine wi
 
 from __future__ import annotations
 
+import functools
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +37,12 @@ from backend.errors import LaunchError
 FLUSH_BYTES = 512 * 2**20
 """The smallest flush buffer `flush_buffer` makes: 512 MiB, more than twice any current L2
 (60 MB on an H200)."""
-SLEEP_CYCLES = 400_000
-"""GPU clock cycles of the sleep kernel before each timed run: about 200 us at 2 GHz, longer
-than a checked launch from Python takes."""
+SLEEP_CYCLES = 2_000_000
+"""GPU clock cycles of the sleep kernel before each timed run at first: about 1 ms at 2 GHz."""
+SLEEP_GROWTH = 4
+"""How much longer the sleep is made when a run's host time outlasted it."""
+SLEEP_ATTEMPTS = 4
+"""Sleep lengths `median_us` tries before it gives up (the last is 64 times the first)."""
 WARMUP_RUNS = 2
 """Untimed runs before the timed ones (module loading, first-touch allocations)."""
 
@@ -84,15 +95,16 @@ def median_us(
 
     Requires: `run` queues its work on torch's current stream (as `backend` kernels called with
     torch tensors do); `flush` is a CUDA tensor of at least twice the L2 (`flush_buffer`).
-    Raises `LaunchError` for `repeats` < 1, `warmup` < 0 or `sleep_cycles` < 0, and for a
-    `flush` that is not a CUDA tensor.
+    Raises `LaunchError` for `repeats` < 1, `warmup` < 0 or `sleep_cycles` < 1, for a
+    `flush` that is not a CUDA tensor, and when `run`'s host time outlasts even the longest
+    sleep (the module docstring).
     """
     import torch
 
     for name, value, least in (
         ("repeats", repeats, 1),
         ("warmup", warmup, 0),
-        ("sleep_cycles", sleep_cycles, 0),
+        ("sleep_cycles", sleep_cycles, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise LaunchError(f"median_us: {name}={value!r}; expected an int >= {least}")
@@ -104,15 +116,33 @@ def median_us(
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        flush.sum()
-        torch.cuda._sleep(sleep_cycles)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(1e3 * start.elapsed_time(end))
-    return statistics.median(times)
+    for _ in range(SLEEP_ATTEMPTS):
+        sleep_us = _elapsed_us(torch, functools.partial(torch.cuda._sleep, sleep_cycles))
+        times, host_us = [], []
+        for _ in range(repeats):
+            flush.sum()
+            torch.cuda._sleep(sleep_cycles)
+            times.append(_elapsed_us(torch, run, host_us))
+        if max(host_us) < sleep_us:
+            return statistics.median(times)
+        sleep_cycles *= SLEEP_GROWTH
+    raise LaunchError(
+        f"median_us: queuing one run took up to {max(host_us):.0f} us on the host, longer than "
+        f"the longest sleep before it ({sleep_us:.0f} us): its time would include host work"
+    )
+
+
+def _elapsed_us(torch: Any, run: Callable[[], object], host_us: list[float] | None = None) -> float:
+    """The GPU time in microseconds between events recorded before and after queuing `run`
+    (waited for); the host time of queuing it is appended to `host_us`."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    begun = time.perf_counter()
+    run()
+    queued = time.perf_counter()
+    end.record()
+    end.synchronize()
+    if host_us is not None:
+        host_us.append(1e6 * (queued - begun))
+    return 1e3 * start.elapsed_time(end)

@@ -21,8 +21,9 @@ Protocol (the project's GPU notes, ``backend.timing.median_us``): every result i
 before it is timed (ours against cuBLAS on the same dequantized weights, within f16 rounding;
 Humming against the unquantized product within its quantization error); each timed run is
 preceded by a read of a 512 MiB buffer (more than twice the 60 MB L2, so weights come from HBM;
-a read, not a write, so no dirty lines are written back during the timed kernel) and by a short
-sleep kernel that hides the launch; CUDA events time the kernel alone; the median of
+a read, not a write, so no dirty lines are written back during the timed kernel) and by a
+sleep kernel that hides the launch (made longer until it outlasts every launch's host time);
+CUDA events time the kernel alone; the median of
 `--repeats` (at least 30) runs after warm-up is reported. The roofline time is the larger of
 the bytes that must move (packed weights, scales, activations, output) over 4.4 TB/s and the
 FLOPs over 800 TFLOP/s; a single cold kernel also pays about 3 us of fixed cost, which the

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,16 @@ def test_median_grows_with_the_work_and_checks_its_arguments() -> None:
     small_us = median_us(lambda: small.sum(), flush, 30)
     large_us = median_us(lambda: large.sum(), flush, 30)
     assert 0 < small_us < 100 and large_us > 150 and large_us > 5 * small_us
+
+    # A run that spends 3 ms on the host before queuing its kernel: the first sleep (about
+    # 1 ms) would let that into the time; the sleep grows until it covers it.
+    def slow_to_queue() -> None:
+        time.sleep(0.003)
+        small.sum()
+
+    assert 0 < median_us(slow_to_queue, flush, 5) < 100
+    with pytest.raises(LaunchError, match=r"took up to \d+ us on the host, longer than the"):
+        median_us(lambda: time.sleep(0.1), flush, 1)
     with pytest.raises(LaunchError, match=r"repeats=0; expected an int >= 1"):
         median_us(lambda: None, flush, 0)
     with pytest.raises(LaunchError, match=r"flush is Tensor; expected a CUDA tensor"):
