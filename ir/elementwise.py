@@ -11,11 +11,15 @@ then brings the result back into the result type:
   (double rounding is innocuous), which is what lets the backend use the native instructions.
   Operations marked ``exact=False`` (the transcendental ones) are not bit-exact on the GPU; GPU
   differential tests compare them with a tolerance.
-- NaN (the contract's three classes): `neg` and `abs` are moves that flip or clear the sign bit,
-  so a NaN keeps its sign; every other float operation whose result is NaN gives the positive
-  quiet NaN (`arithmetic_nan`), whatever the operands' NaNs and the host's CPU (x86 would give
-  the first operand's payload or the negative default NaN). Its payload is unspecified by the
-  contract: the GPU gives its own canonical NaN, and differential tests compare NaNs by sign.
+- NaN (the contract's three classes): moves keep codes bit for bit. A NaN code's value carries
+  its sign and payload (`to_values`: the code's mantissa at the top of the float32 mantissa)
+  and `to_codes` gives the code back, so a load, store, copy, `view`, `assign` or `where` never
+  changes a NaN; `neg` and `abs` are moves that flip or clear the sign bit. A `cast` encodes
+  through the codec, which keeps a NaN's sign and drops its payload; every other float
+  operation whose result is NaN gives the positive quiet NaN (`arithmetic_nan`), whatever the
+  operands' NaNs and the host's CPU (x86 would give the first operand's payload or the negative
+  default NaN). Its payload is unspecified by the contract: the GPU gives its own canonical
+  NaN, and differential tests compare such NaNs by sign.
 - Integers: compute exactly in int64, then wrap to the type's bit width (two's complement for
   signed types; modulo 2^nbits for unsigned ones). Integer `div` and `mod` use Python's *floor*
   semantics (``-7 div 2 == -4``, ``-7 mod 2 == 1``), not C's truncation; the backend emits
@@ -161,13 +165,60 @@ def arithmetic_nan(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(values), np.float32(np.nan), values)
 
 
+def cast_nan(values: np.ndarray) -> np.ndarray:
+    """float32 `values` with every NaN replaced by the quiet NaN of its sign (0x7FC00000 or
+    0xFFC00000): what a `cast` of the contract's second class makes of a NaN, whatever code it
+    carried."""
+    values = np.asarray(values, dtype=np.float32)
+    return np.where(np.isnan(values), np.copysign(np.float32(np.nan), values), values)
+
+
 MOVE_UNARY_OPS = frozenset({"neg", "abs"})
 """Float unary operations that act on the sign bit alone (a NaN keeps its sign)."""
 
 
+def _keeps_nan_codes(dtype: DataType) -> bool:
+    """Whether `dtype`'s NaN codes need carrying in their float32 values: a float type with NaNs
+    narrower than f32 (f32's values are its codes' bits)."""
+    return dtype.is_float and dtype.has_nan and dtype.nbits < 32
+
+
 def to_values(dtype: DataType, codes: np.ndarray) -> np.ndarray:
-    """The interpreter values (float32 or int64) of `codes` of `dtype`."""
-    return np.asarray(dtype.decode(codes), dtype=value_dtype(dtype))
+    """The interpreter values (float32 or int64) of `codes` of `dtype`: `dtype.decode`, except
+    that a NaN code's float32 value carries the code (its sign, and its mantissa as the top of
+    the float32 mantissa), so that `to_codes` gives it back."""
+    values = np.asarray(dtype.decode(codes), dtype=value_dtype(dtype))
+    if not _keeps_nan_codes(dtype):
+        return values
+    nan = np.isnan(values)
+    if not nan.any():
+        return values
+    codes = np.asarray(codes, dtype=np.int64)
+    sign = (codes >> (dtype.nbits - 1)) & 1
+    mantissa = codes & ((1 << dtype.mantissa_bits) - 1)
+    bits = (sign << 31) | 0x7F800000 | (mantissa << (23 - dtype.mantissa_bits))
+    return np.where(nan, bits.astype(np.uint32).view(np.float32), values)
+
+
+def to_codes(dtype: DataType, values: np.ndarray) -> np.ndarray:
+    """The codes (int64) of interpreter `values` of `dtype`, the inverse of `to_values`: a NaN
+    that carries a NaN code of `dtype` gives that code; any other value is encoded by the
+    codec (a NaN from arithmetic: the type's NaN with its sign)."""
+    codes = np.asarray(dtype.encode(values), dtype=np.int64)
+    if not _keeps_nan_codes(dtype):
+        return codes
+    values = np.asarray(values, dtype=np.float32)
+    nan = np.isnan(values)
+    if not nan.any():
+        return codes
+    bits = values.view(np.uint32).astype(np.int64)
+    exponent = ((1 << dtype.exponent_bits) - 1) << dtype.mantissa_bits
+    carried = (
+        ((bits >> 31) << (dtype.nbits - 1))
+        | exponent
+        | ((bits & 0x7FFFFF) >> (23 - dtype.mantissa_bits))
+    )
+    return np.where(nan & np.isnan(dtype.decode(carried)), carried, codes)
 
 
 def _float_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -248,9 +299,9 @@ def apply_unary(op: str, dtype: DataType, x: np.ndarray) -> np.ndarray:
     if dtype.is_float:
         with np.errstate(all="ignore"):
             result = _FLOAT_UNARY[op](np.asarray(x, dtype=np.float32))
-        if op not in MOVE_UNARY_OPS:
-            result = arithmetic_nan(result)
-        return round_values(dtype, result)
+        if op in MOVE_UNARY_OPS:
+            return result  # a sign-bit change of a value of the type: exact, NaNs kept
+        return round_values(dtype, arithmetic_nan(result))
     return round_values(dtype, _INT_UNARY[op](np.asarray(x, dtype=np.int64)))
 
 

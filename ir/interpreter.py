@@ -36,7 +36,10 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
 - integer division by zero and out-of-range shifts; bad arguments or grid, and a grid of more
   than `MAX_BLOCKS` blocks unless `run_reference` is given a larger `max_blocks`.
 
-`NaN` payloads of types narrower than f32 are not preserved (registers hold values).
+Registers hold values (`ir.elementwise`), and a NaN's value carries its code, so loads,
+stores, copies, views, `assign`, `where`, `neg` and `abs` keep every code bit for bit, as the
+GPU does; casts keep a NaN's sign and arithmetic gives the positive quiet NaN (the contract's
+three NaN classes).
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ from ir.elementwise import (
     apply_binary,
     apply_unary,
     arithmetic_nan,
+    cast_nan,
     round_values,
+    to_codes,
     to_values,
     value_dtype,
 )
@@ -419,7 +424,7 @@ class BlockInterpreter(InstructionVisitor[None]):
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         inside, elements, stream = self.global_access(dst, instruction.offsets, src.layout)
-        codes = src.dtype.encode(self.values(src)).astype(np.int64)
+        codes = to_codes(src.dtype, self.values(src))
         coords = layout_table(src.layout)
         threads = np.broadcast_to(np.arange(self.threads)[:, None], codes.shape)
         if inside is None:
@@ -504,7 +509,7 @@ class BlockInterpreter(InstructionVisitor[None]):
         state = self.shared[dst.name]
         elements = self.shared_access(dst, instruction.offsets, src.layout)
         self.write_shared(state, elements, src.layout)
-        codes = src.dtype.encode(self.values(src)).astype(np.int64)
+        codes = to_codes(src.dtype, self.values(src))
         if src.layout.replication == 1 and _is_injective(dst.layout):
             # Case: every element is written by exactly one (thread, local index).
             elements, codes = elements.ravel(), codes.ravel()
@@ -572,13 +577,16 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
-        # The values are x's decoded codes, so encoding them is `dtypes.convert` of the codes.
+        # The values are x's decoded codes, so encoding them is `dtypes.convert` of the codes
+        # (a NaN code's value carries the code: the cast keeps only its sign).
         values = self.gathered(out, x)
+        if x.dtype.is_float:
+            values = cast_nan(values)
         self.registers[out.name] = to_values(out.dtype, out.dtype.encode(values))
 
     def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x
-        codes = x.dtype.encode(self.values(x)).astype(np.int64)
+        codes = to_codes(x.dtype, self.values(x))
         bits_in = np.arange(x.dtype.nbits, dtype=np.int64)
         bits = ((codes[..., None] >> bits_in) & 1).reshape(self.threads, -1)
         bits = bits.reshape(self.threads, out.layout.local_size, out.dtype.nbits)
@@ -595,14 +603,18 @@ class BlockInterpreter(InstructionVisitor[None]):
         )
         combine = _combiner(instruction.reduction, x.dtype)
         accumulator = parts[..., 0]
-        for j in range(1, parts.shape[-1]):
-            accumulator = combine(accumulator, parts[..., j])
-        for divisor, size in steps:
-            grouped = accumulator.reshape(-1, size, divisor, accumulator.shape[-1])
-            total = grouped[:, 0]
-            for digit in range(1, size):
-                total = combine(total, grouped[:, digit])
-            accumulator = np.broadcast_to(total[:, None], grouped.shape).reshape(accumulator.shape)
+        # A NaN operand that carries a signalling NaN code raises NumPy's invalid flag; the
+        # result is NaN either way and made the arithmetic NaN below.
+        with np.errstate(invalid="ignore"):
+            for j in range(1, parts.shape[-1]):
+                accumulator = combine(accumulator, parts[..., j])
+            for divisor, size in steps:
+                grouped = accumulator.reshape(-1, size, divisor, accumulator.shape[-1])
+                total = grouped[:, 0]
+                for digit in range(1, size):
+                    total = combine(total, grouped[:, digit])
+                shape = accumulator.shape
+                accumulator = np.broadcast_to(total[:, None], grouped.shape).reshape(shape)
         if out.dtype.is_float:
             accumulator = arithmetic_nan(accumulator)
         self.registers[out.name] = round_values(out.dtype, accumulator)
@@ -613,8 +625,9 @@ class BlockInterpreter(InstructionVisitor[None]):
         rows = self.values(a).ravel()[flat_a]
         cols = self.values(b).ravel()[flat_b]
         accumulator = self.values(c)
-        for k in range(flat_a.shape[-1]):
-            accumulator = accumulator + rows[..., k] * cols[..., k]
+        with np.errstate(invalid="ignore"):  # signalling NaN codes, as in visit_reduce
+            for k in range(flat_a.shape[-1]):
+                accumulator = accumulator + rows[..., k] * cols[..., k]
         if out.dtype.is_float:
             accumulator = arithmetic_nan(accumulator)
         self.registers[out.name] = accumulator

@@ -453,6 +453,62 @@ def _ticketed_sum(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("ticketed_sum", b.program(), arguments, (parts,))
 
 
+def _nan_moves(rng: np.random.Generator) -> FeatureCase:
+    """Every NaN code of f16 (and every code of f8e5m2) through the moves, which keep codes
+    bit for bit (the contract's first NaN class): a shared-memory round trip, copy_async, a
+    view as bytes, where, neg and abs (sign-bit operations on the code)."""
+    threads = 128
+    inputs = {}
+    for dtype in (dtypes.f16, dtypes.f8e5m2):
+        codes = np.arange(1 << dtype.nbits)
+        nans = codes[np.isnan(dtype.decode(codes))]
+        count = -(-(1 << dtype.nbits if dtype.nbits == 8 else nans.size) // 1024) * 1024
+        chosen = codes if dtype.nbits == 8 else nans
+        filled = np.resize(rng.permutation(chosen), count)
+        inputs[dtype] = (count, dtypes.pack(filled, dtype))
+    with ProgramBuilder("nan_moves", threads) as b:
+        condition = None
+        for dtype, (count, _) in inputs.items():
+            x = b.array_param(f"x_{dtype.name}", dtype)
+            outs = [
+                b.array_param(f"{name}_{dtype.name}", dtype)
+                for name in ("shared", "async", "where", "neg", "abs")
+            ]
+            raw = b.array_param(f"bytes_{dtype.name}", dtypes.u8)
+            line = GlobalLayout((count,), (1,))
+            layout = spatial(threads).local(count // threads)
+            source = b.global_view(x, dtype, line)
+            values = b.load_global(source, [0], layout)
+            staged = b.shared_tensor(dtype, shared_row_major(count))
+            b.store_shared(staged, values)
+            copied = b.shared_tensor(dtype, shared_row_major(count))
+            b.copy_async(copied, source, [0])
+            b.copy_async_commit()
+            b.copy_async_wait(0)
+            b.sync()
+            condition = b.register_tensor(dtypes.u1, layout, 1)
+            results = (
+                b.load_shared(staged, layout),
+                b.load_shared(copied, layout),
+                b.where(condition, values, b.neg(values)),
+                b.neg(values),
+                b.abs(values),
+            )
+            for out, result in zip(outs, results):
+                b.store_global(b.global_view(out, dtype, line), result, [0])
+            size = count * dtype.nbits // 8
+            as_bytes = b.view(values, dtypes.u8, spatial(threads).local(size // threads))
+            b.store_global(
+                b.global_view(raw, dtypes.u8, GlobalLayout((size,), (1,))), as_bytes, [0]
+            )
+    arguments = []
+    for dtype, (count, stream) in inputs.items():
+        arguments.append(stream)
+        arguments += [np.zeros_like(stream) for _ in range(5)]
+        arguments.append(np.zeros(count * dtype.nbits // 8, dtype=np.uint8))
+    return FeatureCase("nan_moves", b.program(), tuple(arguments), (1,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -469,5 +525,6 @@ def feature_cases() -> list[FeatureCase]:
         _tensor_cores,
         _fast_casts,
         _ticketed_sum,
+        _nan_moves,
     )
     return [make(rng) for make in makers]

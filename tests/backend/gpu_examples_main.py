@@ -109,8 +109,9 @@ def compare(
 ) -> list[str]:
     """Descriptions of the array arguments that differ (empty when all match).
 
-    Arrays must hold identical bytes, except that in arrays of a float type two NaN codes of the
-    same sign match (`ir.testing.codes_match`: a NaN's payload is not specified), and, for
+    Arrays must hold identical bytes, except that in arrays of a float type a NaN the
+    interpreter computed matches any NaN of its sign (`ir.testing.codes_match`: a computed
+    NaN's payload is not specified; a moved one must be identical), and, for
     programs with inexact operations (`exact` False), values within a relative 2e-3 (absolute
     `atol`) match.
     """

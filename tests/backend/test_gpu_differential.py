@@ -6,9 +6,9 @@ conversion run through `backend.compile` for the current GPU and must give bit-i
 results to `ir.run_reference` / `ir.dtypes.convert` (within a tolerance for `exp` and the other
 inexact operations, and for dots on tensor cores, whose sums are rounded in the tensor core's
 own order; a random program whose dot runs on tensor cores is checked against its
-`ProgramCase` expectation within the case's tolerance). Two NaN codes of one float type count as
-equal when their signs are (`ir.testing.codes_match`: the payload of a NaN that a cast or
-arithmetic creates is not specified).
+`ProgramCase` expectation within the case's tolerance). A NaN that the interpreter computes (by
+a cast or arithmetic: its quiet NaN) matches any NaN of the same sign; a NaN code that was only
+moved must arrive bit for bit (`ir.testing.codes_match`).
 
 Skipped without a CUDA device, failed with REQUIRE_GPU=1 (tests/conftest.py). Needs torch.
 """

@@ -431,8 +431,8 @@ def random_emulator(
 
 
 def same_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
-    """Per element: the codes are equal, or both are NaN of the same sign (the contract's rule,
-    `ir.testing.codes_match`)."""
+    """Per element: the codes are equal, or the expected one is a computed NaN and the actual
+    one a NaN of its sign (the contract's rule, `ir.testing.codes_match`)."""
     return codes_match(dtype, actual, expected)
 
 
