@@ -9,7 +9,9 @@ Subcommands:
   (no cell marked when they are equal);
 - ``demo [--weights DTYPE] [--json]``: build the quantized matmul tile program, prove its
   layouts and its lowering, run it in the reference interpreter, compile it, and run and compare
-  it on the GPU when there is one.
+  it on the GPU when there is one;
+- ``gallery [--output DIR]``: draw the picture gallery (`layout_algebra.gallery`) into DIR
+  (default ``docs/gallery``).
 
 EXPR is a layout expression in the restricted grammar of `layout_algebra.expression_parser`
 (never evaluated by Python); ``show --help`` and ``equiv --help`` state it (`GRAMMAR_HELP`).
@@ -470,10 +472,33 @@ def _add_demo_command(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run_demo)
 
 
+def _run_gallery(args: argparse.Namespace) -> int:
+    from layout_algebra.gallery import write_gallery
+
+    for path in write_gallery(args.output):
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _add_gallery_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "gallery",
+        help="draw the picture gallery (PNG files and an index) into a directory",
+        description="Draw the gallery of layout pictures (register layouts, the mma fragments, "
+        "a swizzled shared tile, bank conflicts of an access, a counterexample) as PNG files "
+        "with an index.md of captions. Needs matplotlib (the plot extra).",
+    )
+    parser.add_argument(
+        "--output", default="docs/gallery", metavar="DIR", help="directory (default docs/gallery)"
+    )
+    parser.set_defaults(handler=_run_gallery)
+
+
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_show_command,
     _add_equiv_command,
     _add_demo_command,
+    _add_gallery_command,
 )
 
 
