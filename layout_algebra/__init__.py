@@ -12,7 +12,14 @@ from layout_algebra.fragments import FRAGMENTS, Fragment, fragment
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout, global_row_major
 from layout_algebra.infer import layout_from_table
-from layout_algebra.interop import from_cute, from_linear_layout, to_cute, to_linear_layout
+from layout_algebra.interop import (
+    from_cute,
+    from_cute_memory,
+    from_linear_layout,
+    to_cute,
+    to_cute_memory,
+    to_linear_layout,
+)
 from layout_algebra.reduce import reduce
 from layout_algebra.register import (
     RegisterLayout,
@@ -90,6 +97,7 @@ __all__ = [
     "divide",
     "flatten",
     "from_cute",
+    "from_cute_memory",
     "from_linear_layout",
     "layout_from_table",
     "left_divide",
@@ -104,6 +112,7 @@ __all__ = [
     "spatial",
     "squeeze",
     "to_cute",
+    "to_cute_memory",
     "to_linear_layout",
     "unsqueeze",
 ]

@@ -1,4 +1,4 @@
-"""Interop with CuTe thread-value layouts and Triton linear layouts.
+"""Interop with CuTe thread-value and memory layouts and Triton linear layouts.
 
 Both systems describe the same thing as a register layout, a map (thread, value) -> element, in
 their own notation. This module converts in both directions; the inverse conversions return the
@@ -13,6 +13,19 @@ bare integer, several as a parenthesised tuple, none (one thread, or one value) 
 stride ``0``. For example the mma m16n8 accumulator ``local(2,1).spatial(8,4).local(1,2)`` is
 ``((4,8),(2,2)):((32,1),(16,8))`` (CUTLASS's SM80_16x8_Row), ``spatial(4,8)`` is
 ``((8,4),1):((4,1),0)`` and ``local(4,4)`` is ``(1,(4,4)):(0,(4,1))``.
+
+CuTe memory layouts (shared and global) are the same text read the other way round: one
+top-level mode per tile dimension, mapping the tile coordinate to an element offset, the
+sub-modes of a dimension fastest first (so the reverse of `SharedLayout.mode_shape`'s order
+within the dimension), optionally composed with a swizzle as CuTe prints a `ComposedLayout`:
+``Sw<B,M,S> o 0 o SHAPE:STRIDE`` (the swizzle, the offset 0, the layout; ``o 0`` may be left
+out). `to_cute` writes a `SharedLayout` or a concrete `GlobalLayout` that way, and
+`from_cute_memory(text, shape)` reads one into a `SharedLayout`:
+``shared_row_major_swizzle(8, 64, element_bits=16)`` is ``Sw<3,3,3> o 0 o (8,64):(64,1)``.
+The two readings of a text are told apart by the caller's tile: a memory layout's top-level
+modes are the tile's dimensions, so `from_cute` refuses a text whose two modes hold exactly the
+tile's extents (or that has a swizzle) unless told ``thread_value=True``, and
+`from_cute_memory` refuses modes that do not hold the tile's extents.
 
 Linear layouts (Triton): ``{"register": [...], "lane": [...], "warp": [...]}`` where each list
 holds one basis per input bit, least significant bit first, and a basis is the tuple of
@@ -33,8 +46,10 @@ from typing import Any
 import numpy as np
 
 from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.infer import layout_from_table
 from layout_algebra.register import RegisterLayout, register_layout
+from layout_algebra.shared import SharedLayout, Swizzle
 from layout_algebra.validation import check_int_tuple, check_table_entries
 
 NestedInt = int | tuple["NestedInt", ...]
@@ -66,17 +81,23 @@ def _coordinate_strides(layout: RegisterLayout) -> list[int]:
     return strides
 
 
-def to_cute(layout: RegisterLayout) -> str:
-    """The CuTe thread-value layout text ``(THR,VAL):(THR_STRIDES,VAL_STRIDES)`` of `layout`.
+def to_cute(layout: RegisterLayout | SharedLayout | GlobalLayout) -> str:
+    """The CuTe text of `layout`: a thread-value layout ``(THR,VAL):(THR_STRIDES,VAL_STRIDES)``
+    for a `RegisterLayout`, a memory layout (`to_cute_memory`) for a `SharedLayout` or a
+    `GlobalLayout`.
 
-    Sub-modes are listed fastest first (the reverse of `spatial_modes` / `local_modes`); each
-    stride is the mode's step in the column-major tile index; a replication sub-mode has stride
-    0. A top-level mode with one sub-mode prints bare, with several as a tuple, with none as ``1``
-    with stride ``0``. Example: ``to_cute(local(2,1).spatial(8,4).local(1,2))`` is
-    ``((4,8),(2,2)):((32,1),(16,8))``.
+    Thread-value layouts: sub-modes are listed fastest first (the reverse of `spatial_modes` /
+    `local_modes`); each stride is the mode's step in the column-major tile index; a
+    replication sub-mode has stride 0. A top-level mode with one sub-mode prints bare, with
+    several as a tuple, with none as ``1`` with stride ``0``. Example:
+    ``to_cute(local(2,1).spatial(8,4).local(1,2))`` is ``((4,8),(2,2)):((32,1),(16,8))``.
     """
+    if isinstance(layout, (SharedLayout, GlobalLayout)):
+        return to_cute_memory(layout)
     if not isinstance(layout, RegisterLayout):
-        raise LayoutError(f"to_cute expects a RegisterLayout, got {layout!r}")
+        raise LayoutError(
+            f"to_cute expects a RegisterLayout, SharedLayout or GlobalLayout, got {layout!r}"
+        )
     strides = _coordinate_strides(layout)
     shapes_text, strides_text = [], []
     for entries in (layout.spatial_modes, layout.local_modes):
@@ -84,6 +105,10 @@ def to_cute(layout: RegisterLayout) -> str:
         steps = [0 if e < 0 else strides[e] for e in reversed(entries)]
         shapes_text.append(_mode_text(sizes or [1]))
         strides_text.append(_mode_text(steps or [0]))
+    if (layout.num_threads, layout.local_size) == layout.shape and "(" not in shapes_text[0]:
+        # Two bare modes of the tile's extents read as a memory layout (from_cute refuses
+        # them): the thread mode is written as a 1-tuple, which CuTe reads the same way.
+        shapes_text[0], strides_text[0] = f"({shapes_text[0]})", f"({strides_text[0]})"
     return f"({shapes_text[0]},{shapes_text[1]}):({strides_text[0]},{strides_text[1]})"
 
 
@@ -183,12 +208,16 @@ def _colexicographic_index(index: np.ndarray, sizes: list[int], strides: list[in
     return result
 
 
-def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
+def from_cute(text: str, shape: Sequence[int], *, thread_value: bool = False) -> RegisterLayout:
     """The register layout with the function of the CuTe thread-value layout `text`.
 
     Requires: `text` is ``SHAPE:STRIDE`` with nested int tuples of the same nesting and exactly two
     top-level modes, threads then values (CuTe's ``_N`` static integers are accepted); `shape` is
-    the tile, whose column-major index is the layout's codomain.
+    the tile, whose column-major index is the layout's codomain. A text that reads as a memory
+    layout of the tile - a swizzle composed in front, or two bare modes holding exactly the
+    tile's two extents, as ``(8,64):(64,1)`` for an (8, 64) tile - is refused with a pointer to
+    `from_cute_memory`, unless `thread_value` says it is a thread-value layout all the same (or
+    the thread mode is written as a tuple, ``((8),64):((64),1)``, as `to_cute` writes it).
     Postcondition: ``from_cute(to_cute(L), L.shape) == L``, and the result maps (t, i) to the
     column-major unravel of the CuTe layout's value at (t, i).
     Raises LayoutError when the text is malformed, a size is not positive, an index falls outside
@@ -197,13 +226,30 @@ def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
     when the layout has more (thread, value) pairs, or the tile more elements, than
     `validation.MAX_TABLE_ENTRIES` (it is evaluated at every pair).
     """
-    layout_shape, layout_stride = _parse_cute(text)
+    if not isinstance(thread_value, bool):
+        raise LayoutError(f"from_cute: thread_value={thread_value!r}; expected True or False")
+    swizzle, text_layout = _split_composed(text)
+    if swizzle is not None:
+        raise LayoutError(
+            f"CuTe layout {text!r} composes a swizzle with a layout: a memory layout, which "
+            "from_cute_memory reads (from_cute reads thread-value layouts)"
+        )
+    layout_shape, layout_stride = _parse_cute(text_layout)
     if isinstance(layout_shape, int) or len(layout_shape) != 2:
         raise LayoutError(
             f"CuTe layout {text!r}: expected two top-level modes (threads, values), got "
-            f"shape {layout_shape}"
+            f"shape {layout_shape} (a memory layout has one mode per tile dimension: "
+            "from_cute_memory reads those)"
         )
     tile = check_int_tuple(shape, "shape")
+    extents = tuple(math.prod(_flatten(mode)) for mode in layout_shape)
+    if all(isinstance(mode, int) for mode in layout_shape) and extents == tile and not thread_value:
+        raise LayoutError(
+            f"CuTe layout {text!r}: its two modes hold {extents[0]} and {extents[1]} elements, "
+            f"exactly the extents of tile {tile}, as a memory layout's do; from_cute_memory "
+            "reads a memory layout, and from_cute(..., thread_value=True) reads it as "
+            f"{extents[0]} threads of {extents[1]} values"
+        )
     modes = []
     for name, mode_shape, mode_stride in zip(("thread", "value"), layout_shape, layout_stride):
         sizes, strides = _flatten(mode_shape), _flatten(mode_stride)
@@ -247,6 +293,116 @@ def from_cute(text: str, shape: Sequence[int]) -> RegisterLayout:
         raise LayoutError(
             f"CuTe layout {text!r} is not a register layout of shape {tile}: {err}"
         ) from err
+
+
+_COMPOSED = re.compile(
+    r"\s*Sw\s*<\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*>\s*o\s*(?:(_?-?\d+)\s*o\s*)?"
+)
+
+
+def _split_composed(text: str) -> tuple[tuple[int, int, int, int] | None, str]:
+    """``Sw<B,M,S> o OFFSET o LAYOUT`` (``o OFFSET`` optional) -> ((B, M, S, OFFSET), LAYOUT);
+    a text without a swizzle -> (None, text). Raises LayoutError for a text that is not a str."""
+    if not isinstance(text, str):
+        raise LayoutError(f"CuTe layout must be a str, got {type(text).__name__}")
+    match = _COMPOSED.match(text)
+    if match is None:
+        return None, text
+    bits, base, shift = (int(match.group(k)) for k in (1, 2, 3))
+    offset = int(match.group(4).replace("_", "")) if match.group(4) else 0
+    return (bits, base, shift, offset), text[match.end() :]
+
+
+def to_cute_memory(layout: SharedLayout | GlobalLayout) -> str:
+    """The CuTe memory layout text of a shared or global layout: ``SHAPE:STRIDE`` with one
+    top-level mode per dimension (sub-modes fastest first), preceded by ``Sw<B,M,S> o 0 o``
+    when the layout has a swizzle. A rank-1 layout of one sub-mode prints without the outer
+    parentheses (``64:1``; with several, ``((8,8)):((8,1))``), a dimension of extent 1 as
+    ``1:0``. Raises LayoutError for a global layout with
+    symbolic extents or strides, and for anything else."""
+    if isinstance(layout, GlobalLayout):
+        if layout.is_symbolic:
+            raise LayoutError(
+                f"to_cute: {layout!r} has symbolic extents or strides; CuTe text needs integers"
+            )
+        dims = [([int(n)], [int(s)]) for n, s in zip(layout.shape, layout.strides)]
+        swizzle = None
+    elif isinstance(layout, SharedLayout):
+        dims = []
+        for d in range(layout.rank):
+            modes = [m for m, dim in enumerate(layout.mode_dims) if dim == d]
+            sizes = [layout.mode_shape[m] for m in reversed(modes)]
+            strides = [layout.mode_strides[m] for m in reversed(modes)]
+            dims.append((sizes or [1], strides or [0]))
+        swizzle = layout.swizzle
+    else:
+        raise LayoutError(f"to_cute_memory expects a SharedLayout or GlobalLayout, got {layout!r}")
+    shapes = [_mode_text(sizes) for sizes, _ in dims]
+    strides = [_mode_text(steps) for _, steps in dims]
+    if len(dims) == 1 and len(dims[0][0]) == 1:
+        text = f"{shapes[0]}:{strides[0]}"
+    else:
+        text = f"({','.join(shapes)}):({','.join(strides)})"
+    if swizzle is None:
+        return text
+    return f"Sw<{swizzle.bits},{swizzle.base},{swizzle.shift}> o 0 o {text}"
+
+
+def from_cute_memory(text: str, shape: Sequence[int]) -> SharedLayout:
+    """The shared layout with the function of the CuTe memory layout `text` on the tile `shape`.
+
+    Requires: `text` is ``SHAPE:STRIDE`` (nested int tuples of the same nesting; ``_N``
+    accepted), optionally ``Sw<B,M,S> o OFFSET o SHAPE:STRIDE`` or ``Sw<B,M,S> o SHAPE:STRIDE``
+    with offset 0, with one top-level mode per dimension of `shape` holding exactly that
+    dimension's extent (a rank-1 tile takes a bare mode, ``64:1``), non-negative strides, and a
+    swizzle that `Swizzle` accepts (shift >= bits >= 0).
+    Postcondition: ``from_cute_memory(to_cute(L), L.shape) == L`` for every shared layout, and
+    the result's offset at a coordinate is the CuTe layout's value there (then swizzled).
+    Raises LayoutError naming the part of the text that breaks a requirement (a top-level mode
+    of another extent than the tile's is what a thread-value layout has: `from_cute`).
+    """
+    composed, text_layout = _split_composed(text)
+    tile = check_int_tuple(shape, "shape")
+    layout_shape, layout_stride = _parse_cute(text_layout)
+    modes = [layout_shape] if isinstance(layout_shape, int) else list(layout_shape)
+    steps = [layout_stride] if isinstance(layout_stride, int) else list(layout_stride)
+    if len(modes) != len(tile):
+        raise LayoutError(
+            f"CuTe memory layout {text!r} has {len(modes)} top-level modes; the tile {tile} has "
+            f"{len(tile)} dimensions (one mode per dimension)"
+        )
+    mode_shape: list[int] = []
+    mode_strides: list[int] = []
+    for d, (mode, step) in enumerate(zip(modes, steps)):
+        sizes, strides = _flatten(mode), _flatten(step)
+        if any(n < 1 for n in sizes) or any(s < 0 for s in strides):
+            raise LayoutError(
+                f"CuTe memory layout {text!r}: mode {d} has sizes {sizes} and strides {strides}; "
+                "expected positive sizes and non-negative strides"
+            )
+        if math.prod(sizes) != tile[d]:
+            raise LayoutError(
+                f"CuTe memory layout {text!r}: mode {d} holds {math.prod(sizes)} elements, the "
+                f"tile's dimension {d} has {tile[d]} (a thread-value layout's modes are threads "
+                "and values: from_cute reads those)"
+            )
+        mode_shape += reversed(sizes)
+        mode_strides += reversed(strides)
+    swizzle = None
+    if composed is not None:
+        bits, base, shift, offset = composed
+        if offset != 0:
+            raise LayoutError(
+                f"CuTe memory layout {text!r}: offset {offset}; a shared layout starts at "
+                "offset 0 (expected 'o 0 o' or none)"
+            )
+        if min(bits, base, shift) < 0:
+            raise LayoutError(
+                f"CuTe memory layout {text!r}: Sw<{bits},{base},{shift}>; expected "
+                "non-negative B, M and S (negative shifts are not supported)"
+            )
+        swizzle = Swizzle(bits, base, shift)
+    return SharedLayout(tile, tuple(mode_shape), tuple(mode_strides), swizzle)
 
 
 # --------------------------------------------------------------------------------------------

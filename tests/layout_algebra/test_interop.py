@@ -175,7 +175,11 @@ def test_from_cute_splits_a_mode_across_dimensions() -> None:
         ("(4,2):(1,-4)", (8,), "to index -4, outside"),
         ("(4,2):(1,4)", (4, 4), "cover 2 of its 4 elements"),
         ("(4,2):(1,0)", (4,), "register digit 0 .* step zero"),
-        ("(2,4):(2,1)", (2, 4), "stride 1 where the mixed-radix split needs 2"),
+        ("((2),4):((2),1)", (2, 4), "stride 1 where the mixed-radix split needs 2"),
+        # Memory layouts: the tile's extents as two bare modes, or a swizzle composed in front.
+        ("(8,64):(64,1)", (8, 64), "exactly the extents of tile \\(8, 64\\).*from_cute_memory"),
+        ("Sw<3,3,3> o 0 o (8,64):(64,1)", (8, 64), "composes a swizzle .* from_cute_memory"),
+        ("64:1", (64,), "two top-level modes .* from_cute_memory reads those"),
         ("(4,2:(1,4)", (8,), "expected ',' or '\\)'"),
         ("(4,2):((1,2),4)", (8,), "different nesting"),
         ("4:1", (4,), "two top-level modes"),
