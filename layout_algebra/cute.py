@@ -33,13 +33,17 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from layout_algebra.errors import LayoutError
 from layout_algebra.shared import SharedLayout
 
 Nested = int | tuple["Nested", ...]
 
 MAX_SIZE = 1 << 40
-"""The largest size and cosize a `CuteLayout` may have (its table must stay enumerable)."""
+"""The largest size and cosize a `CuteLayout` may have."""
+MAX_TABLE = 1 << 22
+"""The most indices `CuteLayout.table` (and `same_function`) enumerates."""
 
 
 def _flatten(value: Nested) -> list[int]:
@@ -58,8 +62,8 @@ def _check_nested(value: object, what: str) -> Nested:
     """`value` as a nested tuple of ints (lists accepted), else LayoutError."""
     if isinstance(value, bool):
         raise LayoutError(f"CuTe layout: {what} {value!r} is a bool; expected an int or a tuple")
-    if isinstance(value, int):
-        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
     if isinstance(value, (tuple, list)) and value:
         return tuple(_check_nested(item, what) for item in value)
     raise LayoutError(f"CuTe layout: {what} {value!r}; expected an int or a non-empty tuple")
@@ -128,11 +132,9 @@ class CuteLayout:
 
     @property
     def cosize(self) -> int:
-        """One past the largest offset (CuTe's cosize)."""
-        return self(self.size - 1) + 1 if all(d >= 0 for _, d in self.flat()) else self._span()
-
-    def _span(self) -> int:
-        return max(self(i) for i in range(self.size)) + 1
+        """One past the largest offset (CuTe's cosize; each mode's last index at a positive
+        stride)."""
+        return sum((n - 1) * max(d, 0) for n, d in self.flat()) + 1
 
     # -- meaning --------------------------------------------------------------------------------
 
@@ -147,8 +149,18 @@ class CuteLayout:
         return offset
 
     def table(self) -> list[int]:
-        """Every offset, index by index."""
-        return [self(i) for i in range(self.size)]
+        """Every offset, index by index; LayoutError past `MAX_TABLE` indices."""
+        if self.size > MAX_TABLE:
+            raise LayoutError(
+                f"CuTe layout {self}: its table would have {self.size} entries, more than "
+                f"{MAX_TABLE}"
+            )
+        index = np.arange(self.size, dtype=np.int64)
+        offsets = np.zeros(self.size, dtype=np.int64)
+        for size, stride in self.flat():
+            offsets += index % size * stride
+            index //= size
+        return offsets.tolist()
 
     def same_function(self, other: CuteLayout) -> bool:
         """Whether the two layouts have the same size and the same offset at every index."""

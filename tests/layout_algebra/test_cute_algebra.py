@@ -60,6 +60,8 @@ def test_layout_text_calls_and_sizes() -> None:
     layout = parse("(_4, (_2, _2)) : (_2, (_1, _8))")
     assert str(layout) == "(4,(2,2)):(2,(1,8))" and repr(layout) == "parse('(4,(2,2)):(2,(1,8))')"
     assert (layout.size, layout.cosize, layout.rank) == (16, 16, 2)
+    assert parse("(4096,4096):(4096,1)").cosize == 1 << 24  # in closed form, no table
+    assert parse("(4,2):(-1,4)").cosize == 5
     assert layout.table() == [0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15]
     assert str(layout[1]) == "(2,2):(1,8)" and str(make_layout(layout[1], layout[0])) == (
         "((2,2),4):((1,8),2)"
@@ -311,6 +313,7 @@ def test_proofs_compare_cute_layouts_with_the_algebras() -> None:
         ),
         (lambda: make_layout(), "at least one layout"),
         (lambda: parse("4:-1").shared_layout(), "negative strides"),
+        (lambda: parse("(8192,8192):(8192,1)").table(), "67108864 entries, more than"),
     ],
 )
 def test_bad_input_is_a_layout_error(make, match: str) -> None:
