@@ -24,6 +24,7 @@ maxPhase=8`` (column chunk XOR row) has offset bases ``[(0,1), (0,2), (0,4), (0,
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,12 +34,22 @@ import numpy as np
 from layout_algebra.errors import LayoutError
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.shared import MAX_SWIZZLE_BIT, SharedLayout, Swizzle
-from layout_algebra.validation import check_int_tuple, check_table_entries
+from layout_algebra.validation import check_int_tuple
 
 Bases = list[tuple[int, ...]]
 
 MAX_SWIZZLE_SEARCH_BIT = 16
 """`linear_to_shared` looks for swizzles whose bits lie below this bit."""
+MAX_TILE = 1 << 21
+"""The largest tile (elements) the shared conversions take: a shared-memory tile of 1-bit
+elements in 228 KB is below it."""
+
+
+def _check_size(tile: tuple[int, ...], what: str) -> int:
+    size = math.prod(tile)
+    if size > MAX_TILE:
+        raise LayoutError(f"{what}: a tile of {size} elements; expected at most {MAX_TILE}")
+    return size
 
 
 def _log2(value: int, what: str) -> int:
@@ -109,8 +120,8 @@ def shared_to_linear(layout: SharedLayout) -> dict[str, Bases]:
     if not isinstance(layout, SharedLayout):
         raise LayoutError(f"shared_to_linear expects a SharedLayout, got {layout!r}")
     tile = _check_tile(layout.shape)
+    size = _check_size(tile, "shared_to_linear")
     table = layout.table()
-    size = math.prod(tile)
     where = np.full(size, -1, dtype=np.int64)
     flat = table.reshape(-1)
     if flat.max() >= size or np.any(np.bincount(flat, minlength=size) != 1):
@@ -136,8 +147,7 @@ def linear_to_shared(
     cover it once, or that no swizzled power-of-two-strided layout has."""
     tile = _check_tile(shape)
     checked = _check_bases(bases, ["offset"], tile)["offset"]
-    size = math.prod(tile)
-    check_table_entries(size, f"the tile {tile} of a linear layout")
+    size = _check_size(tile, "linear_to_shared")
     if len(checked) != size.bit_length() - 1:
         raise LayoutError(
             f"linear layout: {len(checked)} offset bases for a tile of {size} elements; "
@@ -175,21 +185,25 @@ def _swizzle_candidates(width: int):
 
 def _bit_strided(offsets: np.ndarray, tile: tuple[int, ...]) -> tuple[tuple, tuple] | None:
     """Modes of size 2, one per coordinate bit (outermost first), with the offset each bit adds,
-    when `offsets` is exactly their sum; else None."""
-    mode_shape, strides = [], []
-    total = np.zeros(tile, dtype=np.int64)
-    grids = np.indices(tile, dtype=np.int64)
+    when `offsets` is exactly their sum; else None. Pairs of bits are tried first, so that a
+    wrong candidate costs no pass over the whole tile."""
+    units = []
     for d, extent in enumerate(tile):
         for bit in reversed(range(extent.bit_length() - 1)):
             unit = [0] * len(tile)
             unit[d] = 1 << bit
-            stride = int(offsets[tuple(unit)])
-            mode_shape.append(2)
-            strides.append(stride)
-            total += ((grids[d] >> bit) & 1) * stride
+            units.append((d, bit, tuple(unit), int(offsets[tuple(unit)])))
+    for (_, _, a, stride_a), (_, _, b, stride_b) in itertools.combinations(units, 2):
+        both = tuple(x | y for x, y in zip(a, b))
+        if int(offsets[both]) != stride_a + stride_b:
+            return None
+    total = np.zeros(tile, dtype=np.int64)
+    grids = np.indices(tile, dtype=np.int64)
+    for d, bit, _, stride in units:
+        total += ((grids[d] >> bit) & 1) * stride
     if not np.array_equal(total, offsets):
         return None
-    return tuple(mode_shape), tuple(strides)
+    return (2,) * len(units), tuple(stride for *_, stride in units)
 
 
 # -- distributed layouts --------------------------------------------------------------------------

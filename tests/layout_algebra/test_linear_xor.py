@@ -152,6 +152,8 @@ def test_distributed_bases_become_a_function_layout_that_proofs_compare() -> Non
         (lambda: shared_to_linear(shared_row_major(3, 4)), "powers of two"),
         (lambda: shared_to_linear(SharedLayout((2, 2), (2, 2), (4, 1))), "not a bijection"),
         (lambda: shared_to_linear(local(2)), "expects a SharedLayout"),
+        (lambda: shared_to_linear(shared_row_major(4096, 1024)), "at most 2097152"),
+        (lambda: linear_to_shared({"offset": []}, (4096, 1024)), "at most 2097152"),
         (lambda: linear_function_layout({"register": [(0, 3)]}, (1, 2)), "inside the tile"),
     ],
 )
