@@ -304,7 +304,7 @@ def _split_composed(text: str) -> tuple[tuple[int, int, int, int] | None, str]:
     """``Sw<B,M,S> o OFFSET o LAYOUT`` (``o OFFSET`` optional) -> ((B, M, S, OFFSET), LAYOUT);
     a text without a swizzle -> (None, text). Raises LayoutError for a text that is not a str."""
     if not isinstance(text, str):
-        raise LayoutError(f"CuTe layout must be a str, got {type(text).__name__}")
+        raise LayoutError(f"a CuTe layout must be given as text, got {text!r}"[:200])
     match = _COMPOSED.match(text)
     if match is None:
         return None, text

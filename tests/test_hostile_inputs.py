@@ -496,7 +496,12 @@ TEXT_CASES = [
         f"has {2**27} entries",
     ),
     case("cute-deep", lambda: from_cute("(" * 40 + "8" + ")" * 40 + ":1", (8,)), LayoutError, "32"),
-    case("cute-to-none", lambda: to_cute(None), LayoutError, "expects a RegisterLayout, got None"),
+    case(
+        "cute-to-none",
+        lambda: to_cute(None),
+        LayoutError,
+        "expects a RegisterLayout, SharedLayout or GlobalLayout, got None",
+    ),
     # Linear layouts.
     case("linear-none", lambda: from_linear_layout(None, (4,)), LayoutError, "got None"),
     case(
