@@ -80,6 +80,11 @@ class FunctionLayout:
     def __setattr__(self, key: str, value: object) -> None:
         raise AttributeError(f"FunctionLayout is immutable: cannot set {key!r}")
 
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        # Pickled through the constructor (the slots are immutable); picklable when `fn` is
+        # (a module-level function or a callable object, not a lambda).
+        return (FunctionLayout, (self.shape, self.num_threads, self.local_size, self.fn, self.name))
+
     # ----------------------------------------------------------------------------------------
     # Sizes
     # ----------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ shared memory, or on tensor cores).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from ir.placement import dot_gather, dot_is_thread_local, reduce_plan
 from ir.values import RegisterTensor
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.hardware import WARP_SIZE
+from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import shared_row_major
 from layout_algebra.symbolic import (
     Expr,
@@ -46,6 +49,21 @@ from layout_algebra.symbolic import (
 
 REDUCE_SCRATCH_WORDS = 2048
 """Target size, in 4-byte words, of the scratch area of a cross-warp reduction."""
+
+
+@dataclass(frozen=True)
+class ScratchOperand:
+    """The staged dot's read of k-step `k` by C's element (t, j) of `layout`: its row of A
+    (``side`` 0: ``(row, k)``) or its column of B (``side`` 1: ``(k, column)``). A class, not a
+    closure, so that lowered kernels (whose recorded accesses hold it) pickle."""
+
+    layout: RegisterLayout
+    k: int
+    side: int
+
+    def __call__(self, t: Any, j: Any) -> tuple[Any, Any]:
+        coordinate = self.layout.map(t, j)
+        return (coordinate[0], self.k) if self.side == 0 else (self.k, coordinate[1])
 
 
 def _combiner(reduction: str, dtype: DataType) -> Callable[[str, str], str]:
@@ -400,10 +418,10 @@ class ComputeLowering(LoweringContext):
                 self.out.line(f"float {accumulator} = la_bits_to_float({c.name}[{i}]);")
                 for k in range(k_extent):
                     rows = FunctionLayout(
-                        (m, k_extent), threads, size, lambda t, j, k=k: (c.layout.map(t, j)[0], k)
+                        (m, k_extent), threads, size, ScratchOperand(c.layout, k, 0), "rows"
                     )
                     columns = FunctionLayout(
-                        (k_extent, n), threads, size, lambda t, j, k=k: (k, c.layout.map(t, j)[1])
+                        (k_extent, n), threads, size, ScratchOperand(c.layout, k, 1), "columns"
                     )
                     reads = []
                     for name, scratch, layout, role in zip(

@@ -165,3 +165,33 @@ def test_lower_all_in_processes_equals_lower_and_returns_errors_in_place() -> No
     built = backend.compile_lowered(vector_add(), results[0], "sm_90a")
     assert built.cubin == compile(vector_add(), "sm_90a").cubin
     assert backend.lower_all([], "sm_90a") == []
+
+
+def test_every_lowered_kernel_pickles() -> None:
+    """`lower_all` hands kernels back from worker processes by pickling: every random program's
+    kernel (staged SIMT dots among them, whose accesses hold function layouts) round-trips."""
+    import pickle
+
+    from ir.testing import program_cases
+
+    drawn = []
+
+    @settings(
+        max_examples=40,
+        database=None,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(program_cases())
+    def collect(case) -> None:
+        drawn.append(case)
+
+    collect()
+    staged = 0
+    for case in drawn:
+        lowered = lower(case.program, "sm_90a", constants=case.constants)
+        copy = pickle.loads(pickle.dumps(lowered))
+        assert copy.source == lowered.source and len(copy.accesses) == len(lowered.accesses)
+        staged += "la_sa" in lowered.source
+    assert staged >= 1  # the staged dot's scratch operands were among them

@@ -1,11 +1,12 @@
 """Generated kernels on the GPU against the reference interpreter (marked `gpu`).
 
 Every example (at sizes that span several blocks and cut tiles at the edges), every feature
-program of test_lower_emulated.py, 320 random programs of `ir.testing` and every data type
-conversion run through `backend.compile` for the current GPU and must give bit-identical
-results to `ir.run_reference` / `ir.dtypes.convert` (within a tolerance for `exp` and the other
-inexact operations, and for dots on tensor cores, whose sums are rounded in the tensor core's
-own order; a random program whose dot runs on tensor cores is checked against its
+program of test_lower_emulated.py, `RANDOM_PROGRAMS` (1,000) random programs of `ir.testing`
+(lowered in worker processes and compiled by NVRTC in threads, all before the first runs) and
+every data type conversion run through `backend.compile` for the current GPU and must give
+bit-identical results to `ir.run_reference` / `ir.dtypes.convert` (within a tolerance for
+`exp` and the other inexact operations, and for dots on tensor cores, whose sums are rounded in
+the tensor core's own order; a random program whose dot runs on tensor cores is checked against its
 `ProgramCase` expectation within the case's tolerance). A NaN that the interpreter computes (by
 a cast or arithmetic: its quiet NaN) matches any NaN of the same sign; a NaN code that was only
 moved must arrive bit for bit (`ir.testing.codes_match`).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from backend import compile
+from backend.compile import CompiledKernel, compile_lowered, lower_all
+from backend.device import current_arch
 from backend.errors import LaunchError
 from ir import dtypes
 from ir.builder import ProgramBuilder
@@ -47,8 +51,10 @@ emulated = runner.load_sibling("lower_emulated", "test_lower_emulated.py")
 conversions = runner.load_sibling("conversions_inputs", "test_conversions.py")
 
 EXAMPLES = runner.example_cases(emulated)
-RANDOM_PROGRAMS = 320
-RANDOM_GROUPS = 4
+RANDOM_PROGRAMS = 1000
+RANDOM_GROUPS = 8
+COMPILE_THREADS = 8
+"""NVRTC compilations at once (it releases the GIL)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -108,14 +114,35 @@ def random_cases() -> list[ProgramCase]:
     return drawn
 
 
+@pytest.fixture(scope="module")
+def random_kernels(random_cases: list[ProgramCase]) -> list[CompiledKernel]:
+    """Every random program compiled for the current GPU: lowered in worker processes, then
+    compiled by NVRTC in `COMPILE_THREADS` threads."""
+    arch = current_arch()
+    lowered = lower_all([(case.program, case.constants) for case in random_cases], arch)
+
+    def build(index: int) -> CompiledKernel:
+        result = lowered[index]
+        if isinstance(result, Exception):
+            raise result
+        return compile_lowered(random_cases[index].program, result, arch)
+
+    with ThreadPoolExecutor(COMPILE_THREADS) as pool:
+        return list(pool.map(build, range(len(random_cases))))
+
+
+def test_the_random_programs_are_a_thousand(random_cases: list[ProgramCase]) -> None:
+    assert len(random_cases) >= RANDOM_PROGRAMS
+
+
 @pytest.mark.parametrize("group", range(RANDOM_GROUPS))
 def test_random_programs_match_reference_on_gpu(
-    random_cases: list[ProgramCase], group: int
+    random_cases: list[ProgramCase], random_kernels: list[CompiledKernel], group: int
 ) -> None:
     failures = []
-    cases = random_cases[group::RANDOM_GROUPS]
-    for case in cases:
-        kernel = compile(case.program, constants=case.constants)
+    indices = range(group, len(random_cases), RANDOM_GROUPS)
+    cases = [random_cases[index] for index in indices]
+    for case, kernel in zip(cases, (random_kernels[index] for index in indices)):
         arguments = case.fresh_arguments()
         actual = runner.run_on_gpu(kernel, arguments, case.grid)
         if runner.uses_tensor_cores(kernel):

@@ -299,3 +299,12 @@ def test_register_layout_product_against_its_closed_form() -> None:
         ),
     )
     assert np.array_equal(closed_form.table(), (a * b).table())
+
+
+def test_a_layout_of_a_module_level_formula_pickles() -> None:
+    import pickle
+
+    layout = FunctionLayout((16, 8), 32, 4, accumulator, name="acc")
+    copy = pickle.loads(pickle.dumps(layout))
+    assert (copy.shape, copy.num_threads, copy.local_size, copy.name) == ((16, 8), 32, 4, "acc")
+    np.testing.assert_array_equal(copy.table(), layout.table())
