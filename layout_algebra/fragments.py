@@ -24,6 +24,18 @@ Fragments (16-bit inputs; the accumulator layout is the one of f32 and f16 accum
     mma.m16n8k8.c        16 x 8  (M x N)      4           local(2,1).spatial(8,4).local(1,2)
     ldmatrix.xN          8N x 8               2N          local(N,1).spatial(8,4).local(1,2)
     ldmatrix.xN.trans    8N x 8               2N          local(N,1).column_spatial(4,8).local(2,1)
+    stmatrix.xN(.trans)  as ldmatrix.xN(.trans): the registers a store takes the elements from
+
+Warpgroup fragments of `wgmma.mma_async` (sm_90a; 128 threads, warp w = t // 32 of the group):
+
+    name                 tile       registers   layout (C: the mma.m16n8k16.c layout)
+    wgmma.m64nNk16.a     64 x 16    8           spatial(4,1) * <mma.m16n8k16.a>
+    wgmma.m64nNk16.d     64 x N     N / 2       spatial(4,1).local(1,N/8) * C
+
+(A from registers, 16-bit; D the f32 accumulator.) Warp w holds rows 16w .. 16w + 15, and within
+them the layout of the mma.sync fragment: for D, registers d(4j) .. d(4j+3) are the m16n8 C
+fragment of columns 8j .. 8j + 7. `wgmma_fragment(kind, n)` builds them for any N of 8 to 256
+in steps of 8; `FRAGMENTS` holds N = 8, 16, 64 and 256.
 
 `ldmatrix.sync.aligned.m8n8.xN.b16` loads N 8x8 matrices of 16-bit elements; here matrix j is
 rows ``8j .. 8j+7`` of the tile (the matrices stacked along dimension 0), and register j of every
@@ -49,8 +61,8 @@ from layout_algebra.register import RegisterLayout, column_local, column_spatial
 @dataclass(frozen=True, eq=False)
 class Fragment:
     """One hardware fragment layout: `name` (e.g. ``"mma.m16n8k16.a"``), `ptx` (the PTX ISA's
-    formula as a `FunctionLayout` of 32 threads) and `layout` (the same function as a product
-    of primitives)."""
+    formula as a `FunctionLayout` of 32 threads, 128 for a warpgroup's wgmma fragments) and
+    `layout` (the same function as a product of primitives)."""
 
     name: str
     ptx: FunctionLayout
@@ -97,14 +109,53 @@ def _ldmatrix_trans(t: Any, i: Any) -> tuple[Any, Any]:
     return 8 * (i // 2) + t % 4 * 2 + i % 2, t // 4
 
 
+def _wgmma_a(t: Any, i: Any) -> tuple[Any, Any]:
+    """wgmma A from registers (64 x 16): warp w = t // 32 of the warpgroup holds rows 16w ..
+    16w + 15; within them row = groupID for a0, a1, a4, a5, groupID + 8 otherwise, col =
+    threadID_in_group * 2 + (i & 1), plus 8 for a4..a7."""
+    row = 16 * (t // 32) + t % 32 // 4 + 8 * (i // 2 % 2)
+    col = t % 4 * 2 + i % 2 + 8 * (i // 4)
+    return row, col
+
+
+def _wgmma_d(t: Any, i: Any) -> tuple[Any, Any]:
+    """wgmma accumulator D (64 x N): warp w holds rows 16w .. 16w + 15; row = groupID for
+    d(4j), d(4j+1), groupID + 8 for d(4j+2), d(4j+3); col = 8j + threadID_in_group * 2 +
+    (i & 1)."""
+    row = 16 * (t // 32) + t % 32 // 4 + 8 * (i // 2 % 2)
+    col = 8 * (i // 4) + t % 4 * 2 + i % 2
+    return row, col
+
+
+WARPGROUP_SIZE = 4 * WARP_SIZE
+"""Threads of a warpgroup, the unit that issues a wgmma."""
+
+
 def _fragment(
     name: str,
     shape: tuple[int, int],
     local_size: int,
     formula: Callable[[Any, Any], tuple[Any, Any]],
     layout: RegisterLayout,
+    threads: int = WARP_SIZE,
 ) -> Fragment:
-    return Fragment(name, FunctionLayout(shape, WARP_SIZE, local_size, formula, name), layout)
+    return Fragment(name, FunctionLayout(shape, threads, local_size, formula, name), layout)
+
+
+def wgmma_fragment(kind: str, n: int = 8) -> Fragment:
+    """The warpgroup fragment of ``wgmma.mma_async.m64nNk16`` for 16-bit inputs: `kind` "a"
+    (A from registers, 64 x 16; `n` does not matter) or "d" (the f32 accumulator, 64 x `n`),
+    `n` a multiple of 8 from 8 to 256. LayoutError for anything else."""
+    if kind not in ("a", "d"):
+        raise LayoutError(f"wgmma fragment kind {kind!r}; expected 'a' or 'd'")
+    if isinstance(n, bool) or not isinstance(n, int) or not (8 <= n <= 256 and n % 8 == 0):
+        raise LayoutError(f"wgmma fragment n={n!r}; expected a multiple of 8 from 8 to 256")
+    warps = spatial(4, 1)
+    if kind == "a":
+        layout = warps * column_local(2, 2).spatial(8, 4).local(1, 2)
+        return _fragment("wgmma.m64nNk16.a", (64, 16), 8, _wgmma_a, layout, WARPGROUP_SIZE)
+    layout = warps.local(1, n // 8) * local(2, 1).spatial(8, 4).local(1, 2)
+    return _fragment(f"wgmma.m64n{n}k16.d", (64, n), n // 2, _wgmma_d, layout, WARPGROUP_SIZE)
 
 
 def _build_fragments() -> dict[str, Fragment]:
@@ -148,11 +199,31 @@ def _build_fragments() -> dict[str, Fragment]:
                 local(count, 1) * column_spatial(4, 8).local(2, 1),
             )
         )
+    # stmatrix.sync.aligned.m8n8.xN(.trans).b16 stores N 8x8 matrices from the registers that
+    # ldmatrix loads them into: register j of lane l holds row l >> 2, columns (l % 4) * 2 and
+    # + 1 of matrix j (transposed with .trans).
+    for count in (1, 2, 4):
+        for suffix, formula, inner in (
+            ("", _ldmatrix, spatial(8, 4).local(1, 2)),
+            (".trans", _ldmatrix_trans, column_spatial(4, 8).local(2, 1)),
+        ):
+            fragments.append(
+                _fragment(
+                    f"stmatrix.x{count}{suffix}",
+                    (8 * count, 8),
+                    2 * count,
+                    formula,
+                    local(count, 1) * inner,
+                )
+            )
+    fragments.append(wgmma_fragment("a"))
+    fragments += [wgmma_fragment("d", n) for n in (8, 16, 64, 256)]
     return {fragment.name: fragment for fragment in fragments}
 
 
 FRAGMENTS: dict[str, Fragment] = _build_fragments()
-"""Every fragment of this module by name: the mma fragments, then ldmatrix x1, x2, x4."""
+"""Every fragment of this module by name: the mma fragments, ldmatrix and stmatrix x1, x2, x4,
+and the wgmma A and D fragments (D for N = 8, 16, 64, 256; `wgmma_fragment` for any N)."""
 
 
 def fragment(name: str) -> Fragment:

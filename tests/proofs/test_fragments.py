@@ -19,7 +19,7 @@ from layout_algebra import (
     spatial,
     to_cute,
 )
-from layout_algebra.fragments import FRAGMENTS, Fragment, fragment
+from layout_algebra.fragments import FRAGMENTS, Fragment, fragment, wgmma_fragment
 from layout_algebra.function_layout import FunctionLayout
 from proofs import check_bijective, check_equivalent
 
@@ -44,7 +44,7 @@ def test_algebraic_form_is_recovered_from_the_formulas_table(frag: Fragment) -> 
 @pytest.mark.parametrize("frag", ALL, ids=lambda f: f.name)
 def test_every_element_is_held_once(frag: Fragment) -> None:
     assert check_bijective(frag.ptx, timeout=TIMEOUT, rlimit=RLIMIT).holds is True
-    assert frag.ptx.num_threads == 32
+    assert frag.ptx.num_threads == (128 if frag.name.startswith("wgmma") else 32)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +59,10 @@ def test_every_element_is_held_once(frag: Fragment) -> None:
         ("ldmatrix.x1", (8, 8), 2),
         ("ldmatrix.x2.trans", (16, 8), 4),
         ("ldmatrix.x4", (32, 8), 8),
+        ("stmatrix.x4.trans", (32, 8), 8),
+        ("wgmma.m64nNk16.a", (64, 16), 8),
+        ("wgmma.m64n8k16.d", (64, 8), 4),
+        ("wgmma.m64n256k16.d", (64, 256), 128),
     ],
 )
 def test_sizes(name: str, shape: tuple[int, int], local_size: int) -> None:
@@ -80,6 +84,20 @@ def test_sizes(name: str, shape: tuple[int, int], local_size: int) -> None:
         ("ldmatrix.x1.trans", 5, [(2, 1), (3, 1)]),  # the same matrix read transposed
         ("ldmatrix.x4", 0, [(0, 0), (0, 1), (8, 0), (8, 1), (16, 0), (16, 1), (24, 0), (24, 1)]),
         ("ldmatrix.x2.trans", 31, [(6, 7), (7, 7), (14, 7), (15, 7)]),
+        ("stmatrix.x1", 5, [(1, 2), (1, 3)]),
+        ("stmatrix.x1.trans", 5, [(2, 1), (3, 1)]),
+        # Thread 70 of the warpgroup: warp 2 (rows 32 ..), lane 6 (groupID 1, threadID 2).
+        (
+            "wgmma.m64nNk16.a",
+            70,
+            [(33, 4), (33, 5), (41, 4), (41, 5), (33, 12), (33, 13), (41, 12), (41, 13)],
+        ),
+        # Thread 33: warp 1 (rows 16 ..), lane 1 (groupID 0, threadID 1); d4..d7 columns 8 ...
+        (
+            "wgmma.m64n16k16.d",
+            33,
+            [(16, 2), (16, 3), (24, 2), (24, 3), (16, 10), (16, 11), (24, 10), (24, 11)],
+        ),
     ],
 )
 def test_registers_of_one_thread(name: str, thread: int, registers: list[tuple[int, int]]) -> None:
@@ -130,3 +148,25 @@ def test_spatial_primitive_is_not_a_fragment() -> None:
 def test_unknown_fragment_names_raise() -> None:
     with pytest.raises(LayoutError, match=r"unknown fragment 'mma.m16n8k32.a'; expected one of"):
         fragment("mma.m16n8k32.a")
+
+
+def test_every_wgmma_accumulator_width_equals_its_algebraic_form() -> None:
+    """N from 8 to 256 in steps of 8, by brute force (FRAGMENTS holds four of them, proved)."""
+    for n in range(8, 257, 8):
+        frag = wgmma_fragment("d", n)
+        assert np.array_equal(frag.ptx.table(), frag.layout.table()), n
+        assert frag.layout == spatial(4, 1).local(1, n // 8) * fragment("mma.m16n8k16.c").layout
+
+
+@pytest.mark.parametrize(
+    ("kind", "n", "match"),
+    [
+        ("b", 8, "kind 'b'; expected 'a' or 'd'"),
+        ("d", 4, "n=4; expected a multiple of 8 from 8 to 256"),
+        ("d", 264, "n=264"),
+        ("d", True, "n=True"),
+    ],
+)
+def test_bad_wgmma_fragments_are_refused(kind: str, n: object, match: str) -> None:
+    with pytest.raises(LayoutError, match=match):
+        wgmma_fragment(kind, n)
