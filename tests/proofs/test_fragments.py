@@ -14,6 +14,7 @@ import pytest
 from layout_algebra import (
     LayoutError,
     column_local,
+    from_cute,
     layout_from_table,
     local,
     spatial,
@@ -170,3 +171,17 @@ def test_every_wgmma_accumulator_width_equals_its_algebraic_form() -> None:
 def test_bad_wgmma_fragments_are_refused(kind: str, n: object, match: str) -> None:
     with pytest.raises(LayoutError, match=match):
         wgmma_fragment(kind, n)
+
+
+@pytest.mark.parametrize("n", [8, 16, 64, 256])
+def test_wgmma_fragments_are_cutlass_sm90_layouts(n: int) -> None:
+    """CUTLASS's SM90 GMMA register layouts, as its CuTe source writes them (over the
+    column-major index of the 64 x N tile): CLayout_64xN = ((4,8,4),(2,2,N/8)) :
+    ((128,1,16),(64,8,512)), and ALayout_64x16 the same with N = 16."""
+    expected = f"((4,8,4),(2,2,{n // 8})):((128,1,16),(64,8,512))"
+    if n == 8:
+        expected = "((4,8,4),(2,2)):((128,1,16),(64,8))"  # one column block: no third value mode
+    assert to_cute(wgmma_fragment("d", n).layout) == expected
+    assert from_cute("((4,8,4),(2,2,2)):((128,1,16),(64,8,512))", (64, 16)) == (
+        wgmma_fragment("a").layout
+    )
