@@ -207,6 +207,24 @@ def _check_layout(value: object, what: str) -> CuteLayout:
     return value
 
 
+def _per_mode(
+    a: CuteLayout, tiler: tuple, operation, what: str
+) -> tuple[list[CuteLayout], list[CuteLayout]]:
+    """A tuple tiler applied mode by mode: ``operation(mode k of a, entry k)`` for each entry,
+    and a's remaining modes; LayoutError naming `what` for a tiler longer than a's modes."""
+    modes = a.modes()
+    if len(tiler) > len(modes):
+        raise LayoutError(f"{what}: the tiler has {len(tiler)} modes, {a} has {len(modes)}")
+    return [operation(m, t) for m, t in zip(modes, tiler)], modes[len(tiler) :]
+
+
+def _as_layout(value: object, what: str) -> CuteLayout:
+    """An int n as the layout ``n:1``; a layout as itself; LayoutError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return CuteLayout(value, 1)
+    return _check_layout(value, what)
+
+
 def _from_leaves(leaves: list[tuple[int, int]]) -> CuteLayout:
     """A flat layout of `leaves` (one leaf prints bare; none is ``1:0``)."""
     if not leaves:
@@ -243,16 +261,9 @@ def composition(a: CuteLayout, b: CuteLayout | int | tuple) -> CuteLayout:
     requires (e.g. taking every 3rd element of a 4 x 4 layout)."""
     a = _check_layout(a, "composition")
     if isinstance(b, tuple):
-        modes = a.modes()
-        if len(b) > len(modes):
-            raise LayoutError(
-                f"composition: the tiler has {len(b)} modes, the layout {a} has {len(modes)}"
-            )
-        parts = [composition(m, t) for m, t in zip(modes, b)] + modes[len(b) :]
-        return make_layout(*parts)
-    if isinstance(b, int) and not isinstance(b, bool):
-        b = CuteLayout(b, 1)
-    b = _check_layout(b, "composition")
+        parts, rest = _per_mode(a, b, composition, "composition")
+        return make_layout(*parts, *rest)
+    b = _as_layout(b, "composition")
     if b.rank > 1 or not isinstance(b.shape, int):
         return make_layout(*(composition(a, mode) for mode in b.modes()))
     return _compose_leaf(a, b.shape, b.stride)
@@ -347,16 +358,9 @@ def logical_divide(a: CuteLayout, tiler: CuteLayout | int | tuple) -> CuteLayout
     complement(tiler, size(a))))``; a tuple tiler divides mode by mode."""
     a = _check_layout(a, "logical_divide")
     if isinstance(tiler, tuple):
-        modes = a.modes()
-        if len(tiler) > len(modes):
-            raise LayoutError(
-                f"logical_divide: the tiler has {len(tiler)} modes, {a} has {len(modes)}"
-            )
-        parts = [logical_divide(m, t) for m, t in zip(modes, tiler)] + modes[len(tiler) :]
-        return make_layout(*parts)
-    if isinstance(tiler, int) and not isinstance(tiler, bool):
-        tiler = CuteLayout(tiler, 1)
-    tiler = _check_layout(tiler, "logical_divide")
+        parts, rest = _per_mode(a, tiler, logical_divide, "logical_divide")
+        return make_layout(*parts, *rest)
+    tiler = _as_layout(tiler, "logical_divide")
     return composition(a, make_layout(tiler, complement(tiler, a.size)))
 
 
@@ -366,12 +370,9 @@ def zipped_divide(a: CuteLayout, tiler: CuteLayout | int | tuple) -> CuteLayout:
     a = _check_layout(a, "zipped_divide")
     if not isinstance(tiler, tuple):
         return logical_divide(a, tiler)
-    modes = a.modes()
-    if len(tiler) > len(modes):
-        raise LayoutError(f"zipped_divide: the tiler has {len(tiler)} modes, {a} has {len(modes)}")
-    split = [zipped_divide(m, t) for m, t in zip(modes, tiler)]
+    split, rest = _per_mode(a, tiler, zipped_divide, "zipped_divide")
     tiles = [part[0] for part in split]
-    rests = [part[1] for part in split] + modes[len(tiler) :]
+    rests = [part[1] for part in split] + rest
     return make_layout(make_layout(*tiles), make_layout(*rests))
 
 

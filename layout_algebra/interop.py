@@ -449,26 +449,23 @@ def to_linear_layout(layout: RegisterLayout) -> dict[str, list[tuple[int, ...]]]
     }
 
 
-def _check_bases(bases: Any, rank: int) -> dict[str, list[tuple[int, ...]]]:
-    """Validate a linear layout's bases; return them as lists of int tuples per input."""
+def check_basis_lists(
+    bases: Any, names: Sequence[str], rank: int, accepted: Sequence[str] = ()
+) -> dict[str, list[tuple[int, ...]]]:
+    """A linear layout's bases validated: a mapping of input names among `names` (or
+    `accepted`, ignored) to lists of bases, each `rank` non-negative integer coordinates;
+    returned as lists of int tuples per name of `names` (missing ones empty). LayoutError
+    naming the bad part otherwise."""
+    listed = ", ".join(repr(name) for name in names)
     if not isinstance(bases, Mapping):
         raise LayoutError(
-            f"a linear layout must be a mapping of 'register', 'lane', 'warp' to lists of bases, "
-            f"got {bases!r}"
+            f"a linear layout must be a mapping of {listed} to lists of bases, got {bases!r}"
         )
-    unknown = set(bases) - {"register", "lane", "warp", "block"}
+    unknown = set(bases) - set(names) - set(accepted)
     if unknown:
-        raise LayoutError(
-            f"linear layout inputs {sorted(unknown, key=str)} are not among 'register', 'lane', "
-            "'warp'"
-        )
-    if bases.get("block"):
-        raise LayoutError(
-            f"linear layout block bases {bases['block']} span several thread blocks; a register "
-            "layout describes one block"
-        )
+        raise LayoutError(f"linear layout inputs {sorted(unknown, key=str)} are not among {listed}")
     checked: dict[str, list[tuple[int, ...]]] = {}
-    for name in ("register", "lane", "warp"):
+    for name in names:
         entries = bases.get(name, [])
         if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence):
             raise LayoutError(f"linear layout {name} bases must be a list, got {entries!r}")
@@ -488,6 +485,18 @@ def _check_bases(bases: Any, rank: int) -> dict[str, list[tuple[int, ...]]]:
                     "integer coordinates"
                 )
             checked[name].append(tuple(int(c) for c in entry))
+    return checked
+
+
+def _check_bases(bases: Any, rank: int) -> dict[str, list[tuple[int, ...]]]:
+    """Validate a register layout's linear-layout bases ("register", "lane", "warp"; an empty
+    "block" accepted); return them as lists of int tuples per input."""
+    checked = check_basis_lists(bases, ("register", "lane", "warp"), rank, ("block",))
+    if bases.get("block"):
+        raise LayoutError(
+            f"linear layout block bases {bases['block']} span several thread blocks; a register "
+            "layout describes one block"
+        )
     return checked
 
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.function_layout import FunctionLayout
-from layout_algebra.shared import MAX_SWIZZLE_BIT, SharedLayout, Swizzle
+from layout_algebra.interop import check_basis_lists
+from layout_algebra.shared import SharedLayout, Swizzle
 from layout_algebra.validation import check_int_tuple
 
 Bases = list[tuple[int, ...]]
@@ -66,38 +67,16 @@ def _check_tile(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _check_bases(bases: Any, names: Sequence[str], tile: tuple[int, ...]) -> dict[str, Bases]:
-    """`bases` as int tuples per input of `names` (missing inputs: none), each basis inside
-    the tile (every coordinate below its extent, which is a power of two: XOR stays inside)."""
-    if not isinstance(bases, Mapping):
-        raise LayoutError(f"linear layout bases must be a mapping of {list(names)}, got {bases!r}")
-    unknown = set(bases) - set(names)
-    if unknown:
-        raise LayoutError(
-            f"linear layout inputs {sorted(map(str, unknown))}; expected among {list(names)}"
-        )
-    checked: dict[str, Bases] = {}
-    for name in names:
-        entries = bases.get(name, [])
-        if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence):
-            raise LayoutError(f"linear layout {name} bases must be a list, got {entries!r}")
-        checked[name] = []
+    """`bases` as int tuples per input of `names` (`interop.check_basis_lists`), each basis
+    inside the tile (every coordinate below its extent, a power of two: XOR stays inside)."""
+    checked = check_basis_lists(bases, names, len(tile))
+    for name, entries in checked.items():
         for k, entry in enumerate(entries):
-            if (
-                isinstance(entry, (str, bytes))
-                or not isinstance(entry, Sequence)
-                or len(entry) != len(tile)
-                or any(
-                    isinstance(c, bool)
-                    or not isinstance(c, (int, np.integer))
-                    or not 0 <= c < extent
-                    for c, extent in zip(entry, tile)
-                )
-            ):
+            if any(c >= extent for c, extent in zip(entry, tile)):
                 raise LayoutError(
-                    f"linear layout {name}[{k}] = {entry!r}: expected {len(tile)} coordinates "
-                    f"inside the tile {tile}"
+                    f"linear layout {name}[{k}] = {entry!r}: expected coordinates inside the "
+                    f"tile {tile}"
                 )
-            checked[name].append(tuple(int(c) for c in entry))
     return checked
 
 
@@ -179,8 +158,7 @@ def _swizzle_candidates(width: int):
     for bits in range(1, width // 2 + 1):
         for shift in range(bits, width - bits + 1):
             for base in range(0, width - bits - shift + 1):
-                if bits + base + shift <= min(width, MAX_SWIZZLE_BIT):
-                    yield Swizzle(bits, base, shift)
+                yield Swizzle(bits, base, shift)
 
 
 def _bit_strided(offsets: np.ndarray, tile: tuple[int, ...]) -> tuple[tuple, tuple] | None:
