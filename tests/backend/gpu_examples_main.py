@@ -17,6 +17,7 @@ CUDA device.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from backend.tensor_core import MmaPlan
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.program import Program
+from ir.specialize import specialize
 from ir.testing import codes_match
 from ir.values import ArrayParam
 
@@ -240,6 +242,89 @@ def example_cases(emulated: Any) -> list[tuple[str, Program, list[Any], tuple[in
         cases.append(
             (f"quantized_matmul {weight}", quantized_matmul(weight), arguments, (3, 2), True)
         )
+    return cases + decode_cases(rng)
+
+
+DECODE_CASES = [
+    # (weight type, activation type, zero points, configuration): the decode kernel's paths -
+    # late scales, the fused split-k sum (atomic tickets), partial sums for a second launch,
+    # zero points with bf16 activations, a deep register ring.
+    (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "warps": 2}),
+    (dtypes.u4, dtypes.bf16, True, {"split": 2, "depth": 2}),
+    (dtypes.i3, dtypes.f16, False, {"split": 4, "units_k": 2, "fused_sum": False}),
+    (dtypes.f4e2m1, dtypes.f16, False, {"units_k": 2, "depth": 3, "unroll": 3}),
+    (dtypes.i8, dtypes.bf16, False, {"warps": 1, "units_k": 8, "split": 4}),
+]
+
+
+def decode_cases(
+    rng: np.random.Generator,
+) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
+    """The register-dequant decode kernel (`ir.examples.register_dequant_matmul`) in the
+    configurations of `DECODE_CASES`, its split-k sum and its packing program, at sizes of a
+    few tiles with m not a multiple of the mma's 16 rows."""
+    from ir.examples.packed_weights import pack_scales, pack_weights, pack_weights_program
+    from ir.examples.register_dequant_matmul import (
+        DequantConfig,
+        register_dequant_matmul,
+        split_k_sum,
+    )
+
+    group = 128
+    cases = []
+    for weight, activation, zero_points, options in DECODE_CASES:
+        config = DequantConfig(**options)
+        text = " ".join(f"{key}={value}" for key, value in options.items())
+        m, n = 5, config.block_n * 2
+        k = max(group, config.block_k * config.split * 2)
+        k = math.lcm(k, config.block_k * config.split)
+        codes = rng.integers(0, 1 << weight.nbits, (k, n))
+        weights, _ = pack_weights(codes, weight)
+        groups = -(-k // group)
+        scales = rng.uniform(0.5, 1.5, (groups, n)) / 2 ** (weight.nbits - 1)
+        scale_codes = activation.encode(scales.astype(np.float32)).astype(np.uint16)
+        # Activations small enough that each output is below 2, where one ulp of bf16 is
+        # within the comparison's absolute tolerance (the tensor core sums in its own order).
+        a = activation.encode(rng.uniform(-1, 1, m * k).astype(np.float32) / 32)
+        arguments = [m, n, k, dtypes.pack(a, activation), weights, pack_scales(scale_codes)]
+        if zero_points:
+            zeros = rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float32)
+            arguments.append(pack_scales(activation.encode(zeros).astype(np.uint16)))
+        fused = config.split > 1 and config.fused_sum
+        if fused:
+            arguments += [
+                np.zeros(config.split * m * n, np.float32),
+                np.zeros(config.tiles(m, n), np.int32),
+            ]
+        partial_sums = config.split > 1 and not config.fused_sum
+        out_dtype = np.float32 if partial_sums else np.uint16
+        arguments.append(np.zeros((config.split if partial_sums else 1) * m * n, out_dtype))
+        program = register_dequant_matmul(
+            weight, group, config, activation_dtype=activation, zero_points=zero_points
+        )
+        program = specialize(program, {"n": n, "k": k})  # n and k are compile-time constants
+        name = f"decode {weight} {activation} {text}"
+        cases.append((name, program, arguments, config.grid(m, n), True))
+        if partial_sums:
+            parts = rng.uniform(-4, 4, config.split * m * n).astype(np.float32)
+            sums = [m * n, parts, np.zeros(m * n, np.uint16)]
+            grid = (-(-m * n // 512),)
+            cases.append(
+                (f"split_k_sum {config.split}", split_k_sum(config.split), sums, grid, True)
+            )
+    k, n = 48, 256
+    codes = rng.integers(0, 1 << 4, (k, n))
+    source = dtypes.pack(codes.ravel(), dtypes.i4)
+    target = np.zeros(pack_weights(codes, dtypes.i4)[0].size, np.int32)
+    cases.append(
+        (
+            "pack_weights_program i4",
+            pack_weights_program(dtypes.i4, 2),
+            [n, k, source, target],
+            (n // 128, k // 16),
+            True,
+        )
+    )
     return cases
 
 
