@@ -35,7 +35,12 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   `MAX_WAVES` full waves (every SM holding 16 warps), with at least `MIN_TILES_PER_SPLIT`
   k-tiles per block;
 - where the k-tile is the group, each point with and without `late_scale` (the scales
-  applied to the mma products instead of the weights: fewer instructions, more registers).
+  applied to the mma products instead of the weights: fewer instructions, more registers);
+- where every batch of m's tuning bucket (`autotune.m_bucket`: [1, 2) ... [6, 8)) is at most
+  8 rows, `weights_as_a` (the weights as the mma's A operand, 8 rows of A per block): half
+  the mma instructions and accumulators of the 16-row form, whose other rows would be
+  padding; from the bucket [8, 12) on, the 16-row form, which reads the weights once per 16
+  rows.
 For the benchmark's shapes and batches that is 9 to 56 candidates at 1 to 8 bits.
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -73,6 +78,7 @@ from ir.examples.packed_weights import (
 )
 from ir.examples.register_dequant_matmul import (
     BLOCK_M,
+    BLOCK_M_WEIGHTS_AS_A,
     DequantConfig,
     register_dequant_matmul,
     split_k_sum,
@@ -550,10 +556,12 @@ def decode_search_space(
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
         raise TuningError(f"decode search space: sm_count={sm_count!r}; expected an int >= 1")
     warp_choices = [w for w in WARP_CHOICES if n % (UNIT_N * w) == 0] or [1]
+    weights_as_a = m_bucket(m).hi - 1 <= BLOCK_M_WEIGHTS_AS_A
+    block_m = BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M
     space = []
     for warps in warp_choices:
         for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
-            blocks = (n // (UNIT_N * warps)) * math.ceil(m / BLOCK_M)
+            blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
             # Scaling the products instead of the weights needs the k-tile to be the group.
             lates = (False, True) if UNIT_K * units_k == group_size else (False,)
             for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
@@ -567,6 +575,7 @@ def decode_search_space(
                                 depth=depth,
                                 split=split,
                                 late_scale=late,
+                                weights_as_a=weights_as_a,
                             )
                         )
     return space

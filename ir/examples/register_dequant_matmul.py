@@ -71,6 +71,8 @@ from layout_algebra.symbolic import minimum
 
 BLOCK_M = 16
 """Rows of A and C per block: one mma m16 tile."""
+BLOCK_M_WEIGHTS_AS_A = 8
+"""Rows of A and C per block with `DequantConfig.weights_as_a`: one mma n8 tile."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,12 @@ class DequantConfig:
     that before it is added to C. Two f32 operations per accumulator element and k-tile
     replace a half multiply per pair of weights (per lane and unit, at a k-tile of 128: 64
     against 128), at the cost of a second accumulator's registers.
+    `weights_as_a`: the dot computes C^T = W^T A^T, the weights the mma's A operand (16 of N
+    per m16 block) and 8 rows of A its B operand (`block_m` 8 instead of 16). A thread's B
+    fragments of two neighbouring n8 blocks are one A fragment of W^T (the same register
+    pairs in another order), so the weights need no data movement; per weight the block
+    issues half the mma instructions and holds half the accumulators, and per 8 rows of A
+    it reads all the weights once. For m <= 8.
     """
 
     warps: int = 4
@@ -99,6 +107,13 @@ class DequantConfig:
     unroll: int = 2
     fused_sum: bool = True
     late_scale: bool = False
+    weights_as_a: bool = False
+
+    @property
+    def block_m(self) -> int:
+        """Rows of A and C per block: the mma's M side (16), or its N side (8) with
+        `weights_as_a`."""
+        return BLOCK_M_WEIGHTS_AS_A if self.weights_as_a else BLOCK_M
 
     @property
     def block_n(self) -> int:
@@ -110,7 +125,7 @@ class DequantConfig:
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """The launch grid for C of shape (m, n)."""
-        return (n // self.block_n, -(-m // BLOCK_M), self.split)
+        return (n // self.block_n, -(-m // self.block_m), self.split)
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of C of shape (m, n): the counters a fused split-k sum needs."""
@@ -128,6 +143,23 @@ def accumulator_layout(warps: int, units_n: int) -> RegisterLayout:
     return spatial(1, warps).local(1, 8 * units_n) * fragment("mma.m16n8k16.c").layout
 
 
+def transposed_weight_layout(warps: int, units_k: int, units_n: int) -> RegisterLayout:
+    """W^T's (64 * warps * units_n, 16 * units_k) tile in mma A fragments (`weights_as_a`):
+    warp w owns its 64 * units_n rows (the weights' columns) as four m16 blocks per unit, for
+    every k step; each thread holds the elements of `tile_value_layout`, reordered."""
+    return spatial(warps, 1).local(4 * units_n, units_k) * fragment("mma.m16n8k16.a").layout
+
+
+def transposed_activation_layout(warps: int, units_k: int) -> RegisterLayout:
+    """A^T's (16 * units_k, 8) tile in mma B fragments, replicated over the `warps` warps."""
+    return (spatial(1, 1) * replicate(warps)).local(units_k, 1) * fragment("mma.m16n8k16.b").layout
+
+
+def transposed_accumulator_layout(warps: int, units_n: int) -> RegisterLayout:
+    """C^T's (64 * warps * units_n, 8) tile in mma C fragments, warp w owning its rows."""
+    return spatial(warps, 1).local(4 * units_n, 1) * fragment("mma.m16n8k16.c").layout
+
+
 def _check_config(group_size: int, config: DequantConfig) -> None:
     for name in ("warps", "units_n", "units_k", "depth", "split", "unroll"):
         value = getattr(config, name)
@@ -135,7 +167,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
-    for name in ("fused_sum", "late_scale"):
+    for name in ("fused_sum", "late_scale", "weights_as_a"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -200,20 +232,36 @@ def register_dequant_matmul(
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
     nbits = weight_dtype.nbits
     warps, split, depth = config.warps, config.split, config.depth
-    block_n, block_k = config.block_n, config.block_k
+    block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
+    transposed = config.weights_as_a
     code_layout, word_layout = tile_layouts(nbits, warps, config.units_k, config.units_n)
-    weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
-    a_layout = activation_layout(warps, config.units_k)
-    c_layout = accumulator_layout(warps, config.units_n)
+    if transposed:
+        # C^T = W^T A^T: the codes named as W^T (a view) are cast straight into A fragments.
+        code_layout = code_layout.permute(1, 0)
+        weight_layout = transposed_weight_layout(warps, config.units_k, config.units_n)
+        a_layout = transposed_activation_layout(warps, config.units_k)
+        c_layout = transposed_accumulator_layout(warps, config.units_n)
+    else:
+        weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
+        a_layout = activation_layout(warps, config.units_k)
+        c_layout = accumulator_layout(warps, config.units_n)
+    # The dimension of the k steps (weights) and of the rows of A (C), along which one
+    # weight column's scale is constant.
+    k_dim = 1 if transposed else 0
     # A row of packed scales (or zero points) as loaded and as viewed: for the weights (B's
-    # fragment columns), or for C's fragments (columns 2q, 2q + 1 of each n8 fragment).
+    # fragment columns), or for C's fragments (columns 2q, 2q + 1 of each n8 fragment; C^T's
+    # fragments hold the B fragments' columns, in their order).
     warp_units = spatial(1, warps).local(1, config.units_n)
     weight_row_layouts = (
         warp_units * unit_scale_layout(),
-        reduce_layout(weight_layout, [0], keepdims=True),
+        reduce_layout(weight_layout, [k_dim], keepdims=True),
     )
-    unit_load, unit_view = unit_accumulator_scale_layouts()
-    accumulator_row_layouts = (warp_units * unit_load, warp_units * unit_view)
+    c_row_layout = reduce_layout(c_layout, [k_dim], keepdims=True)
+    if transposed:
+        accumulator_row_layouts = (warp_units * unit_scale_layout(), c_row_layout)
+    else:
+        unit_load, unit_view = unit_accumulator_scale_layouts()
+        accumulator_row_layouts = (warp_units * unit_load, warp_units * unit_view)
     row_words = UNIT_LANES * nbits
     name = f"register_dequant_matmul_{weight_dtype.name}"
     name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
@@ -229,7 +277,7 @@ def register_dequant_matmul(
         partial = b.array_param("partial", f32) if fused else None
         counters = b.array_param("counters", i32) if fused else None
         c = b.array_param("c", f32 if split > 1 and not fused else act)
-        b.grid(n // block_n, (m + BLOCK_M - 1) // BLOCK_M, split)
+        b.grid(n // block_n, (m + block_m - 1) // block_m, split)
         words_per_row = (n // UNIT_N) * row_words
         a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
         packed_view = b.global_view(
@@ -241,13 +289,13 @@ def register_dequant_matmul(
             b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
         )
         a_shared = b.shared_tensor(
-            act, shared_row_major_swizzle(2, BLOCK_M, block_k, element_bits=16)
+            act, shared_row_major_swizzle(2, block_m, block_k, element_bits=16)
         )
         tiles_per_split = (k // block_k) // split
         tiles_per_group = group_size // block_k
         first = b.block_z * tiles_per_split
         end = first + tiles_per_split
-        row0, col0 = b.block_y * BLOCK_M, b.block_x * block_n
+        row0, col0 = b.block_y * block_m, b.block_x * block_n
         word_col0 = b.block_x * (warps * config.units_n * row_words)
 
         def weight_words(tile):
@@ -286,30 +334,45 @@ def register_dequant_matmul(
                 weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
             b.copy_async_wait(1)
             b.sync()
-            activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
-            if config.late_scale:
-                scale = b.cast(
-                    group_row(scale_view, accumulator_row_layouts),
-                    f32,
-                    reduce_layout(c_layout, [0], keepdims=True),
-                )
-                b.assign(acc, b.add(acc, b.mul(b.dot(activations, weights, zero), scale)))
+            if transposed:
+                # The (8, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
+                loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
+                activations = b.view(loaded, act, a_layout)
             else:
-                b.assign(acc, b.dot(activations, weights, acc))
+                activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
+
+            def product(c_in):
+                if transposed:
+                    return b.dot(weights, activations, c_in)
+                return b.dot(activations, weights, c_in)
+
+            if config.late_scale:
+                scale = b.cast(group_row(scale_view, accumulator_row_layouts), f32, c_row_layout)
+                b.assign(acc, b.add(acc, b.mul(product(zero), scale)))
+            else:
+                b.assign(acc, product(acc))
             b.sync()
-        out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
+
+        def c_tile(param, dtype, parts=None):
+            """C (m, n), or `parts` of them, as a view of C's tiles: C^T with `transposed`."""
+            shape, strides = ((n, m), (1, n)) if transposed else ((m, n), (n, 1))
+            if parts is not None:
+                shape, strides = (parts, *shape), (m * n, *strides)
+            return b.global_view(param, dtype, GlobalLayout(shape, strides))
+
+        origin = [col0, row0] if transposed else [row0, col0]
         if split == 1:
-            b.store_global(out_view, b.cast(acc, act), [row0, col0])
+            b.store_global(c_tile(c, act), b.cast(acc, act), origin)
         elif not fused:
-            c_view = b.global_view(c, f32, GlobalLayout((split, m, n), (m * n, n, 1)))
-            b.store_global(c_view, acc, [b.block_z, row0, col0])
+            b.store_global(c_tile(c, f32, split), acc, [b.block_z, *origin])
         else:
             # Store this block's partial sums; the block that adds the tile's counter last
             # (split - 1 before it) adds all of them in split order, stores C and resets the
             # counter for the next launch.
+            b.store_global(c_tile(partial, f32, split), acc, [b.block_z, *origin])
+            out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
             parts = b.global_view(partial, f32, GlobalLayout((split, m, n), (m * n, n, 1)))
-            b.store_global(parts, acc, [b.block_z, row0, col0])
-            tiles = (n // block_n) * ((m + BLOCK_M - 1) // BLOCK_M)
+            tiles = (n // block_n) * ((m + block_m - 1) // block_m)
             counter_view = b.global_view(counters, i32, GlobalLayout((tiles,), (1,)))
             tile_index = b.block_y * (n // block_n) + b.block_x
             ticket = b.atomic_add(counter_view, [tile_index])
@@ -317,7 +380,7 @@ def register_dequant_matmul(
                 # Each thread adds 16-byte vectors of 4 columns, 2 rows apart, one part at a
                 # time (f32 adds in split order, as split_k_sum's).
                 sum_layout = (
-                    local(BLOCK_M // 2, 1).spatial(2, 16 * warps).local(1, 4 * config.units_n)
+                    local(block_m // 2, 1).spatial(2, 16 * warps).local(1, 4 * config.units_n)
                 )
                 total = b.load_global(parts, [0, row0, col0], sum_layout.unsqueeze(0))
                 with b.for_range(1, split) as part:

@@ -254,6 +254,8 @@ DECODE_CASES = [
     (dtypes.i3, dtypes.f16, False, {"split": 4, "units_k": 2, "fused_sum": False}),
     (dtypes.f4e2m1, dtypes.f16, False, {"units_k": 2, "depth": 3, "unroll": 3}),
     (dtypes.i8, dtypes.bf16, False, {"warps": 1, "units_k": 8, "split": 4}),
+    (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
+    (dtypes.u4, dtypes.bf16, True, {"split": 2, "weights_as_a": True}),
 ]
 
 

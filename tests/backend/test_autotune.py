@@ -276,7 +276,22 @@ def test_decode_search_space_table() -> None:
         (8, 8, 2, 1, False),
         (8, 8, 2, 1, True),
     ]
-    assert {(c.units_n, c.unroll) for c in space} == {(1, 2)}
+    assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
+
+
+@pytest.mark.parametrize(
+    ("m", "weights_as_a", "blocks_m"),
+    [(1, True, 1), (3, True, 1), (5, True, 1), (7, True, 1), (8, False, 1), (11, False, 1)]
+    + [(16, False, 1), (17, False, 2)],
+)
+def test_decode_search_space_takes_the_weights_as_a_while_the_bucket_fits_8_rows(
+    m: int, weights_as_a: bool, blocks_m: int
+) -> None:
+    """Buckets [1, 2) .. [6, 8) are at most 8 rows: C^T = W^T A^T, 8 rows of A per block; from
+    [8, 12) on, 16 rows per block (the bucket's every m would otherwise need two)."""
+    space = decode_search_space(dtypes.i4, 1024, 2048, m)
+    assert {c.weights_as_a for c in space} == {weights_as_a}
+    assert {c.grid(m, 2048)[1] for c in space} == {blocks_m}
 
 
 @pytest.mark.parametrize("weight", ["i4", "i8"])
@@ -707,7 +722,9 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
     assert measured == space and len(space) == 6
     # A fused sum, the scales applied to the products.
-    assert cold.config == DequantConfig(warps=4, units_k=8, split=2, depth=1, late_scale=True)
+    assert cold.config == DequantConfig(
+        warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
+    )
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)

@@ -49,6 +49,9 @@ CONFIGS = [
     DequantConfig(warps=8, units_k=1, split=2),
     DequantConfig(units_k=8, late_scale=True),
     DequantConfig(warps=2, units_k=8, split=2, depth=2, late_scale=True),
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True),
+    DequantConfig(warps=2, units_k=2, split=4, fused_sum=False, weights_as_a=True),
+    DequantConfig(warps=8, units_k=4, split=2, depth=2, weights_as_a=True),
 ]
 GROUP_SIZE = 128
 
@@ -186,6 +189,13 @@ ACTIVATION_CASES = [
     (dtypes.u7, dtypes.bf16, True, DequantConfig(units_k=2)),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(units_k=8, late_scale=True)),
     (dtypes.i2, dtypes.f16, False, DequantConfig(warps=2, units_k=8, late_scale=True)),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(units_k=8, late_scale=True, weights_as_a=True)),
+    (
+        dtypes.u3,
+        dtypes.f16,
+        True,
+        DequantConfig(units_k=2, split=2, fused_sum=False, weights_as_a=True),
+    ),
 ]
 
 

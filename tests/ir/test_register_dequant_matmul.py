@@ -24,13 +24,16 @@ from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import InterpreterError, VerificationError
-from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.examples.packed_weights import pack_scales, pack_weights, tile_value_layout
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
     accumulator_layout,
     activation_layout,
     register_dequant_matmul,
     split_k_sum,
+    transposed_accumulator_layout,
+    transposed_activation_layout,
+    transposed_weight_layout,
 )
 from ir.program import Program
 from layout_algebra.fragments import fragment
@@ -209,6 +212,19 @@ CASES = [
     (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, late_scale=True), 17, 1, 2),
     (dtypes.u4, 64, DequantConfig(units_k=4, depth=2, late_scale=True), 5, 1, 3),
     (dtypes.f4e2m1, 32, DequantConfig(warps=2, units_n=2, units_k=2, late_scale=True), 16, 1, 3),
+    # C^T = W^T A^T, 8 rows of A per block: m of one, several and a partial row block.
+    (dtypes.i4, 128, DequantConfig(weights_as_a=True), 1, 2, 2),
+    (
+        dtypes.i2,
+        128,
+        DequantConfig(units_k=8, split=2, late_scale=True, weights_as_a=True),
+        5,
+        1,
+        2,
+    ),
+    (dtypes.u4, 64, DequantConfig(split=2, depth=2, fused_sum=False, weights_as_a=True), 8, 1, 3),
+    (dtypes.u3, 64, DequantConfig(warps=2, units_n=2, units_k=2, weights_as_a=True), 17, 1, 3),
+    (dtypes.f6e3m2, 64, DequantConfig(warps=1, depth=2, split=4, weights_as_a=True), 11, 2, 2),
 ]
 
 
@@ -240,6 +256,8 @@ ZERO_POINT_CASES = [
     (dtypes.u3, dtypes.f16, True, DequantConfig(warps=1, units_k=2, depth=2), 2),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, late_scale=True), 5),
     (dtypes.i2, dtypes.f16, False, DequantConfig(warps=2, units_k=4, late_scale=True), 3),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, weights_as_a=True), 7),
+    (dtypes.u2, dtypes.f16, True, DequantConfig(units_k=4, late_scale=True, weights_as_a=True), 2),
 ]
 
 
@@ -322,6 +340,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         unroll=draw(st.sampled_from([1, 2])),
         fused_sum=draw(st.booleans()),
         late_scale=draw(st.booleans()),
+        weights_as_a=draw(st.booleans()),
     )
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
@@ -354,6 +373,45 @@ def test_grid_covers_c_in_16_row_tiles() -> None:
     assert (DequantConfig().block_n, DequantConfig().block_k) == (256, 64)
 
 
+def test_grid_covers_c_in_8_row_tiles_with_the_weights_as_a() -> None:
+    config = DequantConfig(warps=2, units_n=2, split=4, weights_as_a=True)
+    assert config.grid(17, 1024) == (4, 3, 4) and config.block_m == 8
+    assert DequantConfig(weights_as_a=True).grid(8, 12288) == (48, 1, 1)
+
+
+@pytest.mark.parametrize(("warps", "units_k", "units_n"), [(1, 1, 1), (4, 8, 1), (2, 2, 2)])
+def test_transposed_weights_are_each_threads_own_weights(
+    warps: int, units_k: int, units_n: int
+) -> None:
+    """W^T's A fragments hold in every thread exactly the elements the weights' B fragments
+    hold there, transposed (a cast between them moves no data), and each register pair of
+    an A fragment is a register pair of a B fragment, in the same order (the pairs a fast
+    conversion writes)."""
+    weights = tile_value_layout(warps, units_k, units_n).table()
+    transposed = transposed_weight_layout(warps, units_k, units_n).table()[..., ::-1]
+    assert weights.shape == transposed.shape
+    for thread in range(warps * 32):
+        mine = weights[thread]
+        assert sorted(map(tuple, mine)) == sorted(map(tuple, transposed[thread]))
+        pairs = {tuple(map(tuple, mine[i : i + 2])) for i in range(0, len(mine), 2)}
+        assert {
+            tuple(map(tuple, transposed[thread][i : i + 2])) for i in range(0, len(mine), 2)
+        } == pairs
+
+
+def test_transposed_layouts_are_the_mma_fragments() -> None:
+    f_a, f_b, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "abc")
+    assert transposed_weight_layout(2, 4, 1) == spatial(2, 1).local(4, 4) * f_a
+    a = transposed_activation_layout(2, 4)
+    assert a == (spatial(1, 1) * replicate(2)).local(4, 1) * f_b
+    assert (a.shape, a.num_threads) == ((64, 8), 64)
+    c = transposed_accumulator_layout(4, 2)
+    assert c == spatial(4, 1).local(8, 1) * f_c
+    assert (c.shape, c.num_threads) == ((512, 8), 128)
+    # Thread 32 (warp 1, lane 0) holds rows 128 and 136 of C^T (columns of C), for A's rows 0, 1.
+    assert [tuple(x) for x in c.table()[32, :4]] == [(128, 0), (128, 1), (136, 0), (136, 1)]
+
+
 def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
     f_a, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "ac")
     a = activation_layout(2, 4)
@@ -380,6 +438,7 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(unroll=False), "unroll=False; expected an int >= 1"),
         (DequantConfig(warps=33), "warps=33; a block has at most 32 warps"),
         (DequantConfig(late_scale=1), "late_scale=1; expected True or False"),
+        (DequantConfig(weights_as_a=None), "weights_as_a=None; expected True or False"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
     ],
     ids=str,
@@ -493,6 +552,14 @@ DECODE_LOOP_CASES = (
     + [
         (dtypes.i2, DequantConfig(units_k=8, late_scale=True), dtypes.f16, False),
         (dtypes.u4, DequantConfig(units_k=8, late_scale=True), dtypes.bf16, True),
+        (
+            dtypes.i2,
+            DequantConfig(units_k=8, late_scale=True, weights_as_a=True),
+            dtypes.f16,
+            False,
+        ),
+        (dtypes.u4, DequantConfig(units_k=4, weights_as_a=True), dtypes.bf16, True),
+        (dtypes.i8, DequantConfig(units_k=2, split=2, weights_as_a=True), dtypes.f16, False),
     ]
 )
 
