@@ -178,6 +178,17 @@ LA_FN float la_decode_bf16(la_u32 code)
     return value == value ? value : la_bits_to_float(((code & 0x8000u) << 16) | 0x7FC00000u);
 }
 
+/* f16 -> f32 where no instruction can tell one NaN from another (`nan_blind_tensors`): the
+   hardware conversion alone, whose NaNs are all positive. */
+LA_FN float la_widen_f16(la_u32 code)
+{
+#ifdef LA_DEVICE_CODE
+    return __half2float(__ushort_as_half((unsigned short)code));
+#else
+    return la_decode_float(code, 5, 10, LA_IEEE_LIKE);
+#endif
+}
+
 /* f32 -> f16 and f32 -> bf16: the hardware rounds to nearest even with overflow to inf, as the
    contract does; only NaN needs its canonical code (sign kept, payload dropped). */
 LA_FN la_u32 la_encode_f16(float value)
@@ -267,17 +278,21 @@ def value_type(dtype: DataType) -> str:
     return "float" if dtype.is_float else "int"
 
 
-def decode_expression(dtype: DataType, code: str) -> str:
+def decode_expression(dtype: DataType, code: str, nan_blind: bool = False) -> str:
     """The C expression of the value (`value_type`) of the code held by C expression `code`.
 
     f32 codes are float32 bits; other floats decode exactly to float32; integers sign-extend
-    (signed) or zero-extend (unsigned) to `int`.
+    (signed) or zero-extend (unsigned) to `int`. `nan_blind`: the value only feeds operations
+    that make every NaN the same (`backend.lower.context.nan_blind_tensors`), so an f16 or
+    bf16 NaN may decode to any NaN: the bare hardware conversion, with no sign restored.
     """
     if dtype == dtypes.f32:
         return f"la_bits_to_float({code})"
     if dtype == dtypes.f16:
-        return f"la_decode_f16({code})"
+        return f"la_widen_f16({code})" if nan_blind else f"la_decode_f16({code})"
     if dtype == dtypes.bf16:
+        if nan_blind:
+            return f"la_bits_to_float(({code}) << 16)"
         return f"la_decode_bf16({code})"
     if dtype.is_float:
         return (
@@ -313,12 +328,13 @@ def encode_expression(dtype: DataType, value: str, value_is_float: bool = True) 
     return f"la_saturate_int_code({value}, {dtype.nbits}, {int(dtype.is_signed)})"
 
 
-def convert_expression(src: DataType, dst: DataType, code: str) -> str:
+def convert_expression(src: DataType, dst: DataType, code: str, nan_blind: bool = False) -> str:
     """The C expression of `dtypes.convert(code, src, dst)` for the `src` code in C `code`.
 
     The same type is the identity; otherwise decode to the value, then encode it
-    (`encode_expression`), exactly as `ir.dtypes.convert` defines it.
+    (`encode_expression`), exactly as `ir.dtypes.convert` defines it, except for the NaNs of a
+    `nan_blind` result (`decode_expression`).
     """
     if src == dst:
         return f"({code})"
-    return encode_expression(dst, decode_expression(src, code), src.is_float)
+    return encode_expression(dst, decode_expression(src, code, nan_blind), src.is_float)

@@ -15,6 +15,7 @@ prints each configuration's registers per thread, shared bytes and relative erro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import torch
@@ -25,14 +26,15 @@ from ir.examples.register_dequant_matmul import DequantConfig
 
 
 def parse_config(text: str) -> DequantConfig:
-    """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); ``fused_sum`` and
-    ``late_scale`` take 0/1."""
+    """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); the bool fields
+    (``fused_sum``, ``late_scale``, ``weights_as_a``) take 0/1."""
     fields: dict[str, object] = {}
+    known = {f.name: f for f in dataclasses.fields(DequantConfig)}
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")
-        if name not in DequantConfig.__dataclass_fields__ or not value.isdigit():
+        if name not in known or not value.isdigit():
             raise SystemExit(f"--config {text!r}: {item!r} is not a DequantConfig field=int")
-        fields[name] = bool(int(value)) if name in ("fused_sum", "late_scale") else int(value)
+        fields[name] = bool(int(value)) if known[name].type == "bool" else int(value)
     return DequantConfig(**fields)
 
 

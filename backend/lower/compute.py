@@ -224,8 +224,9 @@ class ComputeLowering(LoweringContext):
                 for line in lines:
                     self.out.line(line)
             return
+        blind = out.name in self.nan_blind
         codes = [
-            convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i))
+            convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i), blind)
             for i in range(size)
         ]
         self.note_codes(f"convert {x.dtype.name} -> {out.dtype.name}", codes)

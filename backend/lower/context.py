@@ -209,6 +209,24 @@ def is_false(expr: Expr) -> bool:
     return expr.is_const and expr.value == 0
 
 
+NAN_BLIND_OPS = frozenset({"add", "sub", "mul", "div"})
+"""Binary operations whose result is the same positive NaN whatever NaN an operand holds
+(class 3 of the contract's NaN rules)."""
+
+
+def nan_blind_tensors(program: Program) -> frozenset[str]:
+    """The names of the register tensors that only `NAN_BLIND_OPS` read: no instruction can
+    tell one of their NaN codes from another, so the instruction that defines them may give any
+    NaN where the contract names one (e.g. a cast to f32 that only feeds a multiply need not
+    restore a NaN's sign). A tensor read by anything else, assigned, or stored is not."""
+    blind: dict[str, bool] = {}
+    for instruction in program.walk():
+        reads = isinstance(instruction, instructions.Binary) and instruction.op in NAN_BLIND_OPS
+        for operand in instruction.operands():
+            blind[operand.name] = blind.get(operand.name, True) and reads
+    return frozenset(name for name, only in blind.items() if only)
+
+
 def quotient(param: IntParam) -> Expr:
     """The variable q of ``param = multiple_of * q``, bounded so that the product stays within
     the parameter's bounds."""
@@ -329,6 +347,7 @@ class LoweringContext:
         # 32-bit words the kernel reads from its constant-memory table, by value: their index.
         self.constant_words: dict[int, int] = {}
         self.shared_base: dict[str, int] = {}
+        self.nan_blind = nan_blind_tensors(program)
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
 

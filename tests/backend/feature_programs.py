@@ -509,6 +509,37 @@ def _nan_moves(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("nan_moves", b.program(), tuple(arguments), (1,))
 
 
+def _nan_casts(rng: np.random.Generator) -> FeatureCase:
+    """Every code of f16 and bf16 cast to f32 twice: once stored (the cast keeps a NaN's sign,
+    the contract's second class), once only multiplied by f32 (a NaN product is a positive
+    NaN whatever NaN the cast gave: the lowering may widen it with the bare hardware
+    conversion)."""
+    threads, per_thread, count = 128, 4, 1 << 16
+    block = threads * per_thread
+    layout = spatial(threads).local(per_thread)
+    line = GlobalLayout((count,), (1,))
+    arguments: list[Any] = []
+    with ProgramBuilder("nan_casts", threads) as b:
+        for dtype in (dtypes.f16, dtypes.bf16):
+            x = b.array_param(f"x_{dtype.name}", dtype)
+            y = b.array_param(f"y_{dtype.name}", dtypes.f32)
+            kept = b.array_param(f"cast_{dtype.name}", dtypes.f32)
+            product = b.array_param(f"product_{dtype.name}", dtypes.f32)
+            origin = [b.block_x * block]
+            values = b.load_global(b.global_view(x, dtype, line), origin, layout)
+            factors = b.load_global(b.global_view(y, dtypes.f32, line), origin, layout)
+            b.store_global(
+                b.global_view(kept, dtypes.f32, line), b.cast(values, dtypes.f32), origin
+            )
+            scaled = b.mul(b.cast(values, dtypes.f32), factors)
+            b.store_global(b.global_view(product, dtypes.f32, line), scaled, origin)
+            codes = rng.permutation(count)
+            factor_codes = dtypes.f32.encode(rng.uniform(-2, 2, count).astype(np.float32))
+            arguments += [dtypes.pack(codes, dtype), dtypes.pack(factor_codes, dtypes.f32)]
+            arguments += [np.zeros(count * 4, dtype=np.uint8) for _ in range(2)]
+    return FeatureCase("nan_casts", b.program(), tuple(arguments), (count // block,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -526,5 +557,6 @@ def feature_cases() -> list[FeatureCase]:
         _fast_casts,
         _ticketed_sum,
         _nan_moves,
+        _nan_casts,
     )
     return [make(rng) for make in makers]
