@@ -56,6 +56,7 @@ from layout_algebra.symbolic import (
     var,
 )
 from layout_algebra.transform import concat, flatten, permute, reshape, squeeze, unsqueeze
+from layout_algebra.wgmma_descriptor import WgmmaDescriptor, derive_descriptor
 
 __all__ = [
     "AccessMap",
@@ -115,4 +116,6 @@ __all__ = [
     "to_cute_memory",
     "to_linear_layout",
     "unsqueeze",
+    "WgmmaDescriptor",
+    "derive_descriptor",
 ]
