@@ -20,12 +20,11 @@ N, c along K) is read at the byte address (the PTX's canonical CuTe layouts, in 
     MN-major, swizzled: start + (r % T) esz + (r // T % s) 16 + (r // (T s)) LBO
                               + (c % 8) 16 s + (c // 8) SBO
 
-and then, in the swizzled modes, address bits [4, 4 + B) are XORed with bits [7, 7 + B)
-(CuTe's ``Swizzle<B, 4, 3>`` on byte addresses; on the element offsets of a 16-bit type it is
-``Swizzle(B, 3, 3)``, what `shared.shared_row_major_swizzle` gives 128-byte rows). The XOR
-acts on the absolute address, so it equals the same XOR on offsets within an allocation that
-starts at a multiple of its repeat, ``2 ** (7 + B)`` bytes (`WgmmaDescriptor.alignment`; 16
-bytes without a swizzle), which whoever places the allocation must guarantee.
+and then the mode's XOR of address bits (`swizzle_modes`: CuTe's ``Swizzle<B, 4, 3>`` on
+byte addresses). The XOR acts on the absolute address, so it equals the same XOR on offsets
+within an allocation that starts at a multiple of its repeat, ``2 ** (7 + B)`` bytes
+(`WgmmaDescriptor.alignment`; 16 bytes without a swizzle), which whoever places the allocation
+must guarantee.
 
 `derive_descriptor(layout, element_bits, origin, dims, rows)` finds the descriptor of the
 tile of `layout` at `origin`: for each major-ness and swizzle mode it reads start, LBO and SBO
@@ -46,15 +45,23 @@ import numpy as np
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.shared import SharedLayout, Swizzle
+from layout_algebra.swizzle_modes import (
+    CHUNK_BYTES,
+    SWIZZLE_BITS,
+    ByteMap,
+    byte_swizzle,
+    check_mode,
+    check_tile,
+    layout_bytes,
+    repeat_bytes,
+    unswizzled,
+)
 from layout_algebra.validation import check_int
 
-CHUNK_BYTES = 16
-"""Bytes of a chunk: the unit of the canonical layouts, and of the descriptor's fields."""
 K_BYTES = 32
 """Bytes of K one wgmma instruction reads per row (two chunks)."""
-SWIZZLE_MODES = {"128B": (1, 3), "64B": (2, 2), "32B": (3, 1), "none": (0, 0)}
-"""Swizzle mode name -> (its code in bits 62-63 of the descriptor, B: log2 of its chunks per
-row), in the order `derive_descriptor` tries them."""
+MODE_CODES = {"128B": 1, "64B": 2, "32B": 3, "none": 0}
+"""Swizzle mode name -> its code in bits 62-63 of the descriptor."""
 MAJORS = ("k", "mn")
 """Major-ness: K-major (a row's K elements contiguous) or M/N-major (the column's)."""
 FIELD_LIMIT = 1 << 18
@@ -70,10 +77,10 @@ MAX_ROWS = 256
 class WgmmaDescriptor:
     """A wgmma matrix descriptor for a tile of `rows` rows by 32 bytes of K of
     `element_bits`-bit elements: `major` ("k" or "mn"), `swizzle` (a key of
-    `SWIZZLE_MODES`), `start`, `leading_byte_offset` and `stride_byte_offset` in bytes, start
-    relative to the allocation (see the module docstring). A field the tile never uses (SBO
-    of a K-major tile of 8 rows, LBO of a swizzled K-major one) holds the value the PTX
-    assumes for it: LBO 16, SBO 0."""
+    `swizzle_modes.SWIZZLE_BITS`), `start`, `leading_byte_offset` and `stride_byte_offset`
+    in bytes, start relative to the allocation (see the module docstring). A field the tile
+    never uses (SBO of a K-major tile of 8 rows, LBO of a swizzled K-major one) holds the
+    value the PTX assumes for it: LBO 16, SBO 0."""
 
     major: str
     swizzle: str
@@ -86,11 +93,7 @@ class WgmmaDescriptor:
     def __post_init__(self) -> None:
         if self.major not in MAJORS:
             raise LayoutError(f"wgmma descriptor: major={self.major!r}; expected 'k' or 'mn'")
-        if self.swizzle not in SWIZZLE_MODES:
-            raise LayoutError(
-                f"wgmma descriptor: swizzle={self.swizzle!r}; expected one of "
-                f"{', '.join(SWIZZLE_MODES)}"
-            )
+        check_mode(self.swizzle, "wgmma descriptor")
         _check_element_bits(self.element_bits)
         _check_rows(self.rows)
         for name in ("start", "leading_byte_offset", "stride_byte_offset"):
@@ -114,17 +117,17 @@ class WgmmaDescriptor:
     @property
     def swizzle_bits(self) -> int:
         """B: the swizzle XORs B address bits (0 without a swizzle)."""
-        return SWIZZLE_MODES[self.swizzle][1]
+        return SWIZZLE_BITS[self.swizzle]
 
     @property
     def alignment(self) -> int:
         """Bytes the allocation's start must be a multiple of for the hardware's XOR on
         absolute addresses to be the XOR on offsets: the swizzle's repeat (16 without one)."""
-        return 1 << (7 + self.swizzle_bits) if self.swizzle_bits else CHUNK_BYTES
+        return repeat_bytes(self.swizzle)
 
     def byte_swizzle(self) -> Swizzle:
         """The XOR on byte addresses: CuTe's ``Swizzle<B, 4, 3>``."""
-        return Swizzle(self.swizzle_bits, 4, 3)
+        return byte_swizzle(self.swizzle)
 
     def byte_offset(self, r: Any, c: Any) -> Any:
         """The byte offset the hardware reads element (r, c) of the tile at (ints, NumPy arrays
@@ -151,8 +154,7 @@ class WgmmaDescriptor:
 
     def table(self) -> np.ndarray:
         """Every byte offset as an int64 array of shape (rows, k_elements)."""
-        r, c = np.indices((self.rows, self.k_elements), dtype=np.int64)
-        return np.asarray(self.byte_offset(r, c), dtype=np.int64)
+        return ByteMap("descriptor", (self.rows, self.k_elements), self.byte_offset).table()
 
     def encode(self, base_address: int = 0) -> int:
         """The 64-bit descriptor word for an allocation at shared-memory address `base_address`
@@ -169,7 +171,7 @@ class WgmmaDescriptor:
                 f"wgmma descriptor: start address {address} is past the 14-bit field's "
                 f"{FIELD_LIMIT} bytes"
             )
-        code = SWIZZLE_MODES[self.swizzle][0]
+        code = MODE_CODES[self.swizzle]
         return (
             (address >> 4)
             | (self.leading_byte_offset >> 4) << 16
@@ -179,34 +181,13 @@ class WgmmaDescriptor:
 
     def claim(
         self, layout: SharedLayout, origin: Sequence[int], dims: tuple[int, int]
-    ) -> tuple[TileBytes, TileBytes]:
+    ) -> tuple[ByteMap, ByteMap]:
         """``(emitted, required)``: the bytes the descriptor makes the hardware read and the
         bytes `layout` holds the tile at, over the tile's (r, c); `proofs.check_equivalent`
         of the two decides whether the descriptor is right (`derive_descriptor`'s arguments)."""
-        required = _layout_bytes(layout, self.element_bits, origin, dims)
+        required = layout_bytes(layout, self.element_bits, origin, dims)
         shape = (self.rows, self.k_elements)
-        return (
-            TileBytes("emitted", shape, self.byte_offset),
-            TileBytes("required", shape, required),
-        )
-
-
-@dataclass(frozen=True)
-class TileBytes:
-    """A memory map (r, c) -> byte offset over a (rows, k) tile: `offset` of a coordinate pair
-    (ints, arrays or `Expr`s), in the memory-layout protocol of `proofs.symbolic_map`."""
-
-    name: str
-    shape: tuple[int, int]
-    function: Any
-
-    def offset(self, coord: Sequence[Any]) -> Any:
-        r, c = coord
-        return self.function(r, c)
-
-    def table(self) -> np.ndarray:
-        r, c = np.indices(self.shape, dtype=np.int64)
-        return np.asarray(self.function(r, c), dtype=np.int64)
+        return ByteMap("emitted", shape, self.byte_offset), ByteMap("required", shape, required)
 
 
 def _check_element_bits(element_bits: object) -> int:
@@ -224,51 +205,6 @@ def _check_rows(rows: object) -> int:
     return value
 
 
-def _check_tile(
-    layout: SharedLayout, origin: Sequence[int], dims: tuple[int, int], shape: tuple[int, int]
-) -> tuple[int, ...]:
-    if not isinstance(layout, SharedLayout):
-        raise LayoutError(f"wgmma descriptor: {layout!r} is not a SharedLayout")
-    if (
-        not isinstance(dims, tuple)
-        or len(dims) != 2
-        or any(isinstance(d, bool) or d not in range(layout.rank) for d in dims)
-        or dims[0] == dims[1]
-    ):
-        raise LayoutError(
-            f"wgmma descriptor: dims={dims!r}; expected two different dimensions of the "
-            f"rank-{layout.rank} layout (rows, k)"
-        )
-    corner = tuple(check_int(o, "wgmma descriptor origin entry", 0) for o in origin)
-    if len(corner) != layout.rank:
-        raise LayoutError(
-            f"wgmma descriptor: origin {tuple(origin)} has {len(corner)} entries; the layout "
-            f"has rank {layout.rank}"
-        )
-    for dim, extent in zip(dims, shape):
-        if corner[dim] + extent > layout.shape[dim]:
-            raise LayoutError(
-                f"wgmma descriptor: the tile of {extent} along dimension {dim} from "
-                f"{corner[dim]} leaves the layout's extent {layout.shape[dim]}"
-            )
-    return corner
-
-
-def _layout_bytes(
-    layout: SharedLayout, element_bits: int, origin: Sequence[int], dims: tuple[int, int]
-) -> Any:
-    """(r, c) -> the byte offset `layout` gives element (r, c) of the tile at `origin`."""
-    esz = element_bits // 8
-
-    def offset(r: Any, c: Any) -> Any:
-        coord: list[Any] = list(origin)
-        coord[dims[0]] = coord[dims[0]] + r
-        coord[dims[1]] = coord[dims[1]] + c
-        return layout.offset(tuple(coord)) * esz
-
-    return offset
-
-
 def _candidate(
     major: str, swizzle: str, linear: Any, element_bits: int, rows: int
 ) -> WgmmaDescriptor | None:
@@ -276,7 +212,7 @@ def _candidate(
     `linear` (the tile's byte offsets before the layout's swizzle), or None when they do not
     fit the fields."""
     t = 128 // element_bits
-    chunks = 1 << SWIZZLE_MODES[swizzle][1]
+    chunks = 1 << SWIZZLE_BITS[swizzle]
     start = linear(0, 0)
 
     def step(r: int, c: int) -> int | None:
@@ -319,12 +255,10 @@ def derive_descriptor(
     element_bits = _check_element_bits(element_bits)
     rows = _check_rows(rows)
     k = 2 * (128 // element_bits)
-    corner = _check_tile(layout, origin, dims, (rows, k))
-    plain = SharedLayout(layout.shape, layout.mode_shape, layout.mode_strides)
-    linear = _layout_bytes(plain, element_bits, corner, dims)
-    r, c = np.indices((rows, k), dtype=np.int64)
-    wanted = np.asarray(_layout_bytes(layout, element_bits, corner, dims)(r, c), dtype=np.int64)
-    for swizzle in SWIZZLE_MODES:
+    corner = check_tile(layout, origin, dims, (rows, k), "wgmma descriptor")
+    linear = layout_bytes(unswizzled(layout), element_bits, corner, dims)
+    wanted = ByteMap("layout", (rows, k), layout_bytes(layout, element_bits, corner, dims)).table()
+    for swizzle in SWIZZLE_BITS:
         for major in MAJORS:
             descriptor = _candidate(major, swizzle, linear, element_bits, rows)
             if descriptor is not None and np.array_equal(descriptor.table(), wanted):
