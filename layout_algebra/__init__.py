@@ -55,6 +55,7 @@ from layout_algebra.symbolic import (
     simplify,
     var,
 )
+from layout_algebra.tma_box import TmaBox, derive_box
 from layout_algebra.transform import concat, flatten, permute, reshape, squeeze, unsqueeze
 from layout_algebra.wgmma_descriptor import WgmmaDescriptor, derive_descriptor
 
@@ -116,6 +117,8 @@ __all__ = [
     "to_cute_memory",
     "to_linear_layout",
     "unsqueeze",
+    "TmaBox",
+    "derive_box",
     "WgmmaDescriptor",
     "derive_descriptor",
 ]
