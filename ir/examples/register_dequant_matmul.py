@@ -29,13 +29,15 @@ k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`
 (`packed_weights.tile_value_layout`), their codes the same elements in the packed order and
 their words `spatial(1, W).local(KS, units_n) * spatial(1, 32).local(1, b)`
 (`packed_weights.tile_layouts`),
-activations `(spatial(1, 1) * replicate(W)).local(1, KS) * F_A` (every warp holds the whole
-16-row tile), C `spatial(1, W).local(1, 8 * units_n) * F_C`. The block tile is 16 x BN with
-BN = 64 * W * units_n and BK = 16 * KS.
+activations `(spatial(1, 1) * replicate(W)).local(MB, KS) * F_A` (every warp holds the whole
+BM-row tile), C `spatial(1, W).local(MB, 8 * units_n) * F_C`, with MB = `units_m` m16 blocks.
+The block tile is BM x BN with BM = 16 * MB (8 * MB with `weights_as_a`, whose layouts are
+the transposed ones of `transposed_weight_layout` and its siblings), BN = 64 * W * units_n and
+BK = 16 * KS.
 
 `n` and `k` are compile-time constants (``backend.compile(program, constants={"n": ..., "k":
 ...})``; a kernel is compiled per weight shape, as for a layer), and the program declares its
-grid, ``(n // BN, ceil(m / 16), split)`` (a launch may leave it out): with the block indices and
+grid, ``(n // BN, ceil(m / BM), split)`` (a launch may leave it out): with the block indices and
 the trip count bounded, every weight and scale address is shown in bounds, so the loop carries
 no bounds checks (the indices under the prefetch guards are written clamped to the range's last
 tile, which they equal there, so that their bounds show it too). Requirements: `k` a multiple
@@ -70,9 +72,9 @@ from layout_algebra.shared import shared_row_major_swizzle
 from layout_algebra.symbolic import minimum
 
 BLOCK_M = 16
-"""Rows of A and C per block: one mma m16 tile."""
+"""Rows of A and C per row block: one mma m16 tile (`DequantConfig.units_m` per block)."""
 BLOCK_M_WEIGHTS_AS_A = 8
-"""Rows of A and C per block with `DequantConfig.weights_as_a`: one mma n8 tile."""
+"""Rows of A and C per row block with `DequantConfig.weights_as_a`: one mma n8 tile."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ class DequantConfig:
     pairs in another order), so the weights need no data movement; per weight the block
     issues half the mma instructions and holds half the accumulators, and per 8 rows of A
     it reads all the weights once. For m <= 8.
+    `units_m`: row blocks of the mma per block (m16 blocks, or n8 blocks of A^T with
+    `weights_as_a`): each warp's dequantized weights feed `units_m` mma instructions, so a
+    block of ``block_m`` rows decodes its weights once (for batches past one row block).
     """
 
     warps: int = 4
@@ -108,12 +113,13 @@ class DequantConfig:
     fused_sum: bool = True
     late_scale: bool = False
     weights_as_a: bool = False
+    units_m: int = 1
 
     @property
     def block_m(self) -> int:
-        """Rows of A and C per block: the mma's M side (16), or its N side (8) with
-        `weights_as_a`."""
-        return BLOCK_M_WEIGHTS_AS_A if self.weights_as_a else BLOCK_M
+        """Rows of A and C per block: `units_m` times the mma's M side (16), or its N side
+        (8) with `weights_as_a`."""
+        return (BLOCK_M_WEIGHTS_AS_A if self.weights_as_a else BLOCK_M) * self.units_m
 
     @property
     def block_n(self) -> int:
@@ -133,14 +139,17 @@ class DequantConfig:
         return grid[0] * grid[1]
 
 
-def activation_layout(warps: int, units_k: int) -> RegisterLayout:
-    """The (16, 16 * units_k) A tile in mma A fragments, replicated over the `warps` warps."""
-    return (spatial(1, 1) * replicate(warps)).local(1, units_k) * fragment("mma.m16n8k16.a").layout
+def activation_layout(warps: int, units_k: int, units_m: int = 1) -> RegisterLayout:
+    """The (16 * units_m, 16 * units_k) A tile in mma A fragments, replicated over the `warps`
+    warps."""
+    fragments = fragment("mma.m16n8k16.a").layout
+    return (spatial(1, 1) * replicate(warps)).local(units_m, units_k) * fragments
 
 
-def accumulator_layout(warps: int, units_n: int) -> RegisterLayout:
-    """The (16, 64 * warps * units_n) C tile in mma C fragments, warp w owning its columns."""
-    return spatial(1, warps).local(1, 8 * units_n) * fragment("mma.m16n8k16.c").layout
+def accumulator_layout(warps: int, units_n: int, units_m: int = 1) -> RegisterLayout:
+    """The (16 * units_m, 64 * warps * units_n) C tile in mma C fragments, warp w owning its
+    columns."""
+    return spatial(1, warps).local(units_m, 8 * units_n) * fragment("mma.m16n8k16.c").layout
 
 
 def transposed_weight_layout(warps: int, units_k: int, units_n: int) -> RegisterLayout:
@@ -150,18 +159,21 @@ def transposed_weight_layout(warps: int, units_k: int, units_n: int) -> Register
     return spatial(warps, 1).local(4 * units_n, units_k) * fragment("mma.m16n8k16.a").layout
 
 
-def transposed_activation_layout(warps: int, units_k: int) -> RegisterLayout:
-    """A^T's (16 * units_k, 8) tile in mma B fragments, replicated over the `warps` warps."""
-    return (spatial(1, 1) * replicate(warps)).local(units_k, 1) * fragment("mma.m16n8k16.b").layout
+def transposed_activation_layout(warps: int, units_k: int, units_m: int = 1) -> RegisterLayout:
+    """A^T's (16 * units_k, 8 * units_m) tile in mma B fragments, replicated over the `warps`
+    warps."""
+    fragments = fragment("mma.m16n8k16.b").layout
+    return (spatial(1, 1) * replicate(warps)).local(units_k, units_m) * fragments
 
 
-def transposed_accumulator_layout(warps: int, units_n: int) -> RegisterLayout:
-    """C^T's (64 * warps * units_n, 8) tile in mma C fragments, warp w owning its rows."""
-    return spatial(warps, 1).local(4 * units_n, 1) * fragment("mma.m16n8k16.c").layout
+def transposed_accumulator_layout(warps: int, units_n: int, units_m: int = 1) -> RegisterLayout:
+    """C^T's (64 * warps * units_n, 8 * units_m) tile in mma C fragments, warp w owning its
+    rows."""
+    return spatial(warps, 1).local(4 * units_n, units_m) * fragment("mma.m16n8k16.c").layout
 
 
 def _check_config(group_size: int, config: DequantConfig) -> None:
-    for name in ("warps", "units_n", "units_k", "depth", "split", "unroll"):
+    for name in ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise VerificationError(
@@ -239,12 +251,12 @@ def register_dequant_matmul(
         # C^T = W^T A^T: the codes named as W^T (a view) are cast straight into A fragments.
         code_layout = code_layout.permute(1, 0)
         weight_layout = transposed_weight_layout(warps, config.units_k, config.units_n)
-        a_layout = transposed_activation_layout(warps, config.units_k)
-        c_layout = transposed_accumulator_layout(warps, config.units_n)
+        a_layout = transposed_activation_layout(warps, config.units_k, config.units_m)
+        c_layout = transposed_accumulator_layout(warps, config.units_n, config.units_m)
     else:
         weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
-        a_layout = activation_layout(warps, config.units_k)
-        c_layout = accumulator_layout(warps, config.units_n)
+        a_layout = activation_layout(warps, config.units_k, config.units_m)
+        c_layout = accumulator_layout(warps, config.units_n, config.units_m)
     # The dimension of the k steps (weights) and of the rows of A (C), along which one
     # weight column's scale is constant.
     k_dim = 1 if transposed else 0

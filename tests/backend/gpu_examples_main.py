@@ -256,6 +256,7 @@ DECODE_CASES = [
     (dtypes.i8, dtypes.bf16, False, {"warps": 1, "units_k": 8, "split": 4}),
     (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
     (dtypes.u4, dtypes.bf16, True, {"split": 2, "weights_as_a": True}),
+    (dtypes.i4, dtypes.f16, False, {"units_k": 4, "units_m": 2}),
 ]
 
 

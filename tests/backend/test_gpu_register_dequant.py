@@ -52,6 +52,9 @@ CONFIGS = [
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True),
     DequantConfig(warps=2, units_k=2, split=4, fused_sum=False, weights_as_a=True),
     DequantConfig(warps=8, units_k=4, split=2, depth=2, weights_as_a=True),
+    DequantConfig(units_k=4, units_m=4),
+    DequantConfig(warps=2, units_k=8, units_m=2, split=2, late_scale=True),
+    DequantConfig(units_k=2, units_m=3, weights_as_a=True),
 ]
 GROUP_SIZE = 128
 

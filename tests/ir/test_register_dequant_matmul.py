@@ -225,6 +225,19 @@ CASES = [
     (dtypes.u4, 64, DequantConfig(split=2, depth=2, fused_sum=False, weights_as_a=True), 8, 1, 3),
     (dtypes.u3, 64, DequantConfig(warps=2, units_n=2, units_k=2, weights_as_a=True), 17, 1, 3),
     (dtypes.f6e3m2, 64, DequantConfig(warps=1, depth=2, split=4, weights_as_a=True), 11, 2, 2),
+    # Several row blocks per block: each dequantized weight fragment feeds units_m mma.
+    (dtypes.i4, 128, DequantConfig(units_m=2), 40, 1, 2),
+    (dtypes.i4, 64, DequantConfig(units_m=4, units_k=2, split=2, depth=2), 70, 1, 2),
+    (dtypes.i2, 128, DequantConfig(units_m=2, units_k=8, split=2, late_scale=True), 33, 1, 1),
+    (
+        dtypes.u4,
+        64,
+        DequantConfig(units_m=2, split=2, fused_sum=False, weights_as_a=True),
+        20,
+        1,
+        2,
+    ),
+    (dtypes.u3, 64, DequantConfig(warps=2, units_m=3, units_k=2, weights_as_a=True), 17, 1, 2),
 ]
 
 
@@ -341,6 +354,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         fused_sum=draw(st.booleans()),
         late_scale=draw(st.booleans()),
         weights_as_a=draw(st.booleans()),
+        units_m=draw(st.sampled_from([1, 2, 3])),
     )
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
@@ -399,6 +413,18 @@ def test_transposed_weights_are_each_threads_own_weights(
         } == pairs
 
 
+def test_row_blocks_multiply_the_block_rows() -> None:
+    assert DequantConfig(units_m=4).block_m == 64
+    assert DequantConfig(units_m=3, weights_as_a=True).block_m == 24
+    assert DequantConfig(units_m=4).grid(257, 1024) == (4, 5, 1)
+    f_a, f_b, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "abc")
+    assert activation_layout(2, 4, 3) == (spatial(1, 1) * replicate(2)).local(3, 4) * f_a
+    assert accumulator_layout(4, 1, 2) == spatial(1, 4).local(2, 8) * f_c
+    assert accumulator_layout(4, 1, 2).shape == (32, 256)
+    assert transposed_activation_layout(2, 4, 3).shape == (64, 24)
+    assert transposed_accumulator_layout(4, 1, 2) == spatial(4, 1).local(4, 2) * f_c
+
+
 def test_transposed_layouts_are_the_mma_fragments() -> None:
     f_a, f_b, f_c = (fragment(f"mma.m16n8k16.{x}").layout for x in "abc")
     assert transposed_weight_layout(2, 4, 1) == spatial(2, 1).local(4, 4) * f_a
@@ -439,6 +465,7 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(warps=33), "warps=33; a block has at most 32 warps"),
         (DequantConfig(late_scale=1), "late_scale=1; expected True or False"),
         (DequantConfig(weights_as_a=None), "weights_as_a=None; expected True or False"),
+        (DequantConfig(units_m=0), "units_m=0; expected an int >= 1"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
     ],
     ids=str,
@@ -560,6 +587,9 @@ DECODE_LOOP_CASES = (
         ),
         (dtypes.u4, DequantConfig(units_k=4, weights_as_a=True), dtypes.bf16, True),
         (dtypes.i8, DequantConfig(units_k=2, split=2, weights_as_a=True), dtypes.f16, False),
+        (dtypes.i4, DequantConfig(units_k=4, units_m=4), dtypes.f16, False),
+        (dtypes.u4, DequantConfig(units_k=8, units_m=2, late_scale=True), dtypes.bf16, True),
+        (dtypes.i3, DequantConfig(units_k=8, units_m=2, weights_as_a=True), dtypes.f16, False),
     ]
 )
 
