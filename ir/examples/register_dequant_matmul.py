@@ -98,7 +98,7 @@ class DequantConfig:
     fragments of two neighbouring n8 blocks are one A fragment of W^T (the same register
     pairs in another order), so the weights need no data movement; per weight the block
     issues half the mma instructions and holds half the accumulators, and per 8 rows of A
-    it reads all the weights once. For m <= 8.
+    it reads all the weights once. For small batches (the tuner: buckets within 8 rows).
     `units_m`: row blocks of the mma per block (m16 blocks, or n8 blocks of A^T with
     `weights_as_a`): each warp's dequantized weights feed `units_m` mma instructions, so a
     block of ``block_m`` rows decodes its weights once (for batches past one row block).
@@ -347,7 +347,7 @@ def register_dequant_matmul(
             b.copy_async_wait(1)
             b.sync()
             if transposed:
-                # The (8, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
+                # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
                 loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
                 activations = b.view(loaded, act, a_layout)
             else:
