@@ -112,7 +112,7 @@ class WgmmaDescriptor:
     @property
     def k_elements(self) -> int:
         """Elements of K one instruction reads per row: 32 bytes."""
-        return 2 * self.chunk_elements
+        return K_BYTES * 8 // self.element_bits
 
     @property
     def swizzle_bits(self) -> int:
@@ -217,7 +217,7 @@ def _candidate(
 
     def step(r: int, c: int) -> int | None:
         """The byte step to (r, c), or None when the tile has no such element (unused field)."""
-        if r >= rows or c >= 2 * t:
+        if r >= rows or c * element_bits >= K_BYTES * 8:
             return None
         return linear(r, c) - start
 
@@ -254,7 +254,7 @@ def derive_descriptor(
     """
     element_bits = _check_element_bits(element_bits)
     rows = _check_rows(rows)
-    k = 2 * (128 // element_bits)
+    k = K_BYTES * 8 // element_bits
     corner = check_tile(layout, origin, dims, (rows, k), "wgmma descriptor")
     linear = layout_bytes(unswizzled(layout), element_bits, corner, dims)
     wanted = ByteMap("layout", (rows, k), layout_bytes(layout, element_bits, corner, dims)).table()
