@@ -75,6 +75,12 @@ static __device__ __forceinline__ float la_fmul(float a, float b)
     return la_hardware_nan(__fmul_rn(a, b));
 }
 
+/* a * b + c rounded once: the IR's fma. */
+static __device__ __forceinline__ float la_ffma(float a, float b, float c)
+{
+    return la_hardware_nan(__fmaf_rn(a, b, c));
+}
+
 static __device__ __forceinline__ float la_fdiv(float a, float b)
 {
     return la_arithmetic_nan(__fdiv_rn(a, b));

@@ -52,6 +52,7 @@ from ir.instructions import (
     CopyAsyncCommit,
     CopyAsyncWait,
     Dot,
+    Fma,
     ForRange,
     GlobalView,
     If,
@@ -613,6 +614,21 @@ class ProgramBuilder:
         out_layout = self._result_layout([cond, x, y], layout, "where")
         out = self._register(x.dtype, out_layout)
         self._emit(Where(out, cond, x, y))
+        return out
+
+    def fma(
+        self,
+        a: RegisterTensor | int | float,
+        b: RegisterTensor | int | float,
+        c: RegisterTensor | int | float,
+        layout: RegisterLayout | None = None,
+    ) -> RegisterTensor:
+        """``a * b + c`` rounded once (f32 operands; `ir.instructions.Fma`), with broadcasting
+        (layout as in `binary`)."""
+        a, b, c = self._operands([a, b, c], "fma")
+        out_layout = self._result_layout([a, b, c], layout, "fma")
+        out = self._register(a.dtype, out_layout)
+        self._emit(Fma(out, a, b, c))
         return out
 
     def reduce(self, x: RegisterTensor, dim: int, op: str, keepdim: bool = False) -> RegisterTensor:

@@ -173,6 +173,43 @@ def cast_nan(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(values), np.copysign(np.float32(np.nan), values), values)
 
 
+F32_OVERFLOW = 2.0**128
+"""The float32 value past the largest finite one: the upper neighbour rounding overflows to."""
+
+
+def fused_multiply_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` of float32 arrays rounded once to float32 (nearest even), the contract's
+    `fma`; a NaN result is the positive quiet NaN.
+
+    The product is exact in float64 (24 + 24 significand bits); the float64 sum s is rounded
+    once, and its error e is exact (Knuth's two-sum). Rounding s to float32 is then right
+    except where s lies exactly halfway between two float32 values and e is not zero: the
+    exact sum lies on e's side of that midpoint, so it rounds to that side's neighbour.
+    """
+    with np.errstate(all="ignore"):
+        product = a.astype(np.float64) * b.astype(np.float64)
+        addend = c.astype(np.float64)
+        total = product + addend
+        virtual = total - product
+        error = (product - (total - virtual)) + (addend - virtual)
+        rounded = total.astype(np.float32)
+        wide = rounded.astype(np.float64)
+        above = wide > total
+        other = np.nextafter(rounded, np.where(above, -np.inf, np.inf).astype(np.float32))
+        other_wide = other.astype(np.float64)
+        # A float32 overflow's neighbour beyond the largest finite value is 2^128.
+        wide = np.where(np.isinf(wide), np.copysign(F32_OVERFLOW, wide), wide)
+        other_wide = np.where(
+            np.isinf(other_wide), np.copysign(F32_OVERFLOW, other_wide), other_wide
+        )
+        # The midpoint of two neighbouring float32 values is exact in float64.
+        tie = np.isfinite(total) & (error != 0) & (total == (wide + other_wide) / 2)
+        # On a tie, the neighbour on the side of the error: `rounded` or `other`.
+        toward_rounded = (error > 0) == above
+        result = np.where(tie & ~toward_rounded, other, rounded)
+    return arithmetic_nan(result)
+
+
 MOVE_UNARY_OPS = frozenset({"neg", "abs"})
 """Float unary operations that act on the sign bit alone (a NaN keeps its sign)."""
 

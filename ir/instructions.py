@@ -26,6 +26,7 @@ Memory (tile shape = the register layout's shape, padded with leading 1s to the 
     Sync                block-wide barrier (also makes completed copies visible to all threads)
 Computation:
     Unary, Binary, Where   elementwise with NumPy broadcasting over tile shapes
+    Fma                    out = a * b + c rounded once (f32), elementwise with broadcasting
     Cast                   out = convert(x) to another type (the contract's conversion rules)
     View                   reinterpret each thread's register bits as another type and layout
     Reduce                 out = reduction of x over dimension `dim` (sum, max, min)
@@ -416,6 +417,19 @@ class Where(Instruction):
     cond: RegisterTensor
     x: RegisterTensor
     y: RegisterTensor
+
+
+@dataclass(frozen=True, eq=False)
+class Fma(Instruction):
+    """`out = a * b + c` elementwise with broadcasting (layouts as for `Binary`), the exact
+    value rounded once to nearest even: a fused multiply-add. a, b, c and out are f32; a NaN
+    result is the positive quiet NaN (the contract's third NaN class)."""
+
+    op: ClassVar[str] = "fma"
+    out: RegisterTensor = result()
+    a: RegisterTensor
+    b: RegisterTensor
+    c: RegisterTensor
 
 
 @dataclass(frozen=True, eq=False)

@@ -65,6 +65,7 @@ from ir.elementwise import (
     apply_unary,
     arithmetic_nan,
     cast_nan,
+    fused_multiply_add,
     round_values,
     to_codes,
     to_values,
@@ -574,6 +575,11 @@ class BlockInterpreter(InstructionVisitor[None]):
         cond = self.gathered(out, instruction.cond)
         x, y = self.gathered(out, instruction.x), self.gathered(out, instruction.y)
         self.registers[out.name] = np.where(cond != 0, x, y)
+
+    def visit_fma(self, instruction: instructions.Fma) -> None:
+        out = instruction.out
+        a, b = self.gathered(out, instruction.a), self.gathered(out, instruction.b)
+        self.registers[out.name] = fused_multiply_add(a, b, self.gathered(out, instruction.c))
 
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x

@@ -109,6 +109,10 @@ class _LinePrinter(InstructionVisitor[str]):
         i = instruction
         return f"{_register(i.out)} = where({i.cond.name}, {i.x.name}, {i.y.name})"
 
+    def visit_fma(self, instruction: instructions.Fma) -> str:
+        i = instruction
+        return f"{_register(i.out)} = fma({i.a.name}, {i.b.name}, {i.c.name})"
+
     def visit_cast(self, instruction: instructions.Cast) -> str:
         return f"{_register(instruction.out)} = cast({instruction.x.name})"
 

@@ -310,6 +310,16 @@ class _InstructionChecker(InstructionVisitor[None]):
         _check_same_dtype(instruction, [("x", x.dtype), ("y", y.dtype), ("result", out.dtype)])
         _check_elementwise(instruction, out, [("cond", cond), ("x", x), ("y", y)])
 
+    def visit_fma(self, instruction: instructions.Fma) -> None:
+        out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
+        for role, tensor in (("a", a), ("b", b), ("c", c), ("result", out)):
+            _check_register(instruction, tensor, role, self.threads)
+        roles = [("a", a.dtype), ("b", b.dtype), ("c", c.dtype), ("result", out.dtype)]
+        _check_same_dtype(instruction, roles)
+        if a.dtype != dtypes.f32:
+            raise _fail(instruction, f"dtype mismatch: fma applies to f32, not {a.dtype}")
+        _check_elementwise(instruction, out, [("a", a), ("b", b), ("c", c)])
+
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
         _check_register(instruction, x, "operand", self.threads)

@@ -202,6 +202,15 @@ class ComputeLowering(LoweringContext):
             "select",
         )
 
+    def visit_fma(self, instruction: instructions.Fma) -> None:
+        operands = [instruction.a, instruction.b, instruction.c]
+
+        def fused(codes: list[str]) -> str:
+            a, b, c = (decode_expression(dtypes.f32, code) for code in codes)
+            return encode_expression(dtypes.f32, f"la_ffma({a}, {b}, {c})")
+
+        self.elementwise(instruction.out, operands, fused, "f32 fma")
+
     def visit_cast(self, instruction: instructions.Cast) -> None:
         out, x = instruction.out, instruction.x
         self.declare(out)

@@ -215,13 +215,15 @@ NAN_BLIND_OPS = frozenset({"add", "sub", "mul", "div"})
 
 
 def nan_blind_tensors(program: Program) -> frozenset[str]:
-    """The names of the register tensors that only `NAN_BLIND_OPS` read: no instruction can
+    """The names of the register tensors that only `NAN_BLIND_OPS` and fma read: no one can
     tell one of their NaN codes from another, so the instruction that defines them may give any
     NaN where the contract names one (e.g. a cast to f32 that only feeds a multiply need not
     restore a NaN's sign). A tensor read by anything else, assigned, or stored is not."""
     blind: dict[str, bool] = {}
     for instruction in program.walk():
-        reads = isinstance(instruction, instructions.Binary) and instruction.op in NAN_BLIND_OPS
+        reads = isinstance(instruction, instructions.Fma) or (
+            isinstance(instruction, instructions.Binary) and instruction.op in NAN_BLIND_OPS
+        )
         for operand in instruction.operands():
             blind[operand.name] = blind.get(operand.name, True) and reads
     return frozenset(name for name, only in blind.items() if only)

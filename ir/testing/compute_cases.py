@@ -15,6 +15,7 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.elementwise import (
     apply_binary,
+    fused_multiply_add,
     to_values,
 )
 from ir.examples.matmul import mma_dot_layouts, simt_dot_layouts, warp_grid
@@ -249,6 +250,7 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     staged = draw(st.booleans())
     buffers = draw(st.sampled_from((1, 2))) if staged else 1
     init = draw(st.sampled_from((None, 0.0, 0.5, -1.25)))
+    epilogue = draw(st.booleans())  # out = fma(acc, 0.5, acc)
     (grid_x, grid_y), (m, n), padding = grid_and_tensor(draw, (block_m, block_n))
     k = draw(st.integers((steps - 1) * inner_k + 1, steps * inner_k))
     a_codes = _dot_operand_codes(draw, operand, m * k)
@@ -305,6 +307,8 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         else:
             for tile in range(steps):
                 accumulator = dot_step(tile, accumulator)
+        if epilogue:
+            accumulator = b.fma(accumulator, 0.5, accumulator)
         out_view = b.global_view(out, f32, GlobalLayout((rows, cols), (cols + padding, 1)))
         b.store_global(out_view, accumulator, [row0, col0])
     shape_m, shape_n, shape_k = grid_y * block_m, grid_x * block_n, steps * inner_k
@@ -320,6 +324,9 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         product = a_values[:, j : j + 1] * b_values[j : j + 1, :]
         accumulated = accumulated + product
         magnitude += np.abs(product)
+    if epilogue:
+        accumulated = fused_multiply_add(accumulated, np.float32(0.5), accumulated)
+        magnitude *= 2.0  # the sum's error grows by 1.5 and the fma rounds once more
     tolerance = None
     if mode == "tensor_cores":
         tolerance = _padded(magnitude[:m, :n] * _MMA_TOLERANCE, (m, n + padding)).ravel()
@@ -344,7 +351,7 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         description=(
             f"dot {mode} {operand} {a_layout!r} @ {b_layout!r} + {c_layout!r} k={k} "
             f"steps={steps}{'=ceil(k/inner_k)' if runtime_steps else ''} looped={looped} "
-            f"unroll={unroll} staged={staged} buffers={buffers} init={init}"
+            f"unroll={unroll} staged={staged} buffers={buffers} init={init} fma={epilogue}"
         ),
     )
 

@@ -15,6 +15,7 @@ from ir.elementwise import (
     UNARY_OPS,
     apply_binary,
     apply_unary,
+    fused_multiply_add,
     kind_of,
     round_values,
     to_values,
@@ -78,9 +79,14 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
             column_layout,
         )
         value = x_values
+        kinds = ("unary", "binary", "column", "constant", "where")
         for _ in range(steps):
-            step = draw(st.sampled_from(("unary", "binary", "column", "constant", "where")))
-            if step == "unary":
+            step = draw(st.sampled_from(kinds + (("fma",) if dtype == dtypes.f32 else ())))
+            if step == "fma":
+                op = "fma"
+                current = b.fma(current, other, column)
+                value = fused_multiply_add(value, y_values, z_values)
+            elif step == "unary":
                 op = draw(st.sampled_from([o for o in UNARY_OPS if kind in UNARY_OPS[o].kinds]))
                 exact &= UNARY_OPS[op].exact
                 current, value = b.unary(op, current), apply_unary(op, dtype, value)

@@ -540,6 +540,43 @@ def _nan_casts(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("nan_casts", b.program(), tuple(arguments), (count // block,))
 
 
+FMA_EDGE_CASES = (
+    # (a, b, c): a double rounding through float64 would get the first wrong (the exact sum
+    # lies just below a float32 midpoint that float64 rounds onto); an exact tie; signed
+    # zeros; inf * 0 (NaN); an overflow; a product below float32's range that the sum keeps.
+    (2.0**-24 * (1 + 2.0**-23), 1 - 2.0**-23, 1 + 2.0**-23),
+    (1 + 2.0**-12, 1 + 2.0**-12, -(2.0**-11)),
+    (-1.0, 0.0, -0.0),
+    (-1.0, 0.0, 0.0),
+    (float("inf"), 0.0, 1.0),
+    (2.0**127, 2.0, 0.0),
+    (2.0**-100, 2.0**-100, 2.0**-149),
+)
+
+
+def _fused_multiply_add(rng: np.random.Generator) -> FeatureCase:
+    """``fma(a, b, c)`` on f32: the edge cases of `FMA_EDGE_CASES`, then random triples over a
+    wide range of magnitudes, rounded once (bit-exact on the host and the GPU)."""
+    count = 256
+    edges = np.array(FMA_EDGE_CASES, dtype=np.float32)
+    values = (rng.standard_normal((count, 3)) * 2.0 ** rng.integers(-30, 30, (count, 3))).astype(
+        np.float32
+    )
+    values[: len(edges)] = edges
+    line = GlobalLayout((count,), (1,))
+    with ProgramBuilder("fused_multiply_add", 64) as b:
+        params = [b.array_param(name, dtypes.f32) for name in ("a", "b", "c", "out")]
+        layout = spatial(64).local(count // 64)
+        a, b_, c = (
+            b.load_global(b.global_view(x, dtypes.f32, line), [0], layout) for x in params[:3]
+        )
+        b.store_global(b.global_view(params[3], dtypes.f32, line), b.fma(a, b_, c), [0])
+    arguments = tuple(
+        dtypes.pack(dtypes.f32.encode(values[:, j]), dtypes.f32) for j in range(3)
+    ) + (np.zeros(4 * count, dtype=np.uint8),)
+    return FeatureCase("fused_multiply_add", b.program(), arguments, (1,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -558,5 +595,6 @@ def feature_cases() -> list[FeatureCase]:
         _ticketed_sum,
         _nan_moves,
         _nan_casts,
+        _fused_multiply_add,
     )
     return [make(rng) for make in makers]

@@ -1,7 +1,7 @@
 """Casts whose NaNs nothing can tell apart: `backend.lower.context.nan_blind_tensors` and the
 bare hardware widening it allows.
 
-- The table: a tensor read only by add, sub, mul or div is blind; one also stored, assigned,
+- The table: a tensor read only by add, sub, mul, div or fma is blind; one also stored, assigned,
   compared, reduced or viewed is not.
 - The source: an f16 -> f32 cast that only feeds a multiply calls ``la_widen_f16`` (bf16: a
   shift), the same cast stored keeps ``la_decode_f16`` (which restores a NaN's sign); the
@@ -42,6 +42,8 @@ def _program(use: str, source: dtypes.DataType = dtypes.f16) -> tuple[Program, s
         target = b.global_view(out, dtypes.f32, LINE)
         if use in ("add", "sub", "mul", "div"):
             result = b.binary(use, wide, factors)
+        elif use == "fma":
+            result = b.fma(wide, factors, factors)
         elif use == "maximum":
             result = b.maximum(wide, factors)
         elif use == "compare":
@@ -67,6 +69,7 @@ def _program(use: str, source: dtypes.DataType = dtypes.f16) -> tuple[Program, s
         ("sub", True),
         ("mul", True),
         ("div", True),
+        ("fma", True),
         ("maximum", False),
         ("compare", False),
         ("assign", False),

@@ -34,6 +34,7 @@ INSTRUCTION_NAMES = (
     "Unary",
     "Binary",
     "Where",
+    "Fma",
     "Cast",
     "View",
     "Reduce",
