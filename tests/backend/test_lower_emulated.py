@@ -440,10 +440,10 @@ def same_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.
 def close_codes(dtype: DataType, actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Per element, for results of inexact operations (exp, log, ...): `same_codes`, or values
     within 4 units in the last place of the result type (1 for integers)."""
-    got = dtype.decode(actual).astype(np.float64)
-    want = dtype.decode(expected).astype(np.float64)
     close = same_codes(dtype, actual, expected)
     with np.errstate(invalid="ignore", over="ignore"):
+        got = dtype.decode(actual).astype(np.float64)
+        want = dtype.decode(expected).astype(np.float64)
         if not dtype.is_float:
             return close | (np.abs(got - want) <= 1)
         scale = np.maximum(np.abs(want), dtype.smallest_normal)
