@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.shared import SharedLayout
@@ -124,7 +126,7 @@ class TmaBox:
             dense = dense * extent + x
         return self.start + byte_swizzle(self.swizzle)(dense * (self.element_bits // 8))
 
-    def table(self) -> Any:
+    def table(self) -> np.ndarray:
         """Every byte offset as an int64 array of shape `extents`."""
         return ByteMap("box", self.extents, self.byte_offset).table()
 

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from layout_algebra.errors import LayoutError
-from layout_algebra.shared import SharedLayout, Swizzle
+from layout_algebra.shared import SharedLayout
 from layout_algebra.swizzle_modes import (
     CHUNK_BYTES,
     SWIZZLE_BITS,
@@ -125,10 +125,6 @@ class WgmmaDescriptor:
         absolute addresses to be the XOR on offsets: the swizzle's repeat (16 without one)."""
         return repeat_bytes(self.swizzle)
 
-    def byte_swizzle(self) -> Swizzle:
-        """The XOR on byte addresses: CuTe's ``Swizzle<B, 4, 3>``."""
-        return byte_swizzle(self.swizzle)
-
     def byte_offset(self, r: Any, c: Any) -> Any:
         """The byte offset the hardware reads element (r, c) of the tile at (ints, NumPy arrays
         or `Expr`s; 0 <= r < rows, 0 <= c < k_elements): the canonical layout of the module
@@ -150,7 +146,7 @@ class WgmmaDescriptor:
                 + (c % 8) * CHUNK_BYTES * chunks
                 + (c // 8) * sbo
             )
-        return self.byte_swizzle()(self.start + linear)
+        return byte_swizzle(self.swizzle)(self.start + linear)
 
     def table(self) -> np.ndarray:
         """Every byte offset as an int64 array of shape (rows, k_elements)."""
