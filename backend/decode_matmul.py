@@ -36,12 +36,17 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   k-tiles per block;
 - where the k-tile is the group, each point with and without `late_scale` (the scales
   applied to the mma products instead of the weights: fewer instructions, more registers);
-- where every batch of m's tuning bucket (`autotune.m_bucket`: [1, 2) ... [6, 8)) is at most
-  8 rows, `weights_as_a` (the weights as the mma's A operand, 8 rows of A per block): half
-  the mma instructions and accumulators of the 16-row form, whose other rows would be
-  padding; from the bucket [8, 12) on, the 16-row form, which reads the weights once per 16
-  rows.
-For the benchmark's shapes and batches that is 9 to 56 candidates at 1 to 8 bits.
+- the rows of a block (`row_tilings`), sized for the batch a tuning measures (the bucket's
+  smallest, `autotune.m_bucket`): where every batch of the bucket ([1, 2) ... [6, 8)) is at
+  most 8 rows, `weights_as_a` alone (the weights as the mma's A operand, 8 rows of A per
+  row block): half the mma instructions and accumulators of the 16-row form, whose other
+  rows would be padding. From the bucket [8, 12) on, the 16-row form with `units_m` row
+  blocks covering the bucket's smallest batch, and while that batch is at most
+  8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
+  dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
+  weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
+For the benchmark's shapes and batches that is 3 to 112 candidates at 1 to 8 bits (9 to 112 at
+M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
     matmul = DecodeMatmul.tuned(problem, m=1)           # or DecodeMatmul(problem, config)
@@ -86,7 +91,7 @@ from ir.examples.register_dequant_matmul import (
 from ir.program import Program
 from ir.specialize import check_constants
 
-NAMESPACE = "register_dequant_matmul/2"
+NAMESPACE = "register_dequant_matmul/3"
 """The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
 enough that old choices should be tuned again."""
 ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
@@ -108,6 +113,9 @@ MAX_EXTENT = 2**31 - 1
 """The largest K, N and group size: the kernels take them as C ints."""
 DEFAULT_SM_COUNT = 132
 """SMs of the H200, the search space's default when no GPU is asked."""
+MAX_UNITS_M = 4
+"""The most row blocks per block in the search space (64 rows, or 32 with `weights_as_a`):
+past it the accumulators no longer fit the registers beside the weight ring."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +327,8 @@ class DecodeMatmul:
         workers: int | None = None,
         progress: bool | TextIO = True,
     ) -> DecodeMatmul:
-        """The operation with the configuration the autotuner picks for `m`'s bucket.
+        """The operation with the configuration the autotuner picks for `m`'s bucket (tuned at
+        the bucket's smallest batch), fitted to `m` by `fit_rows`.
 
         `measure(operation) -> microseconds` defaults to ``DecodeMeasure(problem, bucket.lo)``
         on the current GPU. `gpu_name` and `sm_count` default to the current GPU's (through
@@ -371,6 +380,9 @@ class DecodeMatmul:
             progress=progress,
         )
         operation = result.built
+        fitted = fit_rows(operation.config, m)
+        if fitted != operation.config:
+            operation = cls(problem, fitted, arch=arch, cache=cache)
         operation.tuning = result
         return operation
 
@@ -532,6 +544,32 @@ def split_choices(
     return covering or ((max(within),) if within else (1,))
 
 
+def row_tilings(m: int) -> tuple[tuple[bool, int], ...]:
+    """The (weights_as_a, units_m) row tilings of the search space for batch `m`'s bucket (see
+    the module docstring), in order: the 8-row form first where it is offered. Raises
+    `TuningError` for anything but an int >= 1."""
+    bucket = m_bucket(m)
+    if bucket.hi - 1 <= BLOCK_M_WEIGHTS_AS_A:
+        return ((True, 1),)
+    tilings = []
+    if bucket.lo <= BLOCK_M_WEIGHTS_AS_A * MAX_UNITS_M:
+        tilings.append((True, -(-bucket.lo // BLOCK_M_WEIGHTS_AS_A)))
+    tilings.append((False, min(MAX_UNITS_M, -(-bucket.lo // BLOCK_M))))
+    return tuple(tilings)
+
+
+def fit_rows(config: DequantConfig, m: int) -> DequantConfig:
+    """`config` with `units_m` raised so that one row of blocks holds the `m` rows, where that
+    takes at most `MAX_UNITS_M` row blocks (else `config` unchanged): a bucket's choice, made
+    at its smallest batch, then decodes the weights once for every batch of the bucket instead
+    of once per row of blocks. Raises `TuningError` for anything but an int m >= 1."""
+    m_bucket(m)  # TuningError for anything but an int >= 1
+    needed = -(-m // (config.block_m // config.units_m))
+    if config.units_m < needed <= MAX_UNITS_M:
+        return replace(config, units_m=needed)
+    return config
+
+
 def decode_search_space(
     weight_dtype: DataType,
     k: int,
@@ -542,8 +580,8 @@ def decode_search_space(
     sm_count: int = DEFAULT_SM_COUNT,
 ) -> list[DequantConfig]:
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
-    fixed order (warps, units_k, split, depth, late_scale); see the module docstring for the
-    byte model.
+    fixed order (row tiling, warps, units_k, split, depth, late_scale); see the module
+    docstring for the byte model.
 
     Every candidate satisfies the program's requirements: group_size a multiple of 16 * units_k,
     K of 16 * units_k * split, N of 64 * warps * units_n. Raises `VerificationError` for a
@@ -556,18 +594,17 @@ def decode_search_space(
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
         raise TuningError(f"decode search space: sm_count={sm_count!r}; expected an int >= 1")
     warp_choices = [w for w in WARP_CHOICES if n % (UNIT_N * w) == 0] or [1]
-    weights_as_a = m_bucket(m).hi - 1 <= BLOCK_M_WEIGHTS_AS_A
-    block_m = BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M
     space = []
-    for warps in warp_choices:
-        for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
-            blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
-            # Scaling the products instead of the weights needs the k-tile to be the group.
-            lates = (False, True) if UNIT_K * units_k == group_size else (False,)
-            for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
-                for depth in depth_choices(problem.weight_dtype.nbits, units_k):
-                    for late in lates:
-                        space.append(
+    for weights_as_a, units_m in row_tilings(m):
+        block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
+        for warps in warp_choices:
+            for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
+                blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
+                # Scaling the products instead of the weights needs the k-tile to be the group.
+                lates = (False, True) if UNIT_K * units_k == group_size else (False,)
+                for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
+                    for depth in depth_choices(problem.weight_dtype.nbits, units_k):
+                        space.extend(
                             DequantConfig(
                                 warps=warps,
                                 units_n=1,
@@ -576,7 +613,9 @@ def decode_search_space(
                                 split=split,
                                 late_scale=late,
                                 weights_as_a=weights_as_a,
+                                units_m=units_m,
                             )
+                            for late in lates
                         )
     return space
 

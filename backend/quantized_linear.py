@@ -402,8 +402,7 @@ class QuantizedLinear(torch.nn.Module):
 
     @property
     def decode_ops(self) -> dict[tuple[int, torch.dtype, torch.device], Any]:
-        """A copy of the decode operations built so far, by (M bucket's smallest M, dtype,
-        device)."""
+        """A copy of the decode operations built so far, by (M, dtype, device)."""
         return dict(self._decode_ops)
 
     def set_decode_config(self, config: DequantConfig | None) -> None:
@@ -701,20 +700,20 @@ class QuantizedLinear(torch.nn.Module):
 
     def _decode(self, rows: torch.Tensor) -> torch.Tensor:
         """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows, 1 <= m <= 16."""
-        from backend.autotune import m_bucket
         from backend.decode_matmul import DecodeMatmul
 
         dtype = rows.dtype
         scales = self.packed_scales.to(dtype)
         zeros = None if self.packed_zeros is None else self.packed_zeros.to(dtype)
-        bucket = m_bucket(rows.shape[0]).lo
-        key = (bucket, dtype, rows.device)
+        m = rows.shape[0]
+        key = (m, dtype, rows.device)
         with torch.cuda.device(rows.device):
             operation = self._decode_ops.get(key)
             if operation is None:
                 problem = self.decode_problem(dtype)
                 if self.decode_config is None:
-                    operation = DecodeMatmul.tuned(problem, bucket, progress=False)
+                    # Tuned once per M bucket; each M gets the choice fitted to its rows.
+                    operation = DecodeMatmul.tuned(problem, m, progress=False)
                 else:
                     operation = DecodeMatmul(problem, self.decode_config)
                 self._decode_ops[key] = operation

@@ -18,7 +18,7 @@ weights, so the program keeps them out of shared memory:
         scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
         (with `late_scale`, the weights are not scaled; the dot starts from zero and its
-        product, times the group's scale row as f32 in C's layout, is added to C)
+        product, times the group's scale row as f32 in C's layout, is added to C in one fma)
     store C (split == 1), or the f32 partial sums of this block's k range (split > 1); then
     the block whose `atomic_add` ticket on its tile's counter comes last adds the split's
     partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
@@ -360,7 +360,7 @@ def register_dequant_matmul(
 
             if config.late_scale:
                 scale = b.cast(group_row(scale_view, accumulator_row_layouts), f32, c_row_layout)
-                b.assign(acc, b.add(acc, b.mul(product(zero), scale)))
+                b.assign(acc, b.fma(product(zero), scale, acc))
             else:
                 b.assign(acc, product(acc))
             b.sync()

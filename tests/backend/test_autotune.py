@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ from backend.autotune import (
 from backend.cache import RecordStore, record_key
 from backend.decode_matmul import (
     IN_FLIGHT_BYTES,
+    MAX_UNITS_M,
     NAMESPACE,
     DecodeMatmul,
     DecodeProblem,
@@ -43,6 +44,8 @@ from backend.decode_matmul import (
     decode_search_space,
     decode_tuning_key,
     depth_choices,
+    fit_rows,
+    row_tilings,
     split_choices,
     units_k_choices,
 )
@@ -280,18 +283,62 @@ def test_decode_search_space_table() -> None:
 
 
 @pytest.mark.parametrize(
-    ("m", "weights_as_a", "blocks_m"),
-    [(1, True, 1), (3, True, 1), (5, True, 1), (7, True, 1), (8, False, 1), (11, False, 1)]
-    + [(16, False, 1), (17, False, 2)],
+    ("m", "tilings"),
+    [(1, [(True, 1)]), (3, [(True, 1)]), (7, [(True, 1)]), (8, [(True, 1), (False, 1)])]
+    + [(11, [(True, 1), (False, 1)]), (12, [(True, 2), (False, 1)])]
+    + [(16, [(True, 2), (False, 1)]), (23, [(True, 2), (False, 1)])]
+    + [(24, [(True, 3), (False, 2)]), (32, [(True, 4), (False, 2)]), (48, [(False, 3)])]
+    + [(64, [(False, 4)]), (256, [(False, 4)]), (4096, [(False, 4)])],
 )
-def test_decode_search_space_takes_the_weights_as_a_while_the_bucket_fits_8_rows(
-    m: int, weights_as_a: bool, blocks_m: int
+def test_row_tilings_cover_the_bucket_s_smallest_batch(
+    m: int, tilings: list[tuple[bool, int]]
 ) -> None:
     """Buckets [1, 2) .. [6, 8) are at most 8 rows: C^T = W^T A^T, 8 rows of A per block; from
-    [8, 12) on, 16 rows per block (the bucket's every m would otherwise need two)."""
+    [8, 12) on, both forms with the row blocks that hold the bucket's smallest batch (the one
+    a tuning measures), the 8-row form up to 32 rows, the 16-row form up to 64."""
+    assert list(row_tilings(m)) == tilings
     space = decode_search_space(dtypes.i4, 1024, 2048, m)
-    assert {c.weights_as_a for c in space} == {weights_as_a}
-    assert {c.grid(m, 2048)[1] for c in space} == {blocks_m}
+    assert sorted({(c.weights_as_a, c.units_m) for c in space}) == sorted(tilings)
+    lo = m_bucket(m).lo
+    assert all(c.grid(lo, 2048)[1] == 1 for c in space if c.units_m < MAX_UNITS_M)
+
+
+@pytest.mark.parametrize(
+    ("config", "m", "units_m"),
+    [
+        (DequantConfig(weights_as_a=True), 1, 1),
+        (DequantConfig(weights_as_a=True), 8, 1),
+        (DequantConfig(weights_as_a=True), 9, 2),
+        (DequantConfig(weights_as_a=True, units_m=2), 20, 3),
+        (DequantConfig(weights_as_a=True, units_m=2), 32, 4),
+        (DequantConfig(weights_as_a=True, units_m=2), 33, 2),  # would take 5: left as it is
+        (DequantConfig(units_m=2), 17, 2),
+        (DequantConfig(), 17, 2),
+        (DequantConfig(units_m=4), 4096, 4),
+        (DequantConfig(units_m=3), 20, 3),  # never lowered
+    ],
+)
+def test_fit_rows_table(config: DequantConfig, m: int, units_m: int) -> None:
+    assert fit_rows(config, m) == replace(config, units_m=units_m)
+
+
+@given(m=st.integers(1, 4096), weights_as_a=st.booleans(), units_m=st.integers(1, MAX_UNITS_M))
+@settings(max_examples=100)
+def test_fit_rows_holds_the_batch_in_one_row_of_blocks_when_it_can(
+    m: int, weights_as_a: bool, units_m: int
+) -> None:
+    config = DequantConfig(weights_as_a=weights_as_a, units_m=units_m)
+    fitted = fit_rows(config, m)
+    assert replace(fitted, units_m=units_m) == config and fitted.units_m >= units_m
+    assert fitted.grid(m, 64)[1] == 1 or fitted.units_m == units_m
+    if fitted.units_m > units_m:  # the fewest row blocks that hold m
+        assert fitted.block_m >= m > replace(fitted, units_m=fitted.units_m - 1).block_m
+
+
+@pytest.mark.parametrize("m", [0, -1, 2.0, True])
+def test_fit_rows_refuses_a_batch_that_is_not_a_positive_int(m: object) -> None:
+    with pytest.raises(TuningError, match=f"m={m!r}"):
+        fit_rows(DequantConfig(), m)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("weight", ["i4", "i8"])
@@ -301,7 +348,7 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    assert 6 <= len(space) <= 56
+    assert 6 <= len(space) <= 60 * len(row_tilings(m))
 
 
 @given(
@@ -733,6 +780,28 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
     assert store.load(entry)["choice"] == asdict(cold.config)
+
+
+def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Path) -> None:
+    """The bucket [8, 12) is tuned at 8 rows; a fake measure prefers the 8-row form, so 8 rows
+    take one 8-row block and 11 rows the same choice with two (decoding the weights once);
+    the record is the bucket's, measured once."""
+    problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
+    measured: list[DequantConfig] = []
+
+    def measure(operation: DecodeMatmul) -> float:
+        measured.append(operation.config)
+        return 1.0 if operation.config.weights_as_a else 2.0
+
+    options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
+    store = RecordStore(tmp_path)
+    eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 12
+    assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
+    eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
+    assert len(measured) == 12 and eleven.tuning.from_cache
+    assert eleven.config == replace(eight.config, units_m=2)
+    assert eleven.tuning.choice == asdict(eight.config)
 
 
 def test_the_modules_import_without_torch() -> None:

@@ -110,9 +110,15 @@ def test_decode_kernels_are_built_for_small_m_only() -> None:
     first = module.decode_ops[1, torch.float16, device]
     module(_activations((2, 8, IN_FEATURES), torch.float16, seed=2))  # M = 16
     assert set(module.decode_ops) == {(1, torch.float16, device), (16, torch.float16, device)}
+    x = _activations((11, IN_FEATURES), torch.float16, seed=6)  # the bucket [8, 12)
+    expected = (torch.matmul(x, module.dequantize()) + module.bias).float()
+    error = float((module(x).float() - expected).abs().max()) / float(expected.abs().max())
+    assert error < TOLERANCE[torch.float16]
+    # The bucket's choice (tuned at 8 rows) holds the 11 rows in one row of blocks.
+    assert module.decode_ops[11, torch.float16, device].config.block_m >= 11
     module(_activations((256, IN_FEATURES), torch.float16, seed=3))
     module(_activations((0, IN_FEATURES), torch.float16, seed=4))
-    assert len(module.decode_ops) == 2
+    assert len(module.decode_ops) == 3
     module(_activations((1, 1, IN_FEATURES), torch.float16, seed=5))
     assert module.decode_ops[1, torch.float16, device] is first
     torch.cuda.synchronize()

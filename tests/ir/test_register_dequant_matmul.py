@@ -23,6 +23,7 @@ from backend.lower import lower
 from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
+from ir.elementwise import fused_multiply_add
 from ir.errors import InterpreterError, VerificationError
 from ir.examples.packed_weights import pack_scales, pack_weights, tile_value_layout
 from ir.examples.register_dequant_matmul import (
@@ -99,8 +100,8 @@ def late_scaled_partials(
     a: np.ndarray, values: np.ndarray, scales: np.ndarray, group_size: int, split: int
 ) -> list[np.ndarray]:
     """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
-    f32 sum in k order of a * f16(w) from zero, times the group's f32 scale, added to the
-    split's sum."""
+    f32 sum in k order of a * f16(w) from zero, times the group's f32 scale and added to the
+    split's sum in one rounding (`fused_multiply_add`)."""
     size = a.shape[1] // split
     partials = []
     for s in range(split):
@@ -109,7 +110,8 @@ def late_scaled_partials(
             (product,) = sequential_partials(
                 a[:, start : start + group_size], values[start : start + group_size], 1
             )
-            accumulator = accumulator + product * scales[start // group_size].astype(np.float32)
+            scale = np.broadcast_to(scales[start // group_size].astype(np.float32), product.shape)
+            accumulator = fused_multiply_add(product, scale, accumulator)
         partials.append(accumulator)
     return partials
 
@@ -611,8 +613,8 @@ def test_decode_loop_takes_no_generic_path(
     assert [step.describe() for step in kernel.report.generic_in_loops()] == []
     in_loop = {path.name for step in kernel.report if step.loop_depth for path in step.paths}
     expected = {"load 16 B", f"fast {weight} -> {activation}", "ldmatrix", "mma.m16n8k16"}
-    # The scales multiply the weights in pairs, or (late_scale) the f32 products.
-    expected.add("f32 mul" if config.late_scale else f"paired {activation} mul")
+    # The scales multiply the weights in pairs, or (late_scale) the f32 products in an fma.
+    expected.add("f32 fma" if config.late_scale else f"paired {activation} mul")
     assert expected <= in_loop
 
 
