@@ -326,6 +326,7 @@ class DecodeMatmul:
         sm_count: int | None = None,
         workers: int | None = None,
         progress: bool | TextIO = True,
+        compact: bool = False,
     ) -> DecodeMatmul:
         """The operation with the configuration the autotuner picks for `m`'s bucket (tuned at
         the bucket's smallest batch), fitted to `m` by `fit_rows`.
@@ -335,7 +336,8 @@ class DecodeMatmul:
         torch), `arch` to its architecture; give all three (and a `measure`) to tune without
         torch or a GPU. `store` is the record store (default: the kernel cache directory's),
         `cache` the CUBIN cache, `workers` the compile pool size, `progress` as
-        `backend.autotune.autotune`. Raises `TuningError` when no candidate can be measured.
+        `backend.autotune.autotune`, `compact` as `decode_search_space`. Raises `TuningError`
+        when no candidate can be measured.
         """
         bucket = m_bucket(m)
         if gpu_name is None or sm_count is None:
@@ -352,6 +354,7 @@ class DecodeMatmul:
             bucket.lo,
             group_size=problem.group_size,
             sm_count=sm_count,
+            compact=compact,
         )
 
         def construct(params: dict[str, Scalar]) -> DecodePrograms:
@@ -578,10 +581,16 @@ def decode_search_space(
     *,
     group_size: int = 128,
     sm_count: int = DEFAULT_SM_COUNT,
+    compact: bool = False,
 ) -> list[DequantConfig]:
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
     fixed order (row tiling, warps, units_k, split, depth, late_scale); see the module
     docstring for the byte model.
+
+    `compact` keeps, of those, the points of the last row tiling with 4 warps (or the warp
+    count N allows), depth 1 and the late scale where the k-tile is the group: the k-tile
+    sizes and splits of the byte model alone (2 to 10 candidates at the benchmark's points),
+    for surveys of many weight types (a tuning in its own record: its space differs).
 
     Every candidate satisfies the program's requirements: group_size a multiple of 16 * units_k,
     K of 16 * units_k * split, N of 64 * warps * units_n. Raises `VerificationError` for a
@@ -594,16 +603,23 @@ def decode_search_space(
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
         raise TuningError(f"decode search space: sm_count={sm_count!r}; expected an int >= 1")
     warp_choices = [w for w in WARP_CHOICES if n % (UNIT_N * w) == 0] or [1]
+    tilings = row_tilings(m)
+    if compact:
+        warp_choices = [4] if 4 in warp_choices else warp_choices[:1]
+        tilings = tilings[-1:]
     space = []
-    for weights_as_a, units_m in row_tilings(m):
+    for weights_as_a, units_m in tilings:
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
                 blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
                 # Scaling the products instead of the weights needs the k-tile to be the group.
                 lates = (False, True) if UNIT_K * units_k == group_size else (False,)
+                depths = depth_choices(problem.weight_dtype.nbits, units_k)
+                if compact:
+                    lates, depths = lates[-1:], (1,)
                 for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
-                    for depth in depth_choices(problem.weight_dtype.nbits, units_k):
+                    for depth in depths:
                         space.extend(
                             DequantConfig(
                                 warps=warps,

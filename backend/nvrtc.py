@@ -64,6 +64,12 @@ _STT_FUNC = 2
 _STO_CUDA_ENTRY = 0x10
 _SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
+# Attributes of ``.nv.info``: a form byte, an attribute byte, then by form none (NVAL), two
+# bytes (BVAL, HVAL) or a 2-byte length and that many bytes (SVAL).
+_EIFMT_SVAL = 4
+_EIFMT_FIXED_SIZES = {1: 2, 2: 4, 3: 4}
+"""Bytes of an attribute of the fixed-size forms: NVAL, BVAL, HVAL."""
+_EIATTR_REGCOUNT = 0x2F
 
 
 @dataclass(frozen=True)
@@ -396,6 +402,41 @@ def _compilation_failure(
     )
 
 
+def _cubin_sections(cubin: bytes) -> tuple[bytes, list[tuple[int, ...]]]:
+    """The bytes of a CUBIN and its ELF section headers; `CompilationError` when it is not a
+    64-bit little-endian ELF for the CUDA machine."""
+    data = bytes(cubin)
+    if data[:4] != _ELF_MAGIC or data[4:6] != b"\x02\x01":
+        raise CompilationError("not a CUBIN: expected a 64-bit little-endian ELF image")
+    (machine,) = struct.unpack_from("<H", data, 18)
+    if machine != _EM_CUDA:
+        raise CompilationError(f"not a CUBIN: ELF machine {machine}, expected {_EM_CUDA} (CUDA)")
+    (section_offset,) = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count = struct.unpack_from("<HH", data, 0x3A)
+    sections = [
+        _SECTION_HEADER.unpack_from(data, section_offset + index * entry_size)
+        for index in range(count)
+    ]
+    return data, sections
+
+
+def _cubin_symbols(cubin: bytes) -> tuple[bytes, list[tuple[int, ...]], list[tuple[str, int, int]]]:
+    """The bytes, section headers and symbols (name, info, other) of a CUBIN, the symbols in
+    table order (index i is symbol i of the one symbol table)."""
+    data, sections = _cubin_sections(cubin)
+    symbols: list[tuple[str, int, int]] = []
+    for _, kind, _, _, offset, size, link, _, _, symbol_size in sections:
+        if kind != _SHT_SYMTAB:
+            continue
+        strings_offset = sections[link][4]
+        for start in range(offset, offset + size, symbol_size):
+            name_offset, info, other, _, _, _ = _SYMBOL.unpack_from(data, start)
+            name_start = strings_offset + name_offset
+            name_end = data.index(b"\0", name_start)
+            symbols.append((data[name_start:name_end].decode("utf-8"), info, other))
+    return data, sections, symbols
+
+
 def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
     """The names of the kernels (entry functions) defined in a CUBIN, in symbol-table order.
 
@@ -403,32 +444,45 @@ def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
     kernel appears under its own name. Raises `CompilationError` when `cubin` is not a 64-bit
     little-endian ELF for the CUDA machine or its tables are out of bounds.
     """
-    data = bytes(cubin)
-    if data[:4] != _ELF_MAGIC or data[4:6] != b"\x02\x01":
-        raise CompilationError("not a CUBIN: expected a 64-bit little-endian ELF image")
     try:
-        (machine,) = struct.unpack_from("<H", data, 18)
-        if machine != _EM_CUDA:
-            raise CompilationError(
-                f"not a CUBIN: ELF machine {machine}, expected {_EM_CUDA} (CUDA)"
-            )
-        (section_offset,) = struct.unpack_from("<Q", data, 0x28)
-        entry_size, count = struct.unpack_from("<HH", data, 0x3A)
-        sections = [
-            _SECTION_HEADER.unpack_from(data, section_offset + index * entry_size)
-            for index in range(count)
-        ]
-        names: list[str] = []
-        for _, kind, _, _, offset, size, link, _, _, symbol_size in sections:
-            if kind != _SHT_SYMTAB:
-                continue
-            strings_offset = sections[link][4]
-            for start in range(offset, offset + size, symbol_size):
-                name_offset, info, other, _, _, _ = _SYMBOL.unpack_from(data, start)
-                if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
-                    name_start = strings_offset + name_offset
-                    name_end = data.index(b"\0", name_start)
-                    names.append(data[name_start:name_end].decode("utf-8"))
+        _, _, symbols = _cubin_symbols(cubin)
     except (struct.error, IndexError, ValueError) as error:
         raise CompilationError(f"malformed CUBIN: {error}") from error
-    return tuple(names)
+    return tuple(
+        name for name, info, other in symbols if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY
+    )
+
+
+def cubin_registers(cubin: bytes) -> dict[str, int]:
+    """Registers per thread of each kernel of a CUBIN, by name, read without a GPU: the
+    register-count attributes (`_EIATTR_REGCOUNT`: symbol index, count) of its ``.nv.info``
+    section, which the driver reads at load. Raises `CompilationError` when `cubin` is not a
+    CUBIN or its tables are out of bounds."""
+    try:
+        data, sections, symbols = _cubin_symbols(cubin)
+        (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
+        names_offset = sections[section_names][4]
+        counts: dict[str, int] = {}
+        for name_offset, _, _, _, offset, size, _, _, _, _ in sections:
+            name_end = data.index(b"\0", names_offset + name_offset)
+            if data[names_offset + name_offset : name_end] != b".nv.info":
+                continue
+            position = offset
+            while position < offset + size:
+                form, attribute = data[position], data[position + 1]
+                if form == _EIFMT_SVAL:
+                    (length,) = struct.unpack_from("<H", data, position + 2)
+                    if attribute == _EIATTR_REGCOUNT:
+                        symbol, count = struct.unpack_from("<II", data, position + 4)
+                        counts[symbols[symbol][0]] = count
+                    position += 4 + length
+                elif form in _EIFMT_FIXED_SIZES:
+                    position += _EIFMT_FIXED_SIZES[form]
+                else:
+                    raise CompilationError(
+                        f"malformed CUBIN: .nv.info attribute form {form} at byte {position}; "
+                        f"expected one of 1 to 4"
+                    )
+    except (struct.error, IndexError, ValueError) as error:
+        raise CompilationError(f"malformed CUBIN: {error}") from error
+    return counts

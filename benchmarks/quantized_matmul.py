@@ -38,7 +38,7 @@ Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
         [--batches 1,16,256,4096] [--tune-batches 1,16] [--kernels register_dequant,mma]
-        [--output benchmarks/results]
+        [--space full|compact] [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -251,17 +251,22 @@ def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repea
 
 
 def tuned(
-    problem: Problem, batches: list[int], flush: torch.Tensor, repeats: int
+    problem: Problem,
+    batches: list[int],
+    flush: torch.Tensor,
+    repeats: int,
+    compact: bool = False,
 ) -> dict[int, Operation]:
     """For each of `batches` (the tuning batches), the register-dequant operation with the
     configuration the autotuner picks for its M bucket (`DecodeMatmul.tuned`: measured on this
-    GPU the first time, each candidate checked; read from the record store after); a larger M
-    uses the operation of the largest tuning batch not above it (`for_batch`)."""
+    GPU the first time, each candidate checked; read from the record store after; `compact`:
+    from the compact search space); a larger M uses the operation of the largest tuning batch
+    not above it (`for_batch`)."""
     decode_problem = DecodeProblem(problem.weight, GROUP_SIZE, problem.k, problem.n)
     operations = {}
     for m in batches:
         measure = DecodeMeasure(decode_problem, m_bucket(m).lo, repeats=repeats, flush=flush)
-        decode = DecodeMatmul.tuned(decode_problem, m, measure=measure)
+        decode = DecodeMatmul.tuned(decode_problem, m, measure=measure, compact=compact)
         operations[m] = Operation("register_dequant", problem, decode)
     return operations
 
@@ -349,12 +354,16 @@ def table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(output: Path, device: torch.device, repeats: int, points: list[Point]) -> None:
-    """``quantized_matmul.json`` and ``quantized_matmul.md`` of `points` in `output`."""
+def write_results(
+    output: Path, device: torch.device, repeats: int, points: list[Point], space: str = "full"
+) -> None:
+    """``quantized_matmul.json`` and ``quantized_matmul.md`` of `points` in `output`; `space`
+    is the register-dequant kernel's search space."""
     record = {
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
         "repeats": repeats,
+        "search_space": space,
         "group_size": GROUP_SIZE,
         "points": [asdict(p) for p in points],
     }
@@ -376,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
         default="1,16",
         help="the batches the register-dequant kernel is tuned at (each M uses the tuning of "
         "the largest of them not above it; default 1,16: the decode regime)",
+    )
+    parser.add_argument(
+        "--space",
+        choices=("full", "compact"),
+        default="full",
+        help="the register-dequant kernel's search space (decode_search_space): full, or "
+        "compact (4 warps, depth 1, the late scale: k-tile sizes and splits only) for surveys "
+        "of many weight types",
     )
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     parser.add_argument(
@@ -413,12 +430,13 @@ def main(argv: list[str] | None = None) -> int:
             peers: dict[int, tuple[float, float | None, str]] = {}
             for variant in variants:
                 if variant == "register_dequant":
-                    operations = tuned(problem, tune_batches, flush, options.repeats)
+                    compact = options.space == "compact"
+                    operations = tuned(problem, tune_batches, flush, options.repeats, compact)
                 else:
                     operations = {1: Operation(variant, problem)}
                 points += run_point(operations, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
-            write_results(output, device, options.repeats, points)
+            write_results(output, device, options.repeats, points, options.space)
     print(table(points), end="")
     return 0
 

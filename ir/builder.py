@@ -78,7 +78,7 @@ from ir.values import (
     RegisterTensor,
     SharedTensor,
 )
-from ir.verifier import check_grid_extents, check_instruction
+from ir.verifier import check_grid_extents, check_instruction, check_min_blocks_per_sm
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -192,6 +192,7 @@ class ProgramBuilder:
         self._bodies: list[list[Instruction]] = [[]]
         self._counters = dict.fromkeys(_GENERATED_PREFIXES, 0)
         self._grid: tuple[Expr, Expr, Expr] | None = None
+        self._min_blocks_per_sm: int | None = None
 
     def __enter__(self) -> ProgramBuilder:
         return self
@@ -361,6 +362,22 @@ class ProgramBuilder:
     def block_z(self) -> Expr:
         """The block's z index in the grid (blockIdx.z)."""
         return BLOCK_INDICES[2]
+
+    def min_blocks_per_sm(self, blocks: int) -> None:
+        """Ask the compiler for an occupancy: `blocks` blocks of this program resident on one SM
+        at once (CUDA's ``__launch_bounds__`` minimum), so it keeps each thread within
+        65536 / (blocks * num_threads) registers, spilling to local memory if it must. The
+        program computes the same either way; a memory-bound kernel uses it to keep enough
+        warps, and so enough loads, in flight. Raises VerificationError for a second
+        declaration and what `ir.verifier.check_min_blocks_per_sm` refuses.
+        """
+        if self._min_blocks_per_sm is not None:
+            raise VerificationError(
+                f"min_blocks_per_sm declared twice: {self.name} already asks for "
+                f"{self._min_blocks_per_sm}; a program declares it at most once"
+            )
+        check_min_blocks_per_sm(self.name, blocks, self.num_threads)
+        self._min_blocks_per_sm = blocks
 
     def grid(self, x: ExprLike, y: ExprLike = 1, z: ExprLike = 1) -> None:
         """Declare the launch grid: x, y and z block counts, each an int or an expression over
@@ -862,5 +879,10 @@ class ProgramBuilder:
         if len(self._bodies) != 1:
             raise VerificationError("program() called inside an open for_range or if_ body")
         return Program(
-            self.name, self.num_threads, tuple(self._params), tuple(self._bodies[0]), self._grid
+            self.name,
+            self.num_threads,
+            tuple(self._params),
+            tuple(self._bodies[0]),
+            self._grid,
+            self._min_blocks_per_sm,
         )

@@ -12,7 +12,8 @@ Example (the vector add of `ir.examples.vector_add`)::
 An int parameter that must be a multiple of m prints as ``k: int multiple_of=m``; a
 compile-time constant adds ``constant``, or ``constant=4096`` once specialised for 4096. A
 declared grid (`ProgramBuilder.grid`) is a header line of its own after the parameters, e.g.
-``grid (n // 256, (m + 15) // 16, 8)``. Register
+``grid (n // 256, (m + 15) // 16, 8)``, and an occupancy asked for
+(`ProgramBuilder.min_blocks_per_sm`) one more, ``min_blocks_per_sm 4``. Register
 tensors show their type, shape and layout where they are defined; scalars print as
 Python-like expressions (`layout_algebra.symbolic`), layouts as their rebuilding `repr`.
 """
@@ -187,10 +188,12 @@ def _format_param(param: Param) -> str:
 
 
 def format_program(program: Program) -> str:
-    """The whole program: a header line with the parameters, the declared grid's line (when
-    the program declares one), then the body."""
+    """The whole program: a header line with the parameters, the declared grid's line and the
+    occupancy's (when the program declares them), then the body."""
     params = ", ".join(_format_param(p) for p in program.params)
     header = [f"program {program.name}({params}) num_threads={program.num_threads}"]
     if program.grid is not None:
         header.append(f"grid {grid_text(program.grid)}")
+    if program.min_blocks_per_sm is not None:
+        header.append(f"min_blocks_per_sm {program.min_blocks_per_sm}")
     return "\n".join([*header, *format_body(program.body)])

@@ -38,7 +38,10 @@ class Program:
     register tensor's layout has this many threads), `params` (the parameters in order, each an
     `IntParam` or an `ArrayParam`), `body` (the instructions) and `grid` (the declared launch
     grid: the x, y and z block counts as expressions over the int parameters, which every launch
-    must equal; None when the grid is given at launch only).
+    must equal; None when the grid is given at launch only) and `min_blocks_per_sm` (the
+    occupancy the compiler must allow: blocks of the program resident on one SM at once, which
+    caps the registers per thread; None leaves the registers to the compiler). Neither changes
+    what the program computes.
     """
 
     name: str
@@ -46,6 +49,7 @@ class Program:
     params: tuple[Param, ...]
     body: tuple[Instruction, ...]
     grid: tuple[Expr, Expr, Expr] | None = None
+    min_blocks_per_sm: int | None = None
 
     @property
     def block_indices(self) -> tuple[Expr, Expr, Expr]:

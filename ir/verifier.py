@@ -23,7 +23,9 @@ instruction (its op and printed line) and the mismatch. It checks:
   `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block);
 - the declared grid (`Program.grid`, `check_grid_extents`): three extents over the int
   parameters only, each with an upper bound of at least 1, a constant one within the
-  hardware's limits.
+  hardware's limits;
+- the occupancy asked for (`Program.min_blocks_per_sm`, `check_min_blocks_per_sm`): an int
+  whose blocks fit one SM's threads.
 """
 
 from __future__ import annotations
@@ -488,6 +490,22 @@ def _check_dot(instruction: instructions.Dot, threads: int) -> None:
             )
 
 
+SM_THREADS = 2048
+"""Threads resident on one SM at most (sm_80 to sm_90): the bound of `check_min_blocks_per_sm`."""
+
+
+def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> None:
+    """Check the occupancy program `program` asks for: an int `blocks` >= 1 with `blocks`
+    blocks of `num_threads` threads within `SM_THREADS`. Raises VerificationError naming the
+    value and the range expected."""
+    most = max(1, SM_THREADS // num_threads)
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= most:
+        raise VerificationError(
+            f"min_blocks_per_sm of {program} is {blocks!r}; expected an int from 1 to {most} "
+            f"({SM_THREADS} threads per SM, {num_threads} per block)"
+        )
+
+
 def check_grid_extents(program: str, extents: Sequence[object], int_names: Collection[str]) -> None:
     """Check a declared grid of program `program`: three `Expr` extents (x, y, z) reading only
     the int parameters `int_names`; a constant one within [1, `MAX_GRID`], an expression one
@@ -619,6 +637,8 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
             )
         int_params = {p.name for p in program.params if isinstance(p, IntParam)}
         check_grid_extents(program.name, program.grid, int_params)
+    if program.min_blocks_per_sm is not None:
+        check_min_blocks_per_sm(program.name, program.min_blocks_per_sm, program.num_threads)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
     if walker.shared_bytes > shared_memory_limit:

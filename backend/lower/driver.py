@@ -95,9 +95,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         out.line()
         table_position = out.position()
         signature = ", ".join(c_parameter(p) for p in program.params)
+        bounds = str(self.threads)
+        if program.min_blocks_per_sm is not None:
+            bounds += f", {program.min_blocks_per_sm}"
         header = (
-            f'extern "C" __global__ void __launch_bounds__({self.threads}) '
-            f"{program.name}({signature})"
+            f'extern "C" __global__ void __launch_bounds__({bounds}) {program.name}({signature})'
         )
         with out.block(header):
             out.line("extern __shared__ __align__(16) unsigned char la_smem[];")

@@ -16,7 +16,9 @@ weights, so the program keeps them out of shared memory:
         subtract the zero-point row (with zero points), multiply by the (1, BN) scale row of
         the k-tile's group (loaded as 16-byte vectors of packed scales, viewed in the weights'
         scale layout)
-        wait for the activation tile, sync, load it in the A-fragment layout, dot, sync
+        wait for the activation tile, sync, load it in the A-fragment layout, dot, sync (the
+        second barrier also keeps the compiler from interleaving the unrolled k-tiles, which
+        took the i2 kernel from 106 to 254 registers a thread when it was moved)
         (with `late_scale`, the weights are not scaled; the dot starts from zero and its
         product, times the group's scale row as f32 in C's layout, is added to C in one fma)
     store C (split == 1), or the f32 partial sums of this block's k range (split > 1); then
@@ -102,6 +104,8 @@ class DequantConfig:
     `units_m`: row blocks of the mma per block (m16 blocks, or n8 blocks of A^T with
     `weights_as_a`): each warp's dequantized weights feed `units_m` mma instructions, so a
     block of ``block_m`` rows decodes its weights once (for batches past one row block).
+    `min_blocks_per_sm`: the occupancy the program asks the compiler for
+    (`ProgramBuilder.min_blocks_per_sm`; 0: none), which caps the registers per thread.
     """
 
     warps: int = 4
@@ -114,6 +118,7 @@ class DequantConfig:
     late_scale: bool = False
     weights_as_a: bool = False
     units_m: int = 1
+    min_blocks_per_sm: int = 0
 
     @property
     def block_m(self) -> int:
@@ -179,6 +184,11 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
+    blocks = config.min_blocks_per_sm
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
+        raise VerificationError(
+            f"register_dequant_matmul: min_blocks_per_sm={blocks!r}; expected an int >= 0"
+        )
     for name in ("fused_sum", "late_scale", "weights_as_a"):
         value = getattr(config, name)
         if not isinstance(value, bool):
@@ -278,6 +288,8 @@ def register_dequant_matmul(
     name = f"register_dequant_matmul_{weight_dtype.name}"
     name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
+        if config.min_blocks_per_sm:
+            b.min_blocks_per_sm(config.min_blocks_per_sm)
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
@@ -325,7 +337,9 @@ def register_dequant_matmul(
             for d in range(depth - 1):
                 b.assign(ring[d], ring[d + 1])
             # Under each guard the index equals its clamp to the last tile of the range; written
-            # clamped, its bound shows the access in bounds, so it needs no bounds check.
+            # clamped, its bound shows the access in bounds, so it needs no bounds check. (The
+            # weights' guard also keeps the compiler from hoisting the loads of the unrolled
+            # k-tiles: it costs copies of the ring, not twice the registers.)
             with b.if_(tile + depth < end):
                 b.assign(ring[depth - 1], weight_words(minimum(tile + depth, end - 1)))
             with b.if_(tile + 1 < end):
@@ -363,6 +377,7 @@ def register_dequant_matmul(
                 b.assign(acc, b.fma(product(zero), scale, acc))
             else:
                 b.assign(acc, product(acc))
+            # Every thread is past its reads of this stage before the next tile's copy into it.
             b.sync()
 
         def c_tile(param, dtype, parts=None):

@@ -351,6 +351,34 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     assert 6 <= len(space) <= 60 * len(row_tilings(m))
 
 
+def test_compact_search_space_table() -> None:
+    """4 warps, depth 1, the late scale: the k-tile sizes and splits of the full space."""
+    space = decode_search_space(dtypes.i4, 1024, 2048, 1, compact=True)
+    assert [(c.warps, c.units_k, c.split, c.depth, c.late_scale) for c in space] == [
+        (4, 4, 4, 1, False),
+        (4, 8, 2, 1, True),
+    ]
+    sixteen = decode_search_space(dtypes.i4, 1024, 2048, 16, compact=True)
+    assert {(c.weights_as_a, c.units_m) for c in sixteen} == {(False, 1)}
+
+
+@given(
+    nbits=st.integers(1, 8),
+    k_units=st.integers(1, 256),
+    n_units=st.integers(1, 256),
+    m=st.integers(1, 4096),
+)
+@settings(max_examples=60)
+def test_compact_search_space_is_a_part_of_the_full_one(
+    nbits: int, k_units: int, n_units: int, m: int
+) -> None:
+    weight = dtypes.from_name(f"i{nbits}")
+    full = decode_search_space(weight, 16 * k_units, 64 * n_units, m, group_size=128)
+    compact = decode_search_space(weight, 16 * k_units, 64 * n_units, m, compact=True)
+    assert compact and set(compact) <= set(full)
+    assert len({(c.warps, c.depth, c.weights_as_a, c.units_m) for c in compact}) == 1
+
+
 @given(
     nbits=st.integers(1, 8),
     k_units=st.integers(1, 2048),
