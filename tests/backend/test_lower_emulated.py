@@ -536,16 +536,21 @@ RANDOM_CASES = 80
 @pytest.fixture(scope="module")
 def random_cases() -> list[ProgramCase]:
     """A fixed sample of random programs (drawn once, deterministically)."""
+    return _sample(program_cases(), RANDOM_CASES)
+
+
+def _sample(strategy: Any, count: int) -> list[ProgramCase]:
+    """`count` cases of a hypothesis strategy, drawn deterministically."""
     drawn: list[ProgramCase] = []
 
     @settings(
-        max_examples=RANDOM_CASES,
+        max_examples=count,
         database=None,
         derandomize=True,
         suppress_health_check=list(HealthCheck),
         deadline=None,
     )
-    @given(program_cases())
+    @given(strategy)
     def collect(case: ProgramCase) -> None:
         drawn.append(case)
 
@@ -675,20 +680,7 @@ RANDOM_DOT_CASES = 40
 def tensor_core_cases() -> list[tuple[ProgramCase, LoweredKernel]]:
     """Of a fixed sample of random dot programs (`ir.testing.dot_cases`, drawn once), those
     whose lowering for sm_90a plans mma or ldmatrix, with that lowering."""
-    drawn: list[ProgramCase] = []
-
-    @settings(
-        max_examples=RANDOM_DOT_CASES,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        deadline=None,
-    )
-    @given(dot_cases())
-    def collect(case: ProgramCase) -> None:
-        drawn.append(case)
-
-    collect()
+    drawn = _sample(dot_cases(), RANDOM_DOT_CASES)
     lowered = [(case, lower(case.program, "sm_90a", constants=case.constants)) for case in drawn]
     return [(case, kernel) for case, kernel in lowered if kernel.plans]
 
