@@ -315,7 +315,7 @@ def test_row_tilings_cover_the_bucket_s_smallest_batch(
         (DequantConfig(units_m=2), 17, 2),
         (DequantConfig(), 17, 2),
         (DequantConfig(units_m=4), 4096, 4),
-        (DequantConfig(units_m=3), 20, 3),  # never lowered
+        (DequantConfig(units_m=3), 20, 3),  # 48 rows hold the 20 already
     ],
 )
 def test_fit_rows_table(config: DequantConfig, m: int, units_m: int) -> None:
