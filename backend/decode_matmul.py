@@ -27,7 +27,9 @@ by 64 columns of b bits, 128 * units_k * b bytes, and an SM holds about `RESIDEN
 warps of such a kernel (64K registers at about 128 per thread), so:
 - units_k: the powers of two with 16 * 128 * units_k * b in the window, i.e. units_k * b in
   [16, 32] (b = 8: 2, 4; b = 4: 4, 8; b = 2: 8, 16; b = 1: 16, 32), as far as the group size
-  allows (a k-tile never spans two groups: at group size 128, units_k <= 8);
+  allows (a k-tile never spans two groups: at group size 128, units_k <= 8); and below 8
+  bits the k-tile of the group itself (the late scale's) up to twice the window's top (b = 5,
+  6, 7: units_k 8 at group size 128), since the late scale saves a multiply per weight pair;
 - depth (k-tiles loaded ahead in the register ring): 1, and 2 where twice the bytes stay in
   the window;
 - warps in {2, 4, 8} (1 only when N fits no other), one unit of 64 columns each;
@@ -502,7 +504,9 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     """The k16 steps per k-tile tried at `nbits`-bit weights: the powers of two u with
     16 * 128 * u * b bytes in `IN_FLIGHT_BYTES` (u * b in [16, 32]) whose k-tile divides K and
     the group size; when the group size or K allows none, the largest power of two below the
-    window that fits. Requires: K and the group size multiples of 16.
+    window that fits; and below 8 bits the group's own k-tile (group_size / 16, where the late
+    scale applies) when it divides K and its bytes are at most twice the window's top.
+    Requires: K and the group size multiples of 16.
     """
 
     def fits(units: int) -> bool:
@@ -513,7 +517,13 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     powers = [1 << e for e in range(7)]
     window = tuple(u for u in powers if low <= u <= high and fits(u))
     # u = 1 always fits (K and the group size are multiples of 16): never empty.
-    return window or (max(u for u in powers if u < low and fits(u)),)
+    choices = window or (max(u for u in powers if u < low and fits(u)),)
+    group_units = group_size // UNIT_K
+    # At 8 bits the loop streams at the roofline's bytes already (89 % at M = 1): no gain.
+    late = nbits < 8 and group_units in powers and group_units > max(choices)
+    if late and group_units <= 2 * high and fits(group_units):
+        choices += (group_units,)
+    return choices
 
 
 def depth_choices(nbits: int, units_k: int) -> tuple[int, ...]:

@@ -219,9 +219,9 @@ def test_decode_tuning_key_separates_every_field() -> None:
     ("nbits", "group_size", "expected"),
     [
         (8, 128, (2, 4)),  # 128 * u * 8 bytes per warp: 2 and 4 KiB
-        (7, 128, (4,)),
-        (6, 128, (4,)),
-        (5, 128, (4,)),
+        (7, 128, (4, 8)),  # the group's k-tile, within twice the window's top
+        (6, 128, (4, 8)),
+        (5, 128, (4, 8)),
         (4, 128, (4, 8)),
         (3, 128, (8,)),
         (2, 128, (8,)),  # 16 would make a k-tile of 256 rows: two groups
@@ -230,6 +230,10 @@ def test_decode_tuning_key_separates_every_field() -> None:
         (1, 512, (16, 32)),
         (4, 32, (2,)),  # the group size allows no more
         (8, 16, (1,)),
+        (8, 256, (2, 4)),  # 8 bits: never the group's k-tile
+        (7, 256, (4,)),  # the group's k-tile would be 4 times the window's top
+        (4, 256, (4, 8, 16)),
+        (4, 96, (2,)),  # a group of 6 k16 steps: no power of two
     ],
 )
 def test_units_k_choices_table(nbits: int, group_size: int, expected: tuple[int, ...]) -> None:
@@ -402,7 +406,10 @@ def test_every_candidate_meets_the_program_requirements(
         assert n % (64 * config.warps * config.units_n) == 0
         # The byte window: never above it; below it only where the group or K forbids more.
         tile_bytes = 16 * 128 * config.units_k * nbits
-        assert tile_bytes * config.depth <= IN_FLIGHT_BYTES[1]
+        group_tile = 16 * config.units_k == group_size and config.depth == 1
+        assert tile_bytes * config.depth <= IN_FLIGHT_BYTES[1] or (
+            group_tile and tile_bytes <= 2 * IN_FLIGHT_BYTES[1]
+        )
         larger = 2 * config.units_k
         if tile_bytes < IN_FLIGHT_BYTES[0]:
             assert group_size % (16 * larger) or k % (16 * larger)
