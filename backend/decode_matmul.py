@@ -47,7 +47,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 3 to 112 candidates at 1 to 8 bits (9 to 112 at
+For the benchmark's shapes and batches that is 6 to 112 candidates at 1 to 8 bits (9 to 112 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
