@@ -38,6 +38,10 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   k-tiles per block;
 - where the k-tile is the group, each point with and without `late_scale` (the scales
   applied to the mma products instead of the weights: fewer instructions, more registers);
+- where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
+  one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
+  occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
+  evenly, depth 1, with the late scale where it applies;
 - the rows of a block (`row_tilings`), sized for the batch a tuning measures (the bucket's
   smallest, `autotune.m_bucket`): where every batch of the bucket ([1, 2) ... [6, 8)) is at
   most 8 rows, `weights_as_a` alone (the weights as the mma's A operand, 8 rows of A per
@@ -47,7 +51,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 6 to 112 candidates at 1 to 8 bits (9 to 112 at
+For the benchmark's shapes and batches that is 9 to 124 candidates at 1 to 8 bits (15 to 124 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -438,11 +442,13 @@ class DecodeMatmul:
         arguments = {"m": m, "n": p.n, "k": p.k, "a": a, "packed": packed, "scales": scales}
         if p.zero_points:
             arguments["zeros"] = zeros
-        grid = self.config.grid(m, p.n)
-        if self.config.split == 1:
+        grid = self.config.grid(m, p.n, p.k)
+        if self.config.split == 1 and not self.config.stream_k:
             self.matmul_kernel(**arguments, c=out, grid=grid)
             return out
-        partial = torch.empty((self.config.split, m, p.n), dtype=torch.float32, device=a.device)
+        slots = self.config.stream_k_slots(m, p.n, p.k) if self.config.stream_k else None
+        parts = self.config.split if slots is None else slots
+        partial = torch.empty((parts, m, p.n), dtype=torch.float32, device=a.device)
         if self.reduce_kernel is None:
             counters = self.counters(m, a.device)
             self.matmul_kernel(**arguments, partial=partial, counters=counters, c=out, grid=grid)
@@ -643,6 +649,24 @@ def decode_search_space(
                             )
                             for late in lates
                         )
+                # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
+                # at the byte model's occupancy (asked of the compiler), sharing all the
+                # tiles' k-tiles evenly.
+                resident = max(1, RESIDENT_WARPS // warps)
+                wave = sm_count * resident
+                if not compact and blocks % wave and k // (UNIT_K * units_k) >= 2:
+                    space.append(
+                        DequantConfig(
+                            warps=warps,
+                            units_n=1,
+                            units_k=units_k,
+                            late_scale=lates[-1],
+                            weights_as_a=weights_as_a,
+                            units_m=units_m,
+                            min_blocks_per_sm=resident,
+                            stream_k=wave,
+                        )
+                    )
     return space
 
 
