@@ -7,14 +7,18 @@ the warp, atomics GCC's atomic builtins, shared memory one static buffer per ker
 ``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, and the
 four primitives of the fast conversions (`backend.fast_conversions`, inline PTX too) exact host
 functions. The float intrinsics (``__fadd_rn`` ...) are the host's IEEE float32 operations, as
-NumPy's. Tensor-core instructions (``mma.sync``, ``ldmatrix``) are not emulated: programs run
-here are lowered without an architecture (SIMT dots, plain loads) or have no tensor-core plan.
+NumPy's. The tensor-core helpers are warp-collective host functions (exchanging operands through
+the warp's barrier): ``ldmatrix`` as the PTX ISA defines it, ``mma.sync`` m16n8k16 as the IR's
+`dot` (products added in k order in float32), so a tensor-core kernel - the decode kernels of
+the GPU differential run - matches the interpreter bit for bit here, where the GPU's tensor core
+matches it within its own rounding.
 
 This checks the logic of the generated code (addresses, vectors and their packing, masks,
 sub-byte atomics, replica stores, reductions in the interpreter's order, the SIMT dot, casts and
-views) bit for bit against `ir.run_reference` on every example and on random programs of
-`ir.testing`. It cannot check the PTX of ``cp.async``, the device-only f16/bf16 conversion
-intrinsics or anything about timing; the GPU differential tests do.
+views, fragment registers) bit for bit against `ir.run_reference` on every example, on the
+decode kernels and on random programs of `ir.testing`. It cannot check the PTX of ``cp.async``,
+``mma`` or ``ldmatrix``, the device-only f16/bf16 conversion intrinsics or anything about
+timing; the GPU differential tests do.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from ir.examples.quantized_matmul import quantized_matmul
 from ir.examples.softmax import row_softmax
 from ir.examples.vector_add import vector_add
 from ir.program import Program
-from ir.testing import ProgramCase, codes_match, program_cases
+from ir.testing import ProgramCase, codes_match, dot_cases, program_cases
 
 SHIM = r"""
 #include <math.h>
@@ -55,7 +59,7 @@ SHIM = r"""
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(threads)
+#define __launch_bounds__(...)
 #define __shared__
 #define __constant__ static const
 #define __align__(bytes)
@@ -68,6 +72,8 @@ struct la_block {
     std::barrier<>* block;
     std::vector<std::barrier<>*> warps;
     unsigned lanes[1024];
+    unsigned fragments[1024][10]; /* an mma's operands per thread: a0-a3, b0-b1, c0-c3 */
+    const void* rows[1024];       /* an ldmatrix's row address per thread */
 };
 static thread_local la_block* la_current;
 
@@ -189,6 +195,131 @@ inline unsigned int la_sub_f32(unsigned int a, unsigned int b)
 }
 """
 
+TENSOR_CORE_EMULATION = r"""
+/* ---- tensor-core helpers on the host: warp-collective through the warp's barrier ---- */
+static inline unsigned int la_pack_b16x2(unsigned short low, unsigned short high)
+{
+    return (unsigned int)low | ((unsigned int)high << 16);
+}
+
+static inline float la_b16_value(unsigned int code, int bf16)
+{
+    return bf16 ? la_bits_to_float(code << 16) : (float)la_decode_float(code, 5, 10, LA_IEEE_LIKE);
+}
+
+/* The 16-bit element i (0-7 of A, 0-3 of B) of the thread's fragment registers. */
+static inline unsigned int la_b16_element(const unsigned* registers, int i)
+{
+    return (registers[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+}
+
+/* d += A B on one m16n8k16 block, the products added in k order in float32 from c: the IR's
+   `dot` (ir.interpreter), which the tensor core matches up to its own summation order. */
+static inline void la_mma_emulated(unsigned int& d0, unsigned int& d1, unsigned int& d2,
+                                   unsigned int& d3, const unsigned int operands[6], int bf16)
+{
+    const unsigned thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
+    unsigned* mine = la_current->fragments[thread];
+    for (int r = 0; r < 6; ++r) mine[r] = operands[r];
+    mine[6] = d0, mine[7] = d1, mine[8] = d2, mine[9] = d3;
+    la_current->warps[warp]->arrive_and_wait();
+    float a[16][16], b[16][8];
+    for (unsigned t = 0; t < 32; ++t) {
+        const unsigned* theirs = la_current->fragments[warp * 32 + t];
+        for (int i = 0; i < 8; ++i)  /* PTX: A row groupID (+ 8), column 2 tig + (i & 1) (+ 8) */
+            a[t / 4 + 8 * (i / 2 % 2)][2 * (t % 4) + i % 2 + 8 * (i / 4)] =
+                la_b16_value(la_b16_element(theirs, i), bf16);
+        for (int i = 0; i < 4; ++i)  /* B row 2 tig + (i & 1) (+ 8), column groupID */
+            b[2 * (t % 4) + i % 2 + 8 * (i / 2)][t / 4] =
+                la_b16_value(la_b16_element(theirs + 4, i), bf16);
+    }
+    unsigned int* outputs[4] = {&d0, &d1, &d2, &d3};
+    for (int i = 0; i < 4; ++i) {  /* C row groupID (+ 8 for c2, c3), column 2 tig + (i & 1) */
+        const int row = lane / 4 + 8 * (i / 2), col = 2 * (lane % 4) + i % 2;
+        float sum = la_bits_to_float(mine[6 + i]);
+        for (int k = 0; k < 16; ++k) sum = sum + a[row][k] * b[k][col];
+        *outputs[i] = la_float_to_bits(sum);
+    }
+    la_current->warps[warp]->arrive_and_wait();
+}
+
+static inline void la_mma_m16n8k16_f16(unsigned int& d0, unsigned int& d1, unsigned int& d2,
+    unsigned int& d3, unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+    unsigned int b0, unsigned int b1)
+{
+    const unsigned int operands[6] = {a0, a1, a2, a3, b0, b1};
+    la_mma_emulated(d0, d1, d2, d3, operands, 0);
+}
+
+static inline void la_mma_m16n8k16_bf16(unsigned int& d0, unsigned int& d1, unsigned int& d2,
+    unsigned int& d3, unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+    unsigned int b0, unsigned int b1)
+{
+    const unsigned int operands[6] = {a0, a1, a2, a3, b0, b1};
+    la_mma_emulated(d0, d1, d2, d3, operands, 1);
+}
+
+/* ldmatrix: lane 8m + r gives row r of matrix m; register m of lane l gets row l / 4, columns
+   2 (l % 4) and + 1 (.trans: rows 2 (l % 4) and + 1 of column l / 4). */
+static inline void la_ldmatrix_emulated(unsigned int* out, int count, int trans, const void* row)
+{
+    const unsigned thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
+    la_current->rows[thread] = row;
+    la_current->warps[warp]->arrive_and_wait();
+    for (int m = 0; m < count; ++m) {
+        unsigned short halves[2];
+        for (int h = 0; h < 2; ++h) {
+            const unsigned short* source;
+            if (trans) {
+                source = (const unsigned short*)la_current->rows[warp * 32 + 8 * m +
+                                                                  2 * (lane % 4) + h];
+                halves[h] = source[lane / 4];
+            } else {
+                source = (const unsigned short*)la_current->rows[warp * 32 + 8 * m + lane / 4];
+                halves[h] = source[2 * (lane % 4) + h];
+            }
+        }
+        out[m] = la_pack_b16x2(halves[0], halves[1]);
+    }
+    la_current->warps[warp]->arrive_and_wait();
+}
+
+static inline void la_ldmatrix_x1(unsigned int& r0, const void* row)
+{
+    la_ldmatrix_emulated(&r0, 1, 0, row);
+}
+static inline void la_ldmatrix_x1_trans(unsigned int& r0, const void* row)
+{
+    la_ldmatrix_emulated(&r0, 1, 1, row);
+}
+static inline void la_ldmatrix_x2(unsigned int& r0, unsigned int& r1, const void* row)
+{
+    unsigned int out[2];
+    la_ldmatrix_emulated(out, 2, 0, row);
+    r0 = out[0], r1 = out[1];
+}
+static inline void la_ldmatrix_x2_trans(unsigned int& r0, unsigned int& r1, const void* row)
+{
+    unsigned int out[2];
+    la_ldmatrix_emulated(out, 2, 1, row);
+    r0 = out[0], r1 = out[1];
+}
+static inline void la_ldmatrix_x4(unsigned int& r0, unsigned int& r1, unsigned int& r2,
+                                  unsigned int& r3, const void* row)
+{
+    unsigned int out[4];
+    la_ldmatrix_emulated(out, 4, 0, row);
+    r0 = out[0], r1 = out[1], r2 = out[2], r3 = out[3];
+}
+static inline void la_ldmatrix_x4_trans(unsigned int& r0, unsigned int& r1, unsigned int& r2,
+                                        unsigned int& r3, const void* row)
+{
+    unsigned int out[4];
+    la_ldmatrix_emulated(out, 4, 1, row);
+    r0 = out[0], r1 = out[1], r2 = out[2], r3 = out[3];
+}
+"""
+
 SHARED_BYTES = 232448
 
 
@@ -229,9 +360,8 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
 def _translation_unit(kernels: Sequence[LoweredKernel]) -> str:
     parts = [SHIM]
     for index, lowered in enumerate(kernels):
-        assert lowered.plans == (), "tensor-core plans need a GPU"
         source = lowered.source.replace(ASYNC_COPY_SOURCE.strip("\n"), ASYNC_EMULATION)
-        source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), "")
+        source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
         source = source.replace(FAST_CONVERSION_PRIMITIVES.strip("\n"), FAST_CONVERSION_EMULATION)
         assert "asm" not in source
         source = source.replace(f" {lowered.entry}(", f" la_entry_{index}(", 1)
@@ -406,16 +536,21 @@ RANDOM_CASES = 80
 @pytest.fixture(scope="module")
 def random_cases() -> list[ProgramCase]:
     """A fixed sample of random programs (drawn once, deterministically)."""
+    return _sample(program_cases(), RANDOM_CASES)
+
+
+def _sample(strategy: Any, count: int) -> list[ProgramCase]:
+    """`count` cases of a hypothesis strategy, drawn deterministically."""
     drawn: list[ProgramCase] = []
 
     @settings(
-        max_examples=RANDOM_CASES,
+        max_examples=count,
         database=None,
         derandomize=True,
         suppress_health_check=list(HealthCheck),
         deadline=None,
     )
-    @given(program_cases())
+    @given(strategy)
     def collect(case: ProgramCase) -> None:
         drawn.append(case)
 
@@ -492,3 +627,83 @@ def test_feature_program_matches_reference(feature_emulator: Emulator, index: in
             assert np.array_equal(got, want), f"argument {k} differs"
         else:
             np.testing.assert_allclose(got.view(np.float32), want.view(np.float32), rtol=1e-5)
+
+
+# ------------------------------------------------------------------ tensor cores, emulated
+
+_examples_spec = importlib.util.spec_from_file_location(
+    "gpu_examples_main", Path(__file__).with_name("gpu_examples_main.py")
+)
+gpu_examples_main = sys.modules.get("gpu_examples_main") or importlib.util.module_from_spec(
+    _examples_spec
+)
+if "gpu_examples_main" not in sys.modules:
+    sys.modules["gpu_examples_main"] = gpu_examples_main
+    _examples_spec.loader.exec_module(gpu_examples_main)
+DECODE = gpu_examples_main.decode_cases(np.random.default_rng(11))
+"""The decode kernel in the configurations of the GPU differential run (late scales, the fused
+split-k sum with tickets, partial sums, zero points with bf16, a deep ring, the weights as A,
+several row blocks), its split-k sum and its packing program, lowered for sm_90a: mma.sync and
+ldmatrix included."""
+
+
+@pytest.fixture(scope="module")
+def decode_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
+    kernels = [lower(program, "sm_90a") for _, program, _, _, _ in DECODE]
+    assert any(kernel.plans for kernel in kernels)
+    return _emulator(kernels, tmp_path_factory, cxx_compiler)
+
+
+@pytest.mark.parametrize("index", range(len(DECODE)), ids=[case[0] for case in DECODE])
+def test_tensor_core_kernel_matches_reference_bit_for_bit(
+    decode_emulator: Emulator, index: int
+) -> None:
+    """With mma.sync emulated as the IR's dot (products added in k order in float32) and
+    ldmatrix as its PTX definition, the generated code of the tensor-core kernels - addresses,
+    fragment registers, the fast conversions, late scales, tickets and partial sums - gives
+    the interpreter's results bit for bit (on the GPU they agree within the tensor core's
+    rounding)."""
+    _, program, arguments, grid, _ = DECODE[index]
+    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in arguments]
+    run_reference(program, *expected, grid=grid)
+    actual = [a.copy() if isinstance(a, np.ndarray) else a for a in arguments]
+    decode_emulator.run(index, actual, grid)
+    for k, (got, want) in enumerate(zip(actual, expected)):
+        if isinstance(got, np.ndarray):
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"argument {k}"
+
+
+RANDOM_DOT_CASES = 40
+
+
+@pytest.fixture(scope="module")
+def tensor_core_cases() -> list[tuple[ProgramCase, LoweredKernel]]:
+    """Of a fixed sample of random dot programs (`ir.testing.dot_cases`, drawn once), those
+    whose lowering for sm_90a plans mma or ldmatrix, with that lowering."""
+    drawn = _sample(dot_cases(), RANDOM_DOT_CASES)
+    lowered = [(case, lower(case.program, "sm_90a", constants=case.constants)) for case in drawn]
+    return [(case, kernel) for case, kernel in lowered if kernel.plans]
+
+
+def test_random_tensor_core_programs_match_reference_bit_for_bit(
+    tensor_core_cases: list[tuple[ProgramCase, LoweredKernel]],
+    tmp_path_factory: pytest.TempPathFactory,
+    cxx_compiler: str,
+) -> None:
+    """The random dot programs with a tensor-core plan, lowered for sm_90a and emulated: every
+    output code equals the interpreter's (the dot's k-order sum is exact here)."""
+    assert len(tensor_core_cases) >= 5, "too few programs of the sample have a tensor-core plan"
+    kernels = [kernel for _, kernel in tensor_core_cases]
+    emulator = _emulator(kernels, tmp_path_factory, cxx_compiler)
+    for index, (case, _) in enumerate(tensor_core_cases):
+        expected_arguments = case.fresh_arguments()
+        run_reference(case.program, *expected_arguments, grid=case.grid)
+        arguments = case.fresh_arguments()
+        emulator.run(index, arguments, case.grid)
+        actual = case.output_codes(arguments[case.output])
+        expected = case.output_codes(expected_arguments[case.output])
+        bad = np.flatnonzero(~same_codes(case.output_dtype, actual, expected))
+        assert not bad.size, (
+            f"case {index} ({case.description}): {bad.size} codes differ, first at "
+            f"{bad[0]}: {actual[bad[0]]} != {expected[bad[0]]}\n{case.program}"
+        )
