@@ -12,7 +12,7 @@ layer's shape: what the k loop does and does not contain, and NVRTC compiling it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -488,6 +488,9 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         weights_as_a=draw(st.booleans()),
         units_m=draw(st.sampled_from([1, 2, 3])),
     )
+    stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
+    if stream_k:  # stream-K: split 1 and the fused sum
+        config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
@@ -495,7 +498,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, n, k
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(problem=dequant_problems(), seed=st.integers(0, 2**32 - 1))
 def test_any_valid_config_equals_numpy(
     problem: tuple[DataType, int, DequantConfig, int, int, int], seed: int
