@@ -26,6 +26,11 @@ weights, so the program keeps them out of shared memory:
     partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
     second launch
 
+With `stream_k`, that body (prologue, k loop) runs inside a loop over the tiles whose k-tile
+iterations the block owns, on each tile's part of its even share of all tiles' iterations; a
+tile owned whole is stored, a shared one goes through the same ordered fused sum, its parts in
+k order.
+
 Layouts (W warps, each owning `units_n` units of 64 columns; KS = `units_k` k16 steps per
 k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`
 (`packed_weights.tile_value_layout`), their codes the same elements in the packed order and
