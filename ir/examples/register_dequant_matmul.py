@@ -106,6 +106,10 @@ class DequantConfig:
     block of ``block_m`` rows decodes its weights once (for batches past one row block).
     `min_blocks_per_sm`: the occupancy the program asks the compiler for
     (`ProgramBuilder.min_blocks_per_sm`; 0: none), which caps the registers per thread.
+    `programmatic_launch`: the kernel is a link of a chain of layers
+    (`ProgramBuilder.programmatic_launch`): it loads its first k-tiles of weights, which no
+    earlier kernel writes, then waits for the kernel before it (whose output may be its
+    activations) before reading anything else.
     """
 
     warps: int = 4
@@ -119,6 +123,7 @@ class DequantConfig:
     weights_as_a: bool = False
     units_m: int = 1
     min_blocks_per_sm: int = 0
+    programmatic_launch: bool = False
 
     @property
     def block_m(self) -> int:
@@ -189,7 +194,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         raise VerificationError(
             f"register_dequant_matmul: min_blocks_per_sm={blocks!r}; expected an int >= 0"
         )
-    for name in ("fused_sum", "late_scale", "weights_as_a"):
+    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -290,6 +295,8 @@ def register_dequant_matmul(
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
             b.min_blocks_per_sm(config.min_blocks_per_sm)
+        if config.programmatic_launch:
+            b.programmatic_launch()
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
@@ -329,6 +336,10 @@ def register_dequant_matmul(
         zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
         ring = [weight_words(first + d) for d in range(depth)]
         current = b.register_tensor(i32, word_layout, 0)
+        if config.programmatic_launch:
+            # The weights above overlap the end of the kernel before; the activations,
+            # scales, partial sums and counters below may be what it writes.
+            b.wait_prior_grid()
         b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
         b.copy_async_commit()
         with b.for_range(first, end, unroll=config.unroll) as tile:

@@ -257,6 +257,7 @@ DECODE_CASES = [
     (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
     (dtypes.u4, dtypes.bf16, True, {"split": 2, "weights_as_a": True}),
     (dtypes.i4, dtypes.f16, False, {"units_k": 4, "units_m": 2}),
+    (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
 ]
 
 

@@ -55,6 +55,8 @@ CONFIGS = [
     DequantConfig(units_k=4, units_m=4),
     DequantConfig(warps=2, units_k=8, units_m=2, split=2, late_scale=True),
     DequantConfig(units_k=2, units_m=3, weights_as_a=True),
+    # A link of a chain: launched with programmatic stream serialization on sm_90.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
 ]
 GROUP_SIZE = 128
 
