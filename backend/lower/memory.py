@@ -678,6 +678,9 @@ class MemoryLowering(LoweringContext):
     def visit_sync(self, instruction: instructions.Sync) -> None:
         self.out.line("__syncthreads();")
 
+    def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
+        self.out.line("la_wait_prior_grid();")
+
     def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
         tensor = instruction.out
         self.out.line(

@@ -118,6 +118,10 @@ class DequantConfig:
     stored by it; otherwise each block stores its segment's f32 partial sums in slot ``g -
     first block of the tile`` and the block that takes the tile's last ticket adds them in k
     order (`stream_k_slots` slots; a fused sum, so requires split 1 and `fused_sum`).
+    `programmatic_launch`: the kernel is a link of a chain of layers
+    (`ProgramBuilder.programmatic_launch`): it loads its first k-tiles of weights, which no
+    earlier kernel writes, then waits for the kernel before it (whose output may be its
+    activations) before reading anything else (with `stream_k`, it waits first).
     """
 
     warps: int = 4
@@ -132,6 +136,7 @@ class DequantConfig:
     units_m: int = 1
     min_blocks_per_sm: int = 0
     stream_k: int = 0
+    programmatic_launch: bool = False
 
     @property
     def block_m(self) -> int:
@@ -222,7 +227,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
-    for name in ("fused_sum", "late_scale", "weights_as_a"):
+    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -323,6 +328,8 @@ def register_dequant_matmul(
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
             b.min_blocks_per_sm(config.min_blocks_per_sm)
+        if config.programmatic_launch:
+            b.programmatic_launch()
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
@@ -370,6 +377,10 @@ def register_dequant_matmul(
             zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
             ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
             current = b.register_tensor(i32, word_layout, 0)
+            if config.programmatic_launch and not stream:
+                # The weights above overlap the end of the kernel before; the activations,
+                # scales, partial sums and counters below may be what it writes.
+                b.wait_prior_grid()
             b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
             b.copy_async_commit()
             with b.for_range(first, end, unroll=config.unroll) as tile:
@@ -479,6 +490,8 @@ def register_dequant_matmul(
         g = b.block_x
         start, stop = g * work // blocks, (g + 1) * work // blocks
         slots = (k_tiles - 1) // (work // blocks) + 2
+        if config.programmatic_launch:
+            b.wait_prior_grid()  # before the tile loop: the wait belongs to the top level
         with b.for_range(start // k_tiles, (stop - 1) // k_tiles + 1) as t:
             # t < tiles_n * tiles_m; written clamped, its bound shows the tile inside C.
             clamped = minimum(t, tiles_n * tiles_m - 1)

@@ -259,7 +259,13 @@ DECODE_CASES = [
     (dtypes.u4, dtypes.bf16, True, {"split": 2, "weights_as_a": True}),
     (dtypes.i4, dtypes.f16, False, {"units_k": 4, "units_m": 2}),
     (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stream_k": 3}),
-    (dtypes.u4, dtypes.bf16, True, {"warps": 1, "weights_as_a": True, "stream_k": 5}),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        {"warps": 1, "weights_as_a": True, "stream_k": 5, "programmatic_launch": True},
+    ),
+    (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
 ]
 
 

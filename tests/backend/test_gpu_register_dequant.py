@@ -58,6 +58,8 @@ CONFIGS = [
     # Stream-K: a few persistent blocks over the tiles' k-tile iterations.
     DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5),
     DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, min_blocks_per_sm=4),
+    # A link of a chain: launched with programmatic stream serialization on sm_90.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
 ]
 GROUP_SIZE = 128
 

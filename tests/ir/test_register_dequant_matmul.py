@@ -770,6 +770,22 @@ def test_stream_k_k_loop_takes_no_generic_path_and_no_bounds_check(weight: DataT
     assert {"mma.m16n8k16", "f32 fma", f"fast {weight} -> f16"} <= in_loop
 
 
+def test_a_chained_decode_kernel_prefetches_its_weights_before_the_wait() -> None:
+    """With `programmatic_launch` the kernel triggers the next link at entry, loads its first
+    k-tile of weights, waits for the prior grid, and only then copies activations."""
+    config = DequantConfig(units_k=8, late_scale=True, split=2, programmatic_launch=True)
+    kernel = lower(register_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    assert kernel.programmatic_launch
+    body = kernel.source[kernel.source.index('extern "C" __global__') :]
+    trigger = body.index("la_launch_dependents();")
+    first_weights = body.index("load_global(g1")
+    wait = body.index("la_wait_prior_grid();")
+    first_copy = body.index("la_cp_async")
+    assert trigger < first_weights < wait < first_copy
+    with pytest.raises(VerificationError, match="programmatic_launch=1; expected True or False"):
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(programmatic_launch=1))
+
+
 def test_decode_loop_reads_the_magic_words_from_constant_memory(i4_source: str) -> None:
     """The LOP3s of the i4 decoder take their mask as the immediate and the magic word from
     the kernel's constant table, declared once before the kernel."""
