@@ -135,6 +135,9 @@ class CudaDriver:
     def __init__(self) -> None:
         self._initialized = False
         self._contexts: dict[int, object] = {}
+        # Programmatic launch configurations by (grid, block, shared bytes, stream): building
+        # one through the bindings costs several microseconds, as much as a small launch.
+        self._programmatic_configs: dict[tuple[object, ...], object] = {}
 
     def _initialize(self) -> ModuleType:
         """The driver module after cuInit; `NoDeviceError` without a driver or a device."""
@@ -349,9 +352,15 @@ class CudaDriver:
                 finally:
                     _checked(driver, "cuEventDestroy", driver.cuEventDestroy(event))
             if programmatic:
-                config = programmatic_launch_config(
-                    driver, grid, block, dynamic_shared_bytes, launch_stream
-                )
+                key = (tuple(grid), tuple(block), dynamic_shared_bytes, int(stream))
+                config = self._programmatic_configs.get(key)
+                if config is None:
+                    config = programmatic_launch_config(
+                        driver, grid, block, dynamic_shared_bytes, launch_stream
+                    )
+                    if len(self._programmatic_configs) >= 1024:
+                        self._programmatic_configs.clear()
+                    self._programmatic_configs[key] = config
                 _checked(
                     driver,
                     "cuLaunchKernelEx",

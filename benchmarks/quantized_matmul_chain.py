@@ -13,12 +13,17 @@ CUDA events, the median of `--repeats`):
 
 - ours: `DecodeMatmul` with the autotuner's configuration for M = 1, as ordinary launches and
   as a programmatic chain (the same kernel otherwise: the two chains' outputs must be equal bit
-  for bit, and close to cuBLAS's on the same dequantized weights);
+  for bit, and close to cuBLAS's on the same dequantized weights); each also as one layer
+  alone, behind the sleep kernel, where nothing can overlap: what the link's code and launch
+  cost by themselves;
 - cuBLAS: ``torch.matmul`` on the dequantized f16 weights, layer after layer;
 - Humming (``humming-kernels``) for the signed integer and float types it names, layer after
   layer.
 
-The scales are divided by 64 so that activations stay of order one along the chain. Results go
+Each layer's scales are divided by the power of two nearest its gain (the root mean square of
+its output in float32 on activations of order one), so that activations stay of order one along
+the chain: signed weights of few bits have a mean far from zero, and a fixed divisor lets the
+chain overflow. Results go
 to ``<output>/quantized_matmul_chain.json`` and ``.md``.
 
     python benchmarks/quantized_matmul_chain.py [--weights i4,i2] [--layers 8] [--size 8192]
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -47,8 +53,6 @@ from backend.timing import flush_buffer, median_us
 from ir import dtypes
 
 GROUP_SIZE = 128
-SCALE_DIVISOR = 64.0
-"""Scales (and the dequantized weights) are divided by this power of two along the chain."""
 
 
 @dataclass
@@ -61,6 +65,8 @@ class ChainPoint:
     size: int
     ours_us: float
     ours_chained_us: float
+    ours_single_us: float
+    ours_chained_single_us: float
     cublas_us: float
     humming_us: float | None
     config: dict[str, object]
@@ -86,10 +92,15 @@ def measure_weight(weight_name: str, count: int, size: int, repeats: int, flush)
     weight = dtypes.from_name(weight_name)
     problem = DecodeProblem(weight, GROUP_SIZE, size, size)
     layers = []
+    x = None
     for index in range(count):
         inputs = decode_inputs(problem, 1, seed=index)
-        inputs["scales"] = inputs["scales"] / SCALE_DIVISOR  # a power of two: exact
-        inputs["dequantized"] = inputs["dequantized"] / SCALE_DIVISOR
+        x = inputs["a"].float() if x is None else x
+        y = x @ inputs["dequantized"].float()
+        divisor = 2.0 ** round(math.log2(max(y.pow(2).mean().sqrt().item(), 2.0**-10)))
+        inputs["scales"] = inputs["scales"] / divisor  # a power of two
+        inputs["dequantized"] = inputs["dequantized"] / divisor
+        x = y / divisor
         layers.append(inputs)
     measure = DecodeMeasure(problem, 1, repeats=repeats, flush=flush)
     plain = DecodeMatmul.tuned(problem, 1, measure=measure)
@@ -117,6 +128,8 @@ def measure_weight(weight_name: str, count: int, size: int, repeats: int, flush)
         size=size,
         ours_us=median_us(ours, flush, repeats),
         ours_chained_us=median_us(ours_chained, flush, repeats),
+        ours_single_us=median_us(run_chain([plain], layers[:1], a), flush, repeats),
+        ours_chained_single_us=median_us(run_chain([chained], layers[:1], a), flush, repeats),
         cublas_us=median_us(cublas, flush, repeats),
         humming_us=None,
         config=asdict(plain.config),
@@ -160,16 +173,17 @@ def humming_chain(weight, layers: list[dict]):
 
 def table(points: list[ChainPoint]) -> str:
     lines = [
-        "| weight | layers | K = N | ours us | ours, chained us | gain | cuBLAS us | Humming us "
-        "| config |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| weight | layers | K = N | ours us | ours, chained us | gain | one layer us "
+        "| one layer, chained us | cuBLAS us | Humming us | config |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
         config = " ".join(f"{k}={v}" for k, v in p.config.items())
         lines.append(
             f"| {p.weight} | {p.layers} | {p.size} | {p.ours_us:.1f} | {p.ours_chained_us:.1f} "
-            f"| {p.ours_us / p.ours_chained_us:.2f}x | {p.cublas_us:.1f} | {humming} | {config} |"
+            f"| {p.ours_us / p.ours_chained_us:.2f}x | {p.ours_single_us:.1f} "
+            f"| {p.ours_chained_single_us:.1f} | {p.cublas_us:.1f} | {humming} | {config} |"
         )
     return "\n".join(lines) + "\n"
 
