@@ -163,6 +163,7 @@ def compile_lowered(
         options=lowered.options,
         cache=cache,
         grid=lowered.grid,
+        programmatic_launch=lowered.programmatic_launch,
     )
     return CompiledKernel(program, lowered, kernel)
 

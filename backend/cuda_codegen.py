@@ -480,3 +480,30 @@ def wrap_expression(dtype: DataType, value: str) -> str:
     if dtype.nbits == 32:
         return f"(la_u32)({value})"
     return f"((la_u32)({value}) & {code_mask(dtype)})"
+
+
+PROGRAMMATIC_LAUNCH_ARCH = 90
+"""Programmatic dependent launch (``griddepcontrol``) exists from sm_90 on."""
+
+PROGRAMMATIC_LAUNCH_SOURCE = r"""
+/* ---- a link of a chain of kernels (programmatic dependent launch, sm_90+) ---- */
+/* The kernel after this one on the stream may start (it waits for this one's memory). */
+static __device__ __forceinline__ void la_launch_dependents()
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* Wait until the kernels before this one have completed and their writes are visible. */
+static __device__ __forceinline__ void la_wait_prior_grid()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+"""
+"""The device functions of a program with `ir.Program.programmatic_launch` on sm_90 and newer."""
+
+PLAIN_LAUNCH_SOURCE = r"""
+/* ---- a link of a chain of kernels, launched one after the other (before sm_90) ---- */
+static __device__ __forceinline__ void la_launch_dependents() {}
+static __device__ __forceinline__ void la_wait_prior_grid() {}
+"""
+"""The same functions where kernels are launched one after the other: nothing to do."""

@@ -27,7 +27,9 @@ by 64 columns of b bits, 128 * units_k * b bytes, and an SM holds about `RESIDEN
 warps of such a kernel (64K registers at about 128 per thread), so:
 - units_k: the powers of two with 16 * 128 * units_k * b in the window, i.e. units_k * b in
   [16, 32] (b = 8: 2, 4; b = 4: 4, 8; b = 2: 8, 16; b = 1: 16, 32), as far as the group size
-  allows (a k-tile never spans two groups: at group size 128, units_k <= 8);
+  allows (a k-tile never spans two groups: at group size 128, units_k <= 8); and below 8
+  bits the k-tile of the group itself (the late scale's) up to twice the window's top (b = 5,
+  6, 7: units_k 8 at group size 128), since the late scale saves a multiply per weight pair;
 - depth (k-tiles loaded ahead in the register ring): 1, and 2 where twice the bytes stay in
   the window;
 - warps in {2, 4, 8} (1 only when N fits no other), one unit of 64 columns each;
@@ -36,6 +38,10 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   k-tiles per block;
 - where the k-tile is the group, each point with and without `late_scale` (the scales
   applied to the mma products instead of the weights: fewer instructions, more registers);
+- where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
+  one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
+  occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
+  evenly, depth 1, with the late scale where it applies;
 - the rows of a block (`row_tilings`), sized for the batch a tuning measures (the bucket's
   smallest, `autotune.m_bucket`): where every batch of the bucket ([1, 2) ... [6, 8)) is at
   most 8 rows, `weights_as_a` alone (the weights as the mma's A operand, 8 rows of A per
@@ -45,7 +51,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 3 to 112 candidates at 1 to 8 bits (9 to 112 at
+For the benchmark's shapes and batches that is 9 to 124 candidates at 1 to 8 bits (15 to 124 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -436,11 +442,13 @@ class DecodeMatmul:
         arguments = {"m": m, "n": p.n, "k": p.k, "a": a, "packed": packed, "scales": scales}
         if p.zero_points:
             arguments["zeros"] = zeros
-        grid = self.config.grid(m, p.n)
-        if self.config.split == 1:
+        grid = self.config.grid(m, p.n, p.k)
+        if self.config.split == 1 and not self.config.stream_k:
             self.matmul_kernel(**arguments, c=out, grid=grid)
             return out
-        partial = torch.empty((self.config.split, m, p.n), dtype=torch.float32, device=a.device)
+        slots = self.config.stream_k_slots(m, p.n, p.k) if self.config.stream_k else None
+        parts = self.config.split if slots is None else slots
+        partial = torch.empty((parts, m, p.n), dtype=torch.float32, device=a.device)
         if self.reduce_kernel is None:
             counters = self.counters(m, a.device)
             self.matmul_kernel(**arguments, partial=partial, counters=counters, c=out, grid=grid)
@@ -502,7 +510,9 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     """The k16 steps per k-tile tried at `nbits`-bit weights: the powers of two u with
     16 * 128 * u * b bytes in `IN_FLIGHT_BYTES` (u * b in [16, 32]) whose k-tile divides K and
     the group size; when the group size or K allows none, the largest power of two below the
-    window that fits. Requires: K and the group size multiples of 16.
+    window that fits; and below 8 bits the group's own k-tile (group_size / 16, where the late
+    scale applies) when it divides K and its bytes are at most twice the window's top.
+    Requires: K and the group size multiples of 16.
     """
 
     def fits(units: int) -> bool:
@@ -513,7 +523,13 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     powers = [1 << e for e in range(7)]
     window = tuple(u for u in powers if low <= u <= high and fits(u))
     # u = 1 always fits (K and the group size are multiples of 16): never empty.
-    return window or (max(u for u in powers if u < low and fits(u)),)
+    choices = window or (max(u for u in powers if u < low and fits(u)),)
+    group_units = group_size // UNIT_K
+    # At 8 bits the loop streams at the roofline's bytes already (89 % at M = 1): no gain.
+    late = nbits < 8 and group_units in powers and group_units > max(choices)
+    if late and group_units <= 2 * high and fits(group_units):
+        choices += (group_units,)
+    return choices
 
 
 def depth_choices(nbits: int, units_k: int) -> tuple[int, ...]:
@@ -633,6 +649,24 @@ def decode_search_space(
                             )
                             for late in lates
                         )
+                # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
+                # at the byte model's occupancy (asked of the compiler), sharing all the
+                # tiles' k-tiles evenly.
+                resident = max(1, RESIDENT_WARPS // warps)
+                wave = sm_count * resident
+                if not compact and blocks % wave and k // (UNIT_K * units_k) >= 2:
+                    space.append(
+                        DequantConfig(
+                            warps=warps,
+                            units_n=1,
+                            units_k=units_k,
+                            late_scale=lates[-1],
+                            weights_as_a=weights_as_a,
+                            units_m=units_m,
+                            min_blocks_per_sm=resident,
+                            stream_k=wave,
+                        )
+                    )
     return space
 
 

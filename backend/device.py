@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from backend.errors import DriverError, LaunchError, NoDeviceError
 
@@ -83,10 +83,12 @@ class Device(Protocol):
         stream: int,
         parameters_address: int,
         wait_streams: Sequence[int],
+        programmatic: bool = False,
     ) -> None:
         """Enqueue `function` on `stream` after the work already queued on each of
         `wait_streams`; `parameters_address` is the address of the array of pointers to the
-        argument values (0 for a kernel without parameters)."""
+        argument values (0 for a kernel without parameters); `programmatic`: with programmatic
+        stream serialization (the kernel may start before the one before it has finished)."""
         ...
 
 
@@ -133,6 +135,9 @@ class CudaDriver:
     def __init__(self) -> None:
         self._initialized = False
         self._contexts: dict[int, object] = {}
+        # Programmatic launch configurations by (grid, block, shared bytes, stream): building
+        # one through the bindings costs several microseconds, as much as a small launch.
+        self._programmatic_configs: dict[tuple[object, ...], object] = {}
 
     def _initialize(self) -> ModuleType:
         """The driver module after cuInit; `NoDeviceError` without a driver or a device."""
@@ -321,9 +326,11 @@ class CudaDriver:
         stream: int,
         parameters_address: int,
         wait_streams: Sequence[int],
+        programmatic: bool = False,
     ) -> None:
         """See `Device.launch` (cuStreamWaitEvent on an event recorded on each wait stream, then
-        cuLaunchKernel). The launch is asynchronous: a fault inside the kernel surfaces at the
+        cuLaunchKernel, or cuLaunchKernelEx with `programmatic_launch_config` when
+        `programmatic`). The launch is asynchronous: a fault inside the kernel surfaces at the
         next synchronizing call."""
         with self._in_context(function.ordinal) as driver:
             launch_stream = driver.CUstream(stream)
@@ -344,6 +351,22 @@ class CudaDriver:
                     )
                 finally:
                     _checked(driver, "cuEventDestroy", driver.cuEventDestroy(event))
+            if programmatic:
+                key = (tuple(grid), tuple(block), dynamic_shared_bytes, int(stream))
+                config = self._programmatic_configs.get(key)
+                if config is None:
+                    config = programmatic_launch_config(
+                        driver, grid, block, dynamic_shared_bytes, launch_stream
+                    )
+                    if len(self._programmatic_configs) >= 1024:
+                        self._programmatic_configs.clear()
+                    self._programmatic_configs[key] = config
+                _checked(
+                    driver,
+                    "cuLaunchKernelEx",
+                    driver.cuLaunchKernelEx(config, function.handle, parameters_address, 0),
+                )
+                return
             _checked(
                 driver,
                 "cuLaunchKernel",
@@ -357,6 +380,30 @@ class CudaDriver:
                     0,
                 ),
             )
+
+
+def programmatic_launch_config(
+    driver: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    dynamic_shared_bytes: int,
+    stream: Any,
+) -> Any:
+    """The `driver` module's ``CUlaunchConfig`` of a launch with programmatic stream
+    serialization: the kernel may start before the kernel before it on `stream` has finished
+    (its ``griddepcontrol.wait`` then waits for that kernel's memory). Builds the structure
+    only; needs no GPU."""
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = dynamic_shared_bytes
+    config.hStream = stream
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
 
 
 _CUDA_DRIVER = CudaDriver()

@@ -51,6 +51,7 @@ import numpy as np
 
 from backend.arrays import ArrayView, array_view
 from backend.cache import CubinCache
+from backend.cuda_codegen import PROGRAMMATIC_LAUNCH_ARCH
 from backend.device import (
     LEGACY_STREAM,
     Device,
@@ -61,6 +62,7 @@ from backend.device import (
 )
 from backend.errors import CompilationError, LaunchError
 from backend.nvrtc import compile_cached, cubin_kernels
+from backend.tensor_core import arch_number
 from ir.arguments import (
     STORAGE_DTYPE_BITS,
     bind_arguments,
@@ -352,8 +354,11 @@ class Kernel:
     ints or expressions over the int parameters, or None when each call gives it), and
     `resources` (registers per thread, static shared bytes, local bytes, max threads per block;
     loading the kernel on the current device the first time). `device` is the driver interface
-    (the real CUDA driver unless a test substitutes one). Construction raises `LaunchError` for
-    an invalid signature, block or grid.
+    (the real CUDA driver unless a test substitutes one). With `programmatic_launch` (and an
+    sm_90 or newer `arch`) each launch lets the kernel start while the kernel before it on the
+    stream finishes (CUDA's programmatic stream serialization; the kernel's
+    ``griddepcontrol.wait`` orders its reads). Construction raises `LaunchError` for an invalid
+    signature, block or grid.
     """
 
     def __init__(
@@ -368,6 +373,7 @@ class Kernel:
         shared_bytes: int = 0,
         grid: Sequence[Expr | int] | None = None,
         device: Device | None = None,
+        programmatic_launch: bool = False,
     ) -> None:
         if not isinstance(entry, str) or not entry.isidentifier():
             raise LaunchError(f"kernel entry {entry!r} is not a C identifier")
@@ -427,6 +433,10 @@ class Kernel:
         self._shared_bytes = shared_bytes
         self._grid = grid
         self._device = cuda_driver() if device is None else device
+        # Programmatic dependent launch exists from sm_90 on; elsewhere an ordinary launch.
+        self._programmatic = (
+            programmatic_launch is True and arch_number(arch) >= PROGRAMMATIC_LAUNCH_ARCH
+        )
         self._loaded: dict[int, LoadedFunction] = {}
 
     @property
@@ -547,6 +557,7 @@ class Kernel:
             stream,
             ctypes.addressof(pointers) if values else 0,
             wait_streams,
+            programmatic=self._programmatic,
         )
 
     def _bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
@@ -612,6 +623,7 @@ def build_kernel(
     cache: CubinCache | None = None,
     grid: Sequence[Expr | int] | None = None,
     device: Device | None = None,
+    programmatic_launch: bool = False,
 ) -> Kernel:
     """Compile `source` (through the on-disk cache) and return its `Kernel`.
 
@@ -641,4 +653,5 @@ def build_kernel(
         shared_bytes=shared_bytes,
         grid=grid,
         device=device,
+        programmatic_launch=programmatic_launch,
     )

@@ -67,6 +67,7 @@ from ir.instructions import (
     Sync,
     Unary,
     View,
+    WaitPriorGrid,
     Where,
 )
 from ir.program import BLOCK_INDICES, Program
@@ -193,6 +194,7 @@ class ProgramBuilder:
         self._counters = dict.fromkeys(_GENERATED_PREFIXES, 0)
         self._grid: tuple[Expr, Expr, Expr] | None = None
         self._min_blocks_per_sm: int | None = None
+        self._programmatic_launch = False
 
     def __enter__(self) -> ProgramBuilder:
         return self
@@ -378,6 +380,36 @@ class ProgramBuilder:
             )
         check_min_blocks_per_sm(self.name, blocks, self.num_threads)
         self._min_blocks_per_sm = blocks
+
+    def programmatic_launch(self) -> None:
+        """Launch this program as a link of a chain (programmatic dependent launch, sm_90 and
+        newer; elsewhere the launch is an ordinary one): it may start while the kernel before
+        it on the stream is finishing, and lets the next one start likewise. The program must
+        then call `wait_prior_grid` once, at its top level, and read before it only memory that
+        no earlier kernel writes. Raises VerificationError for a second declaration."""
+        if self._programmatic_launch:
+            raise VerificationError(
+                f"programmatic_launch declared twice: {self.name} already declares it"
+            )
+        self._programmatic_launch = True
+
+    def wait_prior_grid(self) -> None:
+        """Wait for the kernels launched before this one (`ir.instructions.WaitPriorGrid`).
+        Raises VerificationError unless the program declared `programmatic_launch`, inside a
+        loop or if body, and for a second wait."""
+        if not self._programmatic_launch:
+            raise VerificationError(
+                f"wait_prior_grid in {self.name}, which does not declare programmatic_launch; "
+                "call programmatic_launch() first"
+            )
+        if len(self._bodies) != 1:
+            raise VerificationError(
+                f"wait_prior_grid inside a for_range or if_ body of {self.name}; it belongs to "
+                "the program's top level"
+            )
+        if any(isinstance(i, WaitPriorGrid) for i in self._bodies[0]):
+            raise VerificationError(f"wait_prior_grid called twice in {self.name}; once is enough")
+        self._emit(WaitPriorGrid())
 
     def grid(self, x: ExprLike, y: ExprLike = 1, z: ExprLike = 1) -> None:
         """Declare the launch grid: x, y and z block counts, each an int or an expression over
@@ -885,4 +917,5 @@ class ProgramBuilder:
             tuple(self._bodies[0]),
             self._grid,
             self._min_blocks_per_sm,
+            self._programmatic_launch,
         )

@@ -24,6 +24,7 @@ Memory (tile shape = the register layout's shape, padded with leading 1s to the 
     CopyAsyncCommit     close the group of copies issued since the last commit
     CopyAsyncWait       wait until at most `pending` committed groups are still in flight
     Sync                block-wide barrier (also makes completed copies visible to all threads)
+    WaitPriorGrid       wait for the kernels launched before this one (programmatic launch)
 Computation:
     Unary, Binary, Where   elementwise with NumPy broadcasting over tile shapes
     Fma                    out = a * b + c rounded once (f32), elementwise with broadcasting
@@ -375,6 +376,21 @@ class Sync(Instruction):
     """A barrier of all the block's threads; shared-memory writes before it are visible after."""
 
     op: ClassVar[str] = "sync"
+
+
+@dataclass(frozen=True, eq=False)
+class WaitPriorGrid(Instruction):
+    """Wait until the kernels launched before this one on its stream have completed and their
+    memory writes are visible (``griddepcontrol.wait``).
+
+    Only a program with `Program.programmatic_launch` has it, once, in its top-level body: such
+    a kernel may start while the kernel before it is finishing, and before this instruction it
+    may read only memory that no earlier kernel writes (its weights, say), which is how a
+    chain of kernels overlaps each one's prefetch with the tail of the one before. A launch of
+    one program alone has nothing to wait for: in the interpreter it does nothing.
+    """
+
+    op: ClassVar[str] = "wait_prior_grid"
 
 
 @dataclass(frozen=True, eq=False)

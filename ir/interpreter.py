@@ -551,6 +551,9 @@ class BlockInterpreter(InstructionVisitor[None]):
             done = (state.pending >= 0) & (state.pending < complete_below)
             state.pending[done] = -1
 
+    def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
+        pass  # a launch run alone: no kernel before it to wait for
+
     def visit_sync(self, instruction: instructions.Sync) -> None:
         for state in self.shared.values():
             state.writer[state.pending < 0] = _CLEAN

@@ -196,4 +196,6 @@ def format_program(program: Program) -> str:
         header.append(f"grid {grid_text(program.grid)}")
     if program.min_blocks_per_sm is not None:
         header.append(f"min_blocks_per_sm {program.min_blocks_per_sm}")
+    if program.programmatic_launch:
+        header.append("programmatic_launch")
     return "\n".join([*header, *format_body(program.body)])

@@ -40,8 +40,11 @@ class Program:
     grid: the x, y and z block counts as expressions over the int parameters, which every launch
     must equal; None when the grid is given at launch only) and `min_blocks_per_sm` (the
     occupancy the compiler must allow: blocks of the program resident on one SM at once, which
-    caps the registers per thread; None leaves the registers to the compiler). Neither changes
-    what the program computes.
+    caps the registers per thread; None leaves the registers to the compiler) and
+    `programmatic_launch` (the kernel is launched so that it may start while the kernel before
+    it on the stream finishes, and lets the kernel after it start likewise; its body then holds
+    one `WaitPriorGrid`, before which it reads only memory no earlier kernel writes). None of
+    them changes what the program computes.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Program:
     body: tuple[Instruction, ...]
     grid: tuple[Expr, Expr, Expr] | None = None
     min_blocks_per_sm: int | None = None
+    programmatic_launch: bool = False
 
     @property
     def block_indices(self) -> tuple[Expr, Expr, Expr]:

@@ -185,7 +185,7 @@ def specialize(program: Program, constants: Mapping[str, object]) -> Program:
         dataclasses.replace(p, value=values[p.name]) if p.name in values else p
         for p in program.params
     )
-    return Program(program.name, program.num_threads, params, body, grid, program.min_blocks_per_sm)
+    return dataclasses.replace(program, params=params, body=body, grid=grid)
 
 
 def _reads_otherwise(program: Program, index: Expr) -> bool:

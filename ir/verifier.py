@@ -25,7 +25,9 @@ instruction (its op and printed line) and the mismatch. It checks:
   parameters only, each with an upper bound of at least 1, a constant one within the
   hardware's limits;
 - the occupancy asked for (`Program.min_blocks_per_sm`, `check_min_blocks_per_sm`): an int
-  whose blocks fit one SM's threads.
+  whose blocks fit one SM's threads;
+- a programmatic launch (`Program.programmatic_launch`): exactly one `WaitPriorGrid`, in the
+  top-level body; without it, none.
 """
 
 from __future__ import annotations
@@ -506,6 +508,27 @@ def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> N
         )
 
 
+def _check_prior_grid_wait(program: Program) -> None:
+    """A program with `programmatic_launch` waits for the prior grid exactly once, at its top
+    level; one without it never does."""
+    waits = [i for i in program.walk() if isinstance(i, instructions.WaitPriorGrid)]
+    top = [i for i in program.body if isinstance(i, instructions.WaitPriorGrid)]
+    if program.programmatic_launch is not True and program.programmatic_launch is not False:
+        raise VerificationError(
+            f"programmatic_launch of {program.name} is {program.programmatic_launch!r}; "
+            "expected True or False"
+        )
+    if not program.programmatic_launch and waits:
+        raise VerificationError(
+            f"{program.name} waits for the prior grid but does not declare programmatic_launch"
+        )
+    if program.programmatic_launch and (len(waits) != 1 or len(top) != 1):
+        raise VerificationError(
+            f"{program.name} declares programmatic_launch and waits for the prior grid "
+            f"{len(waits)} times ({len(top)} at its top level); expected once, at its top level"
+        )
+
+
 def check_grid_extents(program: str, extents: Sequence[object], int_names: Collection[str]) -> None:
     """Check a declared grid of program `program`: three `Expr` extents (x, y, z) reading only
     the int parameters `int_names`; a constant one within [1, `MAX_GRID`], an expression one
@@ -641,6 +664,7 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
         check_min_blocks_per_sm(program.name, program.min_blocks_per_sm, program.num_threads)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
+    _check_prior_grid_wait(program)  # after the walk: every instruction is one
     if walker.shared_bytes > shared_memory_limit:
         raise VerificationError(
             f"shared memory past the limit: the program's shared tensors take "

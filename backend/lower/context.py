@@ -143,8 +143,10 @@ class LoweredKernel:
     order) and `plans` (the tensor-core plans used: `backend.tensor_core.MmaPlan` for a dot on
     ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
     obligations of what they print), `report` (the path each written instruction took,
-    `backend.lower.report.LoweringReport`) and `grid` (the program's declared grid, its
-    constants as literals, which every launch must equal; None when the program declares none).
+    `backend.lower.report.LoweringReport`), `grid` (the program's declared grid, its
+    constants as literals, which every launch must equal; None when the program declares none)
+    and `programmatic_launch` (`ir.Program.programmatic_launch`: launch it as a link of a
+    chain).
     """
 
     source: str
@@ -157,6 +159,7 @@ class LoweredKernel:
     plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
     report: LoweringReport = LoweringReport(())
     grid: tuple[Expr, Expr, Expr] | None = None
+    programmatic_launch: bool = False
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:

@@ -25,6 +25,9 @@ from backend.conversions import (
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
     OPERATION_SOURCE,
+    PLAIN_LAUNCH_SOURCE,
+    PROGRAMMATIC_LAUNCH_ARCH,
+    PROGRAMMATIC_LAUNCH_SOURCE,
 )
 from backend.errors import CompilationError
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
@@ -92,6 +95,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if self.tensor_cores:
             out.lines(TENSOR_CORE_SOURCE)
             out.lines(FAST_CONVERSION_PRIMITIVES)
+        if program.programmatic_launch:
+            chained = self.arch is not None and arch_number(self.arch) >= PROGRAMMATIC_LAUNCH_ARCH
+            out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
         out.line()
         table_position = out.position()
         signature = ", ".join(c_parameter(p) for p in program.params)
@@ -111,6 +117,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for name in names:
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
+            if program.programmatic_launch:
+                # The next kernel of the chain may start now: it waits for this one's memory.
+                out.line("la_launch_dependents();")
             self.execute(program.body)
         if self.constant_words:
             words = ", ".join(f"0x{value:08X}u" for value in self.constant_words)
@@ -137,6 +146,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             plans=tuple(self.plans),
             report=self.paths.report(),
             grid=program.grid,
+            programmatic_launch=program.programmatic_launch,
         )
 
     def warp_mask(self) -> str:

@@ -622,10 +622,19 @@ class MemoryLowering(LoweringContext):
             # outside the tensor is formed.
             frm = f"({elements} > 0 ? {src} + ({self.c(src_address)}) : {src})"
             to = f"{dst} + ({self.c(dst_address)})"
-            bytes_read = f"{elements} * {source.element_bits // 8}"
-            if source.element_bits % 8:
-                bytes_read = f"{elements} * {source.element_bits} / 8"
-            self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+            bits = source.element_bits
+            if bits % 8 == 0:
+                bytes_read = f"{elements} * {bits // 8}"
+                self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+            else:
+                # cp.async reads and zero-fills whole bytes: a prefix ending inside a byte
+                # would lose its last elements (or read the ones after it), so it is copied
+                # element by element instead.
+                with self.out.block(f"if ({elements} * {bits} % 8 == 0)"):
+                    bytes_read = f"{elements} * {bits} / 8"
+                    self.out.line(f"la_cp_async_zfill_{vector_bytes}({to}, {frm}, {bytes_read});")
+                with self.out.block("else"):
+                    self.copy_elements(source, src, target, dst, first, width)
             self.note(f"cp.async {vector_bytes} B, zero-filled")
         if not is_true(condition):
             with self.out.block("else"):
@@ -677,6 +686,9 @@ class MemoryLowering(LoweringContext):
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
         self.out.line("__syncthreads();")
+
+    def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
+        self.out.line("la_wait_prior_grid();")
 
     def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
         tensor = instruction.out

@@ -26,6 +26,11 @@ weights, so the program keeps them out of shared memory:
     partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
     second launch
 
+With `stream_k`, that body (prologue, k loop) runs inside a loop over the tiles whose k-tile
+iterations the block owns, on each tile's part of its even share of all tiles' iterations; a
+tile owned whole is stored, a shared one goes through the same ordered fused sum, its parts in
+k order.
+
 Layouts (W warps, each owning `units_n` units of 64 columns; KS = `units_k` k16 steps per
 k-tile): weights `spatial(1, W).local(KS, units_n) * (local(1, 8) * F_B)`
 (`packed_weights.tile_value_layout`), their codes the same elements in the packed order and
@@ -71,7 +76,7 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import shared_row_major_swizzle
-from layout_algebra.symbolic import minimum
+from layout_algebra.symbolic import maximum, minimum
 
 BLOCK_M = 16
 """Rows of A and C per row block: one mma m16 tile (`DequantConfig.units_m` per block)."""
@@ -106,6 +111,17 @@ class DequantConfig:
     block of ``block_m`` rows decodes its weights once (for batches past one row block).
     `min_blocks_per_sm`: the occupancy the program asks the compiler for
     (`ProgramBuilder.min_blocks_per_sm`; 0: none), which caps the registers per thread.
+    `stream_k`: persistent blocks (0: none): the grid is ``min(stream_k, W)`` blocks for the
+    W = tiles * (K / block_k) k-tile iterations of all output tiles, block g taking the
+    iterations ``[g W // G, (g + 1) W // G)`` in tile order, so the work is spread evenly
+    however the tiles fall into waves (stream-K). A tile whose iterations one block covers is
+    stored by it; otherwise each block stores its segment's f32 partial sums in slot ``g -
+    first block of the tile`` and the block that takes the tile's last ticket adds them in k
+    order (`stream_k_slots` slots; a fused sum, so requires split 1 and `fused_sum`).
+    `programmatic_launch`: the kernel is a link of a chain of layers
+    (`ProgramBuilder.programmatic_launch`): it loads its first k-tiles of weights, which no
+    earlier kernel writes, then waits for the kernel before it (whose output may be its
+    activations) before reading anything else (with `stream_k`, it waits first).
     """
 
     warps: int = 4
@@ -119,6 +135,8 @@ class DequantConfig:
     weights_as_a: bool = False
     units_m: int = 1
     min_blocks_per_sm: int = 0
+    stream_k: int = 0
+    programmatic_launch: bool = False
 
     @property
     def block_m(self) -> int:
@@ -134,14 +152,28 @@ class DequantConfig:
     def block_k(self) -> int:
         return UNIT_K * self.units_k
 
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The launch grid for C of shape (m, n)."""
+    def grid(self, m: int, n: int, k: int | None = None) -> tuple[int, int, int]:
+        """The launch grid for C of shape (m, n) (with `stream_k`, for K = `k`, required)."""
+        if self.stream_k:
+            if k is None:
+                raise VerificationError("DequantConfig.grid: a stream_k grid needs k")
+            return (min(self.stream_k, self.iterations(m, n, k)), 1, 1)
         return (n // self.block_n, -(-m // self.block_m), self.split)
+
+    def iterations(self, m: int, n: int, k: int) -> int:
+        """W: k-tile iterations of all output tiles of C (m, n) for K = `k`."""
+        return self.tiles(m, n) * (k // self.block_k)
+
+    def stream_k_slots(self, m: int, n: int, k: int) -> int:
+        """Partial-sum slots a `stream_k` launch needs (the most blocks one tile's iterations
+        can span): ``(K / block_k - 1) // (W // G) + 2``, G its grid's blocks."""
+        work = self.iterations(m, n, k)
+        blocks = min(self.stream_k, work)
+        return (k // self.block_k - 1) // (work // blocks) + 2
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of C of shape (m, n): the counters a fused split-k sum needs."""
-        grid = self.grid(m, n)
-        return grid[0] * grid[1]
+        return (n // self.block_n) * -(-m // self.block_m)
 
 
 def activation_layout(warps: int, units_k: int, units_m: int = 1) -> RegisterLayout:
@@ -184,12 +216,18 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
-    blocks = config.min_blocks_per_sm
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
+    for name in ("min_blocks_per_sm", "stream_k"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise VerificationError(
+                f"register_dequant_matmul: {name}={value!r}; expected an int >= 0"
+            )
+    if config.stream_k and (config.split != 1 or not config.fused_sum):
         raise VerificationError(
-            f"register_dequant_matmul: min_blocks_per_sm={blocks!r}; expected an int >= 0"
+            f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
+            f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
-    for name in ("fused_sum", "late_scale", "weights_as_a"):
+    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -290,6 +328,8 @@ def register_dequant_matmul(
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
             b.min_blocks_per_sm(config.min_blocks_per_sm)
+        if config.programmatic_launch:
+            b.programmatic_launch()
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
@@ -297,11 +337,19 @@ def register_dequant_matmul(
         packed = b.array_param("packed", i32)
         scales = b.array_param("scales", act)
         zeros = b.array_param("zeros", act) if zero_points else None
-        fused = split > 1 and config.fused_sum
+        stream = config.stream_k > 0
+        fused = (split > 1 or stream) and config.fused_sum
         partial = b.array_param("partial", f32) if fused else None
         counters = b.array_param("counters", i32) if fused else None
         c = b.array_param("c", f32 if split > 1 and not fused else act)
-        b.grid(n // block_n, (m + block_m - 1) // block_m, split)
+        tiles_n, tiles_m = n // block_n, (m + block_m - 1) // block_m
+        k_tiles = k // block_k
+        work = tiles_n * tiles_m * k_tiles
+        blocks = minimum(config.stream_k, work) if stream else None
+        if stream:
+            b.grid(blocks)
+        else:
+            b.grid(tiles_n, tiles_m, split)
         words_per_row = (n // UNIT_N) * row_words
         a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
         packed_view = b.global_view(
@@ -315,70 +363,78 @@ def register_dequant_matmul(
         a_shared = b.shared_tensor(
             act, shared_row_major_swizzle(2, block_m, block_k, element_bits=16)
         )
-        tiles_per_split = (k // block_k) // split
         tiles_per_group = group_size // block_k
-        first = b.block_z * tiles_per_split
-        end = first + tiles_per_split
-        row0, col0 = b.block_y * block_m, b.block_x * block_n
-        word_col0 = b.block_x * (warps * config.units_n * row_words)
+        word_cols = warps * config.units_n * row_words
 
-        def weight_words(tile):
+        def weight_words(tile, word_col0):
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)
 
-        acc = b.register_tensor(f32, c_layout, 0.0)
-        zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
-        ring = [weight_words(first + d) for d in range(depth)]
-        current = b.register_tensor(i32, word_layout, 0)
-        b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
-        b.copy_async_commit()
-        with b.for_range(first, end, unroll=config.unroll) as tile:
-            stage = (tile - first) % 2
-            b.assign(current, ring[0])
-            for d in range(depth - 1):
-                b.assign(ring[d], ring[d + 1])
-            # Under each guard the index equals its clamp to the last tile of the range; written
-            # clamped, its bound shows the access in bounds, so it needs no bounds check. (The
-            # weights' guard also keeps the compiler from hoisting the loads of the unrolled
-            # k-tiles: it costs copies of the ring, not twice the registers.)
-            with b.if_(tile + depth < end):
-                b.assign(ring[depth - 1], weight_words(minimum(tile + depth, end - 1)))
-            with b.if_(tile + 1 < end):
-                ahead = minimum(tile + 1, end - 1)
-                b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
+        def accumulate(first, end, tile_m, tile_n):
+            """The f32 product of row block `tile_m` and column block `tile_n` of C over the
+            k-tiles [first, end) of K (at least one), in C's layout."""
+            row0, col0, word_col0 = tile_m * block_m, tile_n * block_n, tile_n * word_cols
+            acc = b.register_tensor(f32, c_layout, 0.0)
+            zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
+            ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
+            current = b.register_tensor(i32, word_layout, 0)
+            if config.programmatic_launch and not stream:
+                # The weights above overlap the end of the kernel before; the activations,
+                # scales, partial sums and counters below may be what it writes.
+                b.wait_prior_grid()
+            b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
             b.copy_async_commit()
-            codes = b.view(current, weight_dtype, code_layout)
-            weights = b.cast(codes, act, weight_layout)
-            group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
+            with b.for_range(first, end, unroll=config.unroll) as tile:
+                stage = (tile - first) % 2
+                b.assign(current, ring[0])
+                for d in range(depth - 1):
+                    b.assign(ring[d], ring[d + 1])
+                # Under each guard the index equals its clamp to the last tile of the range;
+                # written clamped, its bound shows the access in bounds, so it needs no bounds
+                # check. (The weights' guard also keeps the compiler from hoisting the loads of
+                # the unrolled k-tiles: it costs copies of the ring, not twice the registers.)
+                with b.if_(tile + depth < end):
+                    ahead_words = weight_words(minimum(tile + depth, end - 1), word_col0)
+                    b.assign(ring[depth - 1], ahead_words)
+                with b.if_(tile + 1 < end):
+                    ahead = minimum(tile + 1, end - 1)
+                    b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
+                b.copy_async_commit()
+                codes = b.view(current, weight_dtype, code_layout)
+                weights = b.cast(codes, act, weight_layout)
+                group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
 
-            def group_row(view, layouts):
-                packed_row = b.load_global(view, [group, col0], layouts[0])
-                return b.view(packed_row, act, layouts[1])
+                def group_row(view, layouts):
+                    packed_row = b.load_global(view, [group, col0], layouts[0])
+                    return b.view(packed_row, act, layouts[1])
 
-            if zero_points:
-                weights = b.sub(weights, group_row(zero_view, weight_row_layouts))
-            if not config.late_scale:
-                weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
-            b.copy_async_wait(1)
-            b.sync()
-            if transposed:
-                # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
-                loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
-                activations = b.view(loaded, act, a_layout)
-            else:
-                activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
-
-            def product(c_in):
+                if zero_points:
+                    weights = b.sub(weights, group_row(zero_view, weight_row_layouts))
+                if not config.late_scale:
+                    weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
+                b.copy_async_wait(1)
+                b.sync()
                 if transposed:
-                    return b.dot(weights, activations, c_in)
-                return b.dot(activations, weights, c_in)
+                    # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
+                    loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
+                    activations = b.view(loaded, act, a_layout)
+                else:
+                    activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
 
-            if config.late_scale:
-                scale = b.cast(group_row(scale_view, accumulator_row_layouts), f32, c_row_layout)
-                b.assign(acc, b.fma(product(zero), scale, acc))
-            else:
-                b.assign(acc, product(acc))
-            # Every thread is past its reads of this stage before the next tile's copy into it.
-            b.sync()
+                def product(c_in):
+                    if transposed:
+                        return b.dot(weights, activations, c_in)
+                    return b.dot(activations, weights, c_in)
+
+                if config.late_scale:
+                    row = group_row(scale_view, accumulator_row_layouts)
+                    scale = b.cast(row, f32, c_row_layout)
+                    b.assign(acc, b.fma(product(zero), scale, acc))
+                else:
+                    b.assign(acc, product(acc))
+                # Every thread is past its reads of this stage before the next tile's copy
+                # into it.
+                b.sync()
+            return acc
 
         def c_tile(param, dtype, parts=None):
             """C (m, n), or `parts` of them, as a view of C's tiles: C^T with `transposed`."""
@@ -387,36 +443,72 @@ def register_dequant_matmul(
                 shape, strides = (parts, *shape), (m * n, *strides)
             return b.global_view(param, dtype, GlobalLayout(shape, strides))
 
-        origin = [col0, row0] if transposed else [row0, col0]
-        if split == 1:
-            b.store_global(c_tile(c, act), b.cast(acc, act), origin)
-        elif not fused:
-            b.store_global(c_tile(c, f32, split), acc, [b.block_z, *origin])
-        else:
-            # Store this block's partial sums; the block that adds the tile's counter last
-            # (split - 1 before it) adds all of them in split order, stores C and resets the
-            # counter for the next launch.
-            b.store_global(c_tile(partial, f32, split), acc, [b.block_z, *origin])
+        def origin(row0, col0):
+            return [col0, row0] if transposed else [row0, col0]
+
+        def combine(acc, row0, col0, slot, count, slots):
+            """Store this block's partial sums of the tile at (row0, col0) in `slot` of
+            `slots`; the block that adds the tile's counter last (count - 1 before it) adds
+            the count parts in slot order, stores C and resets the counter for the next
+            launch."""
+            b.store_global(c_tile(partial, f32, slots), acc, [slot, *origin(row0, col0)])
             out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
-            parts = b.global_view(partial, f32, GlobalLayout((split, m, n), (m * n, n, 1)))
-            tiles = (n // block_n) * ((m + block_m - 1) // block_m)
-            counter_view = b.global_view(counters, i32, GlobalLayout((tiles,), (1,)))
-            tile_index = b.block_y * (n // block_n) + b.block_x
+            parts = b.global_view(partial, f32, GlobalLayout((slots, m, n), (m * n, n, 1)))
+            counter_view = b.global_view(counters, i32, GlobalLayout((tiles_n * tiles_m,), (1,)))
+            tile_index = (row0 // block_m) * tiles_n + col0 // block_n
             ticket = b.atomic_add(counter_view, [tile_index])
-            with b.if_(ticket.eq(split - 1)):
+            with b.if_(ticket.eq(count - 1)):
                 # Each thread adds 16-byte vectors of 4 columns, 2 rows apart, one part at a
-                # time (f32 adds in split order, as split_k_sum's).
+                # time (f32 adds in slot order, as split_k_sum's).
                 sum_layout = (
                     local(block_m // 2, 1).spatial(2, 16 * warps).local(1, 4 * config.units_n)
                 )
                 total = b.load_global(parts, [0, row0, col0], sum_layout.unsqueeze(0))
-                with b.for_range(1, split) as part:
+                with b.for_range(1, count) as part:
                     term = b.load_global(parts, [part, row0, col0], sum_layout.unsqueeze(0))
                     b.assign(total, b.add(total, term))
                 total = b.view(total, f32, sum_layout)
                 b.store_global(out_view, b.cast(total, act), [row0, col0])
                 zero = b.register_tensor(i32, replicate(UNIT_LANES * warps).reshape(1), 0)
                 b.store_global(counter_view, zero, [tile_index])
+
+        if not stream:
+            tiles_per_split = k_tiles // split
+            first = b.block_z * tiles_per_split
+            row0, col0 = b.block_y * block_m, b.block_x * block_n
+            acc = accumulate(first, first + tiles_per_split, b.block_y, b.block_x)
+            if split == 1:
+                b.store_global(c_tile(c, act), b.cast(acc, act), origin(row0, col0))
+            elif not fused:
+                b.store_global(c_tile(c, f32, split), acc, [b.block_z, *origin(row0, col0)])
+            else:
+                combine(acc, row0, col0, b.block_z, split, split)
+            return b.program()
+        # Stream-K: block g takes the iterations [g W // G, (g + 1) W // G) of the W k-tile
+        # iterations of all tiles (tile t's are t K_T .. (t + 1) K_T - 1); with G <= W each
+        # block has at least one. Iteration i lies in block ((i + 1) G - 1) // W.
+        g = b.block_x
+        start, stop = g * work // blocks, (g + 1) * work // blocks
+        slots = (k_tiles - 1) // (work // blocks) + 2
+        if config.programmatic_launch:
+            b.wait_prior_grid()  # before the tile loop: the wait belongs to the top level
+        with b.for_range(start // k_tiles, (stop - 1) // k_tiles + 1) as t:
+            # t < tiles_n * tiles_m; written clamped, its bound shows the tile inside C.
+            clamped = minimum(t, tiles_n * tiles_m - 1)
+            tile_m, tile_n = clamped // tiles_n, clamped % tiles_n
+            row0, col0 = tile_m * block_m, tile_n * block_n
+            base = t * k_tiles
+            # The tile's k-tiles this block takes (at least one), written so that their bounds
+            # show them within [0, K_T] (the loads need no bounds checks).
+            first = maximum(start - base, 0)
+            end = maximum(minimum(stop - base, k_tiles), 1)
+            acc = accumulate(first, end, tile_m, tile_n)
+            first_block = ((base + 1) * blocks - 1) // work
+            count = ((base + k_tiles) * blocks - 1) // work - first_block + 1
+            with b.if_(count.eq(1)):
+                b.store_global(c_tile(c, act), b.cast(acc, act), origin(row0, col0))
+            with b.if_(count > 1):
+                combine(acc, row0, col0, g - first_block, count, slots)
     return b.program()
 
 

@@ -1,5 +1,6 @@
 """Random programs of memory and elementwise work: elementwise chains with casts, reductions, and
-round trips through shared memory (with `copy_async`)."""
+round trips through shared memory (with `copy_async`). An elementwise chain may be a link of a
+chain of kernels (`ProgramBuilder.programmatic_launch`, its first load before `wait_prior_grid`)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,11 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
     exact = True
     names: list[str] = []
     constant_names = draw_constants(draw, ("m", "n"))
+    # A link of a chain: x is read before waiting for the prior grid (nothing writes it).
+    chained = draw(st.booleans())
     with ProgramBuilder("elementwise", num_threads) as b:
+        if chained:
+            b.programmatic_launch()
         rows = b.int_param("m", constant="m" in constant_names)
         cols = b.int_param("n", constant="n" in constant_names)
         x, y, z = (b.array_param(name, dtype) for name in ("x", "y", "z"))
@@ -72,6 +77,8 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
         view = GlobalLayout((rows, cols), (cols, 1))
         origin = [b.block_y * tile[0], b.block_x * tile[1]]
         current = b.load_global(b.global_view(x, dtype, view), origin, layout)
+        if chained:
+            b.wait_prior_grid()
         other = b.load_global(b.global_view(y, dtype, view), origin, layout)
         column = b.load_global(
             b.global_view(z, dtype, GlobalLayout((rows, 1), (1, 1))),

@@ -326,6 +326,41 @@ def _shared_bytes(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("shared_bytes", b.program(), tuple(arguments), (3,))
 
 
+def _sub_byte_copy_edges(rng: np.random.Generator) -> FeatureCase:
+    """copy_async of one row of sub-byte elements by the default copy layout, the row ending
+    inside a byte (the vector at the edge reads a prefix that is not whole bytes), read back
+    masked and whole: the tile's elements past the row must be zero."""
+    row_dtypes = (dtypes.u1, dtypes.u2, dtypes.u3, dtypes.f4e2m1, dtypes.u6)
+    lengths = (61, 59, 57, 45, 37)
+    with ProgramBuilder("sub_byte_copy_edges", 64) as b:
+        params = []
+        for k, dtype in enumerate(row_dtypes):
+            n = b.int_param(f"n{k}")
+            x, y, z = (b.array_param(f"{name}{k}", dtype) for name in "xyz")
+            params.append((n, x, y, z, dtype))
+        for n, x, y, z, dtype in params:
+            row = GlobalLayout((1, n), (n, 1))
+            buffer = b.shared_tensor(dtype, shared_row_major(1, 64))
+            b.copy_async(buffer, b.global_view(x, dtype, row), [0, 0])
+            b.copy_async_commit()
+            b.copy_async_wait(0)
+            b.sync()
+            tile = b.load_shared(buffer, spatial(1, 64))
+            b.store_global(b.global_view(y, dtype, row), tile, [0, 0])
+            whole = GlobalLayout((1, 64), (64, 1))
+            b.store_global(b.global_view(z, dtype, whole), tile, [0, 0])
+            b.sync()
+    arguments: list[Any] = []
+    for dtype, n in zip(row_dtypes, lengths):
+        arguments += [
+            n,
+            packed_codes(rng, dtype, n),
+            packed_codes(rng, dtype, n),
+            packed_codes(rng, dtype, 64),
+        ]
+    return FeatureCase("sub_byte_copy_edges", b.program(), tuple(arguments), (1,))
+
+
 def _control_flow(rng: np.random.Generator) -> FeatureCase:
     """A runtime loop with a loop-carried accumulator and an if on the loop variable."""
     with ProgramBuilder("control_flow", 64) as b:
@@ -588,6 +623,7 @@ def feature_cases() -> list[FeatureCase]:
         _views,
         _integer_ops,
         _shared_bytes,
+        _sub_byte_copy_edges,
         _control_flow,
         _transcendentals,
         _tensor_cores,

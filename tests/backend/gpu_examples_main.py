@@ -248,7 +248,8 @@ def example_cases(emulated: Any) -> list[tuple[str, Program, list[Any], tuple[in
 DECODE_CASES = [
     # (weight type, activation type, zero points, configuration): the decode kernel's paths -
     # late scales, the fused split-k sum (atomic tickets), partial sums for a second launch,
-    # zero points with bf16 activations, a deep register ring.
+    # zero points with bf16 activations, a deep register ring, stream-K (persistent blocks
+    # sharing the tiles' k-tiles, tickets per tile).
     (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "warps": 2}),
     (dtypes.u4, dtypes.bf16, True, {"split": 2, "depth": 2}),
     (dtypes.i3, dtypes.f16, False, {"split": 4, "units_k": 2, "fused_sum": False}),
@@ -257,6 +258,14 @@ DECODE_CASES = [
     (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
     (dtypes.u4, dtypes.bf16, True, {"split": 2, "weights_as_a": True}),
     (dtypes.i4, dtypes.f16, False, {"units_k": 4, "units_m": 2}),
+    (dtypes.i2, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stream_k": 3}),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        {"warps": 1, "weights_as_a": True, "stream_k": 5, "programmatic_launch": True},
+    ),
+    (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
 ]
 
 
@@ -293,10 +302,11 @@ def decode_cases(
         if zero_points:
             zeros = rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float32)
             arguments.append(pack_scales(activation.encode(zeros).astype(np.uint16)))
-        fused = config.split > 1 and config.fused_sum
+        fused = (config.split > 1 or config.stream_k > 0) and config.fused_sum
         if fused:
+            parts = config.stream_k_slots(m, n, k) if config.stream_k else config.split
             arguments += [
-                np.zeros(config.split * m * n, np.float32),
+                np.zeros(parts * m * n, np.float32),
                 np.zeros(config.tiles(m, n), np.int32),
             ]
         partial_sums = config.split > 1 and not config.fused_sum
@@ -307,7 +317,7 @@ def decode_cases(
         )
         program = specialize(program, {"n": n, "k": k})  # n and k are compile-time constants
         name = f"decode {weight} {activation} {text}"
-        cases.append((name, program, arguments, config.grid(m, n), True))
+        cases.append((name, program, arguments, config.grid(m, n, k), True))
         if partial_sums:
             parts = rng.uniform(-4, 4, config.split * m * n).astype(np.float32)
             sums = [m * n, parts, np.zeros(m * n, np.uint16)]

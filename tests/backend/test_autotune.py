@@ -219,9 +219,9 @@ def test_decode_tuning_key_separates_every_field() -> None:
     ("nbits", "group_size", "expected"),
     [
         (8, 128, (2, 4)),  # 128 * u * 8 bytes per warp: 2 and 4 KiB
-        (7, 128, (4,)),
-        (6, 128, (4,)),
-        (5, 128, (4,)),
+        (7, 128, (4, 8)),  # the group's k-tile, within twice the window's top
+        (6, 128, (4, 8)),
+        (5, 128, (4, 8)),
         (4, 128, (4, 8)),
         (3, 128, (8,)),
         (2, 128, (8,)),  # 16 would make a k-tile of 256 rows: two groups
@@ -230,6 +230,10 @@ def test_decode_tuning_key_separates_every_field() -> None:
         (1, 512, (16, 32)),
         (4, 32, (2,)),  # the group size allows no more
         (8, 16, (1,)),
+        (8, 256, (2, 4)),  # 8 bits: never the group's k-tile
+        (7, 256, (4,)),  # the group's k-tile would be 4 times the window's top
+        (4, 256, (4, 8, 16)),
+        (4, 96, (2,)),  # a group of 6 k16 steps: no power of two
     ],
 )
 def test_units_k_choices_table(nbits: int, group_size: int, expected: tuple[int, ...]) -> None:
@@ -264,20 +268,30 @@ def test_split_choices_table(
 
 def test_decode_search_space_table() -> None:
     space = decode_search_space(dtypes.i4, 1024, 2048, 1)
-    # units_k = 8 makes the k-tile the group (128): with and without the late scale.
-    assert [(c.warps, c.units_k, c.split, c.depth, c.late_scale) for c in space] == [
-        (2, 4, 4, 1, False),
-        (2, 4, 4, 2, False),
-        (2, 8, 2, 1, False),
-        (2, 8, 2, 1, True),
-        (4, 4, 4, 1, False),
-        (4, 4, 4, 2, False),
-        (4, 8, 2, 1, False),
-        (4, 8, 2, 1, True),
-        (8, 4, 4, 1, False),
-        (8, 4, 4, 2, False),
-        (8, 8, 2, 1, False),
-        (8, 8, 2, 1, True),
+    # units_k = 8 makes the k-tile the group (128): with and without the late scale. The
+    # 2048 / 64 w tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of
+    # persistent blocks at 16 warps an SM.
+    fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale) for c in space]
+    streams = [(c.stream_k, c.min_blocks_per_sm) for c in space]
+    assert list(zip(fields, streams)) == [
+        ((2, 4, 4, 1, False), (0, 0)),
+        ((2, 4, 4, 2, False), (0, 0)),
+        ((2, 4, 1, 1, False), (1056, 8)),
+        ((2, 8, 2, 1, False), (0, 0)),
+        ((2, 8, 2, 1, True), (0, 0)),
+        ((2, 8, 1, 1, True), (1056, 8)),
+        ((4, 4, 4, 1, False), (0, 0)),
+        ((4, 4, 4, 2, False), (0, 0)),
+        ((4, 4, 1, 1, False), (528, 4)),
+        ((4, 8, 2, 1, False), (0, 0)),
+        ((4, 8, 2, 1, True), (0, 0)),
+        ((4, 8, 1, 1, True), (528, 4)),
+        ((8, 4, 4, 1, False), (0, 0)),
+        ((8, 4, 4, 2, False), (0, 0)),
+        ((8, 4, 1, 1, False), (264, 2)),
+        ((8, 8, 2, 1, False), (0, 0)),
+        ((8, 8, 2, 1, True), (0, 0)),
+        ((8, 8, 1, 1, True), (264, 2)),
     ]
     assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
 
@@ -300,7 +314,7 @@ def test_row_tilings_cover_the_bucket_s_smallest_batch(
     space = decode_search_space(dtypes.i4, 1024, 2048, m)
     assert sorted({(c.weights_as_a, c.units_m) for c in space}) == sorted(tilings)
     lo = m_bucket(m).lo
-    assert all(c.grid(lo, 2048)[1] == 1 for c in space if c.units_m < MAX_UNITS_M)
+    assert all(c.grid(lo, 2048, 1024)[1] == 1 for c in space if c.units_m < MAX_UNITS_M)
 
 
 @pytest.mark.parametrize(
@@ -348,7 +362,7 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    assert 6 <= len(space) <= 60 * len(row_tilings(m))
+    assert 6 <= len(space) <= 66 * len(row_tilings(m))
 
 
 def test_compact_search_space_table() -> None:
@@ -402,7 +416,10 @@ def test_every_candidate_meets_the_program_requirements(
         assert n % (64 * config.warps * config.units_n) == 0
         # The byte window: never above it; below it only where the group or K forbids more.
         tile_bytes = 16 * 128 * config.units_k * nbits
-        assert tile_bytes * config.depth <= IN_FLIGHT_BYTES[1]
+        group_tile = 16 * config.units_k == group_size and config.depth == 1
+        assert tile_bytes * config.depth <= IN_FLIGHT_BYTES[1] or (
+            group_tile and tile_bytes <= 2 * IN_FLIGHT_BYTES[1]
+        )
         larger = 2 * config.units_k
         if tile_bytes < IN_FLIGHT_BYTES[0]:
             assert group_size % (16 * larger) or k % (16 * larger)
@@ -780,22 +797,24 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Six candidates (3-bit weights: one k-tile size, the group, depth 1, with and without
-    the late scale), compiled with NVRTC; a fake measure that prefers 4 warps and the late
-    scale; then a warm lookup that measures nothing."""
+    """Nine candidates (3-bit weights: one k-tile size, the group, depth 1, with and without
+    the late scale, and a stream-K point, for each warp count), compiled with NVRTC; a fake
+    measure that prefers 4 warps, the late scale and split-k to stream-K; then a warm lookup
+    that measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
     def measure(operation: DecodeMatmul) -> float:
         measured.append(operation.config)
         late = 1.0 if operation.config.late_scale else 0.0
-        return {2: 30.0, 4: 10.0, 8: 20.0}[operation.config.warps] - late
+        stream = 0.5 if operation.config.stream_k else 0.0
+        return {2: 30.0, 4: 10.0, 8: 20.0}[operation.config.warps] - late + stream
 
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 6
+    assert measured == space and len(space) == 9
     # A fused sum, the scales applied to the products.
     assert cold.config == DequantConfig(
         warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
@@ -803,7 +822,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 6
+    assert len(measured) == 9
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
@@ -824,10 +843,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 12
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 18
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 12 and eleven.tuning.from_cache
+    assert len(measured) == 18 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

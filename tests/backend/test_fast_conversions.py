@@ -393,6 +393,37 @@ def test_magic_words_come_from_the_constant_callback() -> None:
     assert "^ K64006400)" in text and "0x64006400u" not in text
 
 
+def test_a_multiplier_of_two_positions_comes_from_the_constant_callback() -> None:
+    """5-bit fields 16 bits apart cannot sit at one position of both halves: the fma's
+    multiplier differs per half, so it is a constant-table operand like the magic words (an
+    HFMA2 takes only its addend as a 32-bit immediate); a multiplier of equal halves stays a
+    literal."""
+    plan = plan_conversion(dtypes.u5, dtypes.f16, [0, 4, 1, 5, 2, 6, 3, 7], 8)
+    asked: list[int] = []
+
+    def constant(value: int) -> str:
+        asked.append(value)
+        return f"K{value:08X}"
+
+    lines = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t", constant)
+    multipliers = set()
+    for line in lines:
+        if "la_fma_f16x2(" in line:
+            multiplier = line.rsplit(", ", 2)[1]
+            multipliers.add(multiplier)
+            if multiplier.startswith("K"):
+                value = int(multiplier[1:], 16)
+                assert value >> 16 != value & 0xFFFF and value in asked
+            else:
+                value = int(multiplier.removesuffix("u"), 16)
+                assert value >> 16 == value & 0xFFFF
+    assert any(m.startswith("K") for m in multipliers)
+    literal = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t")
+    for value in set(asked):
+        lines = [line.replace(f"K{value:08X}", f"0x{value:08X}u") for line in lines]
+    assert lines == literal
+
+
 def test_bytes_to_f16_is_one_prmt_and_one_fma_per_pair() -> None:
     plan = plan_conversion(dtypes.u8, dtypes.f16, [0, 1, 2, 3], 4)
     assert plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t") == [

@@ -55,6 +55,11 @@ CONFIGS = [
     DequantConfig(units_k=4, units_m=4),
     DequantConfig(warps=2, units_k=8, units_m=2, split=2, late_scale=True),
     DequantConfig(units_k=2, units_m=3, weights_as_a=True),
+    # Stream-K: a few persistent blocks over the tiles' k-tile iterations.
+    DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5),
+    DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, min_blocks_per_sm=4),
+    # A link of a chain: launched with programmatic stream serialization on sm_90.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
 ]
 GROUP_SIZE = 128
 
@@ -115,6 +120,19 @@ def _case(weight: DataType, config: DequantConfig, seed: int):
     return m, n, k, a, packed, pack_scales(scales.astype(np.float16))
 
 
+def _relaunch_failures(label, kernel, device_args, out, counters, grid) -> list[str]:
+    """What is wrong with a fused sum's counters after a launch that gave `out`: each must be
+    reset to 0, and a second launch on them must give the same bits."""
+    torch = _torch()
+    failures = [f"{label}: counters not reset"] if counters.count_nonzero().item() else []
+    again = torch.zeros_like(out)
+    kernel(*device_args, again, grid=grid)
+    torch.cuda.synchronize()
+    if not torch.equal(again.view(torch.int16), out.view(torch.int16)):
+        failures.append(f"{label}: a second launch differs")
+    return failures
+
+
 def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     torch = _torch()
     jobs = [(w, CONFIGS[i % len(CONFIGS)], i) for i, w in enumerate(WEIGHT_TYPES)]
@@ -132,13 +150,14 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
     failures = []
     for (weight, config, _), (m, n, k, a, packed, scales), kernel in zip(jobs, cases, kernels):
         program = register_dequant_matmul(weight, GROUP_SIZE, config)
-        split, grid = config.split, config.grid(m, n)
-        fused = split > 1 and config.fused_sum
+        split, grid, stream = config.split, config.grid(m, n, k), config.stream_k > 0
+        fused = (split > 1 or stream) and config.fused_sum
+        parts = config.stream_k_slots(m, n, k) if stream else split
         args = [m, n, k, a, packed.view(np.uint8).reshape(-1), scales]
         device_args = [m, n, k, _device(a), _device(packed), _device(scales)]
         if fused:
-            args += [np.zeros(split * m * n, np.float32), np.zeros(config.tiles(m, n), np.int32)]
-            partial = torch.zeros((split, m, n), dtype=torch.float32, device="cuda")
+            args += [np.zeros(parts * m * n, np.float32), np.zeros(config.tiles(m, n), np.int32)]
+            partial = torch.zeros((parts, m, n), dtype=torch.float32, device="cuda")
             counters = torch.zeros(config.tiles(m, n), dtype=torch.int32, device="cuda")
             device_args += [partial, counters]
         shape = (split, m, n) if split > 1 and not fused else (m, n)
@@ -155,7 +174,12 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
         if not error < 2e-3:
             failures.append(f"{weight} {config}: relative error {error:.2e}")
             continue
-        if split == 1:
+        if split == 1 and not stream:
+            continue
+        if stream:
+            failures += _relaunch_failures(
+                f"{weight} {config}", kernel, device_args, out, counters, grid
+            )
             continue
         # The sum of the GPU's own partial sums, in split order: bit for bit.
         parts = (partial if fused else out).cpu().numpy()
@@ -163,14 +187,9 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
         run_reference(split_k_sum(split), m * n, parts, reduced, grid=math.ceil(m * n / 512))
         if fused:
             final = out
-            if counters.count_nonzero().item():
-                failures.append(f"{weight} {config}: counters not reset")
-            # A second launch on the reset counters gives the same bits.
-            again = torch.zeros_like(out)
-            kernel(*device_args, again, grid=grid)
-            torch.cuda.synchronize()
-            if not torch.equal(again.view(torch.int16), out.view(torch.int16)):
-                failures.append(f"{weight} {config}: a second launch differs")
+            failures += _relaunch_failures(
+                f"{weight} {config}", kernel, device_args, out, counters, grid
+            )
         else:
             final = torch.zeros((m, n), dtype=torch.float16, device="cuda")
             sums[split](m * n, out, final, grid=math.ceil(m * n / 512))

@@ -75,6 +75,7 @@ class Launch:
     stream: int
     arguments: list[int]
     wait_streams: list[int]
+    programmatic: bool = False
 
 
 @dataclass
@@ -118,6 +119,7 @@ class FakeDevice:
         stream: int,
         parameters_address: int,
         wait_streams: Sequence[int],
+        programmatic: bool = False,
     ) -> None:
         pointers = (ctypes.c_void_p * len(self.parameter_types)).from_address(parameters_address)
         arguments = [
@@ -125,7 +127,15 @@ class FakeDevice:
             for kind, pointer in zip(self.parameter_types, pointers, strict=True)
         ]
         self.launches.append(
-            Launch(grid, block, dynamic_shared_bytes, stream, arguments, list(wait_streams))
+            Launch(
+                grid,
+                block,
+                dynamic_shared_bytes,
+                stream,
+                arguments,
+                list(wait_streams),
+                programmatic,
+            )
         )
 
 
@@ -286,6 +296,49 @@ def test_launch_packs_arguments_in_signature_order(kernel: Kernel, device: FakeD
         )
     ]
     assert device.loads == [(0, "vector_add", 0)]
+
+
+@pytest.mark.parametrize(
+    ("arch", "requested", "programmatic"),
+    [("sm_90a", True, True), ("sm_100", True, True), ("sm_80", True, False)]
+    + [("sm_89", True, False), ("sm_90a", False, False)],
+)
+def test_a_programmatic_launch_from_sm_90_on(
+    device: FakeDevice, arch: str, requested: bool, programmatic: bool
+) -> None:
+    """A kernel built as a link of a chain is launched with programmatic stream serialization
+    where the architecture has it (sm_90 on), as an ordinary launch elsewhere."""
+    kernel = Kernel(
+        source=VECTOR_ADD,
+        cubin=b"\x7fELF fake image",
+        arch=arch,
+        entry="vector_add",
+        params=vector_add_params(),
+        block_threads=128,
+        device=device,
+        programmatic_launch=requested,
+    )
+    a, b, c = (halves(device, 256) for _ in range(3))
+    kernel(a, b, c, 256, grid=2)
+    (launch,) = device.launches
+    assert launch.programmatic is programmatic and launch.grid == (2, 1, 1)
+
+
+def test_programmatic_launch_config_allows_the_overlap() -> None:
+    """The driver structure of a programmatic launch (built without a GPU): grid, block,
+    shared bytes, stream and one attribute, programmatic stream serialization allowed."""
+    from cuda.bindings import driver
+
+    from backend.device import programmatic_launch_config
+
+    config = programmatic_launch_config(driver, (3, 2, 1), (128, 1, 1), 4096, driver.CUstream(0))
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (3, 2, 1)
+    assert (config.blockDimX, config.blockDimY, config.blockDimZ) == (128, 1, 1)
+    assert (config.sharedMemBytes, config.numAttrs) == (4096, 1)
+    (attribute,) = config.attrs
+    serialization = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert attribute.id == serialization
+    assert attribute.value.programmaticStreamSerializationAllowed == 1
 
 
 def test_arguments_by_name_match_positional(kernel: Kernel, device: FakeDevice) -> None:

@@ -12,7 +12,7 @@ layer's shape: what the k loop does and does not contain, and NVRTC compiling it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -143,7 +143,11 @@ def run_dequant(
     dtype: DataType, group_size: int, config: DequantConfig, m: int, n: int, k: int, seed: int
 ) -> None:
     """Run the kernel (and `split_k_sum`, or the fused sum) in the interpreter and check it
-    against both references; the outputs' tails stay untouched and the counters end at 0."""
+    against both references; the outputs' tails stay untouched and the counters end at 0.
+    A stream-K configuration is checked by `run_stream_k`."""
+    if config.stream_k:
+        run_stream_k(dtype, group_size, config, m, n, k, seed)
+        return
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     program = register_dequant_matmul(dtype, group_size, config)
@@ -188,6 +192,116 @@ def run_dequant(
     magnitude = np.abs(problem.a.astype(np.float64)) @ np.abs(weights * scales)
     error = np.abs(out.astype(np.float64) - reference)
     assert np.all(error <= 2.0**-10 * magnitude + 2.0**-10 * np.abs(reference) + 2.0**-20)
+
+
+# ------------------------------------------------------------------------------ stream-K
+
+
+def stream_k_segments(config: DequantConfig, m: int, n: int, k: int) -> list[list[range]]:
+    """Per output tile (row-major over the tile grid), the k-tile ranges of its segments in
+    block order: block g of G = min(stream_k, W) takes iterations [g W // G, (g + 1) W // G)."""
+    k_tiles = k // config.block_k
+    work = config.tiles(m, n) * k_tiles
+    blocks = min(config.stream_k, work)
+    segments: list[list[range]] = [[] for _ in range(config.tiles(m, n))]
+    for g in range(blocks):
+        start, stop = g * work // blocks, (g + 1) * work // blocks
+        for i in range(start, stop):
+            tile, local_tile = divmod(i, k_tiles)
+            if not segments[tile] or segments[tile][-1].stop != local_tile or i == start:
+                segments[tile].append(range(local_tile, local_tile + 1))
+            else:
+                last = segments[tile][-1]
+                segments[tile][-1] = range(last.start, local_tile + 1)
+    return segments
+
+
+def run_stream_k(
+    dtype: DataType, group_size: int, config: DequantConfig, m: int, n: int, k: int, seed: int
+) -> None:
+    """Run the stream-K kernel in the interpreter: each tile is the f16 of its segments' f32
+    partial sums (each a sum in k order from zero, scaled per group with `late_scale`) added
+    in block order, bit for bit; the workspace's tail and the counters end untouched and 0."""
+    problem = make_problem(dtype, group_size, m, n, k, seed)
+    packed, _ = pack_weights(problem.codes, dtype)
+    program = register_dequant_matmul(dtype, group_size, config)
+    assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
+    slots = config.stream_k_slots(m, n, k)
+    partial = with_tail(slots * m * n, np.float32)
+    counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
+    c = with_tail(m * n, np.float16)
+    arguments = [problem.a, packed, pack_scales(problem.scales), partial, counters, c]
+    run_reference(program, m, n, k, *arguments, grid=config.grid(m, n, k))
+    np.testing.assert_array_equal(partial[slots * m * n :], SENTINEL)
+    np.testing.assert_array_equal(counters, 0)
+    np.testing.assert_array_equal(c[m * n :], SENTINEL)
+    out = c[: m * n].reshape(m, n)
+    values = dtype.decode(problem.codes).astype(np.float16)
+    tiles_n = n // config.block_n
+    bk = config.block_k
+    for tile, ranges in enumerate(stream_k_segments(config, m, n, k)):
+        assert ranges and ranges[0].start == 0 and ranges[-1].stop == k // bk
+        assert len(ranges) <= slots
+        rows = slice((tile // tiles_n) * config.block_m, (tile // tiles_n + 1) * config.block_m)
+        cols = slice((tile % tiles_n) * config.block_n, (tile % tiles_n + 1) * config.block_n)
+        parts = []
+        for span in ranges:
+            ks = slice(span.start * bk, span.stop * bk)
+            a = problem.a[rows, ks]
+            if config.late_scale:
+                scales = problem.scales[span.start * bk // group_size :, cols]
+                (part,) = late_scaled_partials(a, values[ks, cols], scales, group_size, 1)
+            else:
+                (part,) = sequential_partials(a, problem.dequantized[ks, cols], 1)
+            parts.append(part)
+        got = out[rows, cols]
+        np.testing.assert_array_equal(
+            got.view(np.uint16), ordered_sum(parts).view(np.uint16), err_msg=f"tile {tile}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("stream_k", "m", "n", "k", "grid", "slots"),
+    [
+        (528, 1, 57344, 8192, (528, 1, 1), 4),  # 224 tiles of 128 k-tiles: 54 or 55 each
+        (1000, 1, 256, 256, (4, 1, 1), 5),  # W = 1 tile * 4 k-tiles: one each
+        (3, 17, 256, 1024, (3, 1, 1), 3),
+    ],
+)
+def test_stream_k_grid_and_slots_table(
+    stream_k: int, m: int, n: int, k: int, grid: tuple[int, int, int], slots: int
+) -> None:
+    config = DequantConfig(stream_k=stream_k)
+    assert config.grid(m, n, k) == grid
+    assert config.stream_k_slots(m, n, k) == slots
+
+
+@given(
+    stream_k=st.integers(1, 64),
+    row_tiles=st.integers(1, 3),
+    column_tiles=st.integers(1, 4),
+    k_tiles=st.integers(1, 9),
+)
+@settings(max_examples=200)
+def test_stream_k_segments_cover_each_tile_in_order_within_the_slots(
+    stream_k: int, row_tiles: int, column_tiles: int, k_tiles: int
+) -> None:
+    config = DequantConfig(warps=1, stream_k=stream_k)
+    m, n, k = 16 * row_tiles, 64 * column_tiles, config.block_k * k_tiles
+    segments = stream_k_segments(config, m, n, k)
+    for ranges in segments:
+        assert [r for span in ranges for r in span] == list(range(k_tiles))
+        assert 1 <= len(ranges) <= config.stream_k_slots(m, n, k)
+
+
+def test_stream_k_requires_one_split_and_the_fused_sum() -> None:
+    for config in (DequantConfig(stream_k=4, split=2), DequantConfig(stream_k=4, fused_sum=False)):
+        with pytest.raises(VerificationError, match="stream-K requires split 1 and the fused sum"):
+            register_dequant_matmul(dtypes.i4, 128, config)
+    with pytest.raises(VerificationError, match=r"stream_k=-1; expected an int >= 0"):
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(stream_k=-1))
+    with pytest.raises(VerificationError, match="a stream_k grid needs k"):
+        DequantConfig(stream_k=4).grid(1, 256)
 
 
 # ------------------------------------------------------------------------------ interpreter
@@ -239,7 +353,23 @@ CASES = [
         1,
         2,
     ),
-    (dtypes.u3, 64, DequantConfig(warps=2, units_m=3, units_k=2, weights_as_a=True), 17, 1, 2),
+    (
+        dtypes.u3,
+        64,
+        DequantConfig(warps=2, units_m=3, units_k=2, weights_as_a=True),
+        17,
+        1,
+        2,
+    ),
+    # Stream-K: persistent blocks over all tiles' k-tiles (split 1; checked by run_stream_k).
+    (dtypes.i4, 64, DequantConfig(warps=1, stream_k=3), 1, 2, 4),  # 8 iterations on 3 blocks
+    (dtypes.i4, 64, DequantConfig(warps=1, stream_k=5, depth=2), 17, 2, 3),  # two row tiles
+    (dtypes.u3, 64, DequantConfig(warps=1, units_k=2, stream_k=7, unroll=1), 5, 1, 5),
+    (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, late_scale=True, stream_k=3), 3, 2, 2),
+    (dtypes.i4, 64, DequantConfig(weights_as_a=True, warps=1, stream_k=4), 9, 1, 3),
+    (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=100), 1, 2, 3),  # G capped at W = 6
+    (dtypes.u4, 64, DequantConfig(warps=1, stream_k=2), 1, 2, 4),  # every tile one block's
+    (dtypes.i8, 64, DequantConfig(warps=1, units_k=1, stream_k=5, units_m=2), 20, 1, 5),
 ]
 
 
@@ -358,6 +488,9 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         weights_as_a=draw(st.booleans()),
         units_m=draw(st.sampled_from([1, 2, 3])),
     )
+    stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
+    if stream_k:  # stream-K: split 1 and the fused sum
+        config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
@@ -365,7 +498,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, n, k
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(problem=dequant_problems(), seed=st.integers(0, 2**32 - 1))
 def test_any_valid_config_equals_numpy(
     problem: tuple[DataType, int, DequantConfig, int, int, int], seed: int
@@ -616,6 +749,41 @@ def test_decode_loop_takes_no_generic_path(
     # The scales multiply the weights in pairs, or (late_scale) the f32 products in an fma.
     expected.add("f32 fma" if config.late_scale else f"paired {activation} mul")
     assert expected <= in_loop
+
+
+@pytest.mark.parametrize("weight", [dtypes.i2, dtypes.i4, dtypes.u3])
+def test_stream_k_k_loop_takes_no_generic_path_and_no_bounds_check(weight: DataType) -> None:
+    """Inside the stream-K tile loop, the k loop's loads, copies and conversions are the fast
+    paths of the plain kernel, none of them bounds-checked: the tile's k-tile range is written
+    so that its bounds show it within K. (The other loop at that depth, the sum of a tile's
+    partial sums, checks its 16-byte loads, as the split-k kernel's does.)"""
+    config = DequantConfig(units_k=8, late_scale=True, weights_as_a=True, stream_k=528)
+    kernel = lower(register_dequant_matmul(weight, 128, config), "sm_90a", constants=LAYER)
+    inner = [step for step in kernel.report if step.loop_depth >= 2]
+    assert inner
+    described = [step.describe() for step in inner]
+    assert not [d for d in described if "generic" in d], described
+    checked = {d for d in described if "checked" in d}
+    assert checked == {"load 16 B x 4, bounds checked per vector x 16"}
+    in_loop = {path.name for step in inner for path in step.paths}
+    assert {"load 8 B" if weight == dtypes.i2 else "load 16 B", "ldmatrix"} <= in_loop
+    assert {"mma.m16n8k16", "f32 fma", f"fast {weight} -> f16"} <= in_loop
+
+
+def test_a_chained_decode_kernel_prefetches_its_weights_before_the_wait() -> None:
+    """With `programmatic_launch` the kernel triggers the next link at entry, loads its first
+    k-tile of weights, waits for the prior grid, and only then copies activations."""
+    config = DequantConfig(units_k=8, late_scale=True, split=2, programmatic_launch=True)
+    kernel = lower(register_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    assert kernel.programmatic_launch
+    body = kernel.source[kernel.source.index('extern "C" __global__') :]
+    trigger = body.index("la_launch_dependents();")
+    first_weights = body.index("load_global(g1")
+    wait = body.index("la_wait_prior_grid();")
+    first_copy = body.index("la_cp_async")
+    assert trigger < first_weights < wait < first_copy
+    with pytest.raises(VerificationError, match="programmatic_launch=1; expected True or False"):
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(programmatic_launch=1))
 
 
 def test_decode_loop_reads_the_magic_words_from_constant_memory(i4_source: str) -> None:

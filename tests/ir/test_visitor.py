@@ -31,6 +31,7 @@ INSTRUCTION_NAMES = (
     "CopyAsyncCommit",
     "CopyAsyncWait",
     "Sync",
+    "WaitPriorGrid",
     "Unary",
     "Binary",
     "Where",

@@ -1,0 +1,160 @@
+"""A program as a link of a chain of kernels: `ProgramBuilder.programmatic_launch` and
+`wait_prior_grid` (`ir.instructions.WaitPriorGrid`).
+
+Exact: the builder's and the verifier's refusals with their messages, the printed header line
+and instruction, `ir.specialize` keeping the attribute, the lowered source per architecture
+(``griddepcontrol`` from sm_90 on, empty helpers before, the trigger at the kernel's entry) and
+the launch flag of the compiled kernel. Property: waiting for the prior grid changes nothing
+`ir.run_reference` computes (a launch run alone has nothing to wait for), on random programs.
+Launch records of a fake driver are in tests/backend/test_launch.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend import compile
+from backend.lower import lower
+from ir import dtypes, run_reference
+from ir.builder import ProgramBuilder
+from ir.errors import VerificationError
+from ir.instructions import WaitPriorGrid
+from ir.program import Program
+from ir.specialize import specialize
+from ir.verifier import verify
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import spatial
+
+
+def chain_link(chained: bool = True, wait: bool = True) -> Program:
+    """y = 2 x over 32 elements a block; with `chained`, x is read before the wait."""
+    with ProgramBuilder("link", 32) as b:
+        if chained:
+            b.programmatic_launch()
+        n = b.int_param("n", constant=True)
+        x = b.array_param("x", dtypes.f32)
+        y = b.array_param("y", dtypes.f32)
+        view = GlobalLayout((n,), (1,))
+        loaded = b.load_global(b.global_view(x, dtypes.f32, view), [b.block_x * 32], spatial(32))
+        if chained and wait:
+            b.wait_prior_grid()
+        b.store_global(b.global_view(y, dtypes.f32, view), b.add(loaded, loaded), [b.block_x * 32])
+    return b.program()
+
+
+LINK_TEXT = """\
+program link(n: int constant, x: f32*, y: f32*) num_threads=32
+programmatic_launch
+  g0 = global_view(x, f32, GlobalLayout(shape=(n,), strides=(1,)))
+  r0: f32[32] spatial(32) = load_global(g0, [block_x * 32])
+  wait_prior_grid()
+  g1 = global_view(y, f32, GlobalLayout(shape=(n,), strides=(1,)))
+  r1: f32[32] spatial(32) = add(r0, r0)
+  store_global(g1, r1, [block_x * 32])"""
+
+
+def test_a_link_verifies_and_prints_its_header_line_and_wait() -> None:
+    program = chain_link()
+    assert verify(program) is program and program.programmatic_launch
+    assert str(program) == LINK_TEXT
+    assert "programmatic_launch" not in str(chain_link(chained=False))
+
+
+def test_builder_refuses_a_wait_outside_a_link_twice_or_nested() -> None:
+    with ProgramBuilder("plain", 32) as b:
+        with pytest.raises(
+            VerificationError,
+            match=r"wait_prior_grid in plain, which does not declare programmatic_launch; "
+            r"call programmatic_launch\(\) first",
+        ):
+            b.wait_prior_grid()
+    with ProgramBuilder("twice", 32) as b:
+        b.programmatic_launch()
+        with pytest.raises(VerificationError, match="programmatic_launch declared twice: twice"):
+            b.programmatic_launch()
+        b.wait_prior_grid()
+        with pytest.raises(VerificationError, match="wait_prior_grid called twice in twice"):
+            b.wait_prior_grid()
+    with ProgramBuilder("nested", 32) as b:
+        b.programmatic_launch()
+        with (
+            b.for_range(0, 2),
+            pytest.raises(
+                VerificationError, match="wait_prior_grid inside a for_range or if_ body of nested"
+            ),
+        ):
+            b.wait_prior_grid()
+
+
+def test_verifier_refuses_a_link_without_its_one_wait_and_a_wait_without_a_link() -> None:
+    link = chain_link()
+    waitless = chain_link(wait=False)
+    with pytest.raises(
+        VerificationError,
+        match=r"link declares programmatic_launch and waits for the prior grid 0 times "
+        r"\(0 at its top level\); expected once, at its top level",
+    ):
+        verify(waitless)
+    with pytest.raises(
+        VerificationError,
+        match="link waits for the prior grid but does not declare programmatic_launch",
+    ):
+        verify(dataclasses.replace(link, programmatic_launch=False))
+    doubled = dataclasses.replace(link, body=(*link.body, WaitPriorGrid()))
+    with pytest.raises(VerificationError, match="waits for the prior grid 2 times"):
+        verify(doubled)
+    with pytest.raises(VerificationError, match="programmatic_launch of link is 1; expected"):
+        verify(dataclasses.replace(link, programmatic_launch=1))
+
+
+def test_specialize_keeps_the_link() -> None:
+    special = specialize(chain_link(), {"n": 64})
+    assert special.programmatic_launch
+    assert sum(isinstance(i, WaitPriorGrid) for i in special.body) == 1
+
+
+@pytest.mark.parametrize(
+    ("arch", "griddepcontrol"),
+    [("sm_90a", True), ("sm_100", True), ("sm_80", False), (None, False)],
+)
+def test_lowering_triggers_at_entry_and_waits_where_the_program_does(
+    arch: str | None, griddepcontrol: bool
+) -> None:
+    source = lower(chain_link(), arch, constants={"n": 64}).source
+    assert ("griddepcontrol.wait;" in source) is griddepcontrol
+    assert ("griddepcontrol.launch_dependents;" in source) is griddepcontrol
+    body = source[source.index('extern "C" __global__') :]
+    trigger, wait = body.index("la_launch_dependents();"), body.index("la_wait_prior_grid();")
+    first_load, store = body.index("load_global(g0"), body.index("store_global(g1")
+    assert trigger < first_load < wait < store
+    plain = lower(chain_link(chained=False), arch, constants={"n": 64})
+    assert "la_wait_prior_grid" not in plain.source and not plain.programmatic_launch
+
+
+@pytest.mark.parametrize(("arch", "programmatic"), [("sm_90a", True), ("sm_80", False)])
+def test_compiled_link_launches_programmatically_from_sm_90_on(
+    arch: str, programmatic: bool
+) -> None:
+    kernel = compile(chain_link(), arch, constants={"n": 64})
+    assert kernel.lowered.programmatic_launch
+    assert kernel.kernel._programmatic is programmatic
+
+
+@settings(max_examples=20, deadline=None)
+@given(n_blocks=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+def test_the_wait_changes_nothing_the_interpreter_computes(n_blocks: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 32 * n_blocks
+    x = rng.standard_normal(n).astype(np.float32)
+    outputs = []
+    for chained in (True, False):
+        y = np.full(n, np.nan, np.float32)
+        run_reference(chain_link(chained), n, x, y, grid=(n_blocks,))
+        outputs.append(y)
+    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+    assert np.array_equal(outputs[0], x + x)
