@@ -11,11 +11,12 @@ as one chain at M = 1, timed whole (the protocol of ``benchmarks/quantized_matmu
 `backend.timing.median_us`, a 512 MiB read-flush and a sleep kernel before each timed run,
 CUDA events, the median of `--repeats`):
 
-- ours: `DecodeMatmul` with the autotuner's configuration for M = 1, as ordinary launches and
-  as a programmatic chain (the same kernel otherwise: the two chains' outputs must be equal bit
-  for bit, and close to cuBLAS's on the same dequantized weights); each also as one layer
-  alone, behind the sleep kernel, where nothing can overlap: what the link's code and launch
-  cost by themselves;
+- ours: `DecodeMatmul` with the autotuner's configuration for M = 1, as ordinary launches, as
+  a programmatic chain whose kernels let the next start at entry, and as one whose kernels let
+  it start after their k loop (`DequantConfig.late_trigger`); the same kernel otherwise: the
+  chains' outputs must be equal bit for bit, and close to cuBLAS's on the same dequantized
+  weights. The first two also as one layer alone, behind the sleep kernel, where nothing can
+  overlap: what the link's code and launch cost by themselves;
 - cuBLAS: ``torch.matmul`` on the dequantized f16 weights, layer after layer;
 - Humming (``humming-kernels``) for the signed integer and float types it names, layer after
   layer.
@@ -65,6 +66,7 @@ class ChainPoint:
     size: int
     ours_us: float
     ours_chained_us: float
+    ours_late_trigger_us: float
     ours_single_us: float
     ours_chained_single_us: float
     cublas_us: float
@@ -105,13 +107,16 @@ def measure_weight(weight_name: str, count: int, size: int, repeats: int, flush)
     measure = DecodeMeasure(problem, 1, repeats=repeats, flush=flush)
     plain = DecodeMatmul.tuned(problem, 1, measure=measure)
     chained = DecodeMatmul(problem, replace(plain.config, programmatic_launch=True))
+    late = DecodeMatmul(problem, replace(chained.config, late_trigger=True))
     a = layers[0]["a"]
     ours = run_chain([plain] * count, layers, a)
     ours_chained = run_chain([chained] * count, layers, a)
-    first, second = ours(), ours_chained()
-    torch.cuda.synchronize()
-    if not torch.equal(first.view(torch.int16), second.view(torch.int16)):
-        raise RuntimeError(f"{weight_name}: the programmatic chain's output differs")
+    ours_late = run_chain([late] * count, layers, a)
+    first = ours()
+    for name, other in (("programmatic", ours_chained()), ("late-trigger", ours_late())):
+        torch.cuda.synchronize()
+        if not torch.equal(first.view(torch.int16), other.view(torch.int16)):
+            raise RuntimeError(f"{weight_name}: the {name} chain's output differs")
 
     def cublas() -> torch.Tensor:
         x = a
@@ -128,6 +133,7 @@ def measure_weight(weight_name: str, count: int, size: int, repeats: int, flush)
         size=size,
         ours_us=median_us(ours, flush, repeats),
         ours_chained_us=median_us(ours_chained, flush, repeats),
+        ours_late_trigger_us=median_us(ours_late, flush, repeats),
         ours_single_us=median_us(run_chain([plain], layers[:1], a), flush, repeats),
         ours_chained_single_us=median_us(run_chain([chained], layers[:1], a), flush, repeats),
         cublas_us=median_us(cublas, flush, repeats),
@@ -173,16 +179,18 @@ def humming_chain(weight, layers: list[dict]):
 
 def table(points: list[ChainPoint]) -> str:
     lines = [
-        "| weight | layers | K = N | ours us | ours, chained us | gain | one layer us "
-        "| one layer, chained us | cuBLAS us | Humming us | config |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| weight | layers | K = N | ours us | ours, chained us | gain "
+        "| chained, late trigger us | gain | one layer us | one layer, chained us | cuBLAS us "
+        "| Humming us | config |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
         config = " ".join(f"{k}={v}" for k, v in p.config.items())
         lines.append(
             f"| {p.weight} | {p.layers} | {p.size} | {p.ours_us:.1f} | {p.ours_chained_us:.1f} "
-            f"| {p.ours_us / p.ours_chained_us:.2f}x | {p.ours_single_us:.1f} "
+            f"| {p.ours_us / p.ours_chained_us:.2f}x | {p.ours_late_trigger_us:.1f} "
+            f"| {p.ours_us / p.ours_late_trigger_us:.2f}x | {p.ours_single_us:.1f} "
             f"| {p.ours_chained_single_us:.1f} | {p.cublas_us:.1f} | {humming} | {config} |"
         )
     return "\n".join(lines) + "\n"

@@ -57,6 +57,7 @@ from ir.instructions import (
     GlobalView,
     If,
     Instruction,
+    LaunchDependents,
     LoadGlobal,
     LoadShared,
     Reduce,
@@ -410,6 +411,27 @@ class ProgramBuilder:
         if any(isinstance(i, WaitPriorGrid) for i in self._bodies[0]):
             raise VerificationError(f"wait_prior_grid called twice in {self.name}; once is enough")
         self._emit(WaitPriorGrid())
+
+    def launch_dependents(self) -> None:
+        """Let the next kernel of the chain start once every block of this one has passed here
+        (`ir.instructions.LaunchDependents`); without it a link signals at its entry. Raises
+        VerificationError unless the program declared `programmatic_launch`, inside a loop or
+        if body, and for a second signal."""
+        if not self._programmatic_launch:
+            raise VerificationError(
+                f"launch_dependents in {self.name}, which does not declare programmatic_launch; "
+                "call programmatic_launch() first"
+            )
+        if len(self._bodies) != 1:
+            raise VerificationError(
+                f"launch_dependents inside a for_range or if_ body of {self.name}; it belongs "
+                "to the program's top level"
+            )
+        if any(isinstance(i, LaunchDependents) for i in self._bodies[0]):
+            raise VerificationError(
+                f"launch_dependents called twice in {self.name}; once is enough"
+            )
+        self._emit(LaunchDependents())
 
     def grid(self, x: ExprLike, y: ExprLike = 1, z: ExprLike = 1) -> None:
         """Declare the launch grid: x, y and z block counts, each an int or an expression over

@@ -25,6 +25,7 @@ Memory (tile shape = the register layout's shape, padded with leading 1s to the 
     CopyAsyncWait       wait until at most `pending` committed groups are still in flight
     Sync                block-wide barrier (also makes completed copies visible to all threads)
     WaitPriorGrid       wait for the kernels launched before this one (programmatic launch)
+    LaunchDependents    let the kernels launched after this one start (programmatic launch)
 Computation:
     Unary, Binary, Where   elementwise with NumPy broadcasting over tile shapes
     Fma                    out = a * b + c rounded once (f32), elementwise with broadcasting
@@ -391,6 +392,20 @@ class WaitPriorGrid(Instruction):
     """
 
     op: ClassVar[str] = "wait_prior_grid"
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchDependents(Instruction):
+    """Let the kernel launched after this one on its stream start once every block of this one
+    has passed here or exited (``griddepcontrol.launch_dependents``).
+
+    Only a program with `Program.programmatic_launch` has it, at most once, in its top-level
+    body; without it the lowering places the signal at the kernel's entry. Where it stands
+    changes when the next kernel starts, never what it reads: that kernel's `WaitPriorGrid`
+    still waits for all of this one. In the interpreter it does nothing.
+    """
+
+    op: ClassVar[str] = "launch_dependents"
 
 
 @dataclass(frozen=True, eq=False)

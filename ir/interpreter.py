@@ -554,6 +554,9 @@ class BlockInterpreter(InstructionVisitor[None]):
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
         pass  # a launch run alone: no kernel before it to wait for
 
+    def visit_launch_dependents(self, instruction: instructions.LaunchDependents) -> None:
+        pass  # a launch run alone: no kernel after it to start
+
     def visit_sync(self, instruction: instructions.Sync) -> None:
         for state in self.shared.values():
             state.writer[state.pending < 0] = _CLEAN

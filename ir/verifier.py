@@ -26,8 +26,8 @@ instruction (its op and printed line) and the mismatch. It checks:
   hardware's limits;
 - the occupancy asked for (`Program.min_blocks_per_sm`, `check_min_blocks_per_sm`): an int
   whose blocks fit one SM's threads;
-- a programmatic launch (`Program.programmatic_launch`): exactly one `WaitPriorGrid`, in the
-  top-level body; without it, none.
+- a programmatic launch (`Program.programmatic_launch`): exactly one `WaitPriorGrid` and at
+  most one `LaunchDependents`, in the top-level body; without it, neither.
 """
 
 from __future__ import annotations
@@ -509,8 +509,8 @@ def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> N
 
 
 def _check_prior_grid_wait(program: Program) -> None:
-    """A program with `programmatic_launch` waits for the prior grid exactly once, at its top
-    level; one without it never does."""
+    """A program with `programmatic_launch` waits for the prior grid exactly once and launches
+    its dependents at most once, at its top level; one without it does neither."""
     waits = [i for i in program.walk() if isinstance(i, instructions.WaitPriorGrid)]
     top = [i for i in program.body if isinstance(i, instructions.WaitPriorGrid)]
     if program.programmatic_launch is not True and program.programmatic_launch is not False:
@@ -526,6 +526,17 @@ def _check_prior_grid_wait(program: Program) -> None:
         raise VerificationError(
             f"{program.name} declares programmatic_launch and waits for the prior grid "
             f"{len(waits)} times ({len(top)} at its top level); expected once, at its top level"
+        )
+    signals = [i for i in program.walk() if isinstance(i, instructions.LaunchDependents)]
+    top_signals = [i for i in program.body if isinstance(i, instructions.LaunchDependents)]
+    if signals and not program.programmatic_launch:
+        raise VerificationError(
+            f"{program.name} launches dependents but does not declare programmatic_launch"
+        )
+    if len(signals) > 1 or len(top_signals) != len(signals):
+        raise VerificationError(
+            f"{program.name} launches dependents {len(signals)} times ({len(top_signals)} at "
+            "its top level); expected at most once, at its top level"
         )
 
 

@@ -117,7 +117,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for name in names:
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
-            if program.programmatic_launch:
+            if program.programmatic_launch and not any(
+                isinstance(i, instructions.LaunchDependents) for i in program.body
+            ):
                 # The next kernel of the chain may start now: it waits for this one's memory.
                 out.line("la_launch_dependents();")
             self.execute(program.body)

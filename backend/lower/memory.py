@@ -690,6 +690,9 @@ class MemoryLowering(LoweringContext):
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
         self.out.line("la_wait_prior_grid();")
 
+    def visit_launch_dependents(self, instruction: instructions.LaunchDependents) -> None:
+        self.out.line("la_launch_dependents();")
+
     def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
         tensor = instruction.out
         self.out.line(

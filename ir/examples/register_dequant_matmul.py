@@ -122,6 +122,10 @@ class DequantConfig:
     (`ProgramBuilder.programmatic_launch`): it loads its first k-tiles of weights, which no
     earlier kernel writes, then waits for the kernel before it (whose output may be its
     activations) before reading anything else (with `stream_k`, it waits first).
+    `late_trigger` (with `programmatic_launch`): the kernel lets the next link start after its
+    k loop (`ProgramBuilder.launch_dependents`; with `stream_k`, after its tile loop) instead
+    of at its entry, so that the next kernel's blocks take the SMs as this one's leave them
+    rather than waiting on them through its tail.
     """
 
     warps: int = 4
@@ -137,6 +141,7 @@ class DequantConfig:
     min_blocks_per_sm: int = 0
     stream_k: int = 0
     programmatic_launch: bool = False
+    late_trigger: bool = False
 
     @property
     def block_m(self) -> int:
@@ -227,12 +232,17 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
-    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch"):
+    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected True or False"
             )
+    if config.late_trigger is True and not config.programmatic_launch:
+        raise VerificationError(
+            "register_dequant_matmul: late_trigger=True without programmatic_launch; the "
+            "trigger belongs to a link of a chain"
+        )
     if config.warps * UNIT_LANES > 1024:
         raise VerificationError(
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
@@ -477,6 +487,8 @@ def register_dequant_matmul(
             first = b.block_z * tiles_per_split
             row0, col0 = b.block_y * block_m, b.block_x * block_n
             acc = accumulate(first, first + tiles_per_split, b.block_y, b.block_x)
+            if config.late_trigger:
+                b.launch_dependents()
             if split == 1:
                 b.store_global(c_tile(c, act), b.cast(acc, act), origin(row0, col0))
             elif not fused:
@@ -509,6 +521,8 @@ def register_dequant_matmul(
                 b.store_global(c_tile(c, act), b.cast(acc, act), origin(row0, col0))
             with b.if_(count > 1):
                 combine(acc, row0, col0, g - first_block, count, slots)
+        if config.late_trigger:
+            b.launch_dependents()
     return b.program()
 
 

@@ -1,6 +1,7 @@
 """Random programs of memory and elementwise work: elementwise chains with casts, reductions, and
 round trips through shared memory (with `copy_async`). An elementwise chain may be a link of a
-chain of kernels (`ProgramBuilder.programmatic_launch`, its first load before `wait_prior_grid`)."""
+chain of kernels (`ProgramBuilder.programmatic_launch`, its first load before `wait_prior_grid`,
+and the next link let start at entry or before the store, `launch_dependents`)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
     constant_names = draw_constants(draw, ("m", "n"))
     # A link of a chain: x is read before waiting for the prior grid (nothing writes it).
     chained = draw(st.booleans())
+    signal = chained and draw(st.booleans())
     with ProgramBuilder("elementwise", num_threads) as b:
         if chained:
             b.programmatic_launch()
@@ -126,6 +128,8 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
             value = to_values(out_dtype, out_dtype.encode(value))
             names.append(f"cast:{out_dtype}")
         out_view = b.global_view(out, out_dtype, GlobalLayout((rows, cols), (cols + padding, 1)))
+        if signal:
+            b.launch_dependents()
         b.store_global(out_view, current, origin)
     expected = store_expected(out_initial, value, out_dtype, padding)
     arguments = (

@@ -263,9 +263,27 @@ DECODE_CASES = [
         dtypes.u4,
         dtypes.bf16,
         True,
-        {"warps": 1, "weights_as_a": True, "stream_k": 5, "programmatic_launch": True},
+        {
+            "warps": 1,
+            "weights_as_a": True,
+            "stream_k": 5,
+            "programmatic_launch": True,
+            "late_trigger": True,
+        },
     ),
     (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "late_scale": True,
+            "split": 2,
+            "programmatic_launch": True,
+            "late_trigger": True,
+        },
+    ),
 ]
 
 

@@ -60,6 +60,7 @@ CONFIGS = [
     DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, min_blocks_per_sm=4),
     # A link of a chain: launched with programmatic stream serialization on sm_90.
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
+    DequantConfig(units_k=8, split=2, programmatic_launch=True, late_trigger=True),
 ]
 GROUP_SIZE = 128
 

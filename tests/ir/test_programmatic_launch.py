@@ -1,11 +1,13 @@
-"""A program as a link of a chain of kernels: `ProgramBuilder.programmatic_launch` and
-`wait_prior_grid` (`ir.instructions.WaitPriorGrid`).
+"""A program as a link of a chain of kernels: `ProgramBuilder.programmatic_launch`,
+`wait_prior_grid` (`ir.instructions.WaitPriorGrid`) and `launch_dependents`
+(`ir.instructions.LaunchDependents`).
 
 Exact: the builder's and the verifier's refusals with their messages, the printed header line
-and instruction, `ir.specialize` keeping the attribute, the lowered source per architecture
-(``griddepcontrol`` from sm_90 on, empty helpers before, the trigger at the kernel's entry) and
-the launch flag of the compiled kernel. Property: waiting for the prior grid changes nothing
-`ir.run_reference` computes (a launch run alone has nothing to wait for), on random programs.
+and instructions, `ir.specialize` keeping the attribute, the lowered source per architecture
+(``griddepcontrol`` from sm_90 on, empty helpers before, the trigger at the kernel's entry or
+where the program signals, never both) and the launch flag of the compiled kernel. Property:
+waiting for the prior grid and signalling the next change nothing `ir.run_reference` computes
+(a launch run alone has nothing to wait for and nothing to start), on random inputs.
 Launch records of a fake driver are in tests/backend/test_launch.py.
 """
 
@@ -23,7 +25,7 @@ from backend.lower import lower
 from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
-from ir.instructions import WaitPriorGrid
+from ir.instructions import LaunchDependents, WaitPriorGrid
 from ir.program import Program
 from ir.specialize import specialize
 from ir.verifier import verify
@@ -31,8 +33,9 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import spatial
 
 
-def chain_link(chained: bool = True, wait: bool = True) -> Program:
-    """y = 2 x over 32 elements a block; with `chained`, x is read before the wait."""
+def chain_link(chained: bool = True, wait: bool = True, signal: bool = False) -> Program:
+    """y = 2 x over 32 elements a block; with `chained`, x is read before the wait; with
+    `signal`, the next link may start after the add."""
     with ProgramBuilder("link", 32) as b:
         if chained:
             b.programmatic_launch()
@@ -43,7 +46,11 @@ def chain_link(chained: bool = True, wait: bool = True) -> Program:
         loaded = b.load_global(b.global_view(x, dtypes.f32, view), [b.block_x * 32], spatial(32))
         if chained and wait:
             b.wait_prior_grid()
-        b.store_global(b.global_view(y, dtypes.f32, view), b.add(loaded, loaded), [b.block_x * 32])
+        out = b.global_view(y, dtypes.f32, view)
+        doubled = b.add(loaded, loaded)
+        if signal:
+            b.launch_dependents()
+        b.store_global(out, doubled, [b.block_x * 32])
     return b.program()
 
 
@@ -112,6 +119,58 @@ def test_verifier_refuses_a_link_without_its_one_wait_and_a_wait_without_a_link(
         verify(dataclasses.replace(link, programmatic_launch=1))
 
 
+def test_builder_refuses_a_signal_outside_a_link_twice_or_nested() -> None:
+    with ProgramBuilder("plain", 32) as b:
+        with pytest.raises(
+            VerificationError,
+            match=r"launch_dependents in plain, which does not declare programmatic_launch; "
+            r"call programmatic_launch\(\) first",
+        ):
+            b.launch_dependents()
+    with ProgramBuilder("twice", 32) as b:
+        b.programmatic_launch()
+        b.wait_prior_grid()
+        b.launch_dependents()
+        with pytest.raises(VerificationError, match="launch_dependents called twice in twice"):
+            b.launch_dependents()
+    with ProgramBuilder("nested", 32) as b:
+        b.programmatic_launch()
+        b.wait_prior_grid()
+        with (
+            b.if_(b.block_x.eq(0)),
+            pytest.raises(
+                VerificationError,
+                match="launch_dependents inside a for_range or if_ body of nested",
+            ),
+        ):
+            b.launch_dependents()
+
+
+def test_a_signalling_link_prints_its_signal_and_the_verifier_checks_it() -> None:
+    link = chain_link(signal=True)
+    assert verify(link) is link
+    assert str(link) == LINK_TEXT.replace(
+        "  r1: f32[32] spatial(32) = add(r0, r0)\n",
+        "  r1: f32[32] spatial(32) = add(r0, r0)\n  launch_dependents()\n",
+    )
+    with pytest.raises(
+        VerificationError,
+        match="link launches dependents but does not declare programmatic_launch",
+    ):
+        verify(
+            dataclasses.replace(
+                link,
+                programmatic_launch=False,
+                body=tuple(i for i in link.body if not isinstance(i, WaitPriorGrid)),
+            )
+        )
+    with pytest.raises(
+        VerificationError,
+        match=r"link launches dependents 2 times \(2 at its top level\); expected at most once",
+    ):
+        verify(dataclasses.replace(link, body=(*link.body, LaunchDependents())))
+
+
 def test_specialize_keeps_the_link() -> None:
     special = specialize(chain_link(), {"n": 64})
     assert special.programmatic_launch
@@ -136,6 +195,16 @@ def test_lowering_triggers_at_entry_and_waits_where_the_program_does(
     assert "la_wait_prior_grid" not in plain.source and not plain.programmatic_launch
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_lowering_signals_where_the_program_does_and_not_at_entry(arch: str) -> None:
+    source = lower(chain_link(signal=True), arch, constants={"n": 64}).source
+    body = source[source.index('extern "C" __global__') :]
+    assert body.count("la_launch_dependents();") == 1
+    wait, trigger = body.index("la_wait_prior_grid();"), body.index("la_launch_dependents();")
+    assert body.index("load_global(g0") < wait < trigger < body.index("store_global(g1")
+    assert ("griddepcontrol.launch_dependents;" in source) is (arch == "sm_90a")
+
+
 @pytest.mark.parametrize(("arch", "programmatic"), [("sm_90a", True), ("sm_80", False)])
 def test_compiled_link_launches_programmatically_from_sm_90_on(
     arch: str, programmatic: bool
@@ -152,9 +221,10 @@ def test_the_wait_changes_nothing_the_interpreter_computes(n_blocks: int, seed: 
     n = 32 * n_blocks
     x = rng.standard_normal(n).astype(np.float32)
     outputs = []
-    for chained in (True, False):
+    for chained, signal in ((True, False), (True, True), (False, False)):
         y = np.full(n, np.nan, np.float32)
-        run_reference(chain_link(chained), n, x, y, grid=(n_blocks,))
+        run_reference(chain_link(chained, signal=signal), n, x, y, grid=(n_blocks,))
         outputs.append(y)
-    assert np.array_equal(outputs[0].view(np.uint32), outputs[1].view(np.uint32))
+    for other in outputs[1:]:
+        assert np.array_equal(outputs[0].view(np.uint32), other.view(np.uint32))
     assert np.array_equal(outputs[0], x + x)

@@ -36,6 +36,7 @@ from ir.examples.register_dequant_matmul import (
     transposed_activation_layout,
     transposed_weight_layout,
 )
+from ir.instructions import ForRange, LaunchDependents
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.register import replicate, spatial
@@ -784,6 +785,29 @@ def test_a_chained_decode_kernel_prefetches_its_weights_before_the_wait() -> Non
     assert trigger < first_weights < wait < first_copy
     with pytest.raises(VerificationError, match="programmatic_launch=1; expected True or False"):
         register_dequant_matmul(dtypes.i4, 128, DequantConfig(programmatic_launch=1))
+
+
+@pytest.mark.parametrize("stream_k", [0, 5])
+def test_a_late_trigger_signals_the_next_link_after_the_k_loop(stream_k: int) -> None:
+    """With `late_trigger` the one trigger comes after the k loop (after the tile loop with
+    stream-K), at the program's top level, and the kernel still matches both references in
+    the interpreter."""
+    base = DequantConfig(units_k=8, late_scale=True, programmatic_launch=True, stream_k=stream_k)
+    late = replace(base, late_trigger=True)
+    program = register_dequant_matmul(dtypes.i4, 128, late)
+    signals = [i for i in program.walk() if isinstance(i, LaunchDependents)]
+    assert len(signals) == 1 and signals[0] in program.body
+    loops = [i for i, instruction in enumerate(program.body) if isinstance(instruction, ForRange)]
+    assert loops[-1] < program.body.index(signals[0])
+    body = lower(program, "sm_90a", constants=LAYER).source
+    body = body[body.index('extern "C" __global__') :]
+    assert body.count("la_launch_dependents();") == 1
+    assert body.index("la_wait_prior_grid();") < body.index("la_launch_dependents();")
+    run_dequant(dtypes.i4, 128, late, 3, 256, 512, seed=11)
+    with pytest.raises(VerificationError, match="late_trigger=True without programmatic_launch"):
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(late_trigger=True))
+    with pytest.raises(VerificationError, match="late_trigger=1; expected True or False"):
+        register_dequant_matmul(dtypes.i4, 128, DequantConfig(late_trigger=1))
 
 
 def test_decode_loop_reads_the_magic_words_from_constant_memory(i4_source: str) -> None:

@@ -32,6 +32,7 @@ INSTRUCTION_NAMES = (
     "CopyAsyncWait",
     "Sync",
     "WaitPriorGrid",
+    "LaunchDependents",
     "Unary",
     "Binary",
     "Where",
