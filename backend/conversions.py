@@ -328,13 +328,22 @@ def encode_expression(dtype: DataType, value: str, value_is_float: bool = True) 
     return f"la_saturate_int_code({value}, {dtype.nbits}, {int(dtype.is_signed)})"
 
 
-def convert_expression(src: DataType, dst: DataType, code: str, nan_blind: bool = False) -> str:
+def convert_expression(
+    src: DataType, dst: DataType, code: str, nan_blind: bool = False, exponent: int = 0
+) -> str:
     """The C expression of `dtypes.convert(code, src, dst)` for the `src` code in C `code`.
 
     The same type is the identity; otherwise decode to the value, then encode it
     (`encode_expression`), exactly as `ir.dtypes.convert` defines it, except for the NaNs of a
-    `nan_blind` result (`decode_expression`).
+    `nan_blind` result (`decode_expression`). With `exponent`, `dtypes.convert_scaled`: the
+    value times ``2**exponent`` in float32 before it is encoded (exact, as the verifier checked
+    for every code, and float32 holds every value of a type of at most 16 bits scaled so).
     """
+    if exponent:
+        value = decode_expression(src, code, nan_blind)
+        if not src.is_float:
+            value = f"(float)({value})"
+        return encode_expression(dst, f"(({value}) * {float.hex(2.0**exponent)}f)")
     if src == dst:
         return f"({code})"
     return encode_expression(dst, decode_expression(src, code, nan_blind), src.is_float)

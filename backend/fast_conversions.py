@@ -117,9 +117,16 @@ exponent, is a finite normal or subnormal target number."""
 _FMA = {dtypes.f16: "la_fma_f16x2", dtypes.bf16: "la_fma_bf16x2"}
 
 
+class _Inexact(Exception):
+    """A constant of a plan is not a value of its type (a scaled conversion past its range)."""
+
+
 def _code(dtype: DataType, value: float) -> int:
-    """The code of `value` (exactly representable) in f16 or bf16."""
-    return int(dtype.encode(np.array([value], dtype=np.float32))[0])
+    """The code of `value` in f16 or bf16; `_Inexact` when it is not exactly a value."""
+    code = int(dtype.encode(np.array([value], dtype=np.float64))[0])
+    if float(dtype.decode(np.array([code]))[0]) != value:
+        raise _Inexact(f"{value!r} is not a value of {dtype}")
+    return code
 
 
 def _pair(dtype: DataType, low: float, high: float) -> int:
@@ -144,6 +151,17 @@ def conversion_kind(src: DataType, dst: DataType) -> str | None:
     if src.nbits == 8:
         return "bytes_f16" if dst == dtypes.f16 else "bytes_bf16"
     return "fields" if src.nbits <= _MANTISSA_BITS[dst] else None
+
+
+def fma_free_exponent(src: DataType, dst: DataType) -> int | None:
+    """The exponent of a scaled cast (`ir.builder.ProgramBuilder.cast`) from `src` to `dst`
+    whose fast conversion needs no fma: for the float kind, the source's bias minus the
+    target's (the placed bits are then the scaled value), when that scaled cast is exact; else
+    None."""
+    if conversion_kind(src, dst) != "float":
+        return None
+    exponent = src.bias - _EXPONENT_BIAS[dst]
+    return None if dtypes.scaled_conversion_error(src, dst, exponent) else exponent
 
 
 @dataclass(frozen=True)
@@ -369,7 +387,9 @@ def _field_pieces(src: DataType, dst: DataType, sources: Sequence[int], j: int) 
     return [_Piece(sources[2 * j + h] * bits, bits, 16 * h, 16 * h + room) for h in range(2)]
 
 
-def _field_word(src: DataType, dst: DataType, pieces: list[_Piece], offsets: list[int]) -> _Word:
+def _field_word(
+    src: DataType, dst: DataType, pieces: list[_Piece], offsets: list[int], exponent: int
+) -> _Word:
     masks: dict[int, int] = {}
     positions = []
     for piece, r in zip(pieces, offsets):
@@ -378,7 +398,9 @@ def _field_word(src: DataType, dst: DataType, pieces: list[_Piece], offsets: lis
         positions.append(at)
     terms = tuple(sorted(masks.items()))
     if src.is_float:
-        scale = 2.0 ** (_EXPONENT_BIAS[dst] - src.bias)
+        scale = 2.0 ** (_EXPONENT_BIAS[dst] - src.bias + exponent)
+        if scale == 1.0:
+            return _Word(terms, 0, None)  # the placed bits are the result, signed zeros too
         return _Word(terms, 0, (_pair(dst, scale, scale), _pair(dst, -0.0, -0.0)))
     bits = src.nbits
     sign = 1 << (bits - 1) if src.is_signed else 0
@@ -388,27 +410,45 @@ def _field_word(src: DataType, dst: DataType, pieces: list[_Piece], offsets: lis
     for h, at in enumerate(positions):
         p = at - 16 * h
         magic |= (magic_code | sign << p) << (16 * h)
-        scales.append(2.0**-p)
-        biases.append(-_MAGIC_VALUE[dst] * 2.0**-p - sign)
+        scales.append(2.0 ** (exponent - p))
+        biases.append((-_MAGIC_VALUE[dst] * 2.0**-p - sign) * 2.0**exponent)
     return _Word(terms, magic, (_pair(dst, *scales), _pair(dst, *biases)))
 
 
 def plan_conversion(
-    src: DataType, dst: DataType, sources: Sequence[int], input_size: int
+    src: DataType, dst: DataType, sources: Sequence[int], input_size: int, exponent: int = 0
 ) -> ConversionPlan | None:
     """The fast conversion of a cast whose output element j converts input element
-    ``sources[j]`` (input elements are b-bit codes in a bitstream of `input_size` elements), or
-    None when `conversion_kind` has none or the output count is odd."""
+    ``sources[j]`` (input elements are b-bit codes in a bitstream of `input_size` elements),
+    the values times ``2**exponent`` (a scaled cast, exact: `ir.dtypes.convert_scaled`), or
+    None when `conversion_kind` has none, the output count is odd, or a scaled conversion's
+    constants are not values of the target (bytes to bf16 take no exponent).
+
+    The exponent only changes the final fma's constants; a float whose exponent makes its
+    multiplier 1 needs no fma at all (``exponent = bias - B``)."""
     kind = conversion_kind(src, dst)
     if kind is None or len(sources) % 2 or not sources:
         return None
+    if exponent and (kind == "bytes_bf16" or dtypes.scaled_conversion_error(src, dst, exponent)):
+        return None
+    try:
+        return _plan(src, dst, kind, sources, input_size, exponent)
+    except _Inexact:
+        return None
+
+
+def _plan(
+    src: DataType, dst: DataType, kind: str, sources: Sequence[int], input_size: int, exponent: int
+) -> ConversionPlan:
     bits = src.nbits
     input_words = -(-input_size * bits // WORD_BITS)
     count = len(sources) // 2
     if kind in ("fields", "float"):
         pairs = [_field_pieces(src, dst, sources, j) for j in range(count)]
         offsets, windows = _choose_windows(pairs, input_words)
-        words = tuple(_field_word(src, dst, pairs[j], offsets[j]) for j in range(count))
+        words = tuple(
+            _field_word(src, dst, pairs[j], offsets[j], exponent) for j in range(count)
+        )
         return ConversionPlan(src, dst, kind, input_words, tuple(windows), words, ())
     located = [divmod(sources[j] * bits, WORD_BITS) for j in range(len(sources))]
     flipped = sorted({w for w, _ in located}) if src.is_signed else []
@@ -423,8 +463,9 @@ def plan_conversion(
             selector = 4 << 12 | bb << 8 | 4 << 4 | ba
         else:
             selector = ba << 12 | (4 + bb) << 8 | ba << 4 | ba
-        bias = -(_MAGIC_VALUE[dst] + (128 if src.is_signed else 0))
+        bias = -(_MAGIC_VALUE[dst] + (128 if src.is_signed else 0)) * 2.0**exponent
+        scale = 2.0**exponent
         words.append(
-            _Word(fma=(_pair(dst, 1.0, 1.0), _pair(dst, bias, bias)), prmt=(wa, wb, selector))
+            _Word(fma=(_pair(dst, scale, scale), _pair(dst, bias, bias)), prmt=(wa, wb, selector))
         )
     return ConversionPlan(src, dst, kind, input_words, (), tuple(words), tuple(flipped))

@@ -626,14 +626,24 @@ class ProgramBuilder:
     # ----------------------------------------------------------------------------------------
 
     def cast(
-        self, x: RegisterTensor, dtype: DataType, layout: RegisterLayout | None = None
+        self,
+        x: RegisterTensor,
+        dtype: DataType,
+        layout: RegisterLayout | None = None,
+        *,
+        exponent: int = 0,
     ) -> RegisterTensor:
         """`x` converted to `dtype` (the contract's conversion rules), in `x`'s layout or in
         `layout`, a layout of the same shape in which every thread holds only elements it holds
-        in `x` (e.g. the same elements in another local order)."""
+        in `x` (e.g. the same elements in another local order). With `exponent`, the values
+        times ``2**exponent``, which must be exact for every code of x's type
+        (`ir.dtypes.scaled_conversion_error`; VerificationError otherwise)."""
         x = self._tensor(x, "cast's operand")
+        error = dtypes.scaled_conversion_error(x.dtype, dtype, exponent)
+        if error is not None:
+            raise VerificationError(f"cast of {x.name} to {dtype} with exponent: {error}")
         out = self._register(dtype, x.layout if layout is None else layout)
-        self._emit(Cast(out, x))
+        self._emit(Cast(out, x, exponent))
         return out
 
     def view(self, x: RegisterTensor, dtype: DataType, layout: RegisterLayout) -> RegisterTensor:

@@ -477,6 +477,65 @@ def convert(codes: ArrayLike, src: DataType, dst: DataType) -> np.ndarray:
     return dst.encode(src.decode(codes))
 
 
+MAX_SCALE_EXPONENT = 64
+"""The largest |exponent| of a scaled conversion (`convert_scaled`)."""
+MAX_SCALED_SOURCE_BITS = 16
+"""The widest source type of a scaled conversion: every code is checked, so at most 2^16."""
+
+
+@functools.lru_cache(maxsize=256)
+def scaled_conversion_error(src: DataType, dst: DataType, exponent: int) -> str | None:
+    """Why converting `src` codes to `dst` times ``2**exponent`` is not exact, or None when it
+    is: `dst` a float type, `src` of at most `MAX_SCALED_SOURCE_BITS` bits, `exponent` an int
+    of magnitude at most `MAX_SCALE_EXPONENT`, and every finite value of `src` times
+    ``2**exponent`` a finite value of `dst`. Exponent 0 is a plain conversion: never an error.
+    """
+    src = _check_dtype(src, "the source type")
+    dst = _check_dtype(dst, "the destination type")
+    if isinstance(exponent, bool) or not isinstance(exponent, int):
+        return f"the exponent must be an int, got {exponent!r}"
+    if exponent == 0:
+        return None
+    if abs(exponent) > MAX_SCALE_EXPONENT:
+        return f"exponent {exponent} is outside [-{MAX_SCALE_EXPONENT}, {MAX_SCALE_EXPONENT}]"
+    if not dst.is_float:
+        return f"a scaled conversion gives a float type, not {dst.name}"
+    if src.nbits > MAX_SCALED_SOURCE_BITS:
+        return (
+            f"a scaled conversion takes types of at most {MAX_SCALED_SOURCE_BITS} bits, "
+            f"not {src.name}"
+        )
+    codes = np.arange(1 << src.nbits, dtype=np.int64)
+    values = src.decode(codes).astype(np.float64)
+    finite = np.isfinite(values)
+    scaled = values[finite] * 2.0**exponent
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = dst.decode(dst.encode(scaled)).astype(np.float64)
+    bad = np.flatnonzero(back != scaled)
+    if bad.size:
+        code = int(codes[finite][bad[0]])
+        return (
+            f"{src.name} code 0x{code:X} ({float(values[finite][bad[0]])!r}) times "
+            f"2**{exponent} is {float(scaled[bad[0]])!r}, not a value of {dst.name}"
+        )
+    return None
+
+
+def convert_scaled(codes: ArrayLike, src: DataType, dst: DataType, exponent: int) -> np.ndarray:
+    """`convert` of `codes` from `src` to `dst` with the values times ``2**exponent``: exact
+    (`scaled_conversion_error` must be None); NaNs and infinities convert as in `convert`.
+
+    Raises DtypeError when the scaled conversion is not exact, or as `convert` does.
+    """
+    error = scaled_conversion_error(src, dst, exponent)
+    if error is not None:
+        raise DtypeError(f"no exact conversion from {src} to {dst} times 2**{exponent}: {error}")
+    if exponent == 0:
+        return convert(codes, src, dst)
+    values = src.decode(codes).astype(np.float64) * 2.0**exponent
+    return dst.encode(values)
+
+
 def packed_nbytes(count: int, dtype: DataType) -> int:
     """The bytes taken by `count` elements of `dtype` in the dense bitstream: ceil(count*b/8)."""
     dtype = _check_dtype(dtype, "the element type")

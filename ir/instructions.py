@@ -466,11 +466,18 @@ class Fma(Instruction):
 @dataclass(frozen=True, eq=False)
 class Cast(Instruction):
     """`out = convert(x)` from x.dtype to out.dtype (`ir.dtypes.convert`), elementwise over the
-    tile; out's layout may differ from x's when each thread holds in x what it holds in out."""
+    tile; out's layout may differ from x's when each thread holds in x what it holds in out.
+
+    With a nonzero `exponent` the values are also multiplied by ``2**exponent``
+    (`ir.dtypes.convert_scaled`), which must be exact for every code of x's type (checked by the
+    verifier): a float conversion that needs a power-of-two correction (a sub-byte float's
+    bias, say) can leave it to a later multiply that needs one anyway.
+    """
 
     op: ClassVar[str] = "cast"
     out: RegisterTensor = result()
     x: RegisterTensor
+    exponent: int = 0
 
 
 @dataclass(frozen=True, eq=False)

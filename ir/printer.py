@@ -115,7 +115,9 @@ class _LinePrinter(InstructionVisitor[str]):
         return f"{_register(i.out)} = fma({i.a.name}, {i.b.name}, {i.c.name})"
 
     def visit_cast(self, instruction: instructions.Cast) -> str:
-        return f"{_register(instruction.out)} = cast({instruction.x.name})"
+        i = instruction
+        exponent = f", exponent={i.exponent}" if i.exponent else ""
+        return f"{_register(i.out)} = cast({i.x.name}{exponent})"
 
     def visit_view(self, instruction: instructions.View) -> str:
         return f"{_register(instruction.out)} = view({instruction.x.name})"

@@ -334,6 +334,9 @@ class _InstructionChecker(InstructionVisitor[None]):
             )
         if out.layout != x.layout:
             _check_held(instruction, out, x, "operand")
+        error = dtypes.scaled_conversion_error(x.dtype, out.dtype, instruction.exponent)
+        if error is not None:
+            raise _fail(instruction, f"scaled cast: {error}")
 
     def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x

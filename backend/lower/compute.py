@@ -217,8 +217,9 @@ class ComputeLowering(LoweringContext):
         size = out.layout.local_size
         sources = [self.broadcast_index(out, x, i) for i in range(size)]
         plan = None
+        exponent = instruction.exponent
         if self.tensor_cores and None not in sources:
-            plan = plan_conversion(x.dtype, out.dtype, sources, x.layout.local_size)
+            plan = plan_conversion(x.dtype, out.dtype, sources, x.layout.local_size, exponent)
         if plan is not None:
             # Output words of two 16-bit codes straight from the input's words.
             self.note(f"fast {x.dtype.name} -> {out.dtype.name}", size)
@@ -235,7 +236,7 @@ class ComputeLowering(LoweringContext):
             return
         blind = out.name in self.nan_blind
         codes = [
-            convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i), blind)
+            convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i), blind, exponent)
             for i in range(size)
         ]
         self.note_codes(f"convert {x.dtype.name} -> {out.dtype.name}", codes)
