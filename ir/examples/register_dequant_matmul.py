@@ -20,7 +20,10 @@ weights, so the program keeps them out of shared memory:
         second barrier also keeps the compiler from interleaving the unrolled k-tiles, which
         took the i2 kernel from 106 to 254 registers a thread when it was moved)
         (with `late_scale`, the weights are not scaled; the dot starts from zero and its
-        product, times the group's scale row as f32 in C's layout, is added to C in one fma)
+        product, times the group's scale row as f32 in C's layout, is added to C in one fma;
+        a float weight type is then cast scaled by ``2^(bias - B)``, its bits placed under the
+        half's exponent with no correcting multiply, and the scale row by ``2^(B - bias)``:
+        `weight_exponent`)
     store C (split == 1), or the f32 partial sums of this block's k range (split > 1); then
     the block whose `atomic_add` ticket on its tile's counter comes last adds the split's
     partial sums in order and stores C (`fused_sum`, the default), or `split_k_sum` does in a
@@ -300,6 +303,9 @@ def register_dequant_matmul(
             f"register_dequant_matmul: zero_points={zero_points!r}; expected True or False"
         )
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
+    # With the late scale (no zero points), a float's bias moves from its cast to the scales.
+    late_float = config.late_scale and not zero_points
+    exponent = weight_exponent(weight_dtype, act) if late_float else 0
     nbits = weight_dtype.nbits
     warps, split, depth = config.warps, config.split, config.depth
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
@@ -410,7 +416,7 @@ def register_dequant_matmul(
                     b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
                 b.copy_async_commit()
                 codes = b.view(current, weight_dtype, code_layout)
-                weights = b.cast(codes, act, weight_layout)
+                weights = b.cast(codes, act, weight_layout, exponent=exponent)
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
 
                 def group_row(view, layouts):
@@ -437,7 +443,7 @@ def register_dequant_matmul(
 
                 if config.late_scale:
                     row = group_row(scale_view, accumulator_row_layouts)
-                    scale = b.cast(row, f32, c_row_layout)
+                    scale = b.cast(row, f32, c_row_layout, exponent=-exponent)
                     b.assign(acc, b.fma(product(zero), scale, acc))
                 else:
                     b.assign(acc, product(acc))
@@ -524,6 +530,23 @@ def register_dequant_matmul(
         if config.late_trigger:
             b.launch_dependents()
     return b.program()
+
+
+def weight_exponent(weight_dtype: DataType, activation_dtype: DataType) -> int:
+    """The exponent of the weights' scaled cast with the late scale: for a float type without
+    infinities or NaNs, its bias minus the activation type's (f16: 15), when that scaled cast
+    is exact (`ir.dtypes.scaled_conversion_error`), so that the conversion only places bits
+    (`backend.fast_conversions.fma_free_exponent`); else 0. The late scale multiplies by
+    ``2^-exponent`` in f32, where every scale times it is exact, so C is the same bits."""
+    if not weight_dtype.is_float or weight_dtype.has_inf or weight_dtype.has_nan:
+        return 0
+    target_bias = 2 ** (activation_dtype.exponent_bits - 1) - 1
+    exponent = weight_dtype.bias - target_bias
+    if dtypes.scaled_conversion_error(weight_dtype, activation_dtype, exponent) is not None:
+        return 0
+    if dtypes.scaled_conversion_error(activation_dtype, dtypes.f32, -exponent) is not None:
+        return 0
+    return exponent
 
 
 SUM_COLUMNS_PER_THREAD = 4

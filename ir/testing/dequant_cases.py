@@ -4,10 +4,12 @@ pairs, the register work of a quantized matmul.
 `dequant_cases()`: a tile of u2, i2, u4, i4, u8, i8 or f4e2m1 codes is loaded in a layout whose
 threads hold whole 32-bit words of codes (``L * local(1, c)``, c a multiple of the codes per
 word), optionally loaded as i32 words and `view`-ed as the codes (the packed-weight path), cast
-to f16 or bf16 (the word-at-a-time fast conversions on a GPU), combined by add, sub or mul with
+to f16 or bf16 (the word-at-a-time fast conversions on a GPU), possibly scaled by a power of two
+(a scaled cast: by 2^-3, or for a float by its bias, which leaves the conversion no fma), combined
+by add, sub or mul with
 a same-layout half tile or a broadcast row of scales (the paired ``*2_rn`` instructions, two
 elements per word), and stored. The expected output is computed with NumPy from the codes
-(`dtypes.convert` for the cast, `ir.elementwise.apply_binary` for the operation).
+(`dtypes.convert_scaled` for the cast, `ir.elementwise.apply_binary` for the operation).
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
     rows, cols = layout.shape
     grid = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     m, n = grid[1] * rows, grid[0] * cols
+    target_bias = 15 if half == dtypes.f16 else 127
+    exponents = [0, -3] + ([code_dtype.bias - target_bias] if code_dtype.is_float else [])
+    exponent = draw(
+        st.sampled_from(
+            [e for e in exponents if dtypes.scaled_conversion_error(code_dtype, half, e) is None]
+        )
+    )
     as_words = draw(st.booleans())
     broadcast = draw(st.booleans())
     codes = random_codes(draw, code_dtype, m * n).reshape(m, n)
@@ -72,7 +81,7 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         else:
             code_view = b.global_view(x, code_dtype, GlobalLayout((m_var, n_var), (n_var, 1)))
             tile = b.load_global(code_view, origin, layout)
-        halves = b.cast(tile, half)
+        halves = b.cast(tile, half, exponent=exponent)
         if broadcast:
             y_view = b.global_view(y, half, GlobalLayout((1, n_var), (n_var, 1)))
             y_layout = reduce_layout(layout, [0], keepdims=True)
@@ -83,7 +92,7 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         result = b.binary(op, halves, operand)
         out_view = b.global_view(out, half, GlobalLayout((m_var, n_var), (n_var, 1)))
         b.store_global(out_view, result, origin)
-    converted = dtypes.convert(codes.reshape(-1), code_dtype, half).reshape(m, n)
+    converted = dtypes.convert_scaled(codes.reshape(-1), code_dtype, half, exponent).reshape(m, n)
     values = apply_binary(
         op, half, to_values(half, converted), to_values(half, np.broadcast_to(other, (m, n)))
     )
@@ -103,7 +112,8 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         output_count=m * n,
         expected=expected,
         description=(
-            f"dequant {code_dtype} -> {half} {op} {'row' if broadcast else 'tile'}"
+            f"dequant {code_dtype} -> {half}{f' x 2^{exponent}' if exponent else ''} {op} "
+            f"{'row' if broadcast else 'tile'}"
             f"{' via i32 words' if as_words else ''}, layout {layout}"
         ),
     )

@@ -272,6 +272,9 @@ DECODE_CASES = [
         },
     ),
     (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
+    # A float's bias moved to the late scale: its cast places bits with no fma.
+    (dtypes.f4e2m1, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
+    (dtypes.f6e3m2, dtypes.f16, False, {"warps": 2, "units_k": 8, "late_scale": True}),
     (
         dtypes.i4,
         dtypes.f16,

@@ -27,6 +27,7 @@ from backend.fast_conversions import (
     FAST_CONVERSION_PRIMITIVES,
     ConversionPlan,
     conversion_kind,
+    fma_free_exponent,
     plan_conversion,
 )
 from backend.nvrtc import compile_cuda, cubin_kernels
@@ -77,16 +78,18 @@ class Case:
     order: str
     sources: tuple[int, ...]
     input_size: int
+    exponent: int = 0
 
     @property
     def plan(self) -> ConversionPlan:
-        plan = plan_conversion(self.src, self.dst, self.sources, self.input_size)
+        plan = plan_conversion(self.src, self.dst, self.sources, self.input_size, self.exponent)
         assert plan is not None
         return plan
 
     @property
     def name(self) -> str:
-        return f"{self.src}-{self.dst}-{self.order}"
+        scaled = f"-times-2^{self.exponent}" if self.exponent else ""
+        return f"{self.src}-{self.dst}-{self.order}{scaled}"
 
 
 def _cases() -> list[Case]:
@@ -105,6 +108,12 @@ def _cases() -> list[Case]:
         }
         for order, (sources, size) in orders.items():
             cases.append(Case(src, dst, order, tuple(int(s) for s in sources), size))
+        # Scaled casts in the packed order: the float's fma-free exponent, and 2^-3 where
+        # exact (it changes an integer path's fma constants).
+        sources, size = orders["packed"]
+        for exponent in {fma_free_exponent(src, dst), -3} - {None}:
+            if plan_conversion(src, dst, sources, size, exponent) is not None:
+                cases.append(Case(src, dst, "packed", tuple(sources), size, exponent))
     return cases
 
 
@@ -293,7 +302,8 @@ def _expected(case: Case, inputs: np.ndarray) -> np.ndarray:
     positions = np.arange(case.input_size)[:, None] * bits + np.arange(bits)
     codes = (stream[:, positions] << np.arange(bits)).sum(axis=2)
     gathered = codes[:, list(case.sources)]
-    converted = dtypes.convert(gathered.ravel(), case.src, case.dst).astype(np.uint32)
+    converted = dtypes.convert_scaled(gathered.ravel(), case.src, case.dst, case.exponent)
+    converted = converted.astype(np.uint32)
     converted = converted.reshape(gathered.shape)
     return converted[:, 0::2] | converted[:, 1::2] << 16
 
@@ -353,6 +363,35 @@ def test_host_conversion_matches_convert_on_every_code(
         f"0x{int(actual[tuple(mismatch[0])]):08X}, expected "
         f"0x{int(expected[tuple(mismatch[0])]):08X}"
     )
+
+
+def test_scaled_cases_cover_every_float_and_an_integer_path() -> None:
+    scaled = {(case.src, case.dst) for case in CASES if case.exponent}
+    for src in SOURCE_TYPES:
+        if src.is_float:
+            assert (src, dtypes.f16) in scaled, src
+    assert (dtypes.i4, dtypes.f16) in scaled and (dtypes.u8, dtypes.f16) in scaled
+
+
+@pytest.mark.parametrize("src", [dtypes.f4e2m1, dtypes.f6e3m2, dtypes.f3e1m1])
+def test_a_float_scaled_by_its_bias_needs_no_fma(src: DataType) -> None:
+    """`fma_free_exponent`: the placed bits are the scaled value, one fma per word fewer."""
+    exponent = fma_free_exponent(src, dtypes.f16)
+    assert exponent == src.bias - 15
+    sources = packed_order(src.nbits)
+    plain = plan_conversion(src, dtypes.f16, sources, 32)
+    scaled = plan_conversion(src, dtypes.f16, sources, 32, exponent)
+    assert plain is not None and scaled is not None
+    assert scaled.instructions == plain.instructions - len(sources) // 2
+    text = "\n".join(scaled.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t"))
+    assert "la_fma" not in text
+    assert plan_conversion(src, dtypes.f16, sources, 32, exponent - 40) is None  # inexact
+    assert fma_free_exponent(dtypes.i4, dtypes.f16) is None
+
+
+def test_bytes_to_bf16_take_no_exponent() -> None:
+    assert plan_conversion(dtypes.u8, dtypes.bf16, [0, 1], 2, -3) is None
+    assert plan_conversion(dtypes.u8, dtypes.bf16, [0, 1], 2) is not None
 
 
 def test_interleaved_i4_to_f16_is_one_lop3_and_one_fma_per_pair() -> None:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.fast_conversions import fma_free_exponent
 from backend.lower import lower
 from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
@@ -35,8 +36,9 @@ from ir.examples.register_dequant_matmul import (
     transposed_accumulator_layout,
     transposed_activation_layout,
     transposed_weight_layout,
+    weight_exponent,
 )
-from ir.instructions import ForRange, LaunchDependents
+from ir.instructions import Cast, ForRange, LaunchDependents
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.register import replicate, spatial
@@ -329,6 +331,8 @@ CASES = [
     (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, late_scale=True), 17, 1, 2),
     (dtypes.u4, 64, DequantConfig(units_k=4, depth=2, late_scale=True), 5, 1, 3),
     (dtypes.f4e2m1, 32, DequantConfig(warps=2, units_n=2, units_k=2, late_scale=True), 16, 1, 3),
+    # A float's bias moved from its cast to the scales (weight_exponent).
+    (dtypes.f6e3m2, 64, DequantConfig(warps=1, units_k=4, late_scale=True), 5, 2, 2),
     # C^T = W^T A^T, 8 rows of A per block: m of one, several and a partial row block.
     (dtypes.i4, 128, DequantConfig(weights_as_a=True), 1, 2, 2),
     (
@@ -785,6 +789,29 @@ def test_a_chained_decode_kernel_prefetches_its_weights_before_the_wait() -> Non
     assert trigger < first_weights < wait < first_copy
     with pytest.raises(VerificationError, match="programmatic_launch=1; expected True or False"):
         register_dequant_matmul(dtypes.i4, 128, DequantConfig(programmatic_launch=1))
+
+
+@pytest.mark.parametrize(
+    ("weight", "config", "zero_points", "exponent"),
+    [
+        (dtypes.f4e2m1, DequantConfig(units_k=8, late_scale=True), False, -14),
+        (dtypes.f6e3m2, DequantConfig(units_k=8, late_scale=True), False, -12),
+        (dtypes.f4e2m1, DequantConfig(units_k=8), False, 0),  # scales on the weights
+        (dtypes.i4, DequantConfig(units_k=8, late_scale=True), False, 0),
+        (dtypes.f8e4m3, DequantConfig(units_k=8, late_scale=True), False, 0),  # has NaNs
+        (dtypes.f4e2m1, DequantConfig(units_k=8, late_scale=True), True, 0),  # zero points
+    ],
+)
+def test_a_late_scaled_float_moves_its_bias_to_the_scales(
+    weight: DataType, config: DequantConfig, zero_points: bool, exponent: int
+) -> None:
+    """With the late scale a float's cast is scaled by 2^(bias - 15) and the scale row's by
+    the opposite; the lowered cast then places bits with no fma (`fma_free_exponent`)."""
+    program = register_dequant_matmul(weight, 128, config, zero_points=zero_points)
+    assert {i.exponent for i in program.walk() if isinstance(i, Cast)} == {0, exponent, -exponent}
+    if exponent:
+        assert weight_exponent(weight, dtypes.f16) == fma_free_exponent(weight, dtypes.f16)
+        assert weight_exponent(weight, dtypes.bf16) == 0  # 2^(bias - 127) is out of range
 
 
 @pytest.mark.parametrize("stream_k", [0, 5])
