@@ -34,7 +34,6 @@ to ``<output>/quantized_matmul_chain.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -42,6 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from quantized_matmul import humming_layer  # the sibling script
 
 from backend.decode_matmul import (
     DecodeMatmul,
@@ -159,18 +159,9 @@ def measure_weight(weight_name: str, count: int, size: int, repeats: int, flush)
 def humming_chain(weight, layers: list[dict]):
     """Humming layers of the same dequantized weights (made as `quantized_matmul.py` makes
     them), or the reason there are none."""
-    spec = importlib.util.spec_from_file_location(
-        "quantized_matmul_benchmark", Path(__file__).with_name("quantized_matmul.py")
-    )
-    benchmark = sys.modules.get(spec.name)
-    if benchmark is None:
-        benchmark = importlib.util.module_from_spec(spec)
-        # Registered before it runs: its dataclasses look their module up by name.
-        sys.modules[spec.name] = benchmark
-        spec.loader.exec_module(benchmark)
     chain = []
     for layer in layers:
-        made, note = benchmark.humming_layer(weight, layer["dequantized"].to(torch.float16))
+        made, note = humming_layer(weight, layer["dequantized"].to(torch.float16))
         if made is None:
             return note
         chain.append(made)

@@ -1,0 +1,189 @@
+"""`QuantizedLinear.forward` on the GPU at every batch, against the paths it must never lose to.
+
+For each weight type, each (K, N) of `quantized_matmul.SHAPES` and each batch M, one
+`backend.quantized_linear.QuantizedLinear` (group size 128, random codes and scales made on the
+GPU, packed once by `from_quantized`) runs its whole `forward` on M rows of f16 activations,
+beside, on the same weights and rows:
+
+- dequantize-then-matmul: ``x @ layer.dequantize()``, the weights expanded to f16 at every
+  call and multiplied by cuBLAS (what `forward` must never be slower than);
+- cuBLAS fp16: ``x @ W`` with W the dequantized f16 weights made once beforehand (the speed of
+  an unquantized layer, and the reference of every result);
+- Humming (``humming-kernels``) on the same dequantized weights, for the types it names.
+
+`forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS` (tuned per M
+bucket on its first call, then read from the kernel cache directory) and dequantize-then-
+matmul above it; every result is checked against cuBLAS fp16 before it is timed. Timing is the
+protocol of ``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read
+flush and a sleep kernel before each timed run, CUDA events, the median of `--repeats`).
+Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
+
+    python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
+        [--quick] [--repeats 30] [--output benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling script
+
+from backend.decode_matmul import relative_error
+from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
+from backend.timing import flush_buffer, median_us
+from ir import dtypes
+from ir.dtypes import DataType
+
+GROUP_SIZE = 128
+BATCHES = [1, 16, 256, 4096]
+QUICK_BATCHES = [1, 256]
+TOLERANCE = 2e-2
+"""Largest relative error (Frobenius) of a result against cuBLAS fp16 on the same weights."""
+
+
+@dataclass
+class Point:
+    """One (weight type, K, N, M): microseconds of `forward`, of dequantize-then-matmul, of
+    cuBLAS fp16 and of Humming (None, with the reason in `notes`, where it did not run), the
+    path `forward` took, and `forward`'s ratio to each (their time / ours: above 1 it is
+    faster)."""
+
+    weight: str
+    k: int
+    n: int
+    m: int
+    path: str
+    forward_us: float
+    dequantize_matmul_us: float
+    cublas_us: float
+    humming_us: float | None
+    vs_dequantize_matmul: float
+    vs_cublas: float
+    vs_humming: float | None
+    notes: str
+
+
+def make_layer(weight: DataType, k: int, n: int, seed: int) -> QuantizedLinear:
+    """A `QuantizedLinear` of random codes and scales in [0.5, 1.5) / 2^(b-1), made on the GPU."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    codes = torch.randint(0, 1 << weight.nbits, (k, n), device="cuda", generator=generator)
+    scales = torch.rand((k // GROUP_SIZE, n), device="cuda", generator=generator) + 0.5
+    scales = scales / 2 ** (weight.nbits - 1)
+    return QuantizedLinear.from_quantized(codes, scales, weight, GROUP_SIZE)
+
+
+def measure(
+    layer: QuantizedLinear, weight: DataType, m: int, flush: torch.Tensor, repeats: int, peer
+) -> Point:
+    """Check every result against cuBLAS fp16, then time each (see the module docstring)."""
+    k, n = layer.in_features, layer.out_features
+    generator = torch.Generator(device="cuda").manual_seed(m)
+    x = (torch.rand((m, k), device="cuda", generator=generator) * 2 - 1).half()
+    dense = layer.dequantize(torch.float16).contiguous()
+    reference = torch.matmul(x, dense)
+    runs = {
+        "forward": lambda: layer(x),
+        "dequantize-then-matmul": lambda: torch.matmul(x, layer.dequantize(torch.float16)),
+        "cuBLAS fp16": lambda: torch.matmul(x, dense),
+    }
+    if peer is not None:
+        runs["Humming"] = lambda: peer(x)
+    for name, run in runs.items():
+        error = relative_error(run(), reference)
+        # Humming quantizes the dequantized weights again: its own error comes on top.
+        if not error < (5 * TOLERANCE if name == "Humming" else TOLERANCE):
+            raise RuntimeError(f"{weight} {k}x{n} M={m}: {name} differs by {error:.2e}")
+    times = {name: median_us(run, flush, repeats) for name, run in runs.items()}
+    humming = times.get("Humming")
+    ours = times["forward"]
+    return Point(
+        weight=weight.name,
+        k=k,
+        n=n,
+        m=m,
+        path="decode kernel" if m <= DECODE_MAX_ROWS else "dequantize-then-matmul",
+        forward_us=ours,
+        dequantize_matmul_us=times["dequantize-then-matmul"],
+        cublas_us=times["cuBLAS fp16"],
+        humming_us=humming,
+        vs_dequantize_matmul=times["dequantize-then-matmul"] / ours,
+        vs_cublas=times["cuBLAS fp16"] / ours,
+        vs_humming=None if humming is None else humming / ours,
+        notes="",
+    )
+
+
+def table(points: list[Point]) -> str:
+    lines = [
+        "| weight | K | N | M | path | forward us | dequantize + matmul us | cuBLAS fp16 us "
+        "| Humming us | vs dequantize + matmul | vs cuBLAS | vs Humming | notes |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in points:
+        humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
+        versus = "n/a" if p.vs_humming is None else f"{p.vs_humming:.2f}x"
+        lines.append(
+            f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.path} | {p.forward_us:.1f} "
+            f"| {p.dequantize_matmul_us:.1f} | {p.cublas_us:.1f} | {humming} "
+            f"| {p.vs_dequantize_matmul:.2f}x | {p.vs_cublas:.2f}x | {versus} | {p.notes} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_results(output: Path, repeats: int, points: list[Point]) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    record = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "repeats": repeats,
+        "group_size": GROUP_SIZE,
+        "points": [asdict(p) for p in points],
+    }
+    (output / "quantized_linear.json").write_text(json.dumps(record, indent=2) + "\n")
+    (output / "quantized_linear.md").write_text(table(points))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (see the module docstring); return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", default="i4,i8", help="weight types, comma-separated")
+    parser.add_argument("--batches", default=None, help="batches M (default: 1,16,256,4096)")
+    parser.add_argument("--quick", action="store_true", help="one shape, M in {1, 256}")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
+    parser.add_argument("--output", default="benchmarks/results", help="directory of results")
+    options = parser.parse_args(argv)
+    if options.repeats < 30:
+        parser.error(f"--repeats must be at least 30, got {options.repeats}")
+    weights = [dtypes.from_name(name.strip()) for name in options.weights.split(",")]
+    batches = QUICK_BATCHES if options.quick else BATCHES
+    if options.batches:
+        batches = [int(m) for m in options.batches.split(",")]
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    flush = flush_buffer(torch.device("cuda"))
+    points: list[Point] = []
+    for weight in weights:
+        for index, (k, n) in enumerate(QUICK_SHAPES if options.quick else SHAPES):
+            layer = make_layer(weight, k, n, seed=index)
+            peer, note = humming_layer(weight, layer.dequantize(torch.float16))
+            for m in batches:
+                point = measure(layer, weight, m, flush, options.repeats, peer)
+                point.notes = note
+                points.append(point)
+                print(f"  {weight} K={k} N={n} M={m}: forward {point.forward_us:.1f} us")
+            # Written after every shape, so that a run cut short keeps what it measured.
+            write_results(Path(options.output), options.repeats, points)
+            del layer, peer
+            torch.cuda.empty_cache()
+    print(table(points), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
