@@ -483,12 +483,12 @@ MAX_SCALED_SOURCE_BITS = 16
 """The widest source type of a scaled conversion: every code is checked, so at most 2^16."""
 
 
-@functools.lru_cache(maxsize=256)
-def scaled_conversion_error(src: DataType, dst: DataType, exponent: int) -> str | None:
+def scaled_conversion_error(src: DataType, dst: DataType, exponent: object) -> str | None:
     """Why converting `src` codes to `dst` times ``2**exponent`` is not exact, or None when it
     is: `dst` a float type, `src` of at most `MAX_SCALED_SOURCE_BITS` bits, `exponent` an int
     of magnitude at most `MAX_SCALE_EXPONENT`, and every finite value of `src` times
     ``2**exponent`` a finite value of `dst`. Exponent 0 is a plain conversion: never an error.
+    Raises DtypeError when `src` or `dst` is not a DataType.
     """
     src = _check_dtype(src, "the source type")
     dst = _check_dtype(dst, "the destination type")
@@ -496,6 +496,12 @@ def scaled_conversion_error(src: DataType, dst: DataType, exponent: int) -> str 
         return f"the exponent must be an int, got {exponent!r}"
     if exponent == 0:
         return None
+    return _scaled_conversion_error(src, dst, exponent)
+
+
+@functools.lru_cache(maxsize=256)
+def _scaled_conversion_error(src: DataType, dst: DataType, exponent: int) -> str | None:
+    """`scaled_conversion_error` of a nonzero int exponent (every code checked, cached)."""
     if abs(exponent) > MAX_SCALE_EXPONENT:
         return f"exponent {exponent} is outside [-{MAX_SCALE_EXPONENT}, {MAX_SCALE_EXPONENT}]"
     if not dst.is_float:

@@ -72,6 +72,7 @@ def test_the_exponent_is_printed_when_it_is_not_zero() -> None:
         (dtypes.f32, dtypes.f32, 1, "takes types of at most 16 bits, not f32"),
         (dtypes.u4, dtypes.f16, 65, r"exponent 65 is outside \[-64, 64\]"),
         (dtypes.u4, dtypes.f16, True, "the exponent must be an int, got True"),
+        (dtypes.u4, dtypes.f16, [1], r"the exponent must be an int, got \[1\]"),
         (dtypes.u8, dtypes.f16, -25, r"u8 code 0x1 \(1.0\) times 2\*\*-25"),
     ],
 )
