@@ -446,9 +446,7 @@ def _plan(
     if kind in ("fields", "float"):
         pairs = [_field_pieces(src, dst, sources, j) for j in range(count)]
         offsets, windows = _choose_windows(pairs, input_words)
-        words = tuple(
-            _field_word(src, dst, pairs[j], offsets[j], exponent) for j in range(count)
-        )
+        words = tuple(_field_word(src, dst, pairs[j], offsets[j], exponent) for j in range(count))
         return ConversionPlan(src, dst, kind, input_words, tuple(windows), words, ())
     located = [divmod(sources[j] * bits, WORD_BITS) for j in range(len(sources))]
     flipped = sorted({w for w, _ in located}) if src.is_signed else []

@@ -398,40 +398,32 @@ class ProgramBuilder:
         """Wait for the kernels launched before this one (`ir.instructions.WaitPriorGrid`).
         Raises VerificationError unless the program declared `programmatic_launch`, inside a
         loop or if body, and for a second wait."""
-        if not self._programmatic_launch:
-            raise VerificationError(
-                f"wait_prior_grid in {self.name}, which does not declare programmatic_launch; "
-                "call programmatic_launch() first"
-            )
-        if len(self._bodies) != 1:
-            raise VerificationError(
-                f"wait_prior_grid inside a for_range or if_ body of {self.name}; it belongs to "
-                "the program's top level"
-            )
-        if any(isinstance(i, WaitPriorGrid) for i in self._bodies[0]):
-            raise VerificationError(f"wait_prior_grid called twice in {self.name}; once is enough")
-        self._emit(WaitPriorGrid())
+        self._emit_link_instruction(WaitPriorGrid())
 
     def launch_dependents(self) -> None:
         """Let the next kernel of the chain start once every block of this one has passed here
         (`ir.instructions.LaunchDependents`); without it a link signals at its entry. Raises
         VerificationError unless the program declared `programmatic_launch`, inside a loop or
         if body, and for a second signal."""
+        self._emit_link_instruction(LaunchDependents())
+
+    def _emit_link_instruction(self, instruction: WaitPriorGrid | LaunchDependents) -> None:
+        """Emit an instruction of a chain's link: once, at the top level of a program that
+        declared `programmatic_launch` (VerificationError otherwise)."""
+        op = instruction.op
         if not self._programmatic_launch:
             raise VerificationError(
-                f"launch_dependents in {self.name}, which does not declare programmatic_launch; "
+                f"{op} in {self.name}, which does not declare programmatic_launch; "
                 "call programmatic_launch() first"
             )
         if len(self._bodies) != 1:
             raise VerificationError(
-                f"launch_dependents inside a for_range or if_ body of {self.name}; it belongs "
-                "to the program's top level"
+                f"{op} inside a for_range or if_ body of {self.name}; it belongs to the "
+                "program's top level"
             )
-        if any(isinstance(i, LaunchDependents) for i in self._bodies[0]):
-            raise VerificationError(
-                f"launch_dependents called twice in {self.name}; once is enough"
-            )
-        self._emit(LaunchDependents())
+        if any(isinstance(i, type(instruction)) for i in self._bodies[0]):
+            raise VerificationError(f"{op} called twice in {self.name}; once is enough")
+        self._emit(instruction)
 
     def grid(self, x: ExprLike, y: ExprLike = 1, z: ExprLike = 1) -> None:
         """Declare the launch grid: x, y and z block counts, each an int or an expression over

@@ -72,30 +72,31 @@ def test_a_link_verifies_and_prints_its_header_line_and_wait() -> None:
     assert "programmatic_launch" not in str(chain_link(chained=False))
 
 
-def test_builder_refuses_a_wait_outside_a_link_twice_or_nested() -> None:
+@pytest.mark.parametrize("op", ["wait_prior_grid", "launch_dependents"])
+def test_builder_refuses_a_link_instruction_outside_a_link_twice_or_nested(op: str) -> None:
     with ProgramBuilder("plain", 32) as b:
         with pytest.raises(
             VerificationError,
-            match=r"wait_prior_grid in plain, which does not declare programmatic_launch; "
+            match=rf"{op} in plain, which does not declare programmatic_launch; "
             r"call programmatic_launch\(\) first",
         ):
-            b.wait_prior_grid()
+            getattr(b, op)()
     with ProgramBuilder("twice", 32) as b:
         b.programmatic_launch()
         with pytest.raises(VerificationError, match="programmatic_launch declared twice: twice"):
             b.programmatic_launch()
-        b.wait_prior_grid()
-        with pytest.raises(VerificationError, match="wait_prior_grid called twice in twice"):
-            b.wait_prior_grid()
+        getattr(b, op)()
+        with pytest.raises(VerificationError, match=f"{op} called twice in twice"):
+            getattr(b, op)()
     with ProgramBuilder("nested", 32) as b:
         b.programmatic_launch()
         with (
-            b.for_range(0, 2),
+            b.if_(b.block_x.eq(0)),
             pytest.raises(
-                VerificationError, match="wait_prior_grid inside a for_range or if_ body of nested"
+                VerificationError, match=f"{op} inside a for_range or if_ body of nested"
             ),
         ):
-            b.wait_prior_grid()
+            getattr(b, op)()
 
 
 def test_verifier_refuses_a_link_without_its_one_wait_and_a_wait_without_a_link() -> None:
@@ -117,33 +118,6 @@ def test_verifier_refuses_a_link_without_its_one_wait_and_a_wait_without_a_link(
         verify(doubled)
     with pytest.raises(VerificationError, match="programmatic_launch of link is 1; expected"):
         verify(dataclasses.replace(link, programmatic_launch=1))
-
-
-def test_builder_refuses_a_signal_outside_a_link_twice_or_nested() -> None:
-    with ProgramBuilder("plain", 32) as b:
-        with pytest.raises(
-            VerificationError,
-            match=r"launch_dependents in plain, which does not declare programmatic_launch; "
-            r"call programmatic_launch\(\) first",
-        ):
-            b.launch_dependents()
-    with ProgramBuilder("twice", 32) as b:
-        b.programmatic_launch()
-        b.wait_prior_grid()
-        b.launch_dependents()
-        with pytest.raises(VerificationError, match="launch_dependents called twice in twice"):
-            b.launch_dependents()
-    with ProgramBuilder("nested", 32) as b:
-        b.programmatic_launch()
-        b.wait_prior_grid()
-        with (
-            b.if_(b.block_x.eq(0)),
-            pytest.raises(
-                VerificationError,
-                match="launch_dependents inside a for_range or if_ body of nested",
-            ),
-        ):
-            b.launch_dependents()
 
 
 def test_a_signalling_link_prints_its_signal_and_the_verifier_checks_it() -> None:
