@@ -22,7 +22,9 @@ is ``x @ dequantize() + bias``, computed by:
   configuration pinned by `set_decode_config`, built lazily, one per (M bucket, dtype, device),
   and kept on the module (`decode_ops`);
 - otherwise (CUDA with M > 16, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
-  dequantized with torch operations on the module's device for the call.
+  dequantized for the call on the module's device: on CUDA by the tile program
+  `ir.examples.dequantize_weights` (compiled once per dtype and device, kept on the module),
+  on the CPU with torch operations; both give the same bits.
 
 Quantization (`quantize`, used by `from_weight` and `from_linear`): round to nearest with one
 scale per group of `group_size` rows of k and per column (see `quantize` for the exact rules):
@@ -57,6 +59,7 @@ from backend.errors import LaunchError
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
+from ir.examples.dequantize_weights import dequantize_weights_program
 from ir.examples.packed_weights import (
     FORMAT_VERSION,
     UNIT_K,
@@ -382,6 +385,7 @@ class QuantizedLinear(torch.nn.Module):
             "bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None
         )
         self._decode_ops: dict[tuple[int, torch.dtype, torch.device], Any] = {}
+        self._dequantize_kernels: dict[tuple[torch.dtype, torch.device], Any] = {}
         self.decode_config: DequantConfig | None = None
 
     @property
@@ -639,6 +643,15 @@ class QuantizedLinear(torch.nn.Module):
         f32(act(Z)))) * f32(S))``, S and Z converted to `dtype` (module docstring)."""
         dtype = self.dtype if dtype is None else dtype
         _check_activation_dtype(dtype, "dtype")
+        if self.packed_weight.is_cuda:
+            return self._dequantize_on_gpu(dtype)[:, : self.out_features]
+        return self.dequantize_with_torch(dtype)
+
+    def dequantize_with_torch(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """`dequantize` computed with torch operations on the module's device (what it does on
+        the CPU; on CUDA the tile program gives the same bits)."""
+        dtype = self.dtype if dtype is None else dtype
+        _check_activation_dtype(dtype, "dtype")
         k, padded_n = self.in_features, self.padded_out_features
         codes = unpack_codes(self.packed_weight, self.weight_format)
         table = _value_table(self.weight_dtype, self.packed_weight.device)
@@ -697,6 +710,32 @@ class QuantizedLinear(torch.nn.Module):
             activation_dtype=_check_activation_dtype(dtype, "dtype"),
             zero_points=self.zero_points,
         )
+
+    def _dequantize_on_gpu(self, dtype: torch.dtype) -> torch.Tensor:
+        """The (K, N_pad) dequantized weight made by `dequantize_weights_program` on the
+        module's CUDA device."""
+        from backend.compile import compile as compile_program
+
+        device = self.packed_weight.device
+        k, padded_n = self.in_features, self.padded_out_features
+        scales = self.packed_scales.to(dtype)
+        zeros = None if self.packed_zeros is None else self.packed_zeros.to(dtype)
+        with torch.cuda.device(device):
+            kernel = self._dequantize_kernels.get((dtype, device))
+            if kernel is None:
+                program = dequantize_weights_program(
+                    self.weight_dtype,
+                    self.group_size,
+                    _check_activation_dtype(dtype, "dtype"),
+                    zero_points=zeros is not None,
+                    warps=COLUMN_TILE // UNIT_N,
+                )
+                kernel = compile_program(program, constants={"n": padded_n, "k": k})
+                self._dequantize_kernels[(dtype, device)] = kernel
+            out = torch.empty((k, padded_n), dtype=dtype, device=device)
+            extra = () if zeros is None else (zeros,)
+            kernel(padded_n, k, self.packed_weight, scales, *extra, out)
+        return out
 
     def _decode(self, rows: torch.Tensor) -> torch.Tensor:
         """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows, 1 <= m <= 16."""

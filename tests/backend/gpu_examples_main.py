@@ -359,6 +359,44 @@ def decode_cases(
             True,
         )
     )
+    return cases + dequantize_cases(rng)
+
+
+DEQUANTIZE_CASES = [
+    # (weight type, activation type, zero points, group size, warps, units_k)
+    (dtypes.i4, dtypes.f16, False, 128, 4, 1),
+    (dtypes.u4, dtypes.bf16, True, 64, 2, 2),
+    (dtypes.f4e2m1, dtypes.f16, False, 32, 1, 2),
+    (dtypes.i3, dtypes.f16, False, 128, 4, 2),
+    (dtypes.u8, dtypes.f16, True, 64, 4, 1),
+]
+
+
+def dequantize_cases(
+    rng: np.random.Generator,
+) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
+    """`ir.examples.dequantize_weights` (packed codes and scales to the dequantized weights)
+    in the configurations of `DEQUANTIZE_CASES`, two column blocks by two groups."""
+    from ir.examples.dequantize_weights import dequantize_weights_program
+    from ir.examples.packed_weights import pack_scales, pack_weights
+
+    cases = []
+    for weight, activation, zero_points, group, warps, units_k in DEQUANTIZE_CASES:
+        k, n = 2 * group, 2 * 64 * warps
+        codes = rng.integers(0, 1 << weight.nbits, (k, n))
+        scales = rng.uniform(0.5, 1.5, (k // group, n)) / 2 ** (weight.nbits - 1)
+        scale_codes = activation.encode(scales.astype(np.float32)).astype(np.uint16)
+        arguments = [n, k, pack_weights(codes, weight)[0], pack_scales(scale_codes)]
+        if zero_points:
+            zeros = rng.integers(0, 1 << weight.nbits, (k // group, n)).astype(np.float32)
+            arguments.append(pack_scales(activation.encode(zeros).astype(np.uint16)))
+        arguments.append(np.zeros(k * n, np.uint16))
+        program = dequantize_weights_program(
+            weight, group, activation, zero_points=zero_points, warps=warps, units_k=units_k
+        )
+        program = specialize(program, {"n": n, "k": k})  # n and k are compile-time constants
+        name = f"dequantize {weight} {activation} zp={zero_points} g{group} w{warps} u{units_k}"
+        cases.append((name, program, arguments, (n // (64 * warps), k // (16 * units_k)), True))
     return cases
 
 

@@ -3,7 +3,8 @@
 - `forward` at M = 1 and 16 (the decode kernel, `backend.decode_matmul.DecodeMatmul`) and M = 256
   (dequantize, then `torch.matmul`) for i4, i8 and u4 with zero points, in f16 and bf16 (bf16 where
   `register_dequant_matmul` takes an activation dtype), against ``x @ dequantize() + bias``.
-- `dequantize` on the GPU equals `dequantize` on the CPU bit for bit.
+- `dequantize` on the GPU (the `ir.examples.dequantize_weights` kernel) equals `dequantize` on
+  the CPU and torch's on the GPU (`dequantize_with_torch`) bit for bit, in f16 and bf16.
 - Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 16
   and never for larger M, here through the autotuner (whose timing is its own; the test times
   nothing).
@@ -89,16 +90,20 @@ def test_forward_matches_x_at_dequantize(weight_dtype: DataType, act: torch.dtyp
     assert error < TOLERANCE[act], f"{weight_dtype} {act} m={m}: relative error {error:.2e}"
 
 
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=str)
 @pytest.mark.parametrize("weight_dtype", WEIGHT_TYPES, ids=str)
-def test_dequantize_on_the_gpu_equals_the_cpu(weight_dtype: DataType) -> None:
+def test_dequantize_on_the_gpu_equals_the_cpu(weight_dtype: DataType, act: torch.dtype) -> None:
     module = _cached_layer(weight_dtype, torch.float16)
-    on_gpu = module.dequantize().cpu()
+    on_gpu = module.dequantize(act).cpu()
+    assert (act, module.packed_weight.device) in module._dequantize_kernels
     state = {
         name: value.cpu() if isinstance(value, torch.Tensor) else value
         for name, value in module.state_dict().items()
     }
-    on_cpu = QuantizedLinear.from_state_dict(state).dequantize()
-    assert np.array_equal(on_gpu.view(torch.int16).numpy(), on_cpu.view(torch.int16).numpy())
+    on_cpu = QuantizedLinear.from_state_dict(state).dequantize(act)
+    with_torch = module.dequantize_with_torch(act).cpu()
+    for other in (on_cpu, with_torch):
+        assert np.array_equal(on_gpu.view(torch.int16).numpy(), other.view(torch.int16).numpy())
 
 
 def test_decode_kernels_are_built_for_small_m_only() -> None:
