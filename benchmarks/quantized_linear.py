@@ -6,7 +6,9 @@ GPU, packed once by `from_quantized`) runs its whole `forward` on M rows of f16 
 beside, on the same weights and rows:
 
 - dequantize-then-matmul: ``x @ layer.dequantize()``, the weights expanded to f16 at every
-  call and multiplied by cuBLAS (what `forward` must never be slower than);
+  call (by the `ir.examples.dequantize_weights` kernel) and multiplied by cuBLAS (what
+  `forward` must never be slower than), and the same with the weights expanded by torch
+  operations (`dequantize_with_torch`, what `forward` did above 16 rows before the kernel);
 - cuBLAS fp16: ``x @ W`` with W the dequantized f16 weights made once beforehand (the speed of
   an unquantized layer, and the reference of every result);
 - Humming (``humming-kernels``) on the same dequantized weights, for the types it names.
@@ -60,6 +62,7 @@ class Point:
     path: str
     forward_us: float
     dequantize_matmul_us: float
+    torch_dequantize_matmul_us: float
     cublas_us: float
     humming_us: float | None
     vs_dequantize_matmul: float
@@ -89,6 +92,9 @@ def measure(
     runs = {
         "forward": lambda: layer(x),
         "dequantize-then-matmul": lambda: torch.matmul(x, layer.dequantize(torch.float16)),
+        "torch dequantize-then-matmul": lambda: torch.matmul(
+            x, layer.dequantize_with_torch(torch.float16)
+        ),
         "cuBLAS fp16": lambda: torch.matmul(x, dense),
     }
     if peer is not None:
@@ -109,6 +115,7 @@ def measure(
         path="decode kernel" if m <= DECODE_MAX_ROWS else "dequantize-then-matmul",
         forward_us=ours,
         dequantize_matmul_us=times["dequantize-then-matmul"],
+        torch_dequantize_matmul_us=times["torch dequantize-then-matmul"],
         cublas_us=times["cuBLAS fp16"],
         humming_us=humming,
         vs_dequantize_matmul=times["dequantize-then-matmul"] / ours,
@@ -120,16 +127,18 @@ def measure(
 
 def table(points: list[Point]) -> str:
     lines = [
-        "| weight | K | N | M | path | forward us | dequantize + matmul us | cuBLAS fp16 us "
-        "| Humming us | vs dequantize + matmul | vs cuBLAS | vs Humming | notes |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| weight | K | N | M | path | forward us | dequantize + matmul us "
+        "| torch dequantize + matmul us | cuBLAS fp16 us | Humming us | vs dequantize + matmul "
+        "| vs cuBLAS | vs Humming | notes |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
         versus = "n/a" if p.vs_humming is None else f"{p.vs_humming:.2f}x"
         lines.append(
             f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.path} | {p.forward_us:.1f} "
-            f"| {p.dequantize_matmul_us:.1f} | {p.cublas_us:.1f} | {humming} "
+            f"| {p.dequantize_matmul_us:.1f} | {p.torch_dequantize_matmul_us:.1f} "
+            f"| {p.cublas_us:.1f} | {humming} "
             f"| {p.vs_dequantize_matmul:.2f}x | {p.vs_cublas:.2f}x | {versus} | {p.notes} |"
         )
     return "\n".join(lines) + "\n"
