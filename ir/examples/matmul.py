@@ -41,7 +41,7 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, replicate, spatial
-from layout_algebra.shared import shared_row_major
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 
 COLUMNS_PER_THREAD = 8
 """Accumulator columns per thread: 8 f16 outputs make one 16-byte store."""
@@ -154,19 +154,29 @@ def matmul(
     block_k: int = 32,
     inner_k: int | None = None,
     tensor_cores: bool = False,
+    *,
+    stages: int = 2,
+    swizzle: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
     `tensor_cores` picks the dot's layouts (`dot_layouts`); `inner_k` None means
     `default_inner_k(tensor_cores)`. The accumulation order is the dot's (k increasing), so
     with SIMT layouts the result is bit-exact against `ir.run_reference` on the GPU; with
-    tensor-core layouts the GPU result is within mma rounding of it. Raises VerificationError
-    when the tile sizes do not fit the layouts or `inner_k` does not divide `block_k`.
+    tensor-core layouts the GPU result is within mma rounding of it. `stages` k-tiles are in
+    flight in a ring of shared buffers (2: the double buffering of the module docstring; with
+    S stages the first S - 1 are copied before the loop and k-tile kt + S - 1 while kt is
+    computed); `swizzle` XOR-swizzles the buffers' 16-byte chunks per row
+    (`shared_row_major_swizzle`), so that the tensor cores' ldmatrix reads of 8 rows meet no
+    bank conflict. Raises VerificationError when the tile sizes do not fit the layouts,
+    `inner_k` does not divide `block_k`, or `stages` is not an int from 2 to 8.
     """
     if inner_k is None:
         inner_k = default_inner_k(tensor_cores)
     if block_k % inner_k:
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
+        raise VerificationError(f"matmul: stages={stages!r}; expected an int from 2 to 8")
     a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:
@@ -177,22 +187,33 @@ def matmul(
         a_view = bld.global_view(a, f16, GlobalLayout((m, k), (k, 1)))
         b_view = bld.global_view(b, f16, GlobalLayout((k, n), (n, 1)))
         c_view = bld.global_view(c, f16, GlobalLayout((m, n), (n, 1)))
-        a_shared = bld.shared_tensor(f16, shared_row_major(2, block_m, block_k))
-        b_shared = bld.shared_tensor(f16, shared_row_major(2, block_k, block_n))
+        buffer = shared_row_major_swizzle if swizzle else shared_row_major
+        options = {"element_bits": 16} if swizzle else {}
+        a_shared = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
+        b_shared = bld.shared_tensor(f16, buffer(stages, block_k, block_n, **options))
         row0, col0 = bld.block_y * block_m, bld.block_x * block_n
         tiles = (k + block_k - 1) // block_k
         accumulator = bld.register_tensor(f32, c_layout, 0.0)
-        bld.copy_async(a_shared, a_view, [row0, 0], [0, 0, 0])
-        bld.copy_async(b_shared, b_view, [0, col0], [0, 0, 0])
-        bld.copy_async_commit()
-        with bld.for_range(tiles) as kt:
-            stage = kt % 2
-            with bld.if_(kt + 1 < tiles):
-                next_stage = (kt + 1) % 2
-                bld.copy_async(a_shared, a_view, [row0, (kt + 1) * block_k], [next_stage, 0, 0])
-                bld.copy_async(b_shared, b_view, [(kt + 1) * block_k, col0], [next_stage, 0, 0])
+
+        def prefetch(tile, stage):
+            bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+            bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
+
+        for ahead in range(stages - 1):
+            if ahead == 0:
+                prefetch(0, 0)
+            else:
+                with bld.if_(tiles > ahead):
+                    prefetch(ahead, ahead)
             bld.copy_async_commit()
-            bld.copy_async_wait(1)
+        with bld.for_range(tiles) as kt:
+            stage = kt % stages
+            with bld.if_(kt + stages - 1 < tiles):
+                prefetch(kt + stages - 1, (kt + stages - 1) % stages)
+            # One group per k-tile, empty ones included: k-tile kt's group is complete when
+            # at most stages - 1 later ones are pending.
+            bld.copy_async_commit()
+            bld.copy_async_wait(stages - 1)
             bld.sync()
             with bld.for_range(0, block_k, inner_k) as kk:
                 a_tile = bld.load_shared(a_shared, a_layout, [stage, 0, kk])

@@ -295,7 +295,8 @@ def decode_cases(
 ) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
     """The register-dequant decode kernel (`ir.examples.register_dequant_matmul`) in the
     configurations of `DECODE_CASES`, its split-k sum and its packing program, at sizes of a
-    few tiles with m not a multiple of the mma's 16 rows."""
+    few tiles with m not a multiple of the mma's 16 rows; then the other tensor-core and
+    packed-weight programs (`dequantize_cases`, `matmul_cases`)."""
     from ir.examples.packed_weights import pack_scales, pack_weights, pack_weights_program
     from ir.examples.register_dequant_matmul import (
         DequantConfig,
@@ -359,7 +360,37 @@ def decode_cases(
             True,
         )
     )
-    return cases + dequantize_cases(rng)
+    return cases + dequantize_cases(rng) + matmul_cases(rng)
+
+
+MATMUL_CASES = [
+    # Options of `ir.examples.matmul` on tensor cores: a ring of 3 and of 4 swizzled stages.
+    {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True},
+    {"stages": 4, "swizzle": True, "inner_k": 32},
+]
+
+
+def matmul_cases(
+    rng: np.random.Generator,
+) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
+    """The f16 matmul example on tensor cores with a ring of shared stages (`MATMUL_CASES`), at
+    sizes that leave partial tiles in m, n and k and fewer k-tiles than stages in flight."""
+    from ir.examples.matmul import matmul
+
+    cases = []
+    for options in MATMUL_CASES:
+        block_m, block_n = options.get("block_m", 64), options.get("block_n", 64)
+        for m, n, k in ((block_m + 6, block_n + 8, 136), (block_m - 6, block_n, 32)):
+            a, b = (
+                dtypes.f16.encode(rng.uniform(-1, 1, size).astype(np.float32)).astype(np.uint16)
+                for size in (m * k, k * n)
+            )
+            arguments = [m, n, k, a, b, np.zeros(m * n, np.uint16)]
+            grid = (-(-n // block_n), -(-m // block_m))
+            text = " ".join(f"{key}={value}" for key, value in options.items())
+            program = matmul(tensor_cores=True, **options)
+            cases.append((f"matmul {text} m={m} n={n} k={k}", program, arguments, grid, True))
+    return cases
 
 
 DEQUANTIZE_CASES = [

@@ -649,8 +649,9 @@ if "gpu_examples_main" not in sys.modules:
 DECODE = gpu_examples_main.decode_cases(np.random.default_rng(11))
 """The decode kernel in the configurations of the GPU differential run (late scales, the fused
 split-k sum with tickets, partial sums, zero points with bf16, a deep ring, the weights as A,
-several row blocks), its split-k sum, its packing program and the dequantizing program,
-lowered for sm_90a: mma.sync and ldmatrix included."""
+several row blocks), its split-k sum, its packing program, the dequantizing program and the
+f16 matmul with a ring of swizzled stages, lowered for sm_90a: mma.sync and ldmatrix
+included."""
 
 
 @pytest.fixture(scope="module")
