@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -112,30 +112,61 @@ def _unsigned(bits: int) -> str:
     return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int"}[bits]
 
 
-def offset_ranges(offsets: Sequence[Expr], limit: int) -> list[range] | None:
-    """For each offset, the values its bounds allow (one value for a constant); None when one
-    is unbounded or their combinations exceed `limit`."""
+def offset_ranges(
+    offsets: Sequence[Expr], limit: int, loops: Mapping[str, range] | None = None
+) -> list[range] | None:
+    """For each offset, the values it takes: with every variable of it a loop variable of
+    `loops` (name -> the values it takes), the values it has at those, when they step evenly
+    (``kk`` of ``range(0, 32, 16)`` takes 0 and 16, not all of 0 .. 31); else the values its
+    bounds allow (one value for a constant). None when one is unbounded or their combinations
+    exceed `limit`."""
     ranges = []
     for offset in offsets:
-        low, high = as_expr(offset).bounds()
-        if low is None or high is None:
-            return None
-        ranges.append(range(low, high + 1))
+        offset = as_expr(offset)
+        taken = _values_over_loops(offset, loops or {}, limit)
+        if taken is None:
+            low, high = offset.bounds()
+            if low is None or high is None:
+                return None
+            taken = range(low, high + 1)
+        ranges.append(taken)
     return ranges if math.prod(len(r) for r in ranges) <= limit else None
 
 
+def _values_over_loops(offset: Expr, loops: Mapping[str, range], limit: int) -> range | None:
+    """The values `offset` takes over the loop values `loops` gives its variables, as a range,
+    or None: a variable not in `loops`, more than `limit` points, or values that do not step
+    evenly."""
+    names = sorted(offset.free_vars())
+    if not names or any(name not in loops for name in names):
+        return None
+    if math.prod(len(loops[name]) for name in names) > limit:
+        return None
+    values = sorted(
+        {
+            int(evaluate(offset, dict(zip(names, point))))
+            for point in itertools.product(*(loops[name] for name in names))
+        }
+    )
+    step = values[1] - values[0] if len(values) > 1 else 1
+    if any(b - a != step for a, b in zip(values, values[1:])):
+        return None
+    return range(values[0], values[-1] + 1, step)
+
+
 def offset_values(
-    offsets: Sequence[Expr],
+    offsets: Sequence[Expr], loops: Mapping[str, range] | None = None
 ) -> tuple[list[Expr], dict[str, range], dict[str, Expr]] | None:
     """The offsets of a tile with each variable one replaced by a fresh variable over the values
-    its bounds allow (e.g. a stage index ``(k - k0) % 2`` by one over 0 and 1): (those offsets,
-    the fresh variables' ranges, each fresh name's original offset); None when an offset is
-    unbounded or the points exceed `MAX_OFFSET_POINTS`.
+    it takes (`offset_ranges` with the enclosing loops' values `loops`: e.g. a stage index
+    ``(k - k0) % 2`` by one over 0 and 1, a k slice ``kk`` of ``range(0, 32, 16)`` by one over
+    0 and 16): (those offsets, the fresh variables' ranges, each fresh name's original offset);
+    None when an offset is unbounded or the points exceed `MAX_OFFSET_POINTS`.
 
     `plan_ldmatrix` then checks the load at every value the offsets can take, whatever the
     loop variables behind them, and its claims hold for all of them, so the original offsets
     can be printed in the fresh variables' place (`emit_ldmatrix`'s `substitutions`)."""
-    ranges = offset_ranges(offsets, MAX_OFFSET_POINTS)
+    ranges = offset_ranges(offsets, MAX_OFFSET_POINTS, loops)
     if ranges is None:
         return None
     abstract, values, originals = [], {}, {}
@@ -145,7 +176,7 @@ def offset_values(
             abstract.append(offset)
             continue
         name = f"{RESERVED_PREFIX}offset{dimension}"
-        abstract.append(var(name, choices.start, choices.stop - 1))
+        abstract.append(var(name, choices.start, choices[-1]))
         values[name] = choices
         originals[name] = offset
     return abstract, values, originals
@@ -524,11 +555,11 @@ class MemoryLowering(LoweringContext):
         if self.tensor_cores and src.dtype.nbits == 16:
             # First over the values the offsets take (few, and claims that z3 settles fast),
             # then over the values of the variables behind them.
-            abstract = offset_values(instruction.offsets)
+            ranges = self.loop_ranges(instruction.offsets)
+            abstract = offset_values(instruction.offsets, ranges)
             if abstract is not None:
                 offsets, values, originals = abstract
                 plan = plan_ldmatrix(src.layout, out.layout, src.dtype, offsets, values)
-            ranges = self.loop_ranges(instruction.offsets)
             if plan is None and self.few_offset_values(instruction.offsets, ranges):
                 originals = {}
                 plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)

@@ -84,6 +84,15 @@ def test_tensor_core_plans_are_proved_with_the_accesses() -> None:
     assert all(name.startswith("ldmatrix") for name in names[:-3])
 
 
+def test_tensor_core_matmul_ring_is_proved_with_its_ldmatrix_plans() -> None:
+    """The f16 matmul on tensor cores with three swizzled stages: its ldmatrix plans, made over
+    the values its stage and k slice take, are proved with every access."""
+    kernel = lower(matmul(tensor_cores=True, stages=3, swizzle=True), "sm_90a")
+    report = validate_lowering(kernel, rlimit=RLIMIT)
+    _assert_proved(report)
+    assert sum(claim.name.startswith("ldmatrix") for claim, _ in report.plan_results) == 4
+
+
 @settings(max_examples=20)
 @given(program_cases())
 def test_random_program_lowering_validates(case: ProgramCase) -> None:

@@ -1,0 +1,147 @@
+"""The f16 matmul example on the GPU against cuBLAS, for the prefill regime's baseline.
+
+For each square size (4096 and 8192 by default), C = A @ B with A, B and C row-major f16 and
+f32 accumulation: `ir.examples.matmul` on tensor cores (mma.sync) in each configuration of
+`CONFIGS` (block tile, warps, k-tile, shared stages, swizzle), compiled for the current GPU,
+beside cuBLAS (``torch.matmul``) on the same inputs. Each result is checked against cuBLAS's
+first (relative error below `TOLERANCE`), then timed by the protocol of
+``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read flush and a
+sleep kernel before each run, CUDA events, the median of `--repeats`). Per point: microseconds,
+TFLOP/s and the ratio to cuBLAS (cuBLAS time / ours: above 1 we are faster). Results go to
+``<output>/matmul.json`` and ``.md``, the table printed last.
+
+    python benchmarks/matmul.py [--sizes 4096,8192] [--repeats 30] [--output benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+import backend
+from backend.decode_matmul import relative_error
+from backend.timing import flush_buffer, median_us
+from ir.examples.matmul import matmul
+
+CONFIGS = {
+    "64x64x32 4 warps 2 stages": {"num_threads": 128},
+    "128x128x32 8 warps 3 stages swizzled": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "stages": 3,
+        "swizzle": True,
+    },
+    "128x128x32 8 warps 4 stages swizzled": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "stages": 4,
+        "swizzle": True,
+    },
+    "128x256x32 8 warps 3 stages swizzled": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 256,
+        "stages": 3,
+        "swizzle": True,
+    },
+}
+"""Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``)."""
+TOLERANCE = 1e-2
+"""Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
+
+
+@dataclass
+class Point:
+    """One (size, configuration): our and cuBLAS's microseconds, our TFLOP/s, the ratio."""
+
+    size: int
+    config: str
+    ours_us: float
+    cublas_us: float
+    tflops: float
+    vs_cublas: float
+
+
+def measure(size: int, name: str, flush: torch.Tensor, repeats: int) -> Point:
+    options = CONFIGS[name]
+    generator = torch.Generator(device="cuda").manual_seed(size)
+    a, b = (
+        (torch.rand((size, size), device="cuda", generator=generator) * 2 - 1).half()
+        for _ in range(2)
+    )
+    c = torch.empty((size, size), device="cuda", dtype=torch.float16)
+    kernel = backend.compile(matmul(tensor_cores=True, **options))
+    grid = (
+        -(-size // options.get("block_n", 64)),
+        -(-size // options.get("block_m", 64)),
+    )
+
+    def ours() -> torch.Tensor:
+        kernel(size, size, size, a, b, c, grid=grid)
+        return c
+
+    def cublas() -> torch.Tensor:
+        return torch.matmul(a, b)
+
+    error = relative_error(ours(), cublas())
+    if not error < TOLERANCE:
+        raise RuntimeError(f"matmul {size} {name}: differs from cuBLAS by {error:.2e}")
+    ours_us, cublas_us = median_us(ours, flush, repeats), median_us(cublas, flush, repeats)
+    return Point(size, name, ours_us, cublas_us, 2 * size**3 / ours_us / 1e6, cublas_us / ours_us)
+
+
+def table(points: list[Point]) -> str:
+    lines = [
+        "| size | config | ours us | cuBLAS us | ours TFLOP/s | vs cuBLAS |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for p in points:
+        lines.append(
+            f"| {p.size} | {p.config} | {p.ours_us:.1f} | {p.cublas_us:.1f} | {p.tflops:.0f} "
+            f"| {p.vs_cublas:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (see the module docstring); return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="4096,8192", help="square sizes, comma-separated")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
+    parser.add_argument("--output", default="benchmarks/results", help="directory of results")
+    options = parser.parse_args(argv)
+    if options.repeats < 30:
+        parser.error(f"--repeats must be at least 30, got {options.repeats}")
+    sizes = [int(size) for size in options.sizes.split(",")]
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    flush = flush_buffer(torch.device("cuda"))
+    points = []
+    output = Path(options.output)
+    output.mkdir(parents=True, exist_ok=True)
+    for size in sizes:
+        for name in CONFIGS:
+            points.append(measure(size, name, flush, options.repeats))
+            print(f"  {size} {name}: {points[-1].ours_us:.1f} us")
+            record = {
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "repeats": options.repeats,
+                "points": [asdict(p) for p in points],
+            }
+            (output / "matmul.json").write_text(json.dumps(record, indent=2) + "\n")
+            (output / "matmul.md").write_text(table(points))
+    print(table(points), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
