@@ -44,6 +44,14 @@ CONFIGS = {
         "stages": 4,
         "swizzle": True,
     },
+    "128x128x64 8 warps 3 stages swizzled": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 3,
+        "swizzle": True,
+    },
     "128x256x32 8 warps 3 stages swizzled": {
         "num_threads": 256,
         "block_m": 128,
