@@ -29,6 +29,7 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
+    check_activation_options,
     check_weight_dtype,
     tile_layouts,
     tile_value_layout,
@@ -59,14 +60,7 @@ def dequantize_weights_program(
     Raises VerificationError for anything else."""
     weight_dtype = check_weight_dtype(weight_dtype)
     act = activation_dtype
-    if act not in (dtypes.f16, dtypes.bf16):
-        raise VerificationError(
-            f"dequantize_weights_program: activation_dtype={act!r}; expected f16 or bf16"
-        )
-    if not isinstance(zero_points, bool):
-        raise VerificationError(
-            f"dequantize_weights_program: zero_points={zero_points!r}; expected True or False"
-        )
+    check_activation_options("dequantize_weights_program", act, zero_points)
     for name, value, most in (("warps", warps, 32), ("units_k", units_k, 64)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
             raise VerificationError(

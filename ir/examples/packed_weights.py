@@ -124,6 +124,17 @@ pair of codes with one LOP3 and one fma. Each order is the cheapest of the 120 f
 bf16 conversions together (tests/backend/test_fast_conversions.py checks it)."""
 
 
+def check_activation_options(program: str, activation_dtype: object, zero_points: object) -> None:
+    """Check the options every program reading packed weights takes: `activation_dtype` f16 or
+    bf16 and `zero_points` a bool; VerificationError naming `program` and the value otherwise."""
+    if activation_dtype not in (dtypes.f16, dtypes.bf16):
+        raise VerificationError(
+            f"{program}: activation_dtype={activation_dtype!r}; expected f16 or bf16"
+        )
+    if not isinstance(zero_points, bool):
+        raise VerificationError(f"{program}: zero_points={zero_points!r}; expected True or False")
+
+
 def unit_element_layout(nbits: int | None = None) -> RegisterLayout:
     """The (16, 64) unit of weights over one warp: eight mma B fragments side by side, each
     lane's elements in fragment order, or, given `nbits`, in the packed order of b-bit codes

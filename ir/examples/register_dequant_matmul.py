@@ -67,6 +67,7 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
+    check_activation_options,
     check_weight_dtype,
     tile_layouts,
     tile_value_layout,
@@ -294,14 +295,7 @@ def register_dequant_matmul(
         )
     weight_dtype = check_weight_dtype(weight_dtype)
     _check_config(group_size, config)
-    if activation_dtype not in (dtypes.f16, dtypes.bf16):
-        raise VerificationError(
-            f"register_dequant_matmul: activation_dtype={activation_dtype!r}; expected f16 or bf16"
-        )
-    if not isinstance(zero_points, bool):
-        raise VerificationError(
-            f"register_dequant_matmul: zero_points={zero_points!r}; expected True or False"
-        )
+    check_activation_options("register_dequant_matmul", activation_dtype, zero_points)
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
     # With the late scale (no zero points), a float's bias moves from its cast to the scales.
     late_float = config.late_scale and not zero_points
