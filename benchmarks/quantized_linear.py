@@ -11,7 +11,10 @@ beside, on the same weights and rows:
   operations (`dequantize_with_torch`, what `forward` did above 16 rows before the kernel);
 - cuBLAS fp16: ``x @ W`` with W the dequantized f16 weights made once beforehand (the speed of
   an unquantized layer, and the reference of every result);
-- Humming (``humming-kernels``) on the same dequantized weights, for the types it names.
+- Humming (``humming-kernels``) on the same dequantized weights, for the types it names;
+- for M <= `DECODE_KERNEL_ROWS`, the register-dequant decode kernel itself
+  (`DecodeMatmul.tuned` for M), also above `DECODE_MAX_ROWS`, where `forward` does not take it
+  yet: whether it should is what this column says.
 
 `forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS` (tuned per M
 bucket on its first call, then read from the kernel cache directory) and dequantize-then-
@@ -35,14 +38,16 @@ from pathlib import Path
 import torch
 from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling script
 
-from backend.decode_matmul import relative_error
+from backend.decode_matmul import DecodeMatmul, relative_error
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
 from backend.timing import flush_buffer, median_us
 from ir import dtypes
 from ir.dtypes import DataType
 
 GROUP_SIZE = 128
-BATCHES = [1, 16, 256, 4096]
+BATCHES = [1, 16, 32, 64, 256, 4096]
+DECODE_KERNEL_ROWS = 64
+"""Batches up to which the decode kernel is timed beside `forward` (its row tilings hold 64)."""
 QUICK_BATCHES = [1, 256]
 TOLERANCE = 2e-2
 """Largest relative error (Frobenius) of a result against cuBLAS fp16 on the same weights."""
@@ -65,6 +70,7 @@ class Point:
     torch_dequantize_matmul_us: float
     cublas_us: float
     humming_us: float | None
+    decode_kernel_us: float | None
     vs_dequantize_matmul: float
     vs_cublas: float
     vs_humming: float | None
@@ -99,6 +105,11 @@ def measure(
     }
     if peer is not None:
         runs["Humming"] = lambda: peer(x)
+    if m <= DECODE_KERNEL_ROWS:
+        operation = DecodeMatmul.tuned(layer.decode_problem(torch.float16), m, progress=False)
+        scales = layer.packed_scales.half()
+        zeros = None if layer.packed_zeros is None else layer.packed_zeros.half()
+        runs["decode kernel"] = lambda: operation(x, layer.packed_weight, scales, zeros)[:, :n]
     for name, run in runs.items():
         error = relative_error(run(), reference)
         # Humming quantizes the dequantized weights again: its own error comes on top.
@@ -118,6 +129,7 @@ def measure(
         torch_dequantize_matmul_us=times["torch dequantize-then-matmul"],
         cublas_us=times["cuBLAS fp16"],
         humming_us=humming,
+        decode_kernel_us=times.get("decode kernel"),
         vs_dequantize_matmul=times["dequantize-then-matmul"] / ours,
         vs_cublas=times["cuBLAS fp16"] / ours,
         vs_humming=None if humming is None else humming / ours,
@@ -128,17 +140,18 @@ def measure(
 def table(points: list[Point]) -> str:
     lines = [
         "| weight | K | N | M | path | forward us | dequantize + matmul us "
-        "| torch dequantize + matmul us | cuBLAS fp16 us | Humming us | vs dequantize + matmul "
-        "| vs cuBLAS | vs Humming | notes |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| torch dequantize + matmul us | cuBLAS fp16 us | Humming us | decode kernel us "
+        "| vs dequantize + matmul | vs cuBLAS | vs Humming | notes |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for p in points:
         humming = "n/a" if p.humming_us is None else f"{p.humming_us:.1f}"
+        decode = "n/a" if p.decode_kernel_us is None else f"{p.decode_kernel_us:.1f}"
         versus = "n/a" if p.vs_humming is None else f"{p.vs_humming:.2f}x"
         lines.append(
             f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.path} | {p.forward_us:.1f} "
             f"| {p.dequantize_matmul_us:.1f} | {p.torch_dequantize_matmul_us:.1f} "
-            f"| {p.cublas_us:.1f} | {humming} "
+            f"| {p.cublas_us:.1f} | {humming} | {decode} "
             f"| {p.vs_dequantize_matmul:.2f}x | {p.vs_cublas:.2f}x | {versus} | {p.notes} |"
         )
     return "\n".join(lines) + "\n"
