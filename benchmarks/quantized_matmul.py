@@ -13,6 +13,8 @@ in this one process on the same random inputs:
     ``split_k_sum`` launch (`launches` 2);
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
+    ``mma_ring``: the same on tensor cores with `RING_OPTIONS` (128 x 128 tiles, a ring of
+    three swizzled stages, the next k-tile's weights loaded ahead);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -72,6 +74,9 @@ QUICK_SHAPES = [(4096, 12288)]
 QUICK_BATCHES = [1, 256]
 GROUP_SIZE = 128
 BLOCK_M = BLOCK_N = 64
+RING_OPTIONS = {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True}
+"""The ``mma_ring`` variant: ``quantized_matmul`` on tensor cores with a ring of swizzled
+stages and the next k-tile's weight bytes loaded ahead."""
 BANDWIDTH = 4.4e12
 """Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
 FLOP_RATE = 800e12
@@ -211,16 +216,25 @@ class Operation:
             self.launches = decode.launches
             return
         self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
+        self.options = dict(RING_OPTIONS) if variant == "mma_ring" else {}
         program = quantized_matmul(
-            problem.weight, group_size=GROUP_SIZE, tensor_cores=variant == "mma"
+            problem.weight,
+            group_size=GROUP_SIZE,
+            tensor_cores=variant in ("mma", "mma_ring"),
+            **self.options,
         )
         self.kernel = backend.compile(program)
         self.launches = 1
 
     @property
+    def block(self) -> tuple[int, int]:
+        """(block_m, block_n) of a ``quantized_matmul`` variant."""
+        return self.options.get("block_m", BLOCK_M), self.options.get("block_n", BLOCK_N)
+
+    @property
     def config_record(self) -> dict[str, Any]:
         if self.decode is None:
-            return {"block_m": BLOCK_M, "block_n": BLOCK_N}
+            return {"block_m": self.block[0], "block_n": self.block[1], **self.options}
         return asdict(self.decode.config)
 
     def prepare(self, a: torch.Tensor) -> tuple[Callable[[], Any], torch.Tensor]:
@@ -230,7 +244,8 @@ class Operation:
         if self.decode is not None:
             run = functools.partial(self.decode, a, p.packed_units(), p.packed_scales(), out=out)
             return run, out
-        grid = (math.ceil(p.n / BLOCK_N), math.ceil(m / BLOCK_M))
+        block_m, block_n = self.block
+        grid = (math.ceil(p.n / block_n), math.ceil(m / block_m))
         args = (m, p.n, p.k, a, self.packed, p.scales)
         return functools.partial(self.kernel, *args, out, grid=grid), out
 
@@ -399,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         "--kernels",
         default="register_dequant,mma",
         help="our kernels, comma-separated: register_dequant (packed weights dequantized in "
-        "registers), mma (mma.sync tensor cores), simt (CUDA-core dot)",
+        "registers), mma (mma.sync tensor cores), mma_ring (the same with a ring of swizzled "
+        "stages, RING_OPTIONS), simt (CUDA-core dot)",
     )
     options = parser.parse_args(argv)
     if options.repeats < 30:
@@ -419,9 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    unknown = sorted(set(variants) - {"simt", "mma", "register_dequant"})
+    unknown = sorted(set(variants) - {"simt", "mma", "mma_ring", "register_dequant"})
     if unknown:
-        parser.error(f"--kernels takes register_dequant, mma and simt, got {unknown}")
+        parser.error(f"--kernels takes register_dequant, mma, mma_ring and simt, got {unknown}")
     output = Path(options.output)
     output.mkdir(parents=True, exist_ok=True)
     for weight in weights:

@@ -38,7 +38,7 @@ from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local
-from layout_algebra.shared import shared_row_major
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 from layout_algebra.symbolic import simplify
 
 WEIGHTS_PER_CHUNK = 8
@@ -79,15 +79,30 @@ def quantized_matmul(
     block_k: int = 32,
     inner_k: int | None = None,
     tensor_cores: bool = False,
+    *,
+    stages: int = 1,
+    swizzle: bool = False,
 ) -> Program:
     """The program ``quantized_matmul(m, n, k, a, w, scales, c)`` (see the module docstring).
 
     `w` is an array parameter of `weight_dtype` (the packed (k, n) codes), `scales` of f16.
     `tensor_cores` picks the dot's layouts (`ir.examples.matmul.dot_layouts`); `inner_k` None
-    means `ir.examples.matmul.default_inner_k(tensor_cores)`. Raises VerificationError for a
-    weight type wider than 8 bits, a group size that is not a multiple of `block_k`, or tile
-    sizes that do not fit the layouts.
+    means `ir.examples.matmul.default_inner_k(tensor_cores)`.
+
+    `stages` 1 is the loop of the module docstring, each k-tile loaded, dequantized and
+    multiplied in turn. With S >= 2 stages the loads run ahead: the activation tiles through a
+    ring of S shared stages (the first S - 1 copied before the loop, k-tile kt + S - 1 while kt
+    is computed), the weight bytes of the next k-tile loaded into registers while this one's
+    are dequantized into one of two shared weight buffers, one barrier after the stores and
+    one after the dot. `swizzle` XOR-swizzles the shared buffers' 16-byte chunks per row, so
+    the tensor cores' ldmatrix reads meet no bank conflict.
+
+    Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
+    multiple of `block_k`, tile sizes that do not fit the layouts, or `stages` not an int from
+    1 to 8.
     """
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
+        raise VerificationError(f"quantized_matmul: stages={stages!r}; expected an int from 1 to 8")
     if inner_k is None:
         inner_k = default_inner_k(tensor_cores)
     if weight_dtype.nbits > 8:
@@ -117,10 +132,51 @@ def quantized_matmul(
         w_bytes = bld.global_view(w, dtypes.u8, GlobalLayout((k, row_bytes), (row_bytes, 1)))
         s_view = bld.global_view(scales, f16, GlobalLayout((groups, n), (n, 1)))
         c_view = bld.global_view(c, f16, GlobalLayout((m, n), (n, 1)))
-        a_shared = bld.shared_tensor(f16, shared_row_major(block_m, block_k))
-        w_shared = bld.shared_tensor(f16, shared_row_major(block_k, block_n))
         row0, col0 = bld.block_y * block_m, bld.block_x * block_n
         accumulator = bld.register_tensor(f32, c_layout, 0.0)
+        if stages > 1:
+            buffer = shared_row_major_swizzle if swizzle else shared_row_major
+            options = {"element_bits": 16} if swizzle else {}
+            a_ring = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
+            w_pair = bld.shared_tensor(f16, buffer(2, block_k, block_n, **options))
+            tiles = (k + block_k - 1) // block_k
+            w_column = bld.block_x * (block_n * bits // 8)
+
+            def prefetch(tile, stage):
+                bld.copy_async(a_ring, a_view, [row0, tile * block_k], [stage, 0, 0])
+
+            for ahead in range(stages - 1):
+                if ahead == 0:
+                    prefetch(0, 0)
+                else:
+                    with bld.if_(tiles > ahead):
+                        prefetch(ahead, ahead)
+                bld.copy_async_commit()
+            raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
+            with bld.for_range(tiles) as kt:
+                stage, half = kt % stages, kt % 2
+                with bld.if_(kt + stages - 1 < tiles):
+                    prefetch(kt + stages - 1, (kt + stages - 1) % stages)
+                bld.copy_async_commit()
+                codes = bld.view(raw, weight_dtype, weight_layout)
+                scale = bld.load_global(s_view, [kt * block_k // group_size, col0], scale_layout)
+                bld.store_shared(w_pair, bld.mul(bld.cast(codes, f16), scale), [half, 0, 0])
+                with bld.if_(kt + 1 < tiles):
+                    bld.assign(
+                        raw, bld.load_global(w_bytes, [(kt + 1) * block_k, w_column], byte_layout)
+                    )
+                bld.copy_async_wait(stages - 1)
+                bld.sync()
+                with bld.for_range(0, block_k, inner_k) as kk:
+                    a_tile = bld.load_shared(a_ring, a_layout, [stage, 0, kk])
+                    w_tile = bld.load_shared(w_pair, b_layout, [half, kk, 0])
+                    bld.assign(accumulator, bld.dot(a_tile, w_tile, accumulator))
+                # Every thread is past its reads of this stage before a later copy into it.
+                bld.sync()
+            bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+            return bld.program()
+        a_shared = bld.shared_tensor(f16, shared_row_major(block_m, block_k))
+        w_shared = bld.shared_tensor(f16, shared_row_major(block_k, block_n))
         with bld.for_range((k + block_k - 1) // block_k) as kt:
             k0 = kt * block_k
             bld.copy_async(a_shared, a_view, [row0, k0])

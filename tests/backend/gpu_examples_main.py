@@ -370,12 +370,21 @@ MATMUL_CASES = [
 ]
 
 
+QUANTIZED_RING_CASES = [
+    # (weight type, options of `ir.examples.quantized_matmul` on tensor cores)
+    (dtypes.u4, {"stages": 3, "swizzle": True}),
+    (dtypes.i3, {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 2}),
+]
+
+
 def matmul_cases(
     rng: np.random.Generator,
 ) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
     """The f16 matmul example on tensor cores with a ring of shared stages (`MATMUL_CASES`), at
-    sizes that leave partial tiles in m, n and k and fewer k-tiles than stages in flight."""
+    sizes that leave partial tiles in m, n and k and fewer k-tiles than stages in flight; the
+    quantized matmul with its ring (`QUANTIZED_RING_CASES`, group size 32)."""
     from ir.examples.matmul import matmul
+    from ir.examples.quantized_matmul import quantized_matmul
 
     cases = []
     for options in MATMUL_CASES:
@@ -390,6 +399,26 @@ def matmul_cases(
             text = " ".join(f"{key}={value}" for key, value in options.items())
             program = matmul(tensor_cores=True, **options)
             cases.append((f"matmul {text} m={m} n={n} k={k}", program, arguments, grid, True))
+    for weight, options in QUANTIZED_RING_CASES:
+        block_m, block_n = options.get("block_m", 64), options.get("block_n", 64)
+        m, n, k = block_m + 6, block_n + 8, 160
+        a = dtypes.f16.encode(rng.uniform(-1, 1, m * k).astype(np.float32)).astype(np.uint16)
+        codes = rng.integers(0, 1 << weight.nbits, k * n)
+        scales = rng.uniform(0.5, 1.5, (k // 32) * n) / 2 ** (weight.nbits - 1)
+        scale_codes = dtypes.f16.encode(scales.astype(np.float32)).astype(np.uint16)
+        arguments = [
+            m,
+            n,
+            k,
+            a,
+            dtypes.pack(codes, weight),
+            scale_codes,
+            np.zeros(m * n, np.uint16),
+        ]
+        program = quantized_matmul(weight, group_size=32, tensor_cores=True, **options)
+        text = " ".join(f"{key}={value}" for key, value in options.items())
+        grid = (-(-n // block_n), -(-m // block_m))
+        cases.append((f"quantized_matmul {weight} {text}", program, arguments, grid, True))
     return cases
 
 

@@ -2,9 +2,9 @@
 
 Exact: `offset_ranges` over enclosing loops (a k slice of ``range(0, 32, 16)`` takes 0 and 16; a
 stage ``kt % 3`` of an unbounded loop takes 0, 1, 2 by its bounds; values that do not step
-evenly fall back to the bounds; an unbounded offset gives None), and the f16 matmul example on
-tensor cores reads both operands with ldmatrix in every ring and swizzle. Property: the ranges
-hold exactly the values the offsets take, by enumeration of the loops.
+evenly fall back to the bounds; an unbounded offset gives None), and the f16 and quantized
+matmul examples on tensor cores read both operands with ldmatrix in every ring and swizzle.
+Property: the ranges hold exactly the values the offsets take, by enumeration of the loops.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from backend.lower import lower
 from backend.lower.memory import offset_ranges, offset_values
 from ir.examples.matmul import matmul
+from ir.examples.quantized_matmul import quantized_matmul
 from layout_algebra.symbolic import evaluate, var
 
 
@@ -69,8 +70,15 @@ def test_ranges_hold_the_values_taken(
     ],
     ids=str,
 )
-def test_the_matmul_example_reads_both_operands_with_ldmatrix(options: dict) -> None:
-    kernel = lower(matmul(tensor_cores=True, **options), "sm_90a")
+@pytest.mark.parametrize("quantized", [False, True], ids=["f16", "u4"])
+def test_the_matmul_examples_read_both_operands_with_ldmatrix(
+    options: dict, quantized: bool
+) -> None:
+    if quantized:
+        program = quantized_matmul(tensor_cores=True, **{"stages": 2, **options})
+    else:
+        program = matmul(tensor_cores=True, **options)
+    kernel = lower(program, "sm_90a")
     loads = [
         [path.name for path in step.paths]
         for step in kernel.report.steps

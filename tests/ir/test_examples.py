@@ -79,14 +79,19 @@ def only_dot(program: Program) -> Dot:
     return dot
 
 
+RINGS = [{}, {"stages": 3}, {"stages": 4, "swizzle": True}]
+"""Shared-stage options of the matmul examples: the double buffer, and rings of 3 and 4."""
+
+
+@pytest.mark.parametrize("ring", RINGS, ids=str)
 @pytest.mark.parametrize("tensor_cores", [False, True], ids=["simt", "mma"])
-def test_matmul_is_bit_exact_against_the_sequential_formula(tensor_cores):
+def test_matmul_is_bit_exact_against_the_sequential_formula(tensor_cores, ring):
     rng = np.random.default_rng(4)
     m, n, k = 70, 72, 88  # none a multiple of the 64 x 64 x 32 tile; n, k multiples of 8
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     c = np.zeros((m, n), dtype=np.float16)
-    program = matmul(tensor_cores=tensor_cores)
+    program = matmul(tensor_cores=tensor_cores, **ring)
     run_reference(program, m, n, k, a, b, c, grid=(ceil_div(n, 64), ceil_div(m, 64)))
     np.testing.assert_array_equal(c.view(np.uint16), sequential_f32_matmul(a, b).view(np.uint16))
     reference = a.astype(np.float64) @ b.astype(np.float64)
@@ -108,11 +113,13 @@ WEIGHT_DTYPES = [
 
 
 @pytest.mark.parametrize(
-    ("weight_dtype", "tensor_cores"),
-    [(dtype, False) for dtype in WEIGHT_DTYPES] + [(dtypes.u4, True), (dtypes.f4e2m1, True)],
+    ("weight_dtype", "tensor_cores", "ring"),
+    [(dtype, False, {}) for dtype in WEIGHT_DTYPES]
+    + [(dtypes.u4, True, {}), (dtypes.f4e2m1, True, {})]
+    + [(dtypes.i3, False, {"stages": 2}), (dtypes.u4, True, {"stages": 3, "swizzle": True})],
     ids=str,
 )
-def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_cores):
+def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_cores, ring):
     rng = np.random.default_rng(weight_dtype.nbits)
     m, n, k, group = 33, 72, 72, 32
     a = rng.standard_normal((m, k)).astype(np.float16)
@@ -121,7 +128,7 @@ def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_co
         codes = np.where(np.isnan(weight_dtype.decode(codes)), 0, codes)
     scales = (rng.random((ceil_div(k, group), n)) + 0.25).astype(np.float16)
     c = np.zeros((m, n), dtype=np.float16)
-    program = quantized_matmul(weight_dtype, group_size=group, tensor_cores=tensor_cores)
+    program = quantized_matmul(weight_dtype, group_size=group, tensor_cores=tensor_cores, **ring)
     weights = dtypes.pack(codes, weight_dtype)
     run_reference(program, m, n, k, a, weights, scales, c, grid=(ceil_div(n, 64), 1))
     weight_values = weight_dtype.decode(codes).astype(np.float64)
@@ -197,6 +204,8 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: quantized_matmul(group_size=48), "group_size 48 must be a multiple of 32"),
         (lambda: quantized_matmul(dtypes.f16), "at most 8 bits, got f16"),
         (lambda: quantized_matmul(block_k=8), "block_k 8 must be a multiple of 16"),
+        (lambda: matmul(stages=1), "matmul: stages=1; expected an int from 2 to 8"),
+        (lambda: quantized_matmul(stages=9), "quantized_matmul: stages=9; expected an int from"),
         (
             lambda: matmul(num_threads=48, tensor_cores=True),
             "num_threads 48 must be a positive multiple of 32 for mma",
