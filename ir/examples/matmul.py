@@ -32,6 +32,7 @@ Requirements: `n` and `k` multiples of 8 at run time (``ROW_MULTIPLE``, declared
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from ir import dtypes
 from ir.builder import ProgramBuilder
@@ -42,6 +43,7 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, replicate, spatial
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from layout_algebra.symbolic import Expr, ExprLike
 
 COLUMNS_PER_THREAD = 8
 """Accumulator columns per thread: 8 f16 outputs make one 16-byte store."""
@@ -147,6 +149,22 @@ def default_inner_k(tensor_cores: bool) -> int:
     return MMA_K if tensor_cores else SIMT_INNER_K
 
 
+def fill_ring(
+    bld: ProgramBuilder, stages: int, tiles: Expr, prefetch: Callable[[ExprLike, int], None]
+) -> None:
+    """Before the k loop of a ring of `stages` shared stages: ``prefetch(t, t)`` copies k-tile
+    t into stage t for t < stages - 1 (those of them below `tiles`), each committed as its own
+    group, so that in the loop k-tile kt's group is complete once at most stages - 1 later
+    groups are pending."""
+    for ahead in range(stages - 1):
+        if ahead == 0:
+            prefetch(0, 0)
+        else:
+            with bld.if_(tiles > ahead):
+                prefetch(ahead, ahead)
+        bld.copy_async_commit()
+
+
 def matmul(
     num_threads: int = 128,
     block_m: int = 64,
@@ -199,13 +217,7 @@ def matmul(
             bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
             bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
 
-        for ahead in range(stages - 1):
-            if ahead == 0:
-                prefetch(0, 0)
-            else:
-                with bld.if_(tiles > ahead):
-                    prefetch(ahead, ahead)
-            bld.copy_async_commit()
+        fill_ring(bld, stages, tiles, prefetch)
         with bld.for_range(tiles) as kt:
             stage = kt % stages
             with bld.if_(kt + stages - 1 < tiles):

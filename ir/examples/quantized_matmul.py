@@ -33,7 +33,7 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
-from ir.examples.matmul import COLUMNS_PER_THREAD, default_inner_k, dot_layouts
+from ir.examples.matmul import COLUMNS_PER_THREAD, default_inner_k, dot_layouts, fill_ring
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -145,13 +145,7 @@ def quantized_matmul(
             def prefetch(tile, stage):
                 bld.copy_async(a_ring, a_view, [row0, tile * block_k], [stage, 0, 0])
 
-            for ahead in range(stages - 1):
-                if ahead == 0:
-                    prefetch(0, 0)
-                else:
-                    with bld.if_(tiles > ahead):
-                        prefetch(ahead, ahead)
-                bld.copy_async_commit()
+            fill_ring(bld, stages, tiles, prefetch)
             raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
             with bld.for_range(tiles) as kt:
                 stage, half = kt % stages, kt % 2
