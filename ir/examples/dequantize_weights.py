@@ -3,8 +3,8 @@
 ``dequantize(n, k, packed, scales[, zeros], w)`` writes the (k, n) dequantized weights ``w =
 act((W - Z) * S)`` row-major, from the packed codes (`ir.examples.packed_weights`, i32 of
 `WeightFormat.shape`) and the packed per-group scales (and zero points) of `pack_scales`, each
-group `group_size` rows of k: what `QuantizedLinear.dequantize` computes in torch, bit for bit
-(the cast is exact; ``W - Z`` and the product each round once in the activation type, as f32
+group `group_size` rows of k: what `QuantizedLinear.dequantize_with_torch` computes, bit for
+bit (the cast is exact; ``W - Z`` and the product each round once in the activation type, as f32
 arithmetic rounded to it does for these operands; a NaN code gives a NaN, positive by the
 contract's arithmetic rule), for a matmul of many rows (dequantize-then-matmul) to read.
 
@@ -13,10 +13,10 @@ words, `view`s them as the weight type in the packed order, casts them into the 
 order (`tile_value_layout`; the fast conversions on a GPU), subtracts the zero-point row and
 multiplies by the scale row of the tile's group (loaded as 16-byte vectors of packed scales and
 viewed in the weights' scale layout, as the decode kernel does), and stores the tile through
-shared memory as rows of 16-byte vectors. The
-program declares its grid, ``(n // (64 * warps), k // (16 * units_k))``; `n` and `k` are
-compile-time constants (a kernel per weight shape, so every access is shown in bounds), `n` a
-multiple of 64 * warps, `k` of `group_size`, and `group_size` of 16 * units_k.
+shared memory as rows of 16-byte vectors. The program declares its grid, ``(n // (64 *
+warps), k // (16 * units_k))``; `n` and `k` are compile-time constants (a kernel per weight
+shape, so every access is shown in bounds), `n` a multiple of 64 * warps, `k` of
+`group_size`, and `group_size` of 16 * units_k.
 """
 
 from __future__ import annotations
