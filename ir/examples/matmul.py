@@ -187,7 +187,8 @@ def matmul(
     computed); `swizzle` XOR-swizzles the buffers' 16-byte chunks per row
     (`shared_row_major_swizzle`), so that the tensor cores' ldmatrix reads of 8 rows meet no
     bank conflict. Raises VerificationError when the tile sizes do not fit the layouts,
-    `inner_k` does not divide `block_k`, or `stages` is not an int from 2 to 8.
+    `inner_k` does not divide `block_k`, `stages` is not an int from 2 to 8, or `swizzle` not
+    a bool.
     """
     if inner_k is None:
         inner_k = default_inner_k(tensor_cores)
@@ -195,6 +196,8 @@ def matmul(
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
     if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
         raise VerificationError(f"matmul: stages={stages!r}; expected an int from 2 to 8")
+    if not isinstance(swizzle, bool):
+        raise VerificationError(f"matmul: swizzle={swizzle!r}; expected True or False")
     a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:

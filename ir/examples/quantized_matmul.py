@@ -98,11 +98,16 @@ def quantized_matmul(
     the tensor cores' ldmatrix reads meet no bank conflict.
 
     Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
-    multiple of `block_k`, tile sizes that do not fit the layouts, or `stages` not an int from
-    1 to 8.
+    multiple of `block_k`, tile sizes that do not fit the layouts, `stages` not an int from
+    1 to 8, or `swizzle` not a bool (True needs a ring).
     """
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
         raise VerificationError(f"quantized_matmul: stages={stages!r}; expected an int from 1 to 8")
+    if not isinstance(swizzle, bool) or (swizzle and stages == 1):
+        raise VerificationError(
+            f"quantized_matmul: swizzle={swizzle!r} with stages={stages}; expected a bool, "
+            "True only with a ring (stages >= 2)"
+        )
     if inner_k is None:
         inner_k = default_inner_k(tensor_cores)
     if weight_dtype.nbits > 8:

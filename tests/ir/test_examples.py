@@ -206,6 +206,11 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: quantized_matmul(block_k=8), "block_k 8 must be a multiple of 16"),
         (lambda: matmul(stages=1), "matmul: stages=1; expected an int from 2 to 8"),
         (lambda: quantized_matmul(stages=9), "quantized_matmul: stages=9; expected an int from"),
+        (lambda: matmul(swizzle=1), "matmul: swizzle=1; expected True or False"),
+        (
+            lambda: quantized_matmul(swizzle=True),
+            "quantized_matmul: swizzle=True with stages=1; expected a bool, True only with a ring",
+        ),
         (
             lambda: matmul(num_threads=48, tensor_cores=True),
             "num_threads 48 must be a positive multiple of 32 for mma",
