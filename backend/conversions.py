@@ -178,6 +178,14 @@ LA_FN float la_decode_bf16(la_u32 code)
     return value == value ? value : la_bits_to_float(((code & 0x8000u) << 16) | 0x7FC00000u);
 }
 
+/* A value times a power of two `scale` for a scaled cast (exact there, as the verifier checked
+   every code): a NaN is passed on unchanged, since the device's multiply would make it the
+   positive canonical NaN and a cast keeps a NaN's sign. */
+LA_FN float la_scale_exact(float value, float scale)
+{
+    return value == value ? value * scale : value;
+}
+
 /* f16 -> f32 where no instruction can tell one NaN from another (`nan_blind_tensors`): the
    hardware conversion alone, whose NaNs are all positive. */
 LA_FN float la_widen_f16(la_u32 code)
@@ -336,14 +344,15 @@ def convert_expression(
     The same type is the identity; otherwise decode to the value, then encode it
     (`encode_expression`), exactly as `ir.dtypes.convert` defines it, except for the NaNs of a
     `nan_blind` result (`decode_expression`). With `exponent`, `dtypes.convert_scaled`: the
-    value times ``2**exponent`` in float32 before it is encoded (exact, as the verifier checked
-    for every code, and float32 holds every value of a type of at most 16 bits scaled so).
+    value times ``2**exponent`` in float32 before it is encoded (``la_scale_exact``: exact, as
+    the verifier checked for every code, float32 holding every value of a type of at most 16
+    bits scaled so; a NaN passed on with its sign).
     """
     if exponent:
         value = decode_expression(src, code, nan_blind)
         if not src.is_float:
             value = f"(float)({value})"
-        return encode_expression(dst, f"(({value}) * {float.hex(2.0**exponent)}f)")
+        return encode_expression(dst, f"la_scale_exact({value}, {float.hex(2.0**exponent)}f)")
     if src == dst:
         return f"({code})"
     return encode_expression(dst, decode_expression(src, code, nan_blind), src.is_float)

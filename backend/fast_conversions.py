@@ -160,7 +160,7 @@ def fma_free_exponent(src: DataType, dst: DataType) -> int | None:
     None."""
     if conversion_kind(src, dst) != "float":
         return None
-    exponent = src.bias - _EXPONENT_BIAS[dst]
+    exponent = src.bias - dst.bias
     return None if dtypes.scaled_conversion_error(src, dst, exponent) else exponent
 
 

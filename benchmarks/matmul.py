@@ -16,12 +16,12 @@ TFLOP/s and the ratio to cuBLAS (cuBLAS time / ours: above 1 we are faster). Res
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.decode_matmul import relative_error
@@ -134,19 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(torch.device("cuda"))
     points = []
     output = Path(options.output)
-    output.mkdir(parents=True, exist_ok=True)
     for size in sizes:
         for name in CONFIGS:
             points.append(measure(size, name, flush, options.repeats))
             print(f"  {size} {name}: {points[-1].ours_us:.1f} us")
-            record = {
-                "device": torch.cuda.get_device_name(),
-                "torch": torch.__version__,
-                "repeats": options.repeats,
-                "points": [asdict(p) for p in points],
-            }
-            (output / "matmul.json").write_text(json.dumps(record, indent=2) + "\n")
-            (output / "matmul.md").write_text(table(points))
+            write_record(output, "matmul", points, table(points), repeats=options.repeats)
     print(table(points), end="")
     return 0
 

@@ -30,13 +30,13 @@ Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling script
+from records import write_record  # a sibling module of the benchmarks
 
 from backend.decode_matmul import DecodeMatmul, relative_error
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
@@ -157,24 +157,11 @@ def table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(output: Path, repeats: int, points: list[Point]) -> None:
-    output.mkdir(parents=True, exist_ok=True)
-    record = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "repeats": repeats,
-        "group_size": GROUP_SIZE,
-        "points": [asdict(p) for p in points],
-    }
-    (output / "quantized_linear.json").write_text(json.dumps(record, indent=2) + "\n")
-    (output / "quantized_linear.md").write_text(table(points))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", default="i4,i8", help="weight types, comma-separated")
-    parser.add_argument("--batches", default=None, help="batches M (default: 1,16,256,4096)")
+    parser.add_argument("--batches", default=None, help="batches M (default: BATCHES)")
     parser.add_argument("--quick", action="store_true", help="one shape, M in {1, 256}")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
@@ -200,7 +187,14 @@ def main(argv: list[str] | None = None) -> int:
                 points.append(point)
                 print(f"  {weight} K={k} N={n} M={m}: forward {point.forward_us:.1f} us")
             # Written after every shape, so that a run cut short keeps what it measured.
-            write_results(Path(options.output), options.repeats, points)
+            write_record(
+                Path(options.output),
+                "quantized_linear",
+                points,
+                table(points),
+                repeats=options.repeats,
+                group_size=GROUP_SIZE,
+            )
             del layer, peer
             torch.cuda.empty_cache()
     print(table(points), end="")

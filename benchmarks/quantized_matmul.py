@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -57,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.autotune import m_bucket
@@ -374,16 +374,16 @@ def write_results(
 ) -> None:
     """``quantized_matmul.json`` and ``quantized_matmul.md`` of `points` in `output`; `space`
     is the register-dequant kernel's search space."""
-    record = {
-        "device": torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "repeats": repeats,
-        "search_space": space,
-        "group_size": GROUP_SIZE,
-        "points": [asdict(p) for p in points],
-    }
-    (output / "quantized_matmul.json").write_text(json.dumps(record, indent=2) + "\n")
-    (output / "quantized_matmul.md").write_text(table(points))
+    with torch.cuda.device(device):
+        write_record(
+            output,
+            "quantized_matmul",
+            points,
+            table(points),
+            repeats=repeats,
+            search_space=space,
+            group_size=GROUP_SIZE,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,7 +439,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--kernels takes register_dequant, mma, mma_ring and simt, got {unknown}")
     output = Path(options.output)
-    output.mkdir(parents=True, exist_ok=True)
     for weight in weights:
         for k, n in shapes:
             problem = Problem.make(weight, k, n, device)

@@ -34,7 +34,6 @@ to ``<output>/quantized_matmul_chain.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import torch
 from quantized_matmul import humming_layer  # the sibling script
+from records import write_record  # a sibling module of the benchmarks
 
 from backend.decode_matmul import (
     DecodeMatmul,
@@ -207,14 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in options.weights.split(",")
     ]
     output = Path(options.output)
-    output.mkdir(parents=True, exist_ok=True)
-    record = {
-        "device": torch.cuda.get_device_name(),
-        "repeats": options.repeats,
-        "points": [asdict(p) for p in points],
-    }
-    (output / "quantized_matmul_chain.json").write_text(json.dumps(record, indent=2) + "\n")
-    (output / "quantized_matmul_chain.md").write_text(table(points))
+    write_record(output, "quantized_matmul_chain", points, table(points), repeats=options.repeats)
     print(table(points), end="")
     return 0
 

@@ -511,7 +511,7 @@ def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> N
         )
 
 
-def _check_prior_grid_wait(program: Program) -> None:
+def _check_chain_link(program: Program) -> None:
     """A program with `programmatic_launch` waits for the prior grid exactly once and launches
     its dependents at most once, at its top level; one without it does neither."""
     waits = [i for i in program.walk() if isinstance(i, instructions.WaitPriorGrid)]
@@ -678,7 +678,7 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
         check_min_blocks_per_sm(program.name, program.min_blocks_per_sm, program.num_threads)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
-    _check_prior_grid_wait(program)  # after the walk: every instruction is one
+    _check_chain_link(program)  # after the walk: every instruction is one
     if walker.shared_bytes > shared_memory_limit:
         raise VerificationError(
             f"shared memory past the limit: the program's shared tensors take "

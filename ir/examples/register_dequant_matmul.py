@@ -534,8 +534,7 @@ def weight_exponent(weight_dtype: DataType, activation_dtype: DataType) -> int:
     ``2^-exponent`` in f32, where every scale times it is exact, so C is the same bits."""
     if not weight_dtype.is_float or weight_dtype.has_inf or weight_dtype.has_nan:
         return 0
-    target_bias = 2 ** (activation_dtype.exponent_bits - 1) - 1
-    exponent = weight_dtype.bias - target_bias
+    exponent = weight_dtype.bias - activation_dtype.bias
     if dtypes.scaled_conversion_error(weight_dtype, activation_dtype, exponent) is not None:
         return 0
     if dtypes.scaled_conversion_error(activation_dtype, dtypes.f32, -exponent) is not None:

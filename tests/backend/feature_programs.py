@@ -361,6 +361,30 @@ def _sub_byte_copy_edges(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("sub_byte_copy_edges", b.program(), tuple(arguments), (1,))
 
 
+def _scaled_casts(rng: np.random.Generator) -> FeatureCase:
+    """Scaled casts by the generic conversion path, NaN codes included (whose sign a scaled cast
+    keeps, as any cast between floats): every f8e4m3 code to f16 times 2^-3, and f16 codes
+    (every code across the grid's blocks) to f32 times 2^20."""
+    sources = ((dtypes.f8e4m3, dtypes.f16, -3), (dtypes.f16, dtypes.f32, 20))
+    with ProgramBuilder("scaled_casts", 128) as b:
+        params = [
+            (b.array_param(f"x{j}", src), b.array_param(f"y{j}", dst), src, dst, exponent)
+            for j, (src, dst, exponent) in enumerate(sources)
+        ]
+        for x, y, src, dst, exponent in params:
+            n = 1 << src.nbits
+            view_x = b.global_view(x, src, GlobalLayout((n,), (1,)))
+            view_y = b.global_view(y, dst, GlobalLayout((n,), (1,)))
+            codes = b.load_global(view_x, [b.block_x * 256], spatial(128).local(2))
+            b.store_global(view_y, b.cast(codes, dst, exponent=exponent), [b.block_x * 256])
+    arguments: list[Any] = []
+    for src, dst, _ in sources:
+        n = 1 << src.nbits
+        codes = rng.permutation(n)
+        arguments += [dtypes.pack(codes, src), np.zeros(n * dst.nbits // 8, np.uint8)]
+    return FeatureCase("scaled_casts", b.program(), tuple(arguments), ((1 << 16) // 256,))
+
+
 def _control_flow(rng: np.random.Generator) -> FeatureCase:
     """A runtime loop with a loop-carried accumulator and an if on the loop variable."""
     with ProgramBuilder("control_flow", 64) as b:
@@ -624,6 +648,7 @@ def feature_cases() -> list[FeatureCase]:
         _integer_ops,
         _shared_bytes,
         _sub_byte_copy_edges,
+        _scaled_casts,
         _control_flow,
         _transcendentals,
         _tensor_cores,

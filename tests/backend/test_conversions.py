@@ -264,6 +264,14 @@ def test_expressions_table() -> None:
     assert convert_expression(dtypes.i3, dtypes.f16, "c") == (
         "la_encode_f16((float)(la_decode_int(c, 3, 1)))"
     )
+    # A scaled cast multiplies through la_scale_exact, which passes a NaN on with its sign (a
+    # bare device multiply would make it positive).
+    assert convert_expression(dtypes.f8e4m3, dtypes.f16, "c", exponent=-3) == (
+        "la_encode_f16(la_scale_exact(la_decode_float(c, 4, 3, 1), 0x1.0000000000000p-3f))"
+    )
+    assert convert_expression(dtypes.i3, dtypes.f32, "c", exponent=2) == (
+        "la_float_to_bits(la_scale_exact((float)(la_decode_int(c, 3, 1)), 0x1.0000000000000p+2f))"
+    )
 
 
 # ------------------------------------------------------------------------------ differential
