@@ -320,13 +320,20 @@ def unpack_codes(packed: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
     return codes.permute(0, 2, 1, 3).reshape(fmt.k, fmt.n)
 
 
+@cache
+def _natural_scale_index(device: torch.device) -> torch.Tensor:
+    """The inverse of `scale_permutation` as an index tensor on `device`, made once per device:
+    a copy from the host at every call would wait for the device's queued work."""
+    natural = np.empty(UNIT_N, dtype=np.int64)
+    natural[scale_permutation()] = np.arange(UNIT_N)
+    return torch.as_tensor(natural, device=device)
+
+
 def unpack_scales(packed_scales: torch.Tensor) -> torch.Tensor:
     """The (G, N) natural-order scales (or zero points) of `pack_scales`' output: the inverse
     column permutation within each 64-column unit."""
     groups, n = packed_scales.shape
-    natural = np.empty(UNIT_N, dtype=np.int64)
-    natural[scale_permutation()] = np.arange(UNIT_N)
-    index = torch.as_tensor(natural, device=packed_scales.device)
+    index = _natural_scale_index(packed_scales.device)
     return packed_scales.reshape(groups, n // UNIT_N, UNIT_N)[..., index].reshape(groups, n)
 
 

@@ -39,6 +39,7 @@ from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling 
 from records import write_record  # a sibling module of the benchmarks
 
 from backend.decode_matmul import DecodeMatmul, relative_error
+from backend.errors import LaunchError
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
 from backend.timing import flush_buffer, median_us
 from ir import dtypes
@@ -115,7 +116,12 @@ def measure(
         # Humming quantizes the dequantized weights again: its own error comes on top.
         if not error < (5 * TOLERANCE if name == "Humming" else TOLERANCE):
             raise RuntimeError(f"{weight} {k}x{n} M={m}: {name} differs by {error:.2e}")
-    times = {name: median_us(run, flush, repeats) for name, run in runs.items()}
+    times = {}
+    for name, run in runs.items():
+        try:
+            times[name] = median_us(run, flush, repeats)
+        except LaunchError as error:
+            raise RuntimeError(f"{weight} {k}x{n} M={m}: timing {name}: {error}") from error
     humming = times.get("Humming")
     ours = times["forward"]
     return Point(
