@@ -17,11 +17,11 @@ and column converted to act::
 i.e. ``f16((f16(W) - f16(Z)) * S)``; for integer codes the subtraction is exact. ``forward(x)``
 is ``x @ dequantize() + bias``, computed by:
 
-- CUDA, M = prod(x.shape[:-1]) <= 16 (decoding): `backend.decode_matmul.DecodeMatmul`, the
+- CUDA, M = prod(x.shape[:-1]) <= `DECODE_MAX_ROWS` = 64 (decoding and small batches): `backend.decode_matmul.DecodeMatmul`, the
   register-dequant kernel, tuned by `backend.autotune` for M's bucket (`m_bucket`), or of the
   configuration pinned by `set_decode_config`, built lazily, one per (M bucket, dtype, device),
   and kept on the module (`decode_ops`);
-- otherwise (CUDA with M > 16, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
+- otherwise (CUDA with M > 64, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
   dequantized for the call on the module's device: on CUDA by the tile program
   `ir.examples.dequantize_weights` (compiled once per dtype and device, kept on the module),
   on the CPU with torch operations; both give the same bits.
@@ -84,8 +84,11 @@ COLUMN_TILE = 256
 configuration (4 warps of one 64-column unit), a multiple of the packed unit's 64 columns."""
 MAX_FEATURES = 2**31 - 1
 """The largest in_features and out_features: the decode kernel takes K and N as C ints."""
-DECODE_MAX_ROWS = 16
-"""The largest M that `forward` sends to the decode kernel on CUDA (one m16 tile)."""
+DECODE_MAX_ROWS = 64
+"""The largest M that `forward` sends to the decode kernel on CUDA. Measured on the H200 (i4,
+the four benchmark shapes, benchmarks/results/quantized_linear.md): at M = 32 and 64 the decode
+kernel (four m16 tiles at most) takes 0.24x to 0.64x the time of dequantize-then-matmul, whose
+dequantized f16 weight alone costs more than streaming the packed one."""
 ACTIVATION_DTYPES = {torch.float16: dtypes.f16, torch.bfloat16: dtypes.bf16}
 """The activation (and scale) dtypes, torch's and the IR's."""
 EXTRA_STATE_KEY = "_extra_state"
@@ -745,7 +748,7 @@ class QuantizedLinear(torch.nn.Module):
         return out
 
     def _decode(self, rows: torch.Tensor) -> torch.Tensor:
-        """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows, 1 <= m <= 16."""
+        """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows, 1 <= m <= DECODE_MAX_ROWS."""
         from backend.decode_matmul import DecodeMatmul
 
         dtype = rows.dtype

@@ -1,12 +1,12 @@
 """`backend.quantized_linear.QuantizedLinear` on the GPU (marked `gpu`).
 
-- `forward` at M = 1 and 16 (the decode kernel, `backend.decode_matmul.DecodeMatmul`) and M = 256
-  (dequantize, then `torch.matmul`) for i4, i8 and u4 with zero points, in f16 and bf16 (bf16 where
+- `forward` at M = 1, 16, 40 and 64 (the decode kernel, `backend.decode_matmul.DecodeMatmul`; 40
+  rows end inside a row block) and M = 256 (dequantize, then `torch.matmul`) for i4, i8 and u4 with zero points, in f16 and bf16 (bf16 where
   `register_dequant_matmul` takes an activation dtype), against ``x @ dequantize() + bias``.
 - `dequantize` on the GPU (the `ir.examples.dequantize_weights` kernel) equals `dequantize` on
   the CPU and torch's on the GPU (`dequantize_with_torch`) bit for bit, in f16 and bf16.
-- Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 16
-  and never for larger M, here through the autotuner (whose timing is its own; the test times
+- Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 64
+  (`DECODE_MAX_ROWS`) and never for larger M, here through the autotuner (whose timing is its own; the test times
   nothing).
 
 The layer is (K, N) = (1024, 1000): N is padded to 1024 at packing and the output sliced. The
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from backend.quantized_linear import QuantizedLinear  # noqa: E402
+from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear  # noqa: E402
 
 IN_FEATURES, OUT_FEATURES, GROUP_SIZE = 1024, 1000, 128
 WEIGHT_TYPES = [dtypes.i4, dtypes.i8, dtypes.u4]
@@ -73,7 +73,7 @@ def _activations(shape: tuple[int, ...], act: torch.dtype, seed: int) -> torch.T
     return torch.randn(shape, generator=generator).to("cuda", act)
 
 
-@pytest.mark.parametrize("m", [1, 16, 256])
+@pytest.mark.parametrize("m", [1, 16, 40, 64, 256])
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=str)
 @pytest.mark.parametrize("weight_dtype", WEIGHT_TYPES, ids=str)
 def test_forward_matches_x_at_dequantize(weight_dtype: DataType, act: torch.dtype, m: int) -> None:
@@ -121,9 +121,12 @@ def test_decode_kernels_are_built_for_small_m_only() -> None:
     assert error < TOLERANCE[torch.float16]
     # The bucket's choice (tuned at 8 rows) holds the 11 rows in one row of blocks.
     assert module.decode_ops[11, torch.float16, device].config.block_m >= 11
+    module(_activations((DECODE_MAX_ROWS, IN_FEATURES), torch.float16, seed=7))
+    assert (DECODE_MAX_ROWS, torch.float16, device) in module.decode_ops
+    module(_activations((DECODE_MAX_ROWS + 1, IN_FEATURES), torch.float16, seed=3))
     module(_activations((256, IN_FEATURES), torch.float16, seed=3))
     module(_activations((0, IN_FEATURES), torch.float16, seed=4))
-    assert len(module.decode_ops) == 3
+    assert len(module.decode_ops) == 4
     module(_activations((1, 1, IN_FEATURES), torch.float16, seed=5))
     assert module.decode_ops[1, torch.float16, device] is first
     torch.cuda.synchronize()
