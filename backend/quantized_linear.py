@@ -17,8 +17,8 @@ and column converted to act::
 i.e. ``f16((f16(W) - f16(Z)) * S)``; for integer codes the subtraction is exact. ``forward(x)``
 is ``x @ dequantize() + bias``, computed by:
 
-- CUDA, M = prod(x.shape[:-1]) <= `DECODE_MAX_ROWS` = 64 (decoding and small batches): `backend.decode_matmul.DecodeMatmul`, the
-  register-dequant kernel, tuned by `backend.autotune` for M's bucket (`m_bucket`), or of the
+- CUDA, M = prod(x.shape[:-1]) <= `DECODE_MAX_ROWS` = 64 (decoding and small batches):
+  `backend.decode_matmul.DecodeMatmul`, the register-dequant kernel, tuned by `backend.autotune` for M's bucket (`m_bucket`), or of the
   configuration pinned by `set_decode_config`, built lazily, one per (M bucket, dtype, device),
   and kept on the module (`decode_ops`);
 - otherwise (CUDA with M > 64, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
@@ -748,7 +748,8 @@ class QuantizedLinear(torch.nn.Module):
         return out
 
     def _decode(self, rows: torch.Tensor) -> torch.Tensor:
-        """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows, 1 <= m <= DECODE_MAX_ROWS."""
+        """The (m, N_pad) product of the decode kernel for (m, K) CUDA rows,
+        1 <= m <= DECODE_MAX_ROWS."""
         from backend.decode_matmul import DecodeMatmul
 
         dtype = rows.dtype
