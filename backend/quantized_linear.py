@@ -18,9 +18,10 @@ i.e. ``f16((f16(W) - f16(Z)) * S)``; for integer codes the subtraction is exact.
 is ``x @ dequantize() + bias``, computed by:
 
 - CUDA, M = prod(x.shape[:-1]) <= `DECODE_MAX_ROWS` = 64 (decoding and small batches):
-  `backend.decode_matmul.DecodeMatmul`, the register-dequant kernel, tuned by `backend.autotune` for M's bucket (`m_bucket`), or of the
-  configuration pinned by `set_decode_config`, built lazily, one per (M bucket, dtype, device),
-  and kept on the module (`decode_ops`);
+  `backend.decode_matmul.DecodeMatmul`, the register-dequant kernel, tuned by
+  `backend.autotune` for M's bucket (`m_bucket`), or of the configuration pinned by
+  `set_decode_config`, built lazily, one per (M bucket, dtype, device), and kept on the module
+  (`decode_ops`);
 - otherwise (CUDA with M > 64, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
   dequantized for the call on the module's device: on CUDA by the tile program
   `ir.examples.dequantize_weights` (compiled once per dtype and device, kept on the module),
