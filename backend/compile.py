@@ -129,13 +129,16 @@ def compile(
     *,
     constants: Mapping[str, int] | None = None,
     cache: CubinCache | None = None,
+    wgmma: bool = True,
 ) -> CompiledKernel:
     """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
 
     `arch` defaults to the current GPU's architecture and is required on a machine without one
     (`NoDeviceError`). `constants` maps the name of each compile-time constant parameter to its
     value (see the module docstring). The lowering uses the architecture's tensor cores where
-    it can (`backend.lower.lower`: such dots match the interpreter within rounding). The CUBIN
+    it can (`backend.lower.lower`: such dots match the interpreter within rounding; on sm_90a
+    ``wgmma`` where a dot reads its operands from shared memory, and ``wgmma=False`` forces
+    ``mma.sync`` there, so that the two paths can be compared). The CUBIN
     comes from the on-disk cache (`cache`, default `backend.default_cache()`) when the same
     source and options were compiled before. Raises `VerificationError` for an ill-formed
     program, `SpecializationError` for constants that do not fit it (a constant parameter
@@ -144,7 +147,7 @@ def compile(
     rejects the source, `ArchitectureError` for an unknown architecture.
     """
     chosen = check_arch(current_arch() if arch is None else arch)
-    lowered = lower(program, chosen, constants=constants)
+    lowered = lower(program, chosen, constants=constants, wgmma=wgmma)
     return compile_lowered(program, lowered, chosen, cache=cache)
 
 

@@ -59,8 +59,33 @@ CONFIGS = {
         "stages": 3,
         "swizzle": True,
     },
+    "128x128x64 2 warpgroups 3 stages wgmma": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 3,
+        "wgmma": True,
+    },
+    "128x256x64 2 warpgroups 3 stages wgmma": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 256,
+        "block_k": 64,
+        "stages": 3,
+        "wgmma": True,
+    },
+    "128x128x64 1 warpgroup 4 stages wgmma": {
+        "num_threads": 128,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+    },
 }
-"""Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``)."""
+"""Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``; the wgmma ones
+run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`)."""
 TOLERANCE = 1e-2
 """Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
 

@@ -28,14 +28,17 @@ from backend.cuda_codegen import (
 from backend.fast_conversions import plan_conversion
 from backend.lower import registers
 from backend.lower.context import THREAD_NAME, LoweringContext, Tile
+from backend.lower.memory import offset_values
 from backend.tensor_core import (
     emit_mma,
     plan_mma,
 )
+from backend.wgmma import WARPGROUP_SIZE, emit_wgmma, plan_wgmma
 from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS
 from ir.placement import dot_gather, dot_is_thread_local, reduce_plan
+from ir.printer import format_instruction
 from ir.values import RegisterTensor
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.hardware import WARP_SIZE
@@ -45,6 +48,7 @@ from layout_algebra.symbolic import (
     Expr,
     as_expr,
     simplify,
+    var,
 )
 
 REDUCE_SCRATCH_WORDS = 2048
@@ -362,6 +366,8 @@ class ComputeLowering(LoweringContext):
     def visit_dot(self, instruction: instructions.Dot) -> None:
         out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
         self.declare(out)
+        if self.shared_operand_dot(instruction):
+            return
         plan = plan_mma(instruction, self.arch) if self.tensor_cores else None
         if plan is not None:
             self.plans.append(plan)
@@ -398,6 +404,67 @@ class ComputeLowering(LoweringContext):
                     y = self.read(shadow_b, gather_b[:, i, k], column, plain=True)
                     self.out.line(f"{accumulator} = la_fadd({accumulator}, la_fmul({x}, {y}));")
                 self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
+
+    def shared_operand_dot(self, instruction: instructions.Dot) -> bool:
+        """Run a dot whose operands' loads were deferred (`backend.wgmma`) as wgmma and say
+        True; else write the deferred loads and say False."""
+        pair = self.wgmma_dots.get(id(instruction))
+        if pair is None:
+            return False
+        loads = [self.pending_loads.pop(id(load), None) for load in pair]
+        if None in loads:
+            for load in loads:
+                if load is not None:
+                    self.write_deferred_load(load)
+            return False
+        abstract, substitutions = [], []
+        for load in loads:
+            found = offset_values(load.offsets, self.loop_ranges(load.offsets))
+            if found is None:
+                break
+            offsets, values, originals = found
+            abstract.append((offsets, values))
+            substitutions.append(originals)
+        plan = None
+        if len(abstract) == 2 and self.threads % WARPGROUP_SIZE == 0:
+            group = var(f"{THREAD_NAME}_group", 0, self.threads // WARPGROUP_SIZE - 1)
+            plan = plan_wgmma(instruction, (loads[0], loads[1]), self.arch, group, tuple(abstract))
+        if plan is None:
+            for load in loads:
+                self.write_deferred_load(load)
+            return False
+        self.plans.append(plan)
+        for load in loads:
+            self.paths.begin()
+            self.paths.note("read by wgmma descriptors")
+            self.paths.end(load, len(self.loops))
+        self.note(f"wgmma.m64n{plan.n}k16", plan.k_steps * plan.blocks)
+        group_index = self.thread // WARPGROUP_SIZE
+        for originals in substitutions:
+            originals[group.name] = group_index
+        self.out.lines(
+            emit_wgmma(
+                plan,
+                loads[0].src.name,
+                loads[1].src.name,
+                instruction.c.name,
+                instruction.out.name,
+                (substitutions[0], substitutions[1]),
+                self.temporary("wg"),
+            )
+        )
+        return True
+
+    def write_deferred_load(self, load: instructions.LoadShared) -> None:
+        """Write a deferred `load_shared` at its dot, as its own step of the report and with
+        its accesses recorded as the load's."""
+        dot = self.current
+        self.current = load
+        self.out.comment(format_instruction(load))
+        self.paths.begin()
+        self.lower_load_shared(load)
+        self.paths.end(load, len(self.loops))
+        self.current = dot
 
     def staged_dot(self, instruction: instructions.Dot) -> None:
         """A dot whose threads need operand elements held by other threads of their warp: every

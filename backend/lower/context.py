@@ -29,6 +29,7 @@ from backend.tensor_core import (
     MmaPlan,
     arch_number,
 )
+from backend.wgmma import SWIZZLED_ALIGNMENT, WGMMA_ARCH, WgmmaPlan, shared_operand_dots
 from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
@@ -317,11 +318,17 @@ def c_text(expr: Expr | int) -> str:
 class LoweringContext:
     """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
 
-    def __init__(self, program: Program, arch: str | None) -> None:
+    def __init__(self, program: Program, arch: str | None, wgmma: bool = True) -> None:
         self.program = program
         self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
         self.arch = arch
-        self.plans: list[MmaPlan | LdmatrixPlan] = []
+        self.plans: list[MmaPlan | LdmatrixPlan | WgmmaPlan] = []
+        # Dots that may run as wgmma (`backend.wgmma`): their loads are deferred to the dot.
+        uses_wgmma = wgmma and arch is not None and arch_number(arch) == WGMMA_ARCH
+        uses_wgmma = uses_wgmma and arch.endswith("a")
+        self.wgmma_dots = shared_operand_dots(program) if uses_wgmma else {}
+        self.deferred_loads = {id(load) for pair in self.wgmma_dots.values() for load in pair}
+        self.pending_loads: dict[int, instructions.LoadShared] = {}
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
@@ -355,6 +362,10 @@ class LoweringContext:
         self.nan_blind = nan_blind_tensors(program)
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
+
+    def wgmma_tensors(self) -> set[str]:
+        """The shared tensors a dot may read through wgmma descriptors."""
+        return {load.src.name for pair in self.wgmma_dots.values() for load in pair}
 
     def fail(self, problem: str) -> CompilationError:
         where = "" if self.current is None else f" in: {format_instruction(self.current)}"
@@ -403,6 +414,8 @@ class LoweringContext:
         for instruction in self.program.walk():
             if isinstance(instruction, instructions.SharedTensorAlloc):
                 tensor = instruction.out
+                if tensor.layout.swizzle is not None and tensor.name in self.wgmma_tensors():
+                    total = -(-total // SWIZZLED_ALIGNMENT) * SWIZZLED_ALIGNMENT
                 self.shared_base[tensor.name] = total
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
                 total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT

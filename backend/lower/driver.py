@@ -49,6 +49,7 @@ from backend.tensor_core import (
     TENSOR_CORE_SOURCE,
     arch_number,
 )
+from backend.wgmma import SWIZZLED_ALIGNMENT, WGMMA_SOURCE
 from ir import instructions
 from ir.instructions import Instruction
 from ir.printer import format_instruction
@@ -95,6 +96,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if self.tensor_cores:
             out.lines(TENSOR_CORE_SOURCE)
             out.lines(FAST_CONVERSION_PRIMITIVES)
+        if self.wgmma_dots:
+            out.lines(WGMMA_SOURCE)
         if program.programmatic_launch:
             chained = self.arch is not None and arch_number(self.arch) >= PROGRAMMATIC_LAUNCH_ARCH
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
@@ -108,7 +111,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             f'extern "C" __global__ void __launch_bounds__({bounds}) {program.name}({signature})'
         )
         with out.block(header):
-            out.line("extern __shared__ __align__(16) unsigned char la_smem[];")
+            # A swizzled tensor that wgmma reads needs an allocation aligned to its repeat.
+            alignment = SWIZZLED_ALIGNMENT if self.wgmma_dots else 16
+            out.line(f"extern __shared__ __align__({alignment}) unsigned char la_smem[];")
             out.line(f"const int {THREAD_NAME} = (int)threadIdx.x;")
             for index, axis in zip(BLOCK_INDICES, "xyz"):
                 out.line(f"const int {index.name} = (int)blockIdx.{axis};")
@@ -206,7 +211,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.out.comment(format_instruction(instruction))
             self.paths.begin()
             self.visit(instruction)
-            self.paths.end(instruction, len(self.loops))
+            if id(instruction) in self.pending_loads:
+                self.paths.discard()  # deferred to its dot, which writes its step
+            else:
+                self.paths.end(instruction, len(self.loops))
 
     def visit_for_range(self, instruction: instructions.ForRange) -> None:
         whole = self.whole_groups(instruction)
@@ -394,12 +402,18 @@ def c_parameter(param: Param) -> str:
 
 
 def lower(
-    program: Program, arch: str | None = None, *, constants: Mapping[str, int] | None = None
+    program: Program,
+    arch: str | None = None,
+    *,
+    constants: Mapping[str, int] | None = None,
+    wgmma: bool = True,
 ) -> LoweredKernel:
     """Lower `program` to a CUDA C++ kernel (see the module docstring).
 
     `arch` (e.g. ``"sm_90a"``) lets the lowering use what that architecture has: with sm_80 or
-    newer, ``mma.sync`` for dots and ``ldmatrix`` for loads where a plan exists. Without it the
+    newer, ``mma.sync`` for dots and ``ldmatrix`` for loads where a plan exists; with sm_90a,
+    ``wgmma.mma_async`` for dots whose operands come from shared memory where a plan exists
+    (`backend.wgmma`; ``wgmma=False`` keeps such dots on ``mma.sync``). Without it the
     kernel uses neither (it then runs on any architecture NVRTC targets, bit-exact with the
     interpreter). `constants` gives the values of the program's compile-time constant
     parameters (``int_param(name, constant=True)``): the program lowered is
@@ -420,4 +434,4 @@ def lower(
     specialised = specialize(program, {} if constants is None else constants)
     if specialised is not program:
         verify(specialised)
-    return KernelLowering(specialised, arch).kernel()
+    return KernelLowering(specialised, arch, wgmma).kernel()

@@ -34,6 +34,7 @@ from backend.tensor_core import (
     emit_ldmatrix,
     plan_ldmatrix,
 )
+from backend.wgmma import PROXY_FENCE
 from ir import instructions
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.access import compose
@@ -549,6 +550,14 @@ class MemoryLowering(LoweringContext):
         self.out.line("__threadfence();")
 
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
+        if id(instruction) in self.deferred_loads:
+            # Its dot may read the tile through wgmma; it writes the load if not.
+            self.pending_loads[id(instruction)] = instruction
+            return
+        self.lower_load_shared(instruction)
+
+    def lower_load_shared(self, instruction: instructions.LoadShared) -> None:
+        """A `load_shared`: ldmatrix where a plan exists, else the generic tile load."""
         out, src = instruction.out, instruction.src
         self.declare(out)
         plan, originals = None, {}
@@ -716,6 +725,9 @@ class MemoryLowering(LoweringContext):
         self.out.line(f"la_cp_async_wait<{instruction.pending}>();")
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
+        if self.wgmma_dots:
+            # Shared memory written before the barrier may next be read by wgmma.
+            self.out.line(PROXY_FENCE)
         self.out.line("__syncthreads();")
 
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:

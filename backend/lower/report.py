@@ -98,6 +98,10 @@ class PathRecorder:
         key = (name, generic)
         self._open[-1][key] = self._open[-1].get(key, 0) + count
 
+    def discard(self) -> None:
+        """Close the open step without recording it (an instruction written later, elsewhere)."""
+        self._open.pop()
+
     def end(self, instruction: Instruction, loop_depth: int) -> None:
         paths = self._open.pop()
         recorded = tuple(

@@ -38,11 +38,11 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
 from ir.program import Program
-from layout_algebra.fragments import fragment
+from layout_algebra.fragments import fragment, wgmma_fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, replicate, spatial
-from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from layout_algebra.shared import shared_product, shared_row_major, shared_row_major_swizzle
 from layout_algebra.symbolic import Expr, ExprLike
 
 COLUMNS_PER_THREAD = 8
@@ -57,6 +57,12 @@ ROW_MULTIPLE = 8
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 """The tile (M, N, K) of one ``mma.sync`` m16n8k16; MMA_K is also the default k slice of one
 tensor-core dot."""
+
+WARPGROUP_SIZE, WGMMA_M = 128, 64
+"""Threads of a warpgroup, and the rows (M) of one ``wgmma`` accumulator tile."""
+
+PANEL_BYTES = 128
+"""Row bytes of one swizzled panel of the wgmma example's B buffers (the 128-byte swizzle)."""
 
 
 def simt_dot_layouts(
@@ -136,6 +142,42 @@ def mma_dot_layouts(
     return a, b, c
 
 
+def wgmma_dot_layouts(
+    num_threads: int, block_m: int, block_n: int, inner_k: int
+) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
+    """(a, b, c) warpgroup layouts for a `dot` of (block_m, inner_k) @ (inner_k, block_n).
+
+    With G = num_threads / 128 warpgroups stacked along M, RM = block_m / (64 G), KS = inner_k
+    / 16, F_D the ``wgmma.m64n{block_n}k16`` accumulator fragment and F_A its register-A
+    fragment (`layout_algebra.fragments.wgmma_fragment`): ``c = spatial(G, 1).local(RM, 1) *
+    F_D``, ``a = spatial(G, 1).local(RM, KS) * F_A`` and ``b = replicate(4 G).local(KS,
+    block_n / 8) * F_B`` (every warp holds all of b, in m16n8k16 B fragments). On sm_90a a dot
+    of these layouts whose a and b come straight from swizzled shared tiles runs as
+    ``wgmma.mma_async`` reading both from shared memory (`backend.wgmma`); elsewhere, or with
+    ``wgmma=False``, c and a divide by the mma.sync fragments too, so it runs as ``mma.sync``.
+    Raises VerificationError when num_threads is not a multiple of 128, block_m not of 64 G,
+    block_n not a multiple of 8 up to 256, or inner_k not of 16.
+    """
+    if num_threads < WARPGROUP_SIZE or num_threads % WARPGROUP_SIZE:
+        raise VerificationError(
+            f"num_threads {num_threads} must be a positive multiple of {WARPGROUP_SIZE} for wgmma"
+        )
+    groups = num_threads // WARPGROUP_SIZE
+    if block_m % (WGMMA_M * groups) or block_n % MMA_N or not 0 < block_n <= 256:
+        raise VerificationError(
+            f"block ({block_m}, {block_n}) must split into {groups} warpgroups of whole "
+            f"{WGMMA_M}-row tiles, with block_n a multiple of {MMA_N} up to 256"
+        )
+    if inner_k % MMA_K or inner_k < MMA_K:
+        raise VerificationError(f"inner_k {inner_k} must be a positive multiple of {MMA_K}")
+    rows, steps = block_m // (WGMMA_M * groups), inner_k // MMA_K
+    c = spatial(groups, 1).local(rows, 1) * wgmma_fragment("d", block_n).layout
+    a = spatial(groups, 1).local(rows, steps) * wgmma_fragment("a").layout
+    b = replicate(groups * WARPGROUP_SIZE // WARP_SIZE).local(steps, block_n // MMA_N)
+    b = b * fragment("mma.m16n8k16.b").layout
+    return a, b, c
+
+
 def dot_layouts(
     num_threads: int, block_m: int, block_n: int, inner_k: int, tensor_cores: bool
 ) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
@@ -175,6 +217,7 @@ def matmul(
     *,
     stages: int = 2,
     swizzle: bool = False,
+    wgmma: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -189,7 +232,17 @@ def matmul(
     bank conflict. Raises VerificationError when the tile sizes do not fit the layouts,
     `inner_k` does not divide `block_k`, `stages` is not an int from 2 to 8, or `swizzle` not
     a bool.
+
+    `wgmma` builds the warpgroup form (`wgmma_dot_layouts`, one dot per k-tile: `inner_k`
+    defaults to `block_k`): A's stages swizzled row-major, B's stored as swizzled panels of 64
+    columns (`PANEL_BYTES`, each a contiguous (block_k, 64) block), the shared layouts whose
+    tiles ``wgmma`` descriptors read; it implies `tensor_cores` and `swizzle`.
     """
+    if not isinstance(wgmma, bool):
+        raise VerificationError(f"matmul: wgmma={wgmma!r}; expected True or False")
+    if wgmma:
+        tensor_cores, swizzle = True, True
+        inner_k = block_k if inner_k is None else inner_k
     if inner_k is None:
         inner_k = default_inner_k(tensor_cores)
     if block_k % inner_k:
@@ -198,7 +251,12 @@ def matmul(
         raise VerificationError(f"matmul: stages={stages!r}; expected an int from 2 to 8")
     if not isinstance(swizzle, bool):
         raise VerificationError(f"matmul: swizzle={swizzle!r}; expected True or False")
-    a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
+    if wgmma:
+        a_layout, b_layout, c_layout = wgmma_dot_layouts(num_threads, block_m, block_n, inner_k)
+    else:
+        a_layout, b_layout, c_layout = dot_layouts(
+            num_threads, block_m, block_n, inner_k, tensor_cores
+        )
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:
         m = bld.int_param("m")
@@ -211,7 +269,13 @@ def matmul(
         buffer = shared_row_major_swizzle if swizzle else shared_row_major
         options = {"element_bits": 16} if swizzle else {}
         a_shared = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
-        b_shared = bld.shared_tensor(f16, buffer(stages, block_k, block_n, **options))
+        panel = PANEL_BYTES // 2
+        if wgmma and block_n % panel == 0:
+            panels = shared_row_major(stages, 1, block_n // panel)
+            b_buffer = shared_product(panels, buffer(block_k, panel, **options))
+        else:
+            b_buffer = buffer(stages, block_k, block_n, **options)
+        b_shared = bld.shared_tensor(f16, b_buffer)
         row0, col0 = bld.block_y * block_m, bld.block_x * block_n
         tiles = (k + block_k - 1) // block_k
         accumulator = bld.register_tensor(f32, c_layout, 0.0)

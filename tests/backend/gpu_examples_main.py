@@ -29,6 +29,7 @@ import numpy as np
 from backend import compile
 from backend.compile import CompiledKernel
 from backend.tensor_core import MmaPlan
+from backend.wgmma import WgmmaPlan
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.program import Program
@@ -148,9 +149,10 @@ def compare(
 
 
 def uses_tensor_cores(kernel: CompiledKernel) -> bool:
-    """Whether a dot of the kernel runs on ``mma.sync`` (then it equals the interpreter within
-    rounding only: the tensor core adds the products of a k step in its own order)."""
-    return any(isinstance(plan, MmaPlan) for plan in kernel.plans)
+    """Whether a dot of the kernel runs on ``mma.sync`` or ``wgmma`` (then it equals the
+    interpreter within rounding only: the tensor core adds the products of a k step in its own
+    order)."""
+    return any(isinstance(plan, (MmaPlan, WgmmaPlan)) for plan in kernel.plans)
 
 
 MMA_ATOL = 1e-2
@@ -367,6 +369,9 @@ MATMUL_CASES = [
     # Options of `ir.examples.matmul` on tensor cores: a ring of 3 and of 4 swizzled stages.
     {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True},
     {"stages": 4, "swizzle": True, "inner_k": 32},
+    # The warpgroup form: wgmma reading both operands from shared memory on sm_90a.
+    {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 3, "wgmma": True},
+    {"block_k": 64, "wgmma": True},
 ]
 
 

@@ -42,6 +42,7 @@ EXAMPLES = {
     "vector_add_u4": vector_add(dtypes.u4, 64, 256),
     "row_softmax": row_softmax(),
     "matmul": matmul(),
+    "matmul_wgmma": matmul(256, 128, 128, 64, wgmma=True, stages=3),
     "quantized_matmul_u4": quantized_matmul(),
     "quantized_matmul_f4e2m1": quantized_matmul(dtypes.f4e2m1),
     "quantized_matmul_f6e3m2": quantized_matmul(dtypes.f6e3m2),

@@ -1,0 +1,431 @@
+"""Hopper's warpgroup tensor cores for `dot`: ``wgmma.mma_async`` with both operands read from
+shared memory through matrix descriptors (sm_90a).
+
+A `dot(a, b, c)` whose a and b are the results of `load_shared`s that nothing else reads can
+skip the loads: the warpgroup's tensor core reads the two tiles where they lie. The lowering
+asks `shared_operand_dots(program)` which dots are of that kind before it writes anything (it
+defers their loads), and `plan_wgmma(...)` at the dot whether the layouts and the shared
+tiles fit; without a plan it writes the deferred loads and lowers the dot as before.
+
+**When a dot qualifies.** Inputs f16 or bf16, c f32; a (M, K), b (K, N) with M a multiple of
+64 and K of 16; the block a whole number of warpgroups (128 threads); c divides as
+``c = R * F_D`` by the ``m64nNk16`` accumulator fragment F_D of `layout_algebra.fragments`
+(`wgmma_fragment("d", N')`, the largest N' that divides): R has one thread per warpgroup and
+one register per 64 x N' block, and the corner of block r of warpgroup g (register ``r N'/2``
+of its thread 128 g) moves by the same step from one warpgroup to the next. The a tile sits at
+the `load_shared` origin of a's shared tensor, the b tile at b's; each (block, k step) tile
+of A (64 rows, 16 k) and of B (N' rows, 16 k) must have a descriptor
+(`layout_algebra.wgmma_descriptor.derive_descriptor`) at every value its origin takes (over the
+enclosing loops, as `backend.lower.memory.offset_values` finds them, and every warpgroup), all
+with one major-ness, swizzle mode, leading and stride byte offset, and a start address equal to
+the printed one: the unswizzled layout's byte offset of the tile's corner, which the printed
+code adds to the tensor's shared-memory address.
+
+**The code.** For one dot: the accumulators copied to float registers (``out = c`` first),
+``wgmma.fence``, one ``wgmma.mma_async`` per (k step, block) in k order, ``commit_group`` and
+``wait_group 0``, and the registers copied back: the IR's `dot` stays synchronous. The float
+registers are pinned before and after (an empty ``asm`` that reads and writes each) so the
+compiler neither reads them while the tensor core writes them nor moves the copies across the
+wait. Shared memory written by threads (stores, ``cp.async``) reaches the tensor core through
+the async proxy, so a kernel with such dots issues ``fence.proxy.async.shared::cta`` before
+every barrier and before each dot (`PROXY_FENCE`). A swizzled descriptor XORs absolute address
+bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle's repeat
+(1024 bytes; `SWIZZLED_ALIGNMENT`) of a 1024-byte aligned allocation.
+
+**Proofs.** `WgmmaPlan.claims()` gives, for every tile origin checked, the descriptor's address
+function against the shared layout's (`WgmmaDescriptor.claim`), and the accumulator claim:
+register i of thread t receives the F_D element of the block whose corner R gives, which must
+be c's layout (`proofs.check_equivalent` decides each).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backend.tensor_core import Claim, _divide, arch_number
+from ir import dtypes, instructions
+from ir.dtypes import DataType
+from ir.instructions import Dot, Instruction, LoadShared
+from ir.program import Program
+from ir.values import SharedTensor
+from layout_algebra.fragments import wgmma_fragment
+from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.register import RegisterLayout
+from layout_algebra.swizzle_modes import unswizzled
+from layout_algebra.symbolic import Expr, as_expr, evaluate, simplify
+from layout_algebra.wgmma_descriptor import MODE_CODES, WgmmaDescriptor, derive_descriptor
+
+WGMMA_ARCH = 90
+"""The architecture number of ``wgmma`` (its instructions need the sm_90a target)."""
+WARPGROUP_SIZE = 128
+WGMMA_M, WGMMA_K = 64, 16
+MAX_N = 256
+SWIZZLED_ALIGNMENT = 1024
+"""Start of a swizzled shared tensor (and of the allocation) read by wgmma: the 128-byte mode's
+repeat, a multiple of the other modes' (`WgmmaDescriptor.alignment`)."""
+MAX_ORIGINS = 64
+"""The most (origin values x warpgroups) points a plan checks per operand."""
+PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
+"""Makes a thread's shared-memory writes visible to the async proxy (wgmma's reads)."""
+
+_KINDS = {dtypes.f16: "f16", dtypes.bf16: "bf16"}
+
+WGMMA_SOURCE = r"""
+// wgmma (sm_90a): a shared-memory matrix descriptor from a shared address and its constant
+// fields (leading and stride byte offsets, swizzle mode), and the warpgroup's ordering points.
+__device__ __forceinline__ unsigned long long la_wgmma_descriptor(
+    unsigned int address, unsigned long long fields)
+{
+    return fields | (unsigned long long)((address & 0x3FFFFu) >> 4);
+}
+__device__ __forceinline__ void la_wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void la_wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void la_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+"""
+
+
+@dataclass(frozen=True)
+class SharedOperand:
+    """Where a dot operand lies: the `load_shared` that made it (its tensor and origin) and the
+    tensor dimensions of the operand's (rows, k) sides (`dims`, as `derive_descriptor` takes
+    them: M or N first, K second)."""
+
+    load: LoadShared
+    dims: tuple[int, int]
+
+    @property
+    def tensor(self) -> SharedTensor:
+        return self.load.src
+
+
+@dataclass(frozen=True)
+class OperandDescriptors:
+    """The constant part of one operand's descriptors (`descriptor`: major-ness, swizzle, LBO,
+    SBO; its start is that of the first checked tile) and the start byte offset of each
+    (block, k step) tile as an `Expr` over the warpgroup index and the load's offsets
+    (`starts[block][k_step]`), with `checked`, every distinct tile origin verified and its
+    descriptor."""
+
+    descriptor: WgmmaDescriptor
+    starts: tuple[tuple[Expr, ...], ...]
+    checked: tuple[tuple[tuple[int, ...], WgmmaDescriptor], ...]
+
+    @property
+    def fields(self) -> int:
+        """The descriptor's bits other than the start address."""
+        d = self.descriptor
+        return (
+            (d.leading_byte_offset >> 4) << 16
+            | (d.stride_byte_offset >> 4) << 32
+            | MODE_CODES[d.swizzle] << 62
+        )
+
+    @property
+    def transposed(self) -> int:
+        """The instruction's transpose immediate: 1 for an M/N-major tile."""
+        return int(self.descriptor.major == "mn")
+
+
+@dataclass(frozen=True)
+class WgmmaPlan:
+    """How a `dot` runs as ``wgmma.mma_async`` (see the module docstring): `dtype`, the
+    instruction width `n`, the accumulator layout `c_layout` and its repeats `c_repeats`
+    (``c_layout == c_repeats * F_D``), the operands' shared tiles `a` and `b` and their
+    descriptors `a_descriptors`, `b_descriptors`; one call per (k step, block)."""
+
+    dtype: DataType
+    n: int
+    c_layout: RegisterLayout
+    c_repeats: RegisterLayout
+    a: SharedOperand
+    b: SharedOperand
+    a_descriptors: OperandDescriptors
+    b_descriptors: OperandDescriptors
+    k_steps: int
+
+    @property
+    def instruction(self) -> str:
+        kind = _KINDS[self.dtype]
+        return f"wgmma.mma_async.sync.aligned.m64n{self.n}k16.f32.{kind}.{kind}"
+
+    @property
+    def registers(self) -> int:
+        """Accumulator registers per thread of one call (N' / 2)."""
+        return self.n // 2
+
+    @property
+    def blocks(self) -> int:
+        return self.c_repeats.local_size
+
+    def claims(self) -> tuple[Claim, ...]:
+        """Each checked tile's descriptor against its shared layout, and the accumulator
+        mapping against c's layout (see the module docstring)."""
+        claims = []
+        for name, operand, found in (
+            ("a", self.a, self.a_descriptors),
+            ("b", self.b, self.b_descriptors),
+        ):
+            for origin, descriptor in found.checked:
+                emitted, required = descriptor.claim(operand.tensor.layout, origin, operand.dims)
+                claims.append(Claim(f"wgmma descriptor {name} at {origin}", emitted, required))
+        fragment = wgmma_fragment("d", self.n)
+        size = self.registers
+        c_layout = self.c_layout
+
+        def emitted_c(t: Any, i: Any) -> tuple[Any, Any]:
+            row, col = fragment.ptx.map(t % WARPGROUP_SIZE, i % size)
+            corner_row, corner_col = c_layout.map(
+                WARPGROUP_SIZE * (t // WARPGROUP_SIZE), size * (i // size)
+            )
+            return corner_row + row, corner_col + col
+
+        threads, local = c_layout.num_threads, c_layout.local_size
+        claims.append(
+            Claim(
+                "wgmma accumulator c",
+                FunctionLayout(c_layout.shape, threads, local, emitted_c, "c"),
+                c_layout,
+            )
+        )
+        return tuple(claims)
+
+
+def _walk_lists(body: Sequence[Instruction]) -> Iterator[Sequence[Instruction]]:
+    yield body
+    for instruction in body:
+        for inner in instruction.bodies():
+            yield from _walk_lists(inner)
+
+
+def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared, LoadShared]]:
+    """The dots whose a and b come straight from shared memory: ``id(dot) -> (load of a, load
+    of b)``, where each load is in the dot's instruction list before it, its result is read by
+    that dot alone, and what stands between the load and the dot has no body (no loop or
+    branch) and neither stores nor copies into the load's tensor (so its tile is unchanged
+    when the dot runs)."""
+    uses: dict[int, int] = {}
+    for instruction in program.walk():
+        for operand in instruction.operands():
+            uses[id(operand)] = uses.get(id(operand), 0) + 1
+    found = {}
+    for body in _walk_lists(program.body):
+        for position, instruction in enumerate(body):
+            if not isinstance(instruction, Dot) or instruction.a is instruction.b:
+                continue
+            loads = []
+            for operand in (instruction.a, instruction.b):
+                written: set[str] = set()
+                for earlier in range(position - 1, -1, -1):
+                    candidate = body[earlier]
+                    if candidate.bodies():
+                        break
+                    if isinstance(candidate, LoadShared) and candidate.out is operand:
+                        if uses.get(id(operand)) == 1 and candidate.src.name not in written:
+                            loads.append(candidate)
+                        break
+                    if isinstance(candidate, (instructions.StoreShared, instructions.CopyAsync)):
+                        written.add(candidate.dst.name)
+            if len(loads) == 2:
+                found[id(instruction)] = (loads[0], loads[1])
+    return found
+
+
+def _corners(
+    c_layout: RegisterLayout, size: int, groups: int
+) -> list[tuple[tuple[int, int], tuple[int, int]]] | None:
+    """Per block r: (corner of warpgroup 0, step per warpgroup), or None when some block's
+    corner is not warpgroup 0's plus g times one step."""
+    corners = []
+    for block in range(c_layout.local_size // size):
+        points = [c_layout.map(WARPGROUP_SIZE * g, size * block) for g in range(groups)]
+        first = tuple(int(x) for x in points[0])
+        step = (0, 0) if groups == 1 else tuple(int(x) - y for x, y in zip(points[1], first))
+        for g, point in enumerate(points):
+            if tuple(int(x) for x in point) != (first[0] + g * step[0], first[1] + g * step[1]):
+                return None
+        corners.append((first, step))
+    return corners
+
+
+def _operand_descriptors(
+    operand: SharedOperand,
+    offsets: Sequence[Expr],
+    values: Mapping[str, range],
+    rows: int,
+    tile_corners: Sequence[Sequence[Expr]],
+    group: Expr,
+    groups: int,
+    k_steps: int,
+) -> OperandDescriptors | None:
+    """The descriptors of every (block, k step) tile of one operand (see `WgmmaPlan`), or None.
+
+    `tile_corners[block]` is the tile's (rows side, k side) corner in the operand's own
+    coordinates as `Expr`s over `group` (the warpgroup index); each k step moves the second by
+    16. `offsets` are the load's (abstract) offsets over
+    the variables of `values`."""
+    tensor = operand.tensor
+    layout = tensor.layout
+    element_bits = tensor.dtype.nbits
+    linear = unswizzled(layout)
+    names = sorted(values)
+    points = 1
+    for name in names:
+        points *= len(values[name])
+    if points * groups > MAX_ORIGINS:
+        return None
+
+    def origin(corner: Sequence[Expr], k_step: int) -> list[Expr]:
+        coord = [as_expr(o) for o in offsets]
+        side = (corner[0], corner[1] + WGMMA_K * k_step)
+        for dim, x in zip(operand.dims, side):
+            coord[dim] = coord[dim] + x
+        return coord
+
+    starts = []
+    for corner in tile_corners:
+        per_step = []
+        for k_step in range(k_steps):
+            coord = origin(corner, k_step)
+            per_step.append(simplify(as_expr(linear.offset(tuple(coord))) * (element_bits // 8)))
+        starts.append(tuple(per_step))
+    reference = None
+    checked: dict[tuple[int, ...], WgmmaDescriptor] = {}
+    for choice in itertools.product(*(values[name] for name in names)):
+        env = dict(zip(names, choice))
+        for g in range(groups):
+            env[group.name] = g
+            for block, corner in enumerate(tile_corners):
+                for k_step in range(k_steps):
+                    point = tuple(int(evaluate(x, env)) for x in origin(corner, k_step))
+                    if any(not 0 <= p < s for p, s in zip(point, layout.shape)):
+                        return None
+                    found = derive_descriptor(layout, element_bits, point, operand.dims, rows)
+                    if found is None or found.start != int(evaluate(starts[block][k_step], env)):
+                        return None
+                    shape = (found.major, found.swizzle, found.leading_byte_offset)
+                    shape += (found.stride_byte_offset,)
+                    if reference is None:
+                        reference = (shape, found)
+                    elif reference[0] != shape:
+                        return None
+                    checked.setdefault(point, found)
+    if reference is None:
+        return None
+    return OperandDescriptors(reference[1], tuple(starts), tuple(checked.items()))
+
+
+def plan_wgmma(
+    dot: Dot,
+    loads: tuple[LoadShared, LoadShared],
+    arch: str,
+    group: Expr,
+    abstract: tuple[
+        tuple[Sequence[Expr], Mapping[str, range]], tuple[Sequence[Expr], Mapping[str, range]]
+    ],
+) -> WgmmaPlan | None:
+    """The `WgmmaPlan` of `dot`, whose a and b the `loads` made (`shared_operand_dots`), on
+    `arch`, or None (see the module docstring). `group` is the warpgroup index variable (over
+    0 .. groups - 1); `abstract` holds each load's offsets over fresh variables and their values
+    (`backend.lower.memory.offset_values`)."""
+    if arch_number(arch) != WGMMA_ARCH or not arch.endswith("a"):
+        return None
+    dtype = dot.a.dtype
+    if dtype not in _KINDS or dot.b.dtype != dtype or dot.c.dtype != dtypes.f32:
+        return None
+    if not (dot.a.layout.rank == dot.b.layout.rank == dot.c.layout.rank == 2):
+        return None
+    (m, k), (_, n) = dot.a.layout.shape, dot.b.layout.shape
+    threads = dot.c.layout.num_threads
+    if m % WGMMA_M or k % WGMMA_K or n % 8 or threads % WARPGROUP_SIZE:
+        return None
+    groups = threads // WARPGROUP_SIZE
+    c_layout = dot.c.layout
+    for width in range(min(n, MAX_N) // 8 * 8, 0, -8):
+        repeats = _divide(c_layout, wgmma_fragment("d", width).layout)
+        if repeats is not None and n % width == 0:
+            break
+    else:
+        return None
+    size = width // 2
+    corners = _corners(c_layout, size, groups)
+    if corners is None:
+        return None
+    a_load, b_load = loads
+    a = SharedOperand(a_load, (a_load.src.layout.rank - 2, a_load.src.layout.rank - 1))
+    b = SharedOperand(b_load, (b_load.src.layout.rank - 1, b_load.src.layout.rank - 2))
+    k_steps = k // WGMMA_K
+    a_corners = [(first[0] + group * step[0], as_expr(0)) for first, step in corners]
+    b_corners = [(first[1] + group * step[1], as_expr(0)) for first, step in corners]
+    (a_offsets, a_values), (b_offsets, b_values) = abstract
+    a_found = _operand_descriptors(
+        a, a_offsets, a_values, WGMMA_M, a_corners, group, groups, k_steps
+    )
+    if a_found is None:
+        return None
+    b_found = _operand_descriptors(b, b_offsets, b_values, width, b_corners, group, groups, k_steps)
+    if b_found is None:
+        return None
+    if (a_found.transposed or b_found.transposed) and dtype.nbits != 16:
+        return None
+    return WgmmaPlan(dtype, width, c_layout, repeats, a, b, a_found, b_found, k_steps)
+
+
+def emit_wgmma(
+    plan: WgmmaPlan,
+    a: str,
+    b: str,
+    c: str,
+    out: str,
+    substitutions: tuple[Mapping[str, Expr], Mapping[str, Expr]],
+    prefix: str,
+) -> str:
+    """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` and `b` name
+    the shared tensors' byte pointers, `c` and `out` the accumulator word arrays (f32 bits);
+    `substitutions` give each operand's original offsets for the fresh variables of its
+    starts; `prefix` makes the local names unique. Requires `WGMMA_SOURCE`."""
+    local = plan.c_layout.local_size
+    acc = [f"{prefix}acc{i}" for i in range(local)]
+    lines = ["{"]
+    lines += [f"float {name} = __uint_as_float({c}[{i}]);" for i, name in enumerate(acc)]
+    pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
+    lines.append(pin)
+    lines.append(PROXY_FENCE)
+    lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
+    lines.append(f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});")
+    lines.append("la_wgmma_fence();")
+    size = plan.registers
+    registers = ", ".join(f"%{j}" for j in range(size))
+    text = (
+        "{ .reg .pred p; setp.ne.b32 p, 1, 0; "
+        f"{plan.instruction} {{{registers}}}, %{size}, %{size + 1}, p, 1, 1, "
+        f"{plan.a_descriptors.transposed}, {plan.b_descriptors.transposed}; }}\\n"
+    )
+    for k_step in range(plan.k_steps):
+        for block in range(plan.blocks):
+            a_start = plan.a_descriptors.starts[block][k_step].substitute(substitutions[0])
+            b_start = plan.b_descriptors.starts[block][k_step].substitute(substitutions[1])
+            a_desc = (
+                f"la_wgmma_descriptor({prefix}a + (unsigned int)({simplify(a_start).to_c()}), "
+                f"0x{plan.a_descriptors.fields:016X}ull)"
+            )
+            b_desc = (
+                f"la_wgmma_descriptor({prefix}b + (unsigned int)({simplify(b_start).to_c()}), "
+                f"0x{plan.b_descriptors.fields:016X}ull)"
+            )
+            outputs = ", ".join(f'"+f"({acc[size * block + j]})' for j in range(size))
+            lines.append(f'asm volatile("{text}" : {outputs} : "l"({a_desc}), "l"({b_desc}));')
+    lines.append("la_wgmma_commit();")
+    lines.append("la_wgmma_wait();")
+    lines.append(pin)
+    lines += [f"{out}[{i}] = __float_as_uint({name});" for i, name in enumerate(acc)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+"""`backend.wgmma`: which dots run as ``wgmma.mma_async`` on sm_90a, and that what it prints is
+proved.
+
+- Exact tables: the descriptors the f16 matmul example's warpgroup form gets (K-major 128-byte
+  swizzled A, M/N-major 128-byte swizzled B panels), its instruction width and call count, the
+  fence before every barrier, the deferred loads that leave no trace in the source.
+- Proofs: every descriptor claim and the accumulator claim hold (z3 / brute force through
+  `proofs.check_equivalent`); a wrong descriptor is refuted.
+- Fallbacks, the same program elsewhere: sm_80, or ``wgmma=False`` on sm_90a, runs it on
+  ``mma.sync`` with ldmatrix loads; a load read twice, a store between load and dot, or a B
+  buffer whose rows no descriptor reads keep the loads.
+- Differential: the warpgroup program in the interpreter equals a float64 matmul within the
+  f32 accumulation's rounding (the GPU runs are in gpu_examples_main's matmul cases).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from backend.lower import lower
+from backend.wgmma import PROXY_FENCE, WgmmaPlan, shared_operand_dots
+from ir import dtypes, run_reference
+from ir.builder import ProgramBuilder
+from ir.examples.matmul import matmul, wgmma_dot_layouts
+from ir.program import Program
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from proofs import check_equivalent
+
+WARPGROUP_FORMS = {
+    # name: (options of ir.examples.matmul, instruction width, calls per dot)
+    "2 warpgroups 128x128x64": (
+        {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 3},
+        128,
+        4,
+    ),
+    "1 warpgroup 64x64x64": ({"block_k": 64}, 64, 4),
+    "1 warpgroup 128x256x64": (
+        {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 2},
+        256,
+        8,
+    ),
+}
+
+
+def _plans(program: Program, arch: str = "sm_90a", **options: object) -> list[object]:
+    return list(lower(program, arch, **options).plans)
+
+
+@pytest.mark.parametrize("name", WARPGROUP_FORMS)
+def test_matmul_warpgroup_form_runs_as_wgmma(name: str) -> None:
+    options, width, calls = WARPGROUP_FORMS[name]
+    kernel = lower(matmul(wgmma=True, **options), "sm_90a")
+    (plan,) = kernel.plans
+    assert isinstance(plan, WgmmaPlan)
+    assert plan.n == width and plan.k_steps * plan.blocks == calls
+    a, b = plan.a_descriptors.descriptor, plan.b_descriptors.descriptor
+    assert (a.major, a.swizzle, a.stride_byte_offset) == ("k", "128B", 1024)
+    assert (b.major, b.swizzle, b.stride_byte_offset) == ("mn", "128B", 1024)
+    # B's 64-column panels of (64 k x 64 n) f16 lie 8 KiB apart.
+    assert b.leading_byte_offset == (8192 if width > 64 else b.leading_byte_offset)
+    assert (plan.a_descriptors.transposed, plan.b_descriptors.transposed) == (0, 1)
+    source = kernel.source
+    assert source.count(f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16") == calls
+    assert "la_ldmatrix_x4(" not in source.split('extern "C"')[1]  # loads never written
+    lines = [line.strip() for line in source.splitlines()]
+    barriers = [i for i, line in enumerate(lines) if line == "__syncthreads();"]
+    assert barriers and all(lines[i - 1] == PROXY_FENCE for i in barriers)
+    assert "__align__(1024)" in source
+    loads = [step for step in kernel.report if type(step.instruction).__name__ == "LoadShared"]
+    assert [[path.name for path in step.paths] for step in loads] == [
+        ["read by wgmma descriptors"]
+    ] * 2
+
+
+def test_every_claim_of_a_wgmma_plan_holds() -> None:
+    options, _, _ = WARPGROUP_FORMS["2 warpgroups 128x128x64"]
+    (plan,) = _plans(matmul(wgmma=True, **options))
+    claims = plan.claims()
+    names = {claim.name.split(" at ")[0] for claim in claims}
+    assert names == {"wgmma descriptor a", "wgmma descriptor b", "wgmma accumulator c"}
+    for claim in claims:
+        result = check_equivalent(claim.emitted, claim.required)
+        assert result.holds, (claim.name, result.reason)
+
+
+def test_a_wrong_descriptor_is_refuted() -> None:
+    options, _, _ = WARPGROUP_FORMS["1 warpgroup 64x64x64"]
+    (plan,) = _plans(matmul(wgmma=True, **options))
+    origin, descriptor = plan.b_descriptors.checked[0]
+    wrong = dataclasses.replace(descriptor, stride_byte_offset=descriptor.stride_byte_offset * 2)
+    emitted, required = wrong.claim(plan.b.tensor.layout, origin, plan.b.dims)
+    result = check_equivalent(emitted, required)
+    assert not result.holds and result.counterexample is not None
+
+
+@pytest.mark.parametrize(("arch", "options"), [("sm_80", {}), ("sm_90a", {"wgmma": False})])
+def test_the_same_program_runs_on_mma_sync_elsewhere(arch: str, options: dict) -> None:
+    program = matmul(wgmma=True, **WARPGROUP_FORMS["1 warpgroup 64x64x64"][0])
+    kernel = lower(program, arch, **options)
+    assert [type(plan).__name__ for plan in kernel.plans][-1] == "MmaPlan"
+    assert "wgmma" not in kernel.source and PROXY_FENCE not in kernel.source
+
+
+def _shared_dot(
+    b_layout_of: str = "panel", read_twice: bool = False, store_between: bool = False
+) -> Program:
+    """One warpgroup: (64 x 64) @ (64 x 64) from shared tiles copied in, the result stored.
+    `b_layout_of` "panel" (one 128-byte swizzled panel, readable by a descriptor) or "plain"
+    (unswizzled 128-byte rows: no descriptor reads them with a swizzle, and not as interleaved
+    either); `read_twice` also adds the loaded a to itself; `store_between` stores into a's
+    tile between its load and the dot."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    with ProgramBuilder("shared_dot", 128) as bld:
+        a, b, c = (
+            bld.array_param(name, dtype) for name, dtype in (("a", f16), ("b", f16), ("c", f32))
+        )
+        a_view = bld.global_view(a, f16, GlobalLayout((64, 64), (64, 1)))
+        b_view = bld.global_view(b, f16, GlobalLayout((64, 64), (64, 1)))
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        a_shared = bld.shared_tensor(f16, shared_row_major_swizzle(64, 64, element_bits=16))
+        b_buffer = (
+            shared_row_major_swizzle(64, 64, element_bits=16)
+            if b_layout_of == "panel"
+            else shared_row_major(64, 64)
+        )
+        b_shared = bld.shared_tensor(f16, b_buffer)
+        bld.copy_async(a_shared, a_view, [0, 0])
+        bld.copy_async(b_shared, b_view, [0, 0])
+        bld.copy_async_commit()
+        bld.copy_async_wait(0)
+        bld.sync()
+        a_tile = bld.load_shared(a_shared, a_layout, [0, 0])
+        b_tile = bld.load_shared(b_shared, b_layout, [0, 0])
+        if store_between:
+            bld.store_shared(a_shared, a_tile, [0, 0])
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        out = bld.dot(a_tile, b_tile, acc)
+        if read_twice:
+            bld.store_shared(a_shared, a_tile, [0, 0])
+        bld.store_global(c_view, out, [0, 0])
+    return bld.program()
+
+
+def test_a_dot_of_shared_tiles_runs_as_wgmma() -> None:
+    program = _shared_dot()
+    assert len(shared_operand_dots(program)) == 1
+    (plan,) = _plans(program)
+    assert isinstance(plan, WgmmaPlan) and plan.n == 64
+
+
+@pytest.mark.parametrize("change", ["read_twice", "store_between"])
+def test_loads_read_elsewhere_or_overwritten_are_kept(change: str) -> None:
+    program = _shared_dot(**{change: True})
+    assert shared_operand_dots(program) == {}
+    assert not any(isinstance(plan, WgmmaPlan) for plan in _plans(program))
+
+
+def test_a_b_tile_no_descriptor_reads_falls_back_with_its_loads() -> None:
+    program = _shared_dot(b_layout_of="plain")
+    assert len(shared_operand_dots(program)) == 1  # a candidate, but no descriptor fits
+    kernel = lower(program, "sm_90a")
+    assert [type(plan).__name__ for plan in kernel.plans][-1] == "MmaPlan"
+    assert "wgmma.mma_async" not in kernel.source
+
+
+def test_the_warpgroup_matmul_in_the_interpreter_is_a_matmul() -> None:
+    rng = np.random.default_rng(7)
+    m, n, k = 70, 72, 80
+    program = matmul(wgmma=True, block_k=64)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    c = np.zeros((m, n), np.float16)
+    run_reference(program, m, n, k, a.ravel(), b.ravel(), c.ravel(), grid=(2, 2))
+    got = c.reshape(m, n)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(got.astype(np.float64) - want).max() < 2e-2
