@@ -70,6 +70,12 @@ MAX_ORIGINS = 64
 """The most (origin values x warpgroups) points a plan checks per operand."""
 PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
 """Makes a thread's shared-memory writes visible to the async proxy (wgmma's reads)."""
+PROXY_FENCE_MARK = "// la: async-proxy fence"
+"""Where a barrier of a kernel with wgmma candidates gets `PROXY_FENCE` once some dot of the
+kernel has a plan (the lowering knows only at the end; without one the marks are dropped)."""
+SHARED_DECLARATION = "extern __shared__ __align__({alignment}) unsigned char la_smem[];"
+"""The kernel's dynamic shared allocation, aligned to 16 bytes, or to `SWIZZLED_ALIGNMENT` when
+a dot runs as wgmma."""
 
 _KINDS = {dtypes.f16: "f16", dtypes.bf16: "bf16"}
 

@@ -17,6 +17,7 @@ trip count below S, and every loop with S = 1, is written as a plain loop.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from backend.conversions import (
@@ -49,7 +50,14 @@ from backend.tensor_core import (
     TENSOR_CORE_SOURCE,
     arch_number,
 )
-from backend.wgmma import SWIZZLED_ALIGNMENT, WGMMA_SOURCE
+from backend.wgmma import (
+    PROXY_FENCE,
+    PROXY_FENCE_MARK,
+    SHARED_DECLARATION,
+    SWIZZLED_ALIGNMENT,
+    WGMMA_SOURCE,
+    WgmmaPlan,
+)
 from ir import instructions
 from ir.instructions import Instruction
 from ir.printer import format_instruction
@@ -72,6 +80,19 @@ from layout_algebra.symbolic.folding import build
 class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
     """Lowers one program: the kernel frame, its parameters and control flow (see the package
     docstring); the instructions are lowered by the methods of the memory and compute parts."""
+
+    def finished_source(self, includes_end: int) -> str:
+        """The kernel's text, with what its wgmma dots need when any dot got a `WgmmaPlan`: the
+        helper functions (inserted at `includes_end`), the async-proxy fences at the barriers'
+        marks, and an allocation aligned to the swizzle repeat; else without the marks."""
+        if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
+            return _drop_marks(self.out.text())
+        self.out.insert(includes_end, WGMMA_SOURCE)
+        source = self.out.text().replace(PROXY_FENCE_MARK, PROXY_FENCE)
+        return source.replace(
+            SHARED_DECLARATION.format(alignment=16),
+            SHARED_DECLARATION.format(alignment=SWIZZLED_ALIGNMENT),
+        )
 
     def kernel(self) -> LoweredKernel:
         program = self.program
@@ -96,8 +117,6 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if self.tensor_cores:
             out.lines(TENSOR_CORE_SOURCE)
             out.lines(FAST_CONVERSION_PRIMITIVES)
-        if self.wgmma_dots:
-            out.lines(WGMMA_SOURCE)
         if program.programmatic_launch:
             chained = self.arch is not None and arch_number(self.arch) >= PROGRAMMATIC_LAUNCH_ARCH
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
@@ -111,9 +130,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             f'extern "C" __global__ void __launch_bounds__({bounds}) {program.name}({signature})'
         )
         with out.block(header):
-            # A swizzled tensor that wgmma reads needs an allocation aligned to its repeat.
-            alignment = SWIZZLED_ALIGNMENT if self.wgmma_dots else 16
-            out.line(f"extern __shared__ __align__({alignment}) unsigned char la_smem[];")
+            out.line(SHARED_DECLARATION.format(alignment=16))
             out.line(f"const int {THREAD_NAME} = (int)threadIdx.x;")
             for index, axis in zip(BLOCK_INDICES, "xyz"):
                 out.line(f"const int {index.name} = (int)blockIdx.{axis};")
@@ -143,7 +160,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 f"block on {where}"
             )
         return LoweredKernel(
-            source=out.text(),
+            source=self.finished_source(table_position),
             entry=program.name,
             params=self.kernel_params(),
             block_threads=self.threads,
@@ -399,6 +416,11 @@ def c_parameter(param: Param) -> str:
     if param.value is not None:
         return f"int /* {param.name} = {param.value}, a compile-time constant */"
     return f"int {param.name}"
+
+
+def _drop_marks(source: str) -> str:
+    """`source` without its proxy-fence marks (no dot of the kernel runs as wgmma)."""
+    return re.sub(rf"^[ \t]*{re.escape(PROXY_FENCE_MARK)}\n", "", source, flags=re.MULTILINE)
 
 
 def lower(

@@ -34,7 +34,7 @@ from backend.tensor_core import (
     emit_ldmatrix,
     plan_ldmatrix,
 )
-from backend.wgmma import PROXY_FENCE
+from backend.wgmma import PROXY_FENCE_MARK
 from ir import instructions
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.access import compose
@@ -726,8 +726,9 @@ class MemoryLowering(LoweringContext):
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
         if self.wgmma_dots:
-            # Shared memory written before the barrier may next be read by wgmma.
-            self.out.line(PROXY_FENCE)
+            # Shared memory written before the barrier may next be read by wgmma: a mark that
+            # becomes a proxy fence if some dot gets a wgmma plan (`finished_source`).
+            self.out.line(PROXY_FENCE_MARK)
         self.out.line("__syncthreads();")
 
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:

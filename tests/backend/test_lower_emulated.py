@@ -513,7 +513,7 @@ EXAMPLES = _example_cases()
 def example_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
     """The examples lowered for sm_90a (none uses tensor cores; the quantized ones use the fast
     conversions, whose device primitives the emulation replaces)."""
-    kernels = [lower(program, EMULATED_ARCH) for _, program, _, _ in EXAMPLES]
+    kernels = [lower(program, EMULATED_ARCH, wgmma=False) for _, program, _, _ in EXAMPLES]
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
@@ -615,7 +615,7 @@ FEATURES = feature_cases()
 
 @pytest.fixture(scope="module")
 def feature_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
-    kernels = [lower(case.program, case.emulated_arch) for case in FEATURES]
+    kernels = [lower(case.program, case.emulated_arch, wgmma=False) for case in FEATURES]
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
@@ -651,12 +651,14 @@ DECODE = gpu_examples_main.decode_cases(np.random.default_rng(11))
 split-k sum with tickets, partial sums, zero points with bf16, a deep ring, the weights as A,
 several row blocks), its split-k sum, its packing program, the dequantizing program and the
 f16 matmul with a ring of swizzled stages, lowered for sm_90a: mma.sync and ldmatrix
-included."""
+included. wgmma has no host emulation, so every sm_90a lowering here keeps mma.sync
+(``wgmma=False``: the warpgroup matmul forms run their mma.sync fallback, their loads written at
+the dot); the GPU differential run covers wgmma."""
 
 
 @pytest.fixture(scope="module")
 def decode_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
-    kernels = [lower(program, "sm_90a") for _, program, _, _, _ in DECODE]
+    kernels = [lower(program, "sm_90a", wgmma=False) for _, program, _, _, _ in DECODE]
     assert any(kernel.plans for kernel in kernels)
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
@@ -688,7 +690,10 @@ def tensor_core_cases() -> list[tuple[ProgramCase, LoweredKernel]]:
     """Of a fixed sample of random dot programs (`ir.testing.dot_cases`, drawn once), those
     whose lowering for sm_90a plans mma or ldmatrix, with that lowering."""
     drawn = _sample(dot_cases(), RANDOM_DOT_CASES)
-    lowered = [(case, lower(case.program, "sm_90a", constants=case.constants)) for case in drawn]
+    lowered = [
+        (case, lower(case.program, "sm_90a", constants=case.constants, wgmma=False))
+        for case in drawn
+    ]
     return [(case, kernel) for case, kernel in lowered if kernel.plans]
 
 
