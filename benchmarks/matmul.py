@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4096,8192", help="square sizes, comma-separated")
     parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
+    parser.add_argument(
+        "--configs", default="", help="measure only the configurations whose name contains this"
+    )
     options = parser.parse_args(argv)
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
@@ -157,15 +160,23 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
     flush = flush_buffer(torch.device("cuda"))
-    points = []
+    points, failures = [], []
     output = Path(options.output)
+    names = [name for name in CONFIGS if options.configs in name]
+    if not names:
+        parser.error(f"--configs {options.configs!r} names none of: {', '.join(CONFIGS)}")
     for size in sizes:
-        for name in CONFIGS:
-            points.append(measure(size, name, flush, options.repeats))
+        for name in names:
+            try:
+                points.append(measure(size, name, flush, options.repeats))
+            except RuntimeError as error:  # a wrong result: say so, measure the others
+                failures.append(str(error))
+                print(f"  FAILED {error}")
+                continue
             print(f"  {size} {name}: {points[-1].ours_us:.1f} us")
             write_record(output, "matmul", points, table(points), repeats=options.repeats)
     print(table(points), end="")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
