@@ -18,7 +18,14 @@ from ir.elementwise import (
     fused_multiply_add,
     to_values,
 )
-from ir.examples.matmul import mma_dot_layouts, simt_dot_layouts, warp_grid
+from ir.errors import VerificationError
+from ir.examples.matmul import (
+    PANEL_BYTES,
+    mma_dot_layouts,
+    simt_dot_layouts,
+    warp_grid,
+    wgmma_dot_layouts,
+)
 from ir.testing.cases import (
     CASE_DTYPES,
     CHAIN_FLOAT_BINARY,
@@ -36,7 +43,12 @@ from layout_algebra.auto import auto_local_spatial
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, local, replicate
-from layout_algebra.shared import shared_row_major
+from layout_algebra.shared import (
+    SharedLayout,
+    shared_product,
+    shared_row_major,
+    shared_row_major_swizzle,
+)
 from layout_algebra.symbolic import Expr
 
 
@@ -160,7 +172,7 @@ _UNROLLS = (1, 2, 3, 4)
 """The unroll counts random loops draw (`ForRange.unroll`)."""
 
 
-_DOT_MODES = ("simt", "tensor_cores", "warp")
+_DOT_MODES = ("simt", "tensor_cores", "warp", "warpgroup")
 """How `dot_cases` lays out its operands (see its docstring)."""
 
 
@@ -210,6 +222,12 @@ def _draw_dot_layouts(
         block_m = 16 * warps_m * draw(st.integers(1, 2))
         block_n = 8 * warps_n * draw(st.integers(1, 2))
         return (num_threads, 16, *mma_dot_layouts(num_threads, block_m, block_n, 16))
+    if mode == "warpgroup":
+        num_threads = draw(st.sampled_from((128, 256)))
+        block_m = 64 * (num_threads // 128)
+        block_n = draw(st.sampled_from((8, 16, 32, 64, 128)))
+        inner_k = draw(st.sampled_from((16, 32, 64)))
+        return (num_threads, inner_k, *wgmma_dot_layouts(num_threads, block_m, block_n, inner_k))
     # Case "warp": one warp (or fewer threads), so any operand layouts are warp-collective.
     num_threads = draw(st.sampled_from((4, 8, WARP_SIZE)))
     c_layout = draw(register_layouts(num_threads, 2, max_local=4))
@@ -220,15 +238,38 @@ def _draw_dot_layouts(
     return num_threads, inner_k, a_layout, b_layout, c_layout
 
 
+def _dot_buffers(
+    mode: str, stages: tuple[int, ...], block_m: int, block_n: int, inner_k: int
+) -> tuple[SharedLayout, SharedLayout]:
+    """The shared buffers of a staged dot's operands: row-major, or for "warpgroup" the
+    swizzled ones whose tiles wgmma descriptors read (B in 64-column panels when it has whole
+    panels, `ir.examples.matmul.PANEL_BYTES`)."""
+    if mode != "warpgroup":
+        return shared_row_major(*stages, block_m, inner_k), shared_row_major(
+            *stages, inner_k, block_n
+        )
+    a_buffer = shared_row_major_swizzle(*stages, block_m, inner_k, element_bits=16)
+    panel = PANEL_BYTES // 2
+    if block_n % panel:
+        return a_buffer, shared_row_major_swizzle(*stages, inner_k, block_n, element_bits=16)
+    panels = shared_row_major(*stages, 1, block_n // panel)
+    return a_buffer, shared_product(
+        panels, shared_row_major_swizzle(inner_k, panel, element_bits=16)
+    )
+
+
 @st.composite
-def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
+def dot_cases(draw: Callable[..., Any], modes: tuple[str, ...] = _DOT_MODES) -> ProgramCase:
     """``out = a @ b + c`` over a masked k loop of one to three dots, f16 or bf16 operands, f32.
 
-    Layouts (`mode`): "simt" (`ir.examples.matmul.simt_dot_layouts`: every thread holds what it
-    combines), "tensor_cores" (`mma_dot_layouts`, 32 or 64 threads: a tensor-core lowering may
-    run them on ``mma.sync``, so `tolerance` is set and `exact_on_gpu` is False) or "warp" (a
-    random c layout of at most 32 threads, operands spread over the warp by
-    `_operand_layouts`, k <= 8: a SIMT lowering stages them). The accumulator starts as a
+    Layouts (`mode`, one of `modes`, all four by default): "simt"
+    (`ir.examples.matmul.simt_dot_layouts`: every thread holds what it combines),
+    "tensor_cores" (`mma_dot_layouts`, 32 or 64 threads: a tensor-core lowering may run them on
+    ``mma.sync``, so `tolerance` is set and `exact_on_gpu` is False), "warp" (a random c layout
+    of at most 32 threads, operands spread over the warp by `_operand_layouts`, k <= 8: a SIMT
+    lowering stages them) or "warpgroup" (`wgmma_dot_layouts`, 128 or 256 threads, always
+    through swizzled shared buffers: on sm_90a the lowering may run them as ``wgmma``, so
+    `tolerance` is set). The accumulator starts as a
     `register_tensor` constant or is loaded from `c`; the k tiles run in a `for_range` with
     `assign` (unroll 1 to 4, its stop a constant or ``ceil(k / inner_k)`` of the runtime k) or
     are written out in Python; operands come straight from global memory or through shared
@@ -238,7 +279,10 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     Expected: in float32, acc = c, then acc = acc + a[:, k] * b[k, :] for k in order (each
     product exact), which a SIMT lowering reproduces bit for bit.
     """
-    mode = draw(st.sampled_from(_DOT_MODES))
+    unknown = set(modes) - set(_DOT_MODES)
+    if not modes or unknown:
+        raise VerificationError(f"dot_cases: modes {modes!r}; expected some of {_DOT_MODES}")
+    mode = draw(st.sampled_from(modes))
     num_threads, inner_k, a_layout, b_layout, c_layout = _draw_dot_layouts(draw, mode)
     operand = draw(st.sampled_from((dtypes.f16, dtypes.bf16)))
     f32 = dtypes.f32
@@ -247,7 +291,7 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
     unroll = draw(st.sampled_from(_UNROLLS)) if looped else 1
     steps = draw(st.integers(1, 3 if unroll == 1 else 2 * unroll + 1))
     runtime_steps = looped and draw(st.booleans())
-    staged = draw(st.booleans())
+    staged = mode == "warpgroup" or draw(st.booleans())
     buffers = draw(st.sampled_from((1, 2))) if staged else 1
     init = draw(st.sampled_from((None, 0.0, 0.5, -1.25)))
     epilogue = draw(st.booleans())  # out = fma(acc, 0.5, acc)
@@ -274,8 +318,9 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
             accumulator = b.register_tensor(f32, c_layout, init)
         if staged:
             stages = (buffers,) if buffers > 1 else ()
-            a_shared = b.shared_tensor(operand, shared_row_major(*stages, block_m, inner_k))
-            b_shared = b.shared_tensor(operand, shared_row_major(*stages, inner_k, block_n))
+            a_buffer, b_buffer = _dot_buffers(mode, stages, block_m, block_n, inner_k)
+            a_shared = b.shared_tensor(operand, a_buffer)
+            b_shared = b.shared_tensor(operand, b_buffer)
 
         def dot_step(tile: Expr | int, partial: Any) -> Any:
             """Emit the dot of k tile `tile` into `partial`; returns its result."""
@@ -328,7 +373,7 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         accumulated = fused_multiply_add(accumulated, np.float32(0.5), accumulated)
         magnitude *= 2.0  # the sum's error grows by 1.5 and the fma rounds once more
     tolerance = None
-    if mode == "tensor_cores":
+    if mode in ("tensor_cores", "warpgroup"):
         tolerance = _padded(magnitude[:m, :n] * _MMA_TOLERANCE, (m, n + padding)).ravel()
     return ProgramCase(
         program=b.program(),
@@ -347,7 +392,7 @@ def dot_cases(draw: Callable[..., Any]) -> ProgramCase:
         output_count=m * (n + padding),
         expected=store_expected(out_initial, accumulated[:m, :n], f32, padding),
         tolerance=tolerance,
-        exact_on_gpu=mode != "tensor_cores",
+        exact_on_gpu=mode not in ("tensor_cores", "warpgroup"),
         description=(
             f"dot {mode} {operand} {a_layout!r} @ {b_layout!r} + {c_layout!r} k={k} "
             f"steps={steps}{'=ceil(k/inner_k)' if runtime_steps else ''} looped={looped} "

@@ -19,6 +19,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from backend.lower import lower
 from backend.wgmma import PROXY_FENCE, WgmmaPlan, shared_operand_dots
@@ -26,9 +28,11 @@ from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.examples.matmul import matmul, wgmma_dot_layouts
 from ir.program import Program
+from ir.testing.compute_cases import dot_cases
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 from proofs import check_equivalent
+from proofs.lowering_validation import validate_lowering
 
 WARPGROUP_FORMS = {
     # name: (options of ir.examples.matmul, instruction width, calls per dot)
@@ -179,3 +183,27 @@ def test_the_warpgroup_matmul_in_the_interpreter_is_a_matmul() -> None:
     got = c.reshape(m, n)
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(got.astype(np.float64) - want).max() < 2e-2
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_warpgroup_dots_have_proved_plans(data: st.DataObject) -> None:
+    """Random warpgroup dots (`ir.testing.dot_cases`, mode "warpgroup": 32-, 64- and 128-byte
+    swizzles and unswizzled panels, 8 to 128 columns): whatever plan the lowering makes, each
+    of its claims holds."""
+    case = data.draw(dot_cases(modes=("warpgroup",)))
+    kernel = lower(case.program, "sm_90a", constants=case.constants)
+    for plan in kernel.plans:
+        if isinstance(plan, WgmmaPlan):
+            for claim in plan.claims():
+                result = check_equivalent(claim.emitted, claim.required)
+                assert result.holds, (case.description, claim.name, result.reason)
+
+
+def test_a_wgmma_kernel_validates_whole() -> None:
+    """`proofs.validate_lowering` of the warpgroup matmul: every printed address (the copies
+    into the swizzled stages) and every claim of its plan."""
+    program = matmul(wgmma=True, **WARPGROUP_FORMS["1 warpgroup 64x64x64"][0])
+    validation = validate_lowering(lower(program, "sm_90a"), rlimit=2_000_000)
+    assert validation.holds
+    assert any("wgmma" in claim.name for claim, _ in validation.plan_results)
