@@ -1,11 +1,15 @@
-"""Hopper's warpgroup tensor cores for `dot`: ``wgmma.mma_async`` with both operands read from
-shared memory through matrix descriptors (sm_90a).
+"""Hopper's warpgroup tensor cores for `dot`: ``wgmma.mma_async`` reading B, and A too or A
+from registers, from shared memory through matrix descriptors (sm_90a).
 
-A `dot(a, b, c)` whose a and b are the results of `load_shared`s that nothing else reads can
-skip the loads: the warpgroup's tensor core reads the two tiles where they lie. The lowering
-asks `shared_operand_dots(program)` which dots are of that kind before it writes anything (it
+A `dot(a, b, c)` whose b is the result of a `load_shared` that nothing else reads can skip
+that load: the warpgroup's tensor core reads the tile where it lies. If a is such a load too,
+both are read from shared memory ("SS"); otherwise a's registers are the instruction's register
+operand ("RS": the dequantized weights of a quantized matmul, for example). The lowering asks
+`shared_operand_dots(program)` which dots are of that kind before it writes anything (it
 defers their loads), and `plan_wgmma(...)` at the dot whether the layouts and the shared
-tiles fit; without a plan it writes the deferred loads and lowers the dot as before.
+tiles fit; without a plan it writes the deferred loads and lowers the dot as before. Loads
+inside an unrolled loop are copies made while lowering, which the first question never saw:
+such dots keep ``mma.sync``.
 
 **When a dot qualifies.** Inputs f16 or bf16, c f32; a (M, K), b (K, N) with M a multiple of
 64 and K of 16; the block a whole number of warpgroups (128 threads); c divides as
@@ -19,7 +23,10 @@ of A (64 rows, 16 k) and of B (N' rows, 16 k) must have a descriptor
 enclosing loops, as `backend.lower.memory.offset_values` finds them, and every warpgroup), all
 with one major-ness, swizzle mode, leading and stride byte offset, and a start address equal to
 the printed one: the unswizzled layout's byte offset of the tile's corner, which the printed
-code adds to the tensor's shared-memory address.
+code adds to the tensor's shared-memory address. With A in registers, a must divide as
+``a = R_A * F_A`` by the register-A fragment (`wgmma_fragment("a")`), and for every k step and
+accumulator block R_A must hold that block's 64 rows at that k step at one register index in
+every warpgroup (its four words are the operand).
 
 **The code.** For one dot: the accumulators copied to float registers (``out = c`` first),
 ``wgmma.fence``, one ``wgmma.mma_async`` per (k step, block) in k order, ``commit_group`` and
@@ -33,9 +40,10 @@ bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle'
 (1024 bytes; `SWIZZLED_ALIGNMENT`) of a 1024-byte aligned allocation.
 
 **Proofs.** `WgmmaPlan.claims()` gives, for every tile origin checked, the descriptor's address
-function against the shared layout's (`WgmmaDescriptor.claim`), and the accumulator claim:
+function against the shared layout's (`WgmmaDescriptor.claim`); the accumulator claim:
 register i of thread t receives the F_D element of the block whose corner R gives, which must
-be c's layout (`proofs.check_equivalent` decides each).
+be c's layout; and with A in registers, the register claim: the registers each call passes
+hold the F_A elements of its tile (`proofs.check_equivalent` decides each).
 """
 
 from __future__ import annotations
@@ -45,7 +53,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.tensor_core import Claim, _divide, arch_number
+import numpy as np
+
+from backend.tensor_core import Claim, _divide, _find_block, _lookup, arch_number
 from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.instructions import Dot, Instruction, LoadShared
@@ -78,6 +88,8 @@ SHARED_DECLARATION = "extern __shared__ __align__({alignment}) unsigned char la_
 a dot runs as wgmma."""
 
 _KINDS = {dtypes.f16: "f16", dtypes.bf16: "bf16"}
+A_WORDS = 4
+"""32-bit registers of one A fragment from registers (eight 16-bit elements)."""
 
 WGMMA_SOURCE = r"""
 // wgmma (sm_90a): a shared-memory matrix descriptor from a shared address and its constant
@@ -146,17 +158,21 @@ class WgmmaPlan:
     """How a `dot` runs as ``wgmma.mma_async`` (see the module docstring): `dtype`, the
     instruction width `n`, the accumulator layout `c_layout` and its repeats `c_repeats`
     (``c_layout == c_repeats * F_D``), the operands' shared tiles `a` and `b` and their
-    descriptors `a_descriptors`, `b_descriptors`; one call per (k step, block)."""
+    descriptors `a_descriptors`, `b_descriptors`; one call per (k step, block). With A in
+    registers `a`, `a_descriptors` are None and `a_layout` is a's layout, `a_blocks[k][r]` the
+    block of its repeats (``a_layout == a_repeats * F_A``) that call (k, r) reads."""
 
     dtype: DataType
     n: int
     c_layout: RegisterLayout
     c_repeats: RegisterLayout
-    a: SharedOperand
+    a: SharedOperand | None
     b: SharedOperand
-    a_descriptors: OperandDescriptors
+    a_descriptors: OperandDescriptors | None
     b_descriptors: OperandDescriptors
     k_steps: int
+    a_layout: RegisterLayout | None = None
+    a_blocks: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def instruction(self) -> str:
@@ -180,6 +196,8 @@ class WgmmaPlan:
             ("a", self.a, self.a_descriptors),
             ("b", self.b, self.b_descriptors),
         ):
+            if operand is None or found is None:
+                continue
             for origin, descriptor in found.checked:
                 emitted, required = descriptor.claim(operand.tensor.layout, origin, operand.dims)
                 claims.append(Claim(f"wgmma descriptor {name} at {origin}", emitted, required))
@@ -195,6 +213,8 @@ class WgmmaPlan:
             return corner_row + row, corner_col + col
 
         threads, local = c_layout.num_threads, c_layout.local_size
+        if self.a_layout is not None and self.a_blocks is not None:
+            claims.append(self._register_a_claim())
         claims.append(
             Claim(
                 "wgmma accumulator c",
@@ -204,6 +224,36 @@ class WgmmaPlan:
         )
         return tuple(claims)
 
+    def _register_a_claim(self) -> Claim:
+        """A in registers: over the calls q = k step * blocks + block, register ``8 a_block(q)
+        + j`` of thread t (emitted: what a's layout puts there) must be the F_A element (t, j)
+        of the call's A tile: rows from its accumulator block's corner, columns 16 k."""
+        a_layout, c_layout = self.a_layout, self.c_layout
+        assert a_layout is not None and self.a_blocks is not None
+        fragment = wgmma_fragment("a")
+        per = fragment.layout.local_size
+        blocks = [block for _ in range(self.k_steps) for block in range(self.blocks)]
+        steps = [k for k in range(self.k_steps) for _ in range(self.blocks)]
+        a_blocks = [self.a_blocks[k][r] for k, r in zip(steps, blocks)]
+        size = self.registers
+
+        def emitted_a(t: Any, p: Any) -> tuple[Any, ...]:
+            return a_layout.map(t, per * _lookup(a_blocks, p // per) + p % per)
+
+        def required_a(t: Any, p: Any) -> tuple[Any, Any]:
+            q, j = p // per, p % per
+            row, col = fragment.ptx.map(t % WARPGROUP_SIZE, j)
+            corner = c_layout.map(WARPGROUP_SIZE * (t // WARPGROUP_SIZE), size * _lookup(blocks, q))
+            return corner[0] + row, WGMMA_K * _lookup(steps, q) + col
+
+        count = per * len(a_blocks)
+        threads = a_layout.num_threads
+        return Claim(
+            "wgmma operand a in registers",
+            FunctionLayout(a_layout.shape, threads, count, emitted_a, "emitted_a"),
+            FunctionLayout(a_layout.shape, threads, count, required_a, "required_a"),
+        )
+
 
 def _walk_lists(body: Sequence[Instruction]) -> Iterator[Sequence[Instruction]]:
     yield body
@@ -212,12 +262,12 @@ def _walk_lists(body: Sequence[Instruction]) -> Iterator[Sequence[Instruction]]:
             yield from _walk_lists(inner)
 
 
-def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared, LoadShared]]:
-    """The dots whose a and b come straight from shared memory: ``id(dot) -> (load of a, load
-    of b)``, where each load is in the dot's instruction list before it, its result is read by
-    that dot alone, and what stands between the load and the dot has no body (no loop or
-    branch) and neither stores nor copies into the load's tensor (so its tile is unchanged
-    when the dot runs)."""
+def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared | None, LoadShared]]:
+    """The dots whose b (and maybe a) comes straight from shared memory: ``id(dot) -> (load of
+    a or None, load of b)``, where each load is in the dot's instruction list before it, its
+    result is read by that dot alone, and what stands between the load and the dot has no
+    body (no loop or branch) and neither stores nor copies into the load's tensor (so its tile
+    is unchanged when the dot runs)."""
     uses: dict[int, int] = {}
     for instruction in program.walk():
         for operand in instruction.operands():
@@ -227,8 +277,9 @@ def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared, LoadSha
         for position, instruction in enumerate(body):
             if not isinstance(instruction, Dot) or instruction.a is instruction.b:
                 continue
-            loads = []
+            loads: list[LoadShared | None] = []
             for operand in (instruction.a, instruction.b):
+                loads.append(None)
                 written: set[str] = set()
                 for earlier in range(position - 1, -1, -1):
                     candidate = body[earlier]
@@ -236,12 +287,13 @@ def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared, LoadSha
                         break
                     if isinstance(candidate, LoadShared) and candidate.out is operand:
                         if uses.get(id(operand)) == 1 and candidate.src.name not in written:
-                            loads.append(candidate)
+                            loads[-1] = candidate
                         break
                     if isinstance(candidate, (instructions.StoreShared, instructions.CopyAsync)):
                         written.add(candidate.dst.name)
-            if len(loads) == 2:
-                found[id(instruction)] = (loads[0], loads[1])
+            b_load = loads[1]
+            if b_load is not None:
+                found[id(instruction)] = (loads[0], b_load)
     return found
 
 
@@ -331,17 +383,18 @@ def _operand_descriptors(
 
 def plan_wgmma(
     dot: Dot,
-    loads: tuple[LoadShared, LoadShared],
+    loads: tuple[LoadShared | None, LoadShared],
     arch: str,
     group: Expr,
     abstract: tuple[
-        tuple[Sequence[Expr], Mapping[str, range]], tuple[Sequence[Expr], Mapping[str, range]]
+        tuple[Sequence[Expr], Mapping[str, range]] | None,
+        tuple[Sequence[Expr], Mapping[str, range]],
     ],
 ) -> WgmmaPlan | None:
-    """The `WgmmaPlan` of `dot`, whose a and b the `loads` made (`shared_operand_dots`), on
-    `arch`, or None (see the module docstring). `group` is the warpgroup index variable (over
-    0 .. groups - 1); `abstract` holds each load's offsets over fresh variables and their values
-    (`backend.lower.memory.offset_values`)."""
+    """The `WgmmaPlan` of `dot`, whose b (and a, unless it is None) the `loads` made
+    (`shared_operand_dots`), on `arch`, or None (see the module docstring). `group` is the
+    warpgroup index variable (over 0 .. groups - 1); `abstract` holds each load's offsets over
+    fresh variables and their values (`backend.lower.memory.offset_values`)."""
     if arch_number(arch) != WGMMA_ARCH or not arch.endswith("a"):
         return None
     dtype = dot.a.dtype
@@ -366,23 +419,56 @@ def plan_wgmma(
     if corners is None:
         return None
     a_load, b_load = loads
-    a = SharedOperand(a_load, (a_load.src.layout.rank - 2, a_load.src.layout.rank - 1))
-    b = SharedOperand(b_load, (b_load.src.layout.rank - 1, b_load.src.layout.rank - 2))
     k_steps = k // WGMMA_K
-    a_corners = [(first[0] + group * step[0], as_expr(0)) for first, step in corners]
+    b = SharedOperand(b_load, (b_load.src.layout.rank - 1, b_load.src.layout.rank - 2))
     b_corners = [(first[1] + group * step[1], as_expr(0)) for first, step in corners]
-    (a_offsets, a_values), (b_offsets, b_values) = abstract
-    a_found = _operand_descriptors(
-        a, a_offsets, a_values, WGMMA_M, a_corners, group, groups, k_steps
-    )
-    if a_found is None:
-        return None
+    b_offsets, b_values = abstract[1]
     b_found = _operand_descriptors(b, b_offsets, b_values, width, b_corners, group, groups, k_steps)
     if b_found is None:
+        return None
+    if a_load is None:
+        a_blocks = _register_a_blocks(dot.a.layout, repeats, k_steps)
+        if a_blocks is None:
+            return None
+        return WgmmaPlan(
+            dtype, width, c_layout, repeats, None, b, None, b_found, k_steps, dot.a.layout, a_blocks
+        )
+    a = SharedOperand(a_load, (a_load.src.layout.rank - 2, a_load.src.layout.rank - 1))
+    a_corners = [(first[0] + group * step[0], as_expr(0)) for first, step in corners]
+    a_abstract = abstract[0]
+    if a_abstract is None:
+        return None
+    a_found = _operand_descriptors(
+        a, a_abstract[0], a_abstract[1], WGMMA_M, a_corners, group, groups, k_steps
+    )
+    if a_found is None:
         return None
     if (a_found.transposed or b_found.transposed) and dtype.nbits != 16:
         return None
     return WgmmaPlan(dtype, width, c_layout, repeats, a, b, a_found, b_found, k_steps)
+
+
+def _register_a_blocks(
+    a_layout: RegisterLayout, c_repeats: RegisterLayout, k_steps: int
+) -> tuple[tuple[int, ...], ...] | None:
+    """For A in registers: per k step and accumulator block, the block of a's repeats (``a =
+    R_A * F_A``) holding that block's 64 rows at that k step at the same register in every
+    warpgroup, or None when a does not divide by F_A or some block is missing."""
+    a_repeats = _divide(a_layout, wgmma_fragment("a").layout)
+    if a_repeats is None:
+        return None
+    a_table, c_table = a_repeats.table(), c_repeats.table()
+    found = []
+    for k_step in range(k_steps):
+        step = np.full(c_table.shape[0], k_step, dtype=np.int64)
+        row = []
+        for block in range(c_repeats.local_size):
+            a_block = _find_block(a_table, np.stack([c_table[:, block, 0], step], axis=-1))
+            if a_block is None:
+                return None
+            row.append(a_block)
+        found.append(tuple(row))
+    return tuple(found)
 
 
 def emit_wgmma(
@@ -394,10 +480,11 @@ def emit_wgmma(
     substitutions: tuple[Mapping[str, Expr], Mapping[str, Expr]],
     prefix: str,
 ) -> str:
-    """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` and `b` name
-    the shared tensors' byte pointers, `c` and `out` the accumulator word arrays (f32 bits);
-    `substitutions` give each operand's original offsets for the fresh variables of its
-    starts; `prefix` makes the local names unique. Requires `WGMMA_SOURCE`."""
+    """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
+    shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
+    byte pointer of B; `c` and `out` the accumulator word arrays (f32 bits); `substitutions`
+    give each operand's original offsets for the fresh variables of its starts; `prefix` makes
+    the local names unique. Requires `WGMMA_SOURCE`."""
     local = plan.c_layout.local_size
     acc = [f"{prefix}acc{i}" for i in range(local)]
     lines = ["{"]
@@ -405,30 +492,43 @@ def emit_wgmma(
     pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
     lines.append(pin)
     lines.append(PROXY_FENCE)
-    lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
+    if plan.a_descriptors is not None:
+        lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
     lines.append(f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});")
     lines.append("la_wgmma_fence();")
     size = plan.registers
     registers = ", ".join(f"%{j}" for j in range(size))
+    b_major = plan.b_descriptors.transposed
+    if plan.a_descriptors is None:
+        words = ", ".join(f"%{size + j}" for j in range(A_WORDS))
+        operands = f"{{{words}}}, %{size + A_WORDS}, p, 1, 1, {b_major}"
+    else:
+        operands = f"%{size}, %{size + 1}, p, 1, 1, {plan.a_descriptors.transposed}, {b_major}"
     text = (
         "{ .reg .pred p; setp.ne.b32 p, 1, 0; "
-        f"{plan.instruction} {{{registers}}}, %{size}, %{size + 1}, p, 1, 1, "
-        f"{plan.a_descriptors.transposed}, {plan.b_descriptors.transposed}; }}\\n"
+        f"{plan.instruction} {{{registers}}}, {operands}; }}\\n"
     )
     for k_step in range(plan.k_steps):
         for block in range(plan.blocks):
-            a_start = plan.a_descriptors.starts[block][k_step].substitute(substitutions[0])
             b_start = plan.b_descriptors.starts[block][k_step].substitute(substitutions[1])
-            a_desc = (
-                f"la_wgmma_descriptor({prefix}a + (unsigned int)({simplify(a_start).to_c()}), "
-                f"0x{plan.a_descriptors.fields:016X}ull)"
-            )
             b_desc = (
                 f"la_wgmma_descriptor({prefix}b + (unsigned int)({simplify(b_start).to_c()}), "
                 f"0x{plan.b_descriptors.fields:016X}ull)"
             )
+            if plan.a_descriptors is None:
+                assert plan.a_blocks is not None
+                first = A_WORDS * plan.a_blocks[k_step][block]
+                inputs = [f'"r"({a}[{first + j}])' for j in range(A_WORDS)]
+            else:
+                a_start = plan.a_descriptors.starts[block][k_step].substitute(substitutions[0])
+                a_desc = (
+                    f"la_wgmma_descriptor({prefix}a + (unsigned int)"
+                    f"({simplify(a_start).to_c()}), 0x{plan.a_descriptors.fields:016X}ull)"
+                )
+                inputs = [f'"l"({a_desc})']
+            inputs.append(f'"l"({b_desc})')
             outputs = ", ".join(f'"+f"({acc[size * block + j]})' for j in range(size))
-            lines.append(f'asm volatile("{text}" : {outputs} : "l"({a_desc}), "l"({b_desc}));')
+            lines.append(f'asm volatile("{text}" : {outputs} : {", ".join(inputs)});')
     lines.append("la_wgmma_commit();")
     lines.append("la_wgmma_wait();")
     lines.append(pin)

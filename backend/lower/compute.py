@@ -411,24 +411,31 @@ class ComputeLowering(LoweringContext):
         pair = self.wgmma_dots.get(id(instruction))
         if pair is None:
             return False
-        loads = [self.pending_loads.pop(id(load), None) for load in pair]
-        if None in loads:
+        a_deferred, b_deferred = pair
+        b_load = self.pending_loads.pop(id(b_deferred), None)
+        a_load = None if a_deferred is None else self.pending_loads.pop(id(a_deferred), None)
+        loads = [load for load in (a_load, b_load) if load is not None]
+        if b_load is None or (a_deferred is not None and a_load is None):
+            # Written elsewhere (an unrolled copy): the dot runs as before.
             for load in loads:
-                if load is not None:
-                    self.write_deferred_load(load)
+                self.write_deferred_load(load)
             return False
-        abstract, substitutions = [], []
-        for load in loads:
-            found = offset_values(load.offsets, self.loop_ranges(load.offsets))
-            if found is None:
-                break
-            offsets, values, originals = found
-            abstract.append((offsets, values))
-            substitutions.append(originals)
+        abstract: list[tuple[Any, Any] | None] = []
+        substitutions: list[dict[str, Expr]] = []
+        for load in (a_load, b_load):
+            found = (
+                None
+                if load is None
+                else offset_values(load.offsets, self.loop_ranges(load.offsets))
+            )
+            abstract.append(None if found is None else (found[0], found[1]))
+            substitutions.append({} if found is None else dict(found[2]))
         plan = None
-        if len(abstract) == 2 and self.threads % WARPGROUP_SIZE == 0:
+        if abstract[1] is not None and self.threads % WARPGROUP_SIZE == 0:
             group = var(f"{THREAD_NAME}_group", 0, self.threads // WARPGROUP_SIZE - 1)
-            plan = plan_wgmma(instruction, (loads[0], loads[1]), self.arch, group, tuple(abstract))
+            plan = plan_wgmma(
+                instruction, (a_load, b_load), self.arch, group, (abstract[0], abstract[1])
+            )
         if plan is None:
             for load in loads:
                 self.write_deferred_load(load)
@@ -445,8 +452,8 @@ class ComputeLowering(LoweringContext):
         self.out.lines(
             emit_wgmma(
                 plan,
-                loads[0].src.name,
-                loads[1].src.name,
+                instruction.a.name if a_load is None else a_load.src.name,
+                b_load.src.name,
                 instruction.c.name,
                 instruction.out.name,
                 (substitutions[0], substitutions[1]),

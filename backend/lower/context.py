@@ -327,7 +327,9 @@ class LoweringContext:
         uses_wgmma = wgmma and arch is not None and arch_number(arch) == WGMMA_ARCH
         uses_wgmma = uses_wgmma and arch.endswith("a")
         self.wgmma_dots = shared_operand_dots(program) if uses_wgmma else {}
-        self.deferred_loads = {id(load) for pair in self.wgmma_dots.values() for load in pair}
+        self.deferred_loads = {
+            id(load) for pair in self.wgmma_dots.values() for load in pair if load is not None
+        }
         self.pending_loads: dict[int, instructions.LoadShared] = {}
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
@@ -365,7 +367,9 @@ class LoweringContext:
 
     def wgmma_tensors(self) -> set[str]:
         """The shared tensors a dot may read through wgmma descriptors."""
-        return {load.src.name for pair in self.wgmma_dots.values() for load in pair}
+        return {
+            load.src.name for pair in self.wgmma_dots.values() for load in pair if load is not None
+        }
 
     def fail(self, problem: str) -> CompilationError:
         where = "" if self.current is None else f" in: {format_instruction(self.current)}"

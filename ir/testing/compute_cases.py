@@ -269,7 +269,8 @@ def dot_cases(draw: Callable[..., Any], modes: tuple[str, ...] = _DOT_MODES) -> 
     of at most 32 threads, operands spread over the warp by `_operand_layouts`, k <= 8: a SIMT
     lowering stages them) or "warpgroup" (`wgmma_dot_layouts`, 128 or 256 threads, always
     through swizzled shared buffers: on sm_90a the lowering may run them as ``wgmma``, so
-    `tolerance` is set). The accumulator starts as a
+    `tolerance` is set; a is sometimes read from global memory straight into its registers,
+    which wgmma takes as its register operand). The accumulator starts as a
     `register_tensor` constant or is loaded from `c`; the k tiles run in a `for_range` with
     `assign` (unroll 1 to 4, its stop a constant or ``ceil(k / inner_k)`` of the runtime k) or
     are written out in Python; operands come straight from global memory or through shared
@@ -292,6 +293,8 @@ def dot_cases(draw: Callable[..., Any], modes: tuple[str, ...] = _DOT_MODES) -> 
     steps = draw(st.integers(1, 3 if unroll == 1 else 2 * unroll + 1))
     runtime_steps = looped and draw(st.booleans())
     staged = mode == "warpgroup" or draw(st.booleans())
+    # A warpgroup dot may take a from registers (read from global memory) and b from shared.
+    a_in_registers = mode == "warpgroup" and draw(st.booleans())
     buffers = draw(st.sampled_from((1, 2))) if staged else 1
     init = draw(st.sampled_from((None, 0.0, 0.5, -1.25)))
     epilogue = draw(st.booleans())  # out = fma(acc, 0.5, acc)
@@ -330,18 +333,19 @@ def dot_cases(draw: Callable[..., Any], modes: tuple[str, ...] = _DOT_MODES) -> 
                 b_tile = b.load_global(b_view, b_origin, b_layout)
                 return b.dot(a_tile, b_tile, partial)
             stage = [tile % buffers] if buffers > 1 else []
-            for shared, view, origin, tile_shape in (
+            operands = [
                 (a_shared, a_view, a_origin, (block_m, inner_k)),
                 (b_shared, b_view, b_origin, (inner_k, block_n)),
-            ):
+            ]
+            for shared, view, origin, tile_shape in operands[a_in_registers:]:
                 spread = auto_local_spatial(num_threads, tile_shape)
                 b.store_shared(shared, b.load_global(view, origin, spread), [*stage, 0, 0])
             b.sync()
-            result = b.dot(
-                b.load_shared(a_shared, a_layout, [*stage, 0, 0]),
-                b.load_shared(b_shared, b_layout, [*stage, 0, 0]),
-                partial,
-            )
+            if a_in_registers:
+                a_tile = b.load_global(a_view, a_origin, a_layout)
+            else:
+                a_tile = b.load_shared(a_shared, a_layout, [*stage, 0, 0])
+            result = b.dot(a_tile, b.load_shared(b_shared, b_layout, [*stage, 0, 0]), partial)
             b.sync()
             return result
 
@@ -397,6 +401,7 @@ def dot_cases(draw: Callable[..., Any], modes: tuple[str, ...] = _DOT_MODES) -> 
             f"dot {mode} {operand} {a_layout!r} @ {b_layout!r} + {c_layout!r} k={k} "
             f"steps={steps}{'=ceil(k/inner_k)' if runtime_steps else ''} looped={looped} "
             f"unroll={unroll} staged={staged} buffers={buffers} init={init} fma={epilogue}"
+            f"{' a_in_registers' if a_in_registers else ''}"
         ),
     )
 

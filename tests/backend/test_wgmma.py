@@ -110,13 +110,17 @@ def test_the_same_program_runs_on_mma_sync_elsewhere(arch: str, options: dict) -
 
 
 def _shared_dot(
-    b_layout_of: str = "panel", read_twice: bool = False, store_between: bool = False
+    b_layout_of: str = "panel",
+    read_twice: bool = False,
+    store_between: bool = False,
+    b_read_twice: bool = False,
 ) -> Program:
     """One warpgroup: (64 x 64) @ (64 x 64) from shared tiles copied in, the result stored.
     `b_layout_of` "panel" (one 128-byte swizzled panel, readable by a descriptor) or "plain"
     (unswizzled 128-byte rows: no descriptor reads them with a swizzle, and not as interleaved
-    either); `read_twice` also adds the loaded a to itself; `store_between` stores into a's
-    tile between its load and the dot."""
+    either); `read_twice` stores the loaded a back after the dot (a second reader of its
+    registers), `b_read_twice` the same for b; `store_between` stores into a's tile between
+    its load and the dot."""
     f16, f32 = dtypes.f16, dtypes.f32
     a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
     with ProgramBuilder("shared_dot", 128) as bld:
@@ -146,6 +150,8 @@ def _shared_dot(
         out = bld.dot(a_tile, b_tile, acc)
         if read_twice:
             bld.store_shared(a_shared, a_tile, [0, 0])
+        if b_read_twice:
+            bld.store_shared(b_shared, b_tile, [0, 0])
         bld.store_global(c_view, out, [0, 0])
     return bld.program()
 
@@ -158,8 +164,25 @@ def test_a_dot_of_shared_tiles_runs_as_wgmma() -> None:
 
 
 @pytest.mark.parametrize("change", ["read_twice", "store_between"])
-def test_loads_read_elsewhere_or_overwritten_are_kept(change: str) -> None:
+def test_an_a_load_read_elsewhere_or_overwritten_is_kept_and_a_comes_from_registers(
+    change: str,
+) -> None:
+    """a's load stays (its registers are read again, or its tile is overwritten before the
+    dot); b is still read where it lies, and A goes to wgmma from a's registers."""
     program = _shared_dot(**{change: True})
+    ((a_load, b_load),) = shared_operand_dots(program).values()
+    assert a_load is None and b_load is not None
+    kernel = lower(program, "sm_90a")
+    (plan,) = [plan for plan in kernel.plans if isinstance(plan, WgmmaPlan)]
+    assert plan.a is None and plan.a_descriptors is None
+    assert plan.a_blocks == ((0,), (1,), (2,), (3,))  # k step s reads a's block s
+    assert kernel.source.count("m64n64k16.f32.f16.f16 {%0,") == 4
+    for claim in plan.claims():
+        assert check_equivalent(claim.emitted, claim.required).holds, claim.name
+
+
+def test_a_b_load_read_elsewhere_keeps_the_dot_off_wgmma() -> None:
+    program = _shared_dot(b_read_twice=True)
     assert shared_operand_dots(program) == {}
     assert not any(isinstance(plan, WgmmaPlan) for plan in _plans(program))
 
