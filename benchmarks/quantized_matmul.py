@@ -14,7 +14,9 @@ in this one process on the same random inputs:
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
     ``mma_ring``: the same on tensor cores with `RING_OPTIONS` (128 x 128 tiles, a ring of
-    three swizzled stages, the next k-tile's weights loaded ahead);
+    three swizzled stages, the next k-tile's weights loaded ahead); ``wgmma``: its warpgroup
+    form (`WGMMA_OPTIONS`: two warpgroups, 64-deep k-tiles, the dot as ``wgmma.mma_async``
+    reading activations and dequantized weights from shared memory on sm_90a);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -77,6 +79,17 @@ BLOCK_M = BLOCK_N = 64
 RING_OPTIONS = {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True}
 """The ``mma_ring`` variant: ``quantized_matmul`` on tensor cores with a ring of swizzled
 stages and the next k-tile's weight bytes loaded ahead."""
+WGMMA_OPTIONS = {
+    "num_threads": 256,
+    "block_m": 128,
+    "block_n": 128,
+    "block_k": 64,
+    "stages": 3,
+    "wgmma": True,
+}
+"""The ``wgmma`` variant: ``quantized_matmul``'s warpgroup form (`backend.wgmma`)."""
+VARIANT_OPTIONS = {"mma_ring": RING_OPTIONS, "wgmma": WGMMA_OPTIONS}
+"""The ``quantized_matmul`` options of each variant that has some."""
 BANDWIDTH = 4.4e12
 """Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
 FLOP_RATE = 800e12
@@ -216,11 +229,11 @@ class Operation:
             self.launches = decode.launches
             return
         self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
-        self.options = dict(RING_OPTIONS) if variant == "mma_ring" else {}
+        self.options = dict(VARIANT_OPTIONS.get(variant, {}))
         program = quantized_matmul(
             problem.weight,
             group_size=GROUP_SIZE,
-            tensor_cores=variant in ("mma", "mma_ring"),
+            tensor_cores=variant in ("mma", "mma_ring", "wgmma"),
             **self.options,
         )
         self.kernel = backend.compile(program)
@@ -415,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         default="register_dequant,mma",
         help="our kernels, comma-separated: register_dequant (packed weights dequantized in "
         "registers), mma (mma.sync tensor cores), mma_ring (the same with a ring of swizzled "
-        "stages, RING_OPTIONS), simt (CUDA-core dot)",
+        "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), simt (CUDA-core dot)",
     )
     options = parser.parse_args(argv)
     if options.repeats < 30:
@@ -435,9 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    unknown = sorted(set(variants) - {"simt", "mma", "mma_ring", "register_dequant"})
+    unknown = sorted(set(variants) - {"simt", "mma", "mma_ring", "wgmma", "register_dequant"})
     if unknown:
-        parser.error(f"--kernels takes register_dequant, mma, mma_ring and simt, got {unknown}")
+        parser.error(
+            f"--kernels takes register_dequant, mma, mma_ring, wgmma and simt, got {unknown}"
+        )
     output = Path(options.output)
     for weight in weights:
         for k, n in shapes:

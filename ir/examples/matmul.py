@@ -42,7 +42,12 @@ from layout_algebra.fragments import fragment, wgmma_fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, replicate, spatial
-from layout_algebra.shared import shared_product, shared_row_major, shared_row_major_swizzle
+from layout_algebra.shared import (
+    SharedLayout,
+    shared_product,
+    shared_row_major,
+    shared_row_major_swizzle,
+)
 from layout_algebra.symbolic import Expr, ExprLike
 
 COLUMNS_PER_THREAD = 8
@@ -178,6 +183,19 @@ def wgmma_dot_layouts(
     return a, b, c
 
 
+def wgmma_b_buffer(block_k: int, block_n: int, stages: int | None = None) -> SharedLayout:
+    """A (block_k, block_n) f16 B tile, or `stages` of them (a leading dimension), as wgmma
+    descriptors read them best: in swizzled panels of 64 columns (`PANEL_BYTES`, each a
+    contiguous (block_k, 64) block with the 128-byte swizzle), or one swizzled row-major tile
+    when block_n is not a whole number of panels."""
+    lead = () if stages is None else (stages,)
+    panel = PANEL_BYTES // 2
+    if block_n % panel:
+        return shared_row_major_swizzle(*lead, block_k, block_n, element_bits=16)
+    panels = shared_row_major(*lead, 1, block_n // panel)
+    return shared_product(panels, shared_row_major_swizzle(block_k, panel, element_bits=16))
+
+
 def dot_layouts(
     num_threads: int, block_m: int, block_n: int, inner_k: int, tensor_cores: bool
 ) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
@@ -269,10 +287,8 @@ def matmul(
         buffer = shared_row_major_swizzle if swizzle else shared_row_major
         options = {"element_bits": 16} if swizzle else {}
         a_shared = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
-        panel = PANEL_BYTES // 2
-        if wgmma and block_n % panel == 0:
-            panels = shared_row_major(stages, 1, block_n // panel)
-            b_buffer = shared_product(panels, buffer(block_k, panel, **options))
+        if wgmma:
+            b_buffer = wgmma_b_buffer(block_k, block_n, stages)
         else:
             b_buffer = buffer(stages, block_k, block_n, **options)
         b_shared = bld.shared_tensor(f16, b_buffer)

@@ -33,7 +33,14 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
-from ir.examples.matmul import COLUMNS_PER_THREAD, default_inner_k, dot_layouts, fill_ring
+from ir.examples.matmul import (
+    COLUMNS_PER_THREAD,
+    default_inner_k,
+    dot_layouts,
+    fill_ring,
+    wgmma_b_buffer,
+    wgmma_dot_layouts,
+)
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -82,6 +89,7 @@ def quantized_matmul(
     *,
     stages: int = 1,
     swizzle: bool = False,
+    wgmma: bool = False,
 ) -> Program:
     """The program ``quantized_matmul(m, n, k, a, w, scales, c)`` (see the module docstring).
 
@@ -97,10 +105,25 @@ def quantized_matmul(
     one after the dot. `swizzle` XOR-swizzles the shared buffers' 16-byte chunks per row, so
     the tensor cores' ldmatrix reads meet no bank conflict.
 
+    `wgmma` builds the warpgroup form for M-tiled batches: the dot's layouts of
+    `ir.examples.matmul.wgmma_dot_layouts` (warpgroups stacked along M, one dot per k-tile:
+    `inner_k` defaults to `block_k`), the activation ring swizzled and the dequantized weights
+    stored into 64-column swizzled panels (`ir.examples.matmul.wgmma_b_buffer`), so that on
+    sm_90a the dot reads both tiles through wgmma descriptors (`backend.wgmma`); it implies
+    `tensor_cores` and `swizzle` and needs a ring (stages >= 2).
+
     Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
     multiple of `block_k`, tile sizes that do not fit the layouts, `stages` not an int from
     1 to 8, or `swizzle` not a bool (True needs a ring).
     """
+    if not isinstance(wgmma, bool) or (wgmma and stages == 1):
+        raise VerificationError(
+            f"quantized_matmul: wgmma={wgmma!r} with stages={stages}; expected a bool, True "
+            "only with a ring (stages >= 2)"
+        )
+    if wgmma:
+        tensor_cores, swizzle = True, True
+        inner_k = block_k if inner_k is None else inner_k
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
         raise VerificationError(f"quantized_matmul: stages={stages!r}; expected an int from 1 to 8")
     if not isinstance(swizzle, bool) or (swizzle and stages == 1):
@@ -118,7 +141,12 @@ def quantized_matmul(
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
     if block_n % COLUMNS_PER_THREAD:
         raise VerificationError(f"block_n {block_n} must be a multiple of {COLUMNS_PER_THREAD}")
-    a_layout, b_layout, c_layout = dot_layouts(num_threads, block_m, block_n, inner_k, tensor_cores)
+    if wgmma:
+        a_layout, b_layout, c_layout = wgmma_dot_layouts(num_threads, block_m, block_n, inner_k)
+    else:
+        a_layout, b_layout, c_layout = dot_layouts(
+            num_threads, block_m, block_n, inner_k, tensor_cores
+        )
     byte_layout, weight_layout = weight_layouts(weight_dtype, num_threads, block_k, block_n)
     scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
     bits = weight_dtype.nbits
@@ -143,7 +171,10 @@ def quantized_matmul(
             buffer = shared_row_major_swizzle if swizzle else shared_row_major
             options = {"element_bits": 16} if swizzle else {}
             a_ring = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
-            w_pair = bld.shared_tensor(f16, buffer(2, block_k, block_n, **options))
+            if wgmma:
+                w_pair = bld.shared_tensor(f16, wgmma_b_buffer(block_k, block_n, 2))
+            else:
+                w_pair = bld.shared_tensor(f16, buffer(2, block_k, block_n, **options))
             tiles = (k + block_k - 1) // block_k
             w_column = bld.block_x * (block_n * bits // 8)
 

@@ -20,10 +20,10 @@ from ir.elementwise import (
 )
 from ir.errors import VerificationError
 from ir.examples.matmul import (
-    PANEL_BYTES,
     mma_dot_layouts,
     simt_dot_layouts,
     warp_grid,
+    wgmma_b_buffer,
     wgmma_dot_layouts,
 )
 from ir.testing.cases import (
@@ -45,7 +45,6 @@ from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, local, replicate
 from layout_algebra.shared import (
     SharedLayout,
-    shared_product,
     shared_row_major,
     shared_row_major_swizzle,
 )
@@ -242,20 +241,14 @@ def _dot_buffers(
     mode: str, stages: tuple[int, ...], block_m: int, block_n: int, inner_k: int
 ) -> tuple[SharedLayout, SharedLayout]:
     """The shared buffers of a staged dot's operands: row-major, or for "warpgroup" the
-    swizzled ones whose tiles wgmma descriptors read (B in 64-column panels when it has whole
-    panels, `ir.examples.matmul.PANEL_BYTES`)."""
+    swizzled ones whose tiles wgmma descriptors read (B as `ir.examples.matmul.wgmma_b_buffer`
+    lays it out)."""
     if mode != "warpgroup":
         return shared_row_major(*stages, block_m, inner_k), shared_row_major(
             *stages, inner_k, block_n
         )
     a_buffer = shared_row_major_swizzle(*stages, block_m, inner_k, element_bits=16)
-    panel = PANEL_BYTES // 2
-    if block_n % panel:
-        return a_buffer, shared_row_major_swizzle(*stages, inner_k, block_n, element_bits=16)
-    panels = shared_row_major(*stages, 1, block_n // panel)
-    return a_buffer, shared_product(
-        panels, shared_row_major_swizzle(inner_k, panel, element_bits=16)
-    )
+    return a_buffer, wgmma_b_buffer(inner_k, block_n, *stages)
 
 
 @st.composite

@@ -379,6 +379,9 @@ QUANTIZED_RING_CASES = [
     # (weight type, options of `ir.examples.quantized_matmul` on tensor cores)
     (dtypes.u4, {"stages": 3, "swizzle": True}),
     (dtypes.i3, {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 2}),
+    # The warpgroup form: wgmma reading the activations and the dequantized weights from
+    # shared memory on sm_90a.
+    (dtypes.i4, {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "wgmma": True}),
 ]
 
 

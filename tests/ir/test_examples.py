@@ -79,8 +79,9 @@ def only_dot(program: Program) -> Dot:
     return dot
 
 
-RINGS = [{}, {"stages": 3}, {"stages": 4, "swizzle": True}]
-"""Shared-stage options of the matmul examples: the double buffer, and rings of 3 and 4."""
+RINGS = [{}, {"stages": 3}, {"stages": 4, "swizzle": True}, {"stages": 3, "wgmma": True}]
+"""Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, and the
+warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels)."""
 
 
 @pytest.mark.parametrize("ring", RINGS, ids=str)
@@ -116,7 +117,8 @@ WEIGHT_DTYPES = [
     ("weight_dtype", "tensor_cores", "ring"),
     [(dtype, False, {}) for dtype in WEIGHT_DTYPES]
     + [(dtypes.u4, True, {}), (dtypes.f4e2m1, True, {})]
-    + [(dtypes.i3, False, {"stages": 2}), (dtypes.u4, True, {"stages": 3, "swizzle": True})],
+    + [(dtypes.i3, False, {"stages": 2}), (dtypes.u4, True, {"stages": 3, "swizzle": True})]
+    + [(dtypes.i4, True, {"stages": 3, "wgmma": True})],
     ids=str,
 )
 def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_cores, ring):
