@@ -156,15 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     sizes = [int(size) for size in options.sizes.split(",")]
+    names = [name for name in CONFIGS if options.configs in name]
+    if not names:
+        parser.error(f"--configs {options.configs!r} names none of: {', '.join(CONFIGS)}")
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
     flush = flush_buffer(torch.device("cuda"))
     points, failures = [], []
     output = Path(options.output)
-    names = [name for name in CONFIGS if options.configs in name]
-    if not names:
-        parser.error(f"--configs {options.configs!r} names none of: {', '.join(CONFIGS)}")
     for size in sizes:
         for name in names:
             try:

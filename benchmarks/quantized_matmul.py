@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from matmul import CONFIGS as MATMUL_CONFIGS  # the sibling f16 matmul benchmark
 from records import write_record  # a sibling module of the benchmarks
 
 import backend
@@ -79,15 +80,9 @@ BLOCK_M = BLOCK_N = 64
 RING_OPTIONS = {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True}
 """The ``mma_ring`` variant: ``quantized_matmul`` on tensor cores with a ring of swizzled
 stages and the next k-tile's weight bytes loaded ahead."""
-WGMMA_OPTIONS = {
-    "num_threads": 256,
-    "block_m": 128,
-    "block_n": 128,
-    "block_k": 64,
-    "stages": 3,
-    "wgmma": True,
-}
-"""The ``wgmma`` variant: ``quantized_matmul``'s warpgroup form (`backend.wgmma`)."""
+WGMMA_OPTIONS = MATMUL_CONFIGS["128x128x64 2 warpgroups 3 stages wgmma"]
+"""The ``wgmma`` variant: ``quantized_matmul``'s warpgroup form (`backend.wgmma`), in the f16
+matmul benchmark's best warpgroup configuration."""
 VARIANT_OPTIONS = {"mma_ring": RING_OPTIONS, "wgmma": WGMMA_OPTIONS}
 """The ``quantized_matmul`` options of each variant that has some."""
 BANDWIDTH = 4.4e12
