@@ -7,9 +7,9 @@ both are read from shared memory ("SS"); otherwise a's registers are the instruc
 operand ("RS": the dequantized weights of a quantized matmul, for example). The lowering asks
 `shared_operand_dots(program)` which dots are of that kind before it writes anything (it
 defers their loads), and `plan_wgmma(...)` at the dot whether the layouts and the shared
-tiles fit; without a plan it writes the deferred loads and lowers the dot as before. Loads
-inside an unrolled loop are copies made while lowering, which the first question never saw:
-such dots keep ``mma.sync``.
+tiles fit; without a plan it writes the deferred loads and lowers the dot as before. The
+copies of an unrolled loop's body are new instructions made while lowering: the lowering asks
+again for each instruction list it writes (`shared_operand_dots_in`).
 
 **When a dot qualifies.** Inputs f16 or bf16, c f32; a (M, K), b (K, N) with M a multiple of
 64 and K of 16; the block a whole number of warpgroups (128 threads); c divides as
@@ -262,38 +262,56 @@ def _walk_lists(body: Sequence[Instruction]) -> Iterator[Sequence[Instruction]]:
             yield from _walk_lists(inner)
 
 
-def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared | None, LoadShared]]:
-    """The dots whose b (and maybe a) comes straight from shared memory: ``id(dot) -> (load of
-    a or None, load of b)``, where each load is in the dot's instruction list before it, its
-    result is read by that dot alone, and what stands between the load and the dot has no
-    body (no loop or branch) and neither stores nor copies into the load's tensor (so its tile
-    is unchanged when the dot runs)."""
+def operand_uses(program: Program) -> dict[int, int]:
+    """How many instruction operands read each tensor, by ``id`` (all bodies included)."""
     uses: dict[int, int] = {}
     for instruction in program.walk():
         for operand in instruction.operands():
             uses[id(operand)] = uses.get(id(operand), 0) + 1
+    return uses
+
+
+def shared_operand_dots(program: Program) -> dict[int, tuple[LoadShared | None, LoadShared]]:
+    """The dots whose b (and maybe a) comes straight from shared memory, in every instruction
+    list of `program`: `shared_operand_dots_in` of each."""
+    uses = operand_uses(program)
     found = {}
     for body in _walk_lists(program.body):
-        for position, instruction in enumerate(body):
-            if not isinstance(instruction, Dot) or instruction.a is instruction.b:
-                continue
-            loads: list[LoadShared | None] = []
-            for operand in (instruction.a, instruction.b):
-                loads.append(None)
-                written: set[str] = set()
-                for earlier in range(position - 1, -1, -1):
-                    candidate = body[earlier]
-                    if candidate.bodies():
-                        break
-                    if isinstance(candidate, LoadShared) and candidate.out is operand:
-                        if uses.get(id(operand)) == 1 and candidate.src.name not in written:
-                            loads[-1] = candidate
-                        break
-                    if isinstance(candidate, (instructions.StoreShared, instructions.CopyAsync)):
-                        written.add(candidate.dst.name)
-            b_load = loads[1]
-            if b_load is not None:
-                found[id(instruction)] = (loads[0], b_load)
+        found.update(shared_operand_dots_in(body, uses))
+    return found
+
+
+def shared_operand_dots_in(
+    body: Sequence[Instruction], uses: Mapping[int, int]
+) -> dict[int, tuple[LoadShared | None, LoadShared]]:
+    """The dots of one instruction list whose b (and maybe a) comes straight from shared
+    memory: ``id(dot) -> (load of a or None, load of b)``, where each load is in the list
+    before the dot, its result is read by that dot alone (`uses`, from `operand_uses`), and
+    what stands between the load and the dot has no body (no loop or branch) and neither
+    stores nor copies into the load's tensor (so its tile is unchanged when the dot runs).
+    The lowering asks again for the copies of an unrolled loop's body, which are new
+    instructions over the same tensors."""
+    found = {}
+    for position, instruction in enumerate(body):
+        if not isinstance(instruction, Dot) or instruction.a is instruction.b:
+            continue
+        loads: list[LoadShared | None] = []
+        for operand in (instruction.a, instruction.b):
+            loads.append(None)
+            written: set[str] = set()
+            for earlier in range(position - 1, -1, -1):
+                candidate = body[earlier]
+                if candidate.bodies():
+                    break
+                if isinstance(candidate, LoadShared) and candidate.out is operand:
+                    if uses.get(id(operand)) == 1 and candidate.src.name not in written:
+                        loads[-1] = candidate
+                    break
+                if isinstance(candidate, (instructions.StoreShared, instructions.CopyAsync)):
+                    written.add(candidate.dst.name)
+        b_load = loads[1]
+        if b_load is not None:
+            found[id(instruction)] = (loads[0], b_load)
     return found
 
 

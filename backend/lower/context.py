@@ -29,7 +29,14 @@ from backend.tensor_core import (
     MmaPlan,
     arch_number,
 )
-from backend.wgmma import SWIZZLED_ALIGNMENT, WGMMA_ARCH, WgmmaPlan, shared_operand_dots
+from backend.wgmma import (
+    SWIZZLED_ALIGNMENT,
+    WGMMA_ARCH,
+    WgmmaPlan,
+    operand_uses,
+    shared_operand_dots,
+    shared_operand_dots_in,
+)
 from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
@@ -326,6 +333,7 @@ class LoweringContext:
         # Dots that may run as wgmma (`backend.wgmma`): their loads are deferred to the dot.
         uses_wgmma = wgmma and arch is not None and arch_number(arch) == WGMMA_ARCH
         uses_wgmma = uses_wgmma and arch.endswith("a")
+        self.operand_uses = operand_uses(program) if uses_wgmma else {}
         self.wgmma_dots = shared_operand_dots(program) if uses_wgmma else {}
         self.deferred_loads = {
             id(load) for pair in self.wgmma_dots.values() for load in pair if load is not None
@@ -364,6 +372,17 @@ class LoweringContext:
         self.nan_blind = nan_blind_tensors(program)
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
+
+    def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
+        """Add the wgmma candidates of an instruction list about to be written (the copies of
+        an unrolled loop's body are new instructions the first search never saw)."""
+        if not self.wgmma_dots:
+            return
+        found = shared_operand_dots_in(body, self.operand_uses)
+        self.wgmma_dots.update(found)
+        self.deferred_loads.update(
+            id(load) for pair in found.values() for load in pair if load is not None
+        )
 
     def wgmma_tensors(self) -> set[str]:
         """The shared tensors a dot may read through wgmma descriptors."""

@@ -223,6 +223,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         return tuple(params)
 
     def execute(self, body: Sequence[Instruction]) -> None:
+        self.find_wgmma_dots(body)
         for instruction in body:
             self.current = instruction
             self.out.comment(format_instruction(instruction))

@@ -230,3 +230,55 @@ def test_a_wgmma_kernel_validates_whole() -> None:
     validation = validate_lowering(lower(program, "sm_90a"), rlimit=2_000_000)
     assert validation.holds
     assert any("wgmma" in claim.name for claim, _ in validation.plan_results)
+
+
+def _ring_dot(unroll: int) -> Program:
+    """One warpgroup, a k loop (unrolled `unroll` times) over 64-deep tiles copied into a ring
+    of two swizzled stages, each tile's dot reading both stages' tiles."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    with ProgramBuilder("ring_dot", 128) as bld:
+        k = bld.int_param("k", multiple_of=64)
+        a, b, c = (bld.array_param(name, t) for name, t in (("a", f16), ("b", f16), ("c", f32)))
+        a_view = bld.global_view(a, f16, GlobalLayout((64, k), (k, 1)))
+        b_view = bld.global_view(b, f16, GlobalLayout((k, 64), (64, 1)))
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        a_ring = bld.shared_tensor(f16, shared_row_major_swizzle(2, 64, 64, element_bits=16))
+        b_ring = bld.shared_tensor(f16, shared_row_major_swizzle(2, 64, 64, element_bits=16))
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        with bld.for_range(0, k // 64, 1, unroll) as kt:
+            stage = kt % 2
+            bld.copy_async(a_ring, a_view, [0, kt * 64], [stage, 0, 0])
+            bld.copy_async(b_ring, b_view, [kt * 64, 0], [stage, 0, 0])
+            bld.copy_async_commit()
+            bld.copy_async_wait(0)
+            bld.sync()
+            a_tile = bld.load_shared(a_ring, a_layout, [stage, 0, 0])
+            b_tile = bld.load_shared(b_ring, b_layout, [stage, 0, 0])
+            bld.assign(acc, bld.dot(a_tile, b_tile, acc))
+            bld.sync()
+        bld.store_global(c_view, acc, [0, 0])
+    return bld.program()
+
+
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_the_copies_of_an_unrolled_loop_run_as_wgmma(unroll: int) -> None:
+    kernel = lower(_ring_dot(unroll), "sm_90a")
+    plans = [plan for plan in kernel.plans if isinstance(plan, WgmmaPlan)]
+    # Unrolled twice: the two copies of the body and the loop for a remainder.
+    assert len(plans) == (1 if unroll == 1 else 3)
+    assert not any(type(plan).__name__ == "LdmatrixPlan" for plan in kernel.plans)
+    for plan in plans:
+        for claim in plan.claims():
+            assert check_equivalent(claim.emitted, claim.required).holds, claim.name
+
+
+def test_the_ring_dot_in_the_interpreter_is_a_matmul() -> None:
+    rng = np.random.default_rng(3)
+    k = 192
+    a = rng.uniform(-1, 1, (64, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float32)
+    run_reference(_ring_dot(2), k, a.ravel(), b.ravel(), c.ravel(), grid=1)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(c.astype(np.float64) - want).max() < 1e-3
