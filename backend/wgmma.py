@@ -61,6 +61,7 @@ from ir.dtypes import DataType
 from ir.instructions import Dot, Instruction, LoadShared
 from ir.program import Program
 from ir.values import SharedTensor
+from layout_algebra.errors import LayoutError
 from layout_algebra.fragments import wgmma_fragment
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.register import RegisterLayout
@@ -346,8 +347,7 @@ def _operand_descriptors(
 
     `tile_corners[block]` is the tile's (rows side, k side) corner in the operand's own
     coordinates as `Expr`s over `group` (the warpgroup index); each k step moves the second by
-    16. `offsets` are the load's (abstract) offsets over
-    the variables of `values`."""
+    16. `offsets` are the load's (abstract) offsets over the variables of `values`."""
     tensor = operand.tensor
     layout = tensor.layout
     element_bits = tensor.dtype.nbits
@@ -384,7 +384,10 @@ def _operand_descriptors(
                     point = tuple(int(evaluate(x, env)) for x in origin(corner, k_step))
                     if any(not 0 <= p < s for p, s in zip(point, layout.shape)):
                         return None
-                    found = derive_descriptor(layout, element_bits, point, operand.dims, rows)
+                    try:
+                        found = derive_descriptor(layout, element_bits, point, operand.dims, rows)
+                    except LayoutError:  # a tile the layout cannot hold: no descriptor
+                        return None
                     if found is None or found.start != int(evaluate(starts[block][k_step], env)):
                         return None
                     shape = (found.major, found.swizzle, found.leading_byte_offset)
@@ -460,8 +463,6 @@ def plan_wgmma(
         a, a_abstract[0], a_abstract[1], WGMMA_M, a_corners, group, groups, k_steps
     )
     if a_found is None:
-        return None
-    if (a_found.transposed or b_found.transposed) and dtype.nbits != 16:
         return None
     return WgmmaPlan(dtype, width, c_layout, repeats, a, b, a_found, b_found, k_steps)
 
