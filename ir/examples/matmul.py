@@ -12,7 +12,7 @@ the tile C[y*BM : (y+1)*BM, x*BN : (x+1)*BN]:
         sync                                # before the next prefetch overwrites this stage
     C tile = f16(acc)
 
-Two choices of the dot's operand layouts (`dot_layouts`):
+Three choices of the dot's operand layouts (`dot_layouts`, or `wgmma_dot_layouts`):
 
 - SIMT (`simt_dot_layouts`, the default): thread (i, j) of a TM x TN grid holds an RM x 8 block
   of the accumulator; A's slice is held as whole rows replicated over the TN threads of a thread
@@ -22,6 +22,11 @@ Two choices of the dot's operand layouts (`dot_layouts`):
   whole 16 x 8 tiles in the PTX m16n8k16 fragment layouts; a warp's 32 threads hold the A and B
   fragments collectively (`ir.instructions.Dot` is warp-collective). An mma lowering rounds
   differently from the interpreter's sequential sum: compare within a tolerance.
+- Warpgroups (`wgmma_dot_layouts`, ``wgmma=True``): warpgroups of 128 threads stacked along M,
+  each accumulating 64-row tiles in the ``wgmma`` accumulator fragment, one dot per k-tile, the
+  stages in the swizzled shared layouts whose tiles ``wgmma`` descriptors read; on sm_90a the
+  dot runs as ``wgmma.mma_async`` straight from shared memory (`backend.wgmma`), elsewhere as
+  ``mma.sync``. Compared within a tolerance as well.
 
 Requirements: `n` and `k` multiples of 8 at run time (``ROW_MULTIPLE``, declared with
 ``multiple_of``, so checked by the interpreter and at launch): every row of A and B then starts
