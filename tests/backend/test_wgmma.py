@@ -7,10 +7,14 @@ proved.
 - Proofs: every descriptor claim and the accumulator claim hold (z3 / brute force through
   `proofs.check_equivalent`); a wrong descriptor is refuted.
 - Fallbacks, the same program elsewhere: sm_80, or ``wgmma=False`` on sm_90a, runs it on
-  ``mma.sync`` with ldmatrix loads; a load read twice, a store between load and dot, or a B
-  buffer whose rows no descriptor reads keep the loads.
-- Differential: the warpgroup program in the interpreter equals a float64 matmul within the
-  f32 accumulation's rounding (the GPU runs are in gpu_examples_main's matmul cases).
+  ``mma.sync`` with ldmatrix loads; an a load read twice or overwritten before the dot stays,
+  and wgmma takes a from its registers; a b load read twice, or a B buffer whose rows no
+  descriptor reads, keeps the dot on mma.sync with its loads.
+- Random warpgroup dots (`ir.testing.dot_cases`): every plan they get is proved; unrolled
+  loops keep wgmma in each copy of their body.
+- Differential: the warpgroup programs in the interpreter equal a float64 matmul within the
+  f32 accumulation's rounding (the GPU runs: gpu_examples_main's matmul cases and
+  test_gpu_wgmma.py).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.lower import lower
-from backend.wgmma import PROXY_FENCE, WgmmaPlan, shared_operand_dots
+from backend.wgmma import PROXY_FENCE, PROXY_FENCE_MARK, WgmmaPlan, shared_operand_dots
 from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.examples.matmul import matmul, wgmma_dot_layouts
@@ -64,8 +68,9 @@ def test_matmul_warpgroup_form_runs_as_wgmma(name: str) -> None:
     a, b = plan.a_descriptors.descriptor, plan.b_descriptors.descriptor
     assert (a.major, a.swizzle, a.stride_byte_offset) == ("k", "128B", 1024)
     assert (b.major, b.swizzle, b.stride_byte_offset) == ("mn", "128B", 1024)
-    # B's 64-column panels of (64 k x 64 n) f16 lie 8 KiB apart.
-    assert b.leading_byte_offset == (8192 if width > 64 else b.leading_byte_offset)
+    # B's 64-column panels of (64 k x 64 n) f16 lie 8 KiB apart; one panel leaves the field
+    # unused (one 16-byte unit).
+    assert b.leading_byte_offset == (8192 if width > 64 else 16)
     assert (plan.a_descriptors.transposed, plan.b_descriptors.transposed) == (0, 1)
     source = kernel.source
     assert source.count(f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16") == calls
@@ -107,6 +112,7 @@ def test_the_same_program_runs_on_mma_sync_elsewhere(arch: str, options: dict) -
     kernel = lower(program, arch, **options)
     assert [type(plan).__name__ for plan in kernel.plans][-1] == "MmaPlan"
     assert "wgmma" not in kernel.source and PROXY_FENCE not in kernel.source
+    assert PROXY_FENCE_MARK not in kernel.source
 
 
 def _shared_dot(
