@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from backend.compile import compile as compile_program
 from backend.lower import lower
 from backend.wgmma import PROXY_FENCE, PROXY_FENCE_MARK, WgmmaPlan, shared_operand_dots
 from ir import dtypes, run_reference
@@ -288,3 +289,13 @@ def test_the_ring_dot_in_the_interpreter_is_a_matmul() -> None:
     run_reference(_ring_dot(2), k, a.ravel(), b.ravel(), c.ravel(), grid=1)
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(c.astype(np.float64) - want).max() < 1e-3
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_warpgroup_dots_compile_for_sm_90a(data: st.DataObject) -> None:
+    """NVRTC (ptxas included) takes the wgmma code of random warpgroup dots: every instruction
+    width, swizzle mode and A from shared memory or registers that the plans make."""
+    case = data.draw(dot_cases(modes=("warpgroup",)))
+    kernel = compile_program(case.program, "sm_90a", constants=case.constants)
+    assert kernel.cubin
