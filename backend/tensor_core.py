@@ -230,7 +230,7 @@ def _indicator(index: Any, value: int, size: int) -> Any:
     return 1 - ((index - value) % size + size - 1) // size
 
 
-def _lookup(table: Sequence[int], index: Any) -> Any:
+def table_lookup(table: Sequence[int], index: Any) -> Any:
     """``table[index]`` as integer arithmetic on `index` (an int, array or `Expr`), so that the
     formula of a claim runs on every kind of index: the closed form ``a (index // d) + b (index
     % d) + c`` when one fits the whole table (cheap for the solver), else a sum of indicators."""
@@ -336,23 +336,23 @@ class MmaPlan:
 
         def emitted_a(t: Any, p: Any) -> tuple[Any, ...]:
             q, j = p // _A_REGISTERS, p % _A_REGISTERS
-            return self.a_layout.map(t, _A_REGISTERS * _lookup(a_blocks, q) + j)
+            return self.a_layout.map(t, _A_REGISTERS * table_lookup(a_blocks, q) + j)
 
         def required_a(t: Any, p: Any) -> tuple[Any, Any]:
             q, j = p // _A_REGISTERS, p % _A_REGISTERS
             row, col = _FRAGMENT_A.ptx.map(t % WARP_SIZE, j)
-            block_row = corner(t, _lookup(c_blocks, q))[0]
-            return MMA_M * block_row + row, MMA_K * _lookup(k_steps, q) + col
+            block_row = corner(t, table_lookup(c_blocks, q))[0]
+            return MMA_M * block_row + row, MMA_K * table_lookup(k_steps, q) + col
 
         def emitted_b(t: Any, p: Any) -> tuple[Any, ...]:
             q, j = p // _B_REGISTERS, p % _B_REGISTERS
-            return self.b_layout.map(t, _B_REGISTERS * _lookup(b_blocks, q) + j)
+            return self.b_layout.map(t, _B_REGISTERS * table_lookup(b_blocks, q) + j)
 
         def required_b(t: Any, p: Any) -> tuple[Any, Any]:
             q, j = p // _B_REGISTERS, p % _B_REGISTERS
             row, col = _FRAGMENT_B.ptx.map(t % WARP_SIZE, j)
-            block_col = corner(t, _lookup(c_blocks, q))[1]
-            return MMA_K * _lookup(k_steps, q) + row, MMA_N * block_col + col
+            block_col = corner(t, table_lookup(c_blocks, q))[1]
+            return MMA_K * table_lookup(k_steps, q) + row, MMA_N * block_col + col
 
         def emitted_c(t: Any, i: Any) -> tuple[Any, Any]:
             row, col = _FRAGMENT_C.ptx.map(t % WARP_SIZE, i % _C_REGISTERS)
@@ -380,14 +380,15 @@ class MmaPlan:
         )
 
 
-def _divide(layout: RegisterLayout, divisor: RegisterLayout) -> RegisterLayout | None:
+def divide_or_none(layout: RegisterLayout, divisor: RegisterLayout) -> RegisterLayout | None:
+    """``layout / divisor`` (the repeats of a fragment), or None when it does not divide."""
     try:
         return layout / divisor
     except LayoutError:
         return None
 
 
-def _find_block(table: np.ndarray, target: np.ndarray) -> int | None:
+def find_block(table: np.ndarray, target: np.ndarray) -> int | None:
     """The first register r with ``table[w, r] == target[w]`` for every warp w, or None.
 
     `table` is [warps, registers, 2] (a repeat layout's table), `target` [warps, 2]."""
@@ -417,9 +418,9 @@ def plan_mma_layouts(
     (m, k), (k_b, n) = a_layout.shape, b_layout.shape
     if k != k_b or c_layout.shape != (m, n) or m % MMA_M or n % MMA_N or k % MMA_K:
         return None
-    a_repeats = _divide(a_layout, _FRAGMENT_A.layout)
-    b_repeats = _divide(b_layout, _FRAGMENT_B.layout)
-    c_repeats = _divide(c_layout, _FRAGMENT_C.layout)
+    a_repeats = divide_or_none(a_layout, _FRAGMENT_A.layout)
+    b_repeats = divide_or_none(b_layout, _FRAGMENT_B.layout)
+    c_repeats = divide_or_none(c_layout, _FRAGMENT_C.layout)
     if a_repeats is None or b_repeats is None or c_repeats is None:
         return None
     a_table, b_table, c_table = a_repeats.table(), b_repeats.table(), c_repeats.table()
@@ -428,8 +429,8 @@ def plan_mma_layouts(
         step = np.full(c_table.shape[0], k_step, dtype=np.int64)
         for c_block in range(c_repeats.local_size):
             rows, cols = c_table[:, c_block, 0], c_table[:, c_block, 1]
-            a_block = _find_block(a_table, np.stack([rows, step], axis=-1))
-            b_block = _find_block(b_table, np.stack([step, cols], axis=-1))
+            a_block = find_block(a_table, np.stack([rows, step], axis=-1))
+            b_block = find_block(b_table, np.stack([step, cols], axis=-1))
             if a_block is None or b_block is None:
                 return None
             calls.append(MmaCall(a_block, b_block, c_block, k_step))

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from backend.tensor_core import Claim, _divide, _find_block, _lookup, arch_number
+from backend.tensor_core import Claim, arch_number, divide_or_none, find_block, table_lookup
 from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.instructions import Dot, Instruction, LoadShared
@@ -239,13 +239,15 @@ class WgmmaPlan:
         size = self.registers
 
         def emitted_a(t: Any, p: Any) -> tuple[Any, ...]:
-            return a_layout.map(t, per * _lookup(a_blocks, p // per) + p % per)
+            return a_layout.map(t, per * table_lookup(a_blocks, p // per) + p % per)
 
         def required_a(t: Any, p: Any) -> tuple[Any, Any]:
             q, j = p // per, p % per
             row, col = fragment.ptx.map(t % WARPGROUP_SIZE, j)
-            corner = c_layout.map(WARPGROUP_SIZE * (t // WARPGROUP_SIZE), size * _lookup(blocks, q))
-            return corner[0] + row, WGMMA_K * _lookup(steps, q) + col
+            corner = c_layout.map(
+                WARPGROUP_SIZE * (t // WARPGROUP_SIZE), size * table_lookup(blocks, q)
+            )
+            return corner[0] + row, WGMMA_K * table_lookup(steps, q) + col
 
         count = per * len(a_blocks)
         threads = a_layout.num_threads
@@ -430,7 +432,7 @@ def plan_wgmma(
     groups = threads // WARPGROUP_SIZE
     c_layout = dot.c.layout
     for width in range(min(n, MAX_N) // 8 * 8, 0, -8):
-        repeats = _divide(c_layout, wgmma_fragment("d", width).layout)
+        repeats = divide_or_none(c_layout, wgmma_fragment("d", width).layout)
         if repeats is not None and n % width == 0:
             break
     else:
@@ -473,7 +475,7 @@ def _register_a_blocks(
     """For A in registers: per k step and accumulator block, the block of a's repeats (``a =
     R_A * F_A``) holding that block's 64 rows at that k step at the same register in every
     warpgroup, or None when a does not divide by F_A or some block is missing."""
-    a_repeats = _divide(a_layout, wgmma_fragment("a").layout)
+    a_repeats = divide_or_none(a_layout, wgmma_fragment("a").layout)
     if a_repeats is None:
         return None
     a_table, c_table = a_repeats.table(), c_repeats.table()
@@ -482,7 +484,7 @@ def _register_a_blocks(
         step = np.full(c_table.shape[0], k_step, dtype=np.int64)
         row = []
         for block in range(c_repeats.local_size):
-            a_block = _find_block(a_table, np.stack([c_table[:, block, 0], step], axis=-1))
+            a_block = find_block(a_table, np.stack([c_table[:, block, 0], step], axis=-1))
             if a_block is None:
                 return None
             row.append(a_block)

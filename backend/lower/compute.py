@@ -414,12 +414,10 @@ class ComputeLowering(LoweringContext):
         a_deferred, b_deferred = pair
         b_load = self.pending_loads.pop(id(b_deferred), None)
         a_load = None if a_deferred is None else self.pending_loads.pop(id(a_deferred), None)
-        loads = [load for load in (a_load, b_load) if load is not None]
         if b_load is None or (a_deferred is not None and a_load is None):
-            # Written elsewhere (an unrolled copy): the dot runs as before.
-            for load in loads:
-                self.write_deferred_load(load)
-            return False
+            # Every list's candidates are found before it is written (`find_wgmma_dots`).
+            raise self.fail("a dot's deferred shared load was never reached")
+        loads = [load for load in (a_load, b_load) if load is not None]
         abstract: list[tuple[Any, Any] | None] = []
         substitutions: list[dict[str, Expr]] = []
         for load in (a_load, b_load):

@@ -434,10 +434,11 @@ class LoweringContext:
         runs between two barriers) its offset, `ticket_slot`; the total."""
         total = 0
         self.ticket_slot: int | None = None
+        wgmma_tensors = self.wgmma_tensors()
         for instruction in self.program.walk():
             if isinstance(instruction, instructions.SharedTensorAlloc):
                 tensor = instruction.out
-                if tensor.layout.swizzle is not None and tensor.name in self.wgmma_tensors():
+                if tensor.layout.swizzle is not None and tensor.name in wgmma_tensors:
                     total = -(-total // SWIZZLED_ALIGNMENT) * SWIZZLED_ALIGNMENT
                 self.shared_base[tensor.name] = total
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)

@@ -202,9 +202,17 @@ def wgmma_b_buffer(block_k: int, block_n: int, stages: int | None = None) -> Sha
 
 
 def dot_layouts(
-    num_threads: int, block_m: int, block_n: int, inner_k: int, tensor_cores: bool
+    num_threads: int,
+    block_m: int,
+    block_n: int,
+    inner_k: int,
+    tensor_cores: bool,
+    wgmma: bool = False,
 ) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
-    """(a, b, c): `mma_dot_layouts` when `tensor_cores`, else `simt_dot_layouts`."""
+    """(a, b, c): `wgmma_dot_layouts` when `wgmma`, else `mma_dot_layouts` when
+    `tensor_cores`, else `simt_dot_layouts`."""
+    if wgmma:
+        return wgmma_dot_layouts(num_threads, block_m, block_n, inner_k)
     choose = mma_dot_layouts if tensor_cores else simt_dot_layouts
     return choose(num_threads, block_m, block_n, inner_k)
 
@@ -274,12 +282,9 @@ def matmul(
         raise VerificationError(f"matmul: stages={stages!r}; expected an int from 2 to 8")
     if not isinstance(swizzle, bool):
         raise VerificationError(f"matmul: swizzle={swizzle!r}; expected True or False")
-    if wgmma:
-        a_layout, b_layout, c_layout = wgmma_dot_layouts(num_threads, block_m, block_n, inner_k)
-    else:
-        a_layout, b_layout, c_layout = dot_layouts(
-            num_threads, block_m, block_n, inner_k, tensor_cores
-        )
+    a_layout, b_layout, c_layout = dot_layouts(
+        num_threads, block_m, block_n, inner_k, tensor_cores, wgmma
+    )
     f16, f32 = dtypes.f16, dtypes.f32
     with ProgramBuilder("matmul", num_threads) as bld:
         m = bld.int_param("m")

@@ -39,7 +39,6 @@ from ir.examples.matmul import (
     dot_layouts,
     fill_ring,
     wgmma_b_buffer,
-    wgmma_dot_layouts,
 )
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
@@ -141,12 +140,9 @@ def quantized_matmul(
         raise VerificationError(f"inner_k {inner_k} must divide block_k {block_k}")
     if block_n % COLUMNS_PER_THREAD:
         raise VerificationError(f"block_n {block_n} must be a multiple of {COLUMNS_PER_THREAD}")
-    if wgmma:
-        a_layout, b_layout, c_layout = wgmma_dot_layouts(num_threads, block_m, block_n, inner_k)
-    else:
-        a_layout, b_layout, c_layout = dot_layouts(
-            num_threads, block_m, block_n, inner_k, tensor_cores
-        )
+    a_layout, b_layout, c_layout = dot_layouts(
+        num_threads, block_m, block_n, inner_k, tensor_cores, wgmma
+    )
     byte_layout, weight_layout = weight_layouts(weight_dtype, num_threads, block_k, block_n)
     scale_layout = reduce_layout(weight_layout, [0], keepdims=True)
     bits = weight_dtype.nbits
