@@ -109,6 +109,9 @@ __device__ __forceinline__ void la_wgmma_commit() {
 __device__ __forceinline__ void la_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void la_wgmma_wait_prior() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 """
 
 
@@ -492,6 +495,12 @@ def _register_a_blocks(
     return tuple(found)
 
 
+def pin_words(words: str, count: int) -> str:
+    """An empty ``asm`` that reads and writes each of the 32-bit words ``words[0..count)``: the
+    compiler neither moves their reads and writes across it nor keeps copies over it."""
+    return "".join(f'asm volatile("" : "+r"({words}[{i}]) :: "memory");' for i in range(count))
+
+
 def emit_wgmma(
     plan: WgmmaPlan,
     a: str,
@@ -500,18 +509,29 @@ def emit_wgmma(
     out: str,
     substitutions: tuple[Mapping[str, Expr], Mapping[str, Expr]],
     prefix: str,
+    in_flight: bool = False,
 ) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
     shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
     byte pointer of B; `c` and `out` the accumulator word arrays (f32 bits); `substitutions`
     give each operand's original offsets for the fresh variables of its starts; `prefix` makes
-    the local names unique. Requires `WGMMA_SOURCE`."""
+    the local names unique. Requires `WGMMA_SOURCE`.
+
+    `in_flight` (`backend.wgmma_pipeline`): the calls accumulate into c's words in place and
+    the dot is left running: ``wait_group 1`` completes the previous one instead, `out` is not
+    written, and the loop's end waits (`emit_wgmma_drain`)."""
     local = plan.c_layout.local_size
-    acc = [f"{prefix}acc{i}" for i in range(local)]
-    lines = ["{"]
-    lines += [f"float {name} = __uint_as_float({c}[{i}]);" for i, name in enumerate(acc)]
-    pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
-    lines.append(pin)
+    if in_flight:
+        acc = [f"{c}[{i}]" for i in range(local)]
+        constraint = "+r"
+        lines = ["{", pin_words(c, local)]
+    else:
+        acc = [f"{prefix}acc{i}" for i in range(local)]
+        constraint = "+f"
+        lines = ["{"]
+        lines += [f"float {name} = __uint_as_float({c}[{i}]);" for i, name in enumerate(acc)]
+        pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
+        lines.append(pin)
     lines.append(PROXY_FENCE)
     if plan.a_descriptors is not None:
         lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
@@ -548,11 +568,20 @@ def emit_wgmma(
                 )
                 inputs = [f'"l"({a_desc})']
             inputs.append(f'"l"({b_desc})')
-            outputs = ", ".join(f'"+f"({acc[size * block + j]})' for j in range(size))
+            outputs = ", ".join(f'"{constraint}"({acc[size * block + j]})' for j in range(size))
             lines.append(f'asm volatile("{text}" : {outputs} : {", ".join(inputs)});')
     lines.append("la_wgmma_commit();")
+    if in_flight:
+        lines += ["la_wgmma_wait_prior();", pin_words(c, local), "}"]
+        return "\n".join(lines) + "\n"
     lines.append("la_wgmma_wait();")
     lines.append(pin)
     lines += [f"{out}[{i}] = __float_as_uint({name});" for i, name in enumerate(acc)]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def emit_wgmma_drain(c: str, count: int) -> str:
+    """After a loop whose dot stayed in flight: wait for it, then the accumulator words
+    ``c[0..count)`` hold its result."""
+    return f"la_wgmma_wait();\n{pin_words(c, count)}\n"

@@ -75,6 +75,33 @@ CONFIGS = {
         "stages": 3,
         "wgmma": True,
     },
+    "128x128x64 2 warpgroups 4 stages wgmma in flight": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+    },
+    "128x256x64 2 warpgroups 4 stages wgmma in flight": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 256,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+    },
+    "128x128x64 2 warpgroups 5 stages wgmma in flight": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 5,
+        "wgmma": True,
+        "overlap_dot": True,
+    },
     "128x128x64 1 warpgroup 4 stages wgmma": {
         "num_threads": 128,
         "block_m": 128,
@@ -85,7 +112,8 @@ CONFIGS = {
     },
 }
 """Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``; the wgmma ones
-run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`)."""
+run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`; "in flight" ones order the ring for a
+dot that runs on into the next k-tile, ``overlap_dot``, `backend.wgmma_pipeline`)."""
 TOLERANCE = 1e-2
 """Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
 

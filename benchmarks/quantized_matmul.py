@@ -17,6 +17,8 @@ in this one process on the same random inputs:
     three swizzled stages, the next k-tile's weights loaded ahead); ``wgmma``: its warpgroup
     form (`WGMMA_OPTIONS`: two warpgroups, 64-deep k-tiles, the dot as ``wgmma.mma_async``
     reading activations and dequantized weights from shared memory on sm_90a);
+    ``wgmma_in_flight``: the same with each k-tile's wgmma left running into the next
+    (`IN_FLIGHT_OPTIONS`);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -83,7 +85,16 @@ stages and the next k-tile's weight bytes loaded ahead."""
 WGMMA_OPTIONS = MATMUL_CONFIGS["128x128x64 2 warpgroups 3 stages wgmma"]
 """The ``wgmma`` variant: ``quantized_matmul``'s warpgroup form (`backend.wgmma`), in the f16
 matmul benchmark's best warpgroup configuration."""
-VARIANT_OPTIONS = {"mma_ring": RING_OPTIONS, "wgmma": WGMMA_OPTIONS}
+IN_FLIGHT_OPTIONS = MATMUL_CONFIGS["128x128x64 2 warpgroups 4 stages wgmma in flight"]
+"""The ``wgmma_in_flight`` variant: the warpgroup form with its ring ordered for a dot in
+flight (``overlap_dot``: activations 2 k-tiles ahead, the next k-tile's weights and scales
+loaded ahead), so that on sm_90a each k-tile's wgmma runs on into the next
+(`backend.wgmma_pipeline`)."""
+VARIANT_OPTIONS = {
+    "mma_ring": RING_OPTIONS,
+    "wgmma": WGMMA_OPTIONS,
+    "wgmma_in_flight": IN_FLIGHT_OPTIONS,
+}
 """The ``quantized_matmul`` options of each variant that has some."""
 BANDWIDTH = 4.4e12
 """Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
@@ -228,7 +239,7 @@ class Operation:
         program = quantized_matmul(
             problem.weight,
             group_size=GROUP_SIZE,
-            tensor_cores=variant in ("mma", "mma_ring", "wgmma"),
+            tensor_cores=variant in ("mma", "mma_ring", "wgmma", "wgmma_in_flight"),
             **self.options,
         )
         self.kernel = backend.compile(program)
@@ -423,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         default="register_dequant,mma",
         help="our kernels, comma-separated: register_dequant (packed weights dequantized in "
         "registers), mma (mma.sync tensor cores), mma_ring (the same with a ring of swizzled "
-        "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), simt (CUDA-core dot)",
+        "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), wgmma_in_flight (the "
+        "same with its dot kept in flight, IN_FLIGHT_OPTIONS), simt (CUDA-core dot)",
     )
     options = parser.parse_args(argv)
     if options.repeats < 30:
@@ -443,10 +455,12 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    unknown = sorted(set(variants) - {"simt", "mma", "mma_ring", "wgmma", "register_dequant"})
+    known = {"simt", "mma", "mma_ring", "wgmma", "wgmma_in_flight", "register_dequant"}
+    unknown = sorted(set(variants) - known)
     if unknown:
         parser.error(
-            f"--kernels takes register_dequant, mma, mma_ring, wgmma and simt, got {unknown}"
+            f"--kernels takes register_dequant, mma, mma_ring, wgmma, wgmma_in_flight and simt, "
+            f"got {unknown}"
         )
     output = Path(options.output)
     for weight in weights:

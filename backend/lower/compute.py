@@ -447,6 +447,11 @@ class ComputeLowering(LoweringContext):
         group_index = self.thread // WARPGROUP_SIZE
         for originals in substitutions:
             originals[group.name] = group_index
+        flight = self.in_flight.get(id(instruction))
+        if flight is not None:
+            self.elided_assigns.add(id(flight.assign))
+            self.drains[id(flight.loop)] = (instruction.c.name, plan.c_layout.local_size)
+            self.note("wgmma dot kept in flight", 1)
         self.out.lines(
             emit_wgmma(
                 plan,
@@ -456,6 +461,7 @@ class ComputeLowering(LoweringContext):
                 instruction.out.name,
                 (substitutions[0], substitutions[1]),
                 self.temporary("wg"),
+                in_flight=flight is not None,
             )
         )
         return True

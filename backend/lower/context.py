@@ -37,6 +37,7 @@ from backend.wgmma import (
     shared_operand_dots,
     shared_operand_dots_in,
 )
+from backend.wgmma_pipeline import InFlightDot, in_flight_dot
 from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
@@ -339,6 +340,12 @@ class LoweringContext:
             id(load) for pair in self.wgmma_dots.values() for load in pair if load is not None
         }
         self.pending_loads: dict[int, instructions.LoadShared] = {}
+        # Dots kept in flight across their loop's iterations (`backend.wgmma_pipeline`), by
+        # id(dot); the assigns their in-place accumulation replaces; and, by id(loop), the
+        # accumulator words to wait for after a loop whose dot was issued that way.
+        self.in_flight: dict[int, InFlightDot] = {}
+        self.elided_assigns: set[int] = set()
+        self.drains: dict[int, tuple[str, int]] = {}
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
@@ -383,6 +390,13 @@ class LoweringContext:
         self.deferred_loads.update(
             id(load) for pair in found.values() for load in pair if load is not None
         )
+
+    def find_in_flight_dot(self, loop: instructions.ForRange) -> None:
+        """Note the dot of `loop` that may stay in flight into its next iteration, if any."""
+        if self.wgmma_dots:
+            found = in_flight_dot(loop, self.wgmma_dots)
+            if found is not None:
+                self.in_flight[id(found.dot)] = found
 
     def wgmma_tensors(self) -> set[str]:
         """The shared tensors a dot may read through wgmma descriptors."""

@@ -57,6 +57,7 @@ from backend.wgmma import (
     SWIZZLED_ALIGNMENT,
     WGMMA_SOURCE,
     WgmmaPlan,
+    emit_wgmma_drain,
 )
 from ir import instructions
 from ir.instructions import Instruction
@@ -227,6 +228,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         for instruction in body:
             self.current = instruction
             self.out.comment(format_instruction(instruction))
+            if id(instruction) in self.elided_assigns:
+                self.out.comment("done in place by the wgmma dot above, still in flight")
+                continue
             self.paths.begin()
             self.visit(instruction)
             if id(instruction) in self.pending_loads:
@@ -252,11 +256,16 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             f"for ({kind} {name} = {self.c(instruction.start)}; {name} < "
             f"{self.c(instruction.stop)}; {name} += {instruction.step})"
         )
+        self.find_in_flight_dot(instruction)
         with (
             self.out.block(header),
             self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
         ):
             self.execute(instruction.body)
+        drain = self.drains.pop(id(instruction), None)
+        if drain is not None:
+            self.out.comment("the loop's last wgmma dot, still in flight")
+            self.out.lines(emit_wgmma_drain(*drain))
 
     @contextlib.contextmanager
     def loop_scope(

@@ -238,6 +238,46 @@ def fill_ring(
         bld.copy_async_commit()
 
 
+def ring_loop(
+    bld: ProgramBuilder,
+    stages: int,
+    tiles: Expr,
+    prefetch: Callable[[ExprLike, ExprLike], None],
+    multiply: Callable[[Expr], None],
+    overlap_dot: bool = False,
+) -> None:
+    """The k loop over a ring of `stages` shared stages: ``prefetch(t, stage)`` issues the
+    copies of k-tile t into a stage, ``multiply(stage)`` the dot of the k-tile in that stage.
+
+    Plain: k-tile kt + S - 1 is copied at the top of iteration kt, into the stage that kt - 1
+    used; a barrier after the copies have landed and another after the dot, before the next
+    copy overwrites its stage. With `overlap_dot`: k-tiles run S - 2 ahead, copied after the
+    dot into the stage of kt - 2, with one barrier, before the dot. Every thread is then past
+    the dots of kt - 1 when kt + S - 2 is copied, and a dot that keeps running after it is
+    issued (wgmma, `backend.wgmma_pipeline`) has two stages to itself."""
+    ahead = stages - 2 if overlap_dot else stages - 1
+    fill_ring(bld, ahead + 1, tiles, prefetch)
+    with bld.for_range(tiles) as kt:
+        stage = kt % stages
+        if overlap_dot:
+            bld.copy_async_wait(ahead - 1)
+            bld.sync()
+            multiply(stage)
+            with bld.if_(kt + ahead < tiles):
+                prefetch(kt + ahead, (kt + ahead) % stages)
+            bld.copy_async_commit()
+        else:
+            with bld.if_(kt + ahead < tiles):
+                prefetch(kt + ahead, (kt + ahead) % stages)
+            # One group per k-tile, empty ones included: k-tile kt's group is complete when
+            # at most stages - 1 later ones are pending.
+            bld.copy_async_commit()
+            bld.copy_async_wait(ahead)
+            bld.sync()
+            multiply(stage)
+            bld.sync()
+
+
 def matmul(
     num_threads: int = 128,
     block_m: int = 64,
@@ -249,6 +289,7 @@ def matmul(
     stages: int = 2,
     swizzle: bool = False,
     wgmma: bool = False,
+    overlap_dot: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -268,9 +309,20 @@ def matmul(
     defaults to `block_k`): A's stages swizzled row-major, B's stored as swizzled panels of 64
     columns (`PANEL_BYTES`, each a contiguous (block_k, 64) block), the shared layouts whose
     tiles ``wgmma`` descriptors read; it implies `tensor_cores` and `swizzle`.
+
+    `overlap_dot` orders the ring so that a k-tile's dot may still run while later k-tiles
+    load (`ring_loop`): k-tile kt + S - 2 is copied after kt's dot, into the stage the dot of
+    kt - 2 read, and the loop has one barrier, before the dot. The program means the same; on
+    sm_90a the lowering then keeps each wgmma dot in flight into the next iteration
+    (`backend.wgmma_pipeline`). It needs at least 3 stages.
     """
     if not isinstance(wgmma, bool):
         raise VerificationError(f"matmul: wgmma={wgmma!r}; expected True or False")
+    if not isinstance(overlap_dot, bool) or (overlap_dot and stages < 3):
+        raise VerificationError(
+            f"matmul: overlap_dot={overlap_dot!r} with stages={stages!r}; expected a bool, "
+            "True only with at least 3 stages"
+        )
     if wgmma:
         tensor_cores, swizzle = True, True
         inner_k = block_k if inner_k is None else inner_k
@@ -310,20 +362,12 @@ def matmul(
             bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
             bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
 
-        fill_ring(bld, stages, tiles, prefetch)
-        with bld.for_range(tiles) as kt:
-            stage = kt % stages
-            with bld.if_(kt + stages - 1 < tiles):
-                prefetch(kt + stages - 1, (kt + stages - 1) % stages)
-            # One group per k-tile, empty ones included: k-tile kt's group is complete when
-            # at most stages - 1 later ones are pending.
-            bld.copy_async_commit()
-            bld.copy_async_wait(stages - 1)
-            bld.sync()
+        def multiply(stage: Expr) -> None:
             with bld.for_range(0, block_k, inner_k) as kk:
                 a_tile = bld.load_shared(a_shared, a_layout, [stage, 0, kk])
                 b_tile = bld.load_shared(b_shared, b_layout, [stage, kk, 0])
                 bld.assign(accumulator, bld.dot(a_tile, b_tile, accumulator))
-            bld.sync()
+
+        ring_loop(bld, stages, tiles, prefetch, multiply, overlap_dot)
         bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
     return bld.program()

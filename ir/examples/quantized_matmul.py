@@ -89,6 +89,7 @@ def quantized_matmul(
     stages: int = 1,
     swizzle: bool = False,
     wgmma: bool = False,
+    overlap_dot: bool = False,
 ) -> Program:
     """The program ``quantized_matmul(m, n, k, a, w, scales, c)`` (see the module docstring).
 
@@ -111,6 +112,13 @@ def quantized_matmul(
     sm_90a the dot reads both tiles through wgmma descriptors (`backend.wgmma`); it implies
     `tensor_cores` and `swizzle` and needs a ring (stages >= 2).
 
+    `overlap_dot` arranges the ring so that a k-tile's dot may still run while the next
+    k-tiles are loaded and dequantized (as `ir.examples.matmul.ring_loop` does): activation
+    k-tiles run S - 2 ahead, copied after the dot; the weight bytes and the scale row of the
+    next k-tile are loaded into registers while this one's are dequantized into one of three
+    shared weight buffers; one barrier per k-tile. On sm_90a the lowering keeps each wgmma dot
+    in flight into the next iteration (`backend.wgmma_pipeline`). It needs at least 3 stages.
+
     Raises VerificationError for a weight type wider than 8 bits, a group size that is not a
     multiple of `block_k`, tile sizes that do not fit the layouts, `stages` not an int from
     1 to 8, or `swizzle` not a bool (True needs a ring).
@@ -125,6 +133,11 @@ def quantized_matmul(
         inner_k = block_k if inner_k is None else inner_k
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
         raise VerificationError(f"quantized_matmul: stages={stages!r}; expected an int from 1 to 8")
+    if not isinstance(overlap_dot, bool) or (overlap_dot and stages < 3):
+        raise VerificationError(
+            f"quantized_matmul: overlap_dot={overlap_dot!r} with stages={stages}; expected a "
+            "bool, True only with at least 3 stages"
+        )
     if not isinstance(swizzle, bool) or (swizzle and stages == 1):
         raise VerificationError(
             f"quantized_matmul: swizzle={swizzle!r} with stages={stages}; expected a bool, "
@@ -167,16 +180,44 @@ def quantized_matmul(
             buffer = shared_row_major_swizzle if swizzle else shared_row_major
             options = {"element_bits": 16} if swizzle else {}
             a_ring = bld.shared_tensor(f16, buffer(stages, block_m, block_k, **options))
+            buffers = 3 if overlap_dot else 2
             if wgmma:
-                w_pair = bld.shared_tensor(f16, wgmma_b_buffer(block_k, block_n, 2))
+                w_pair = bld.shared_tensor(f16, wgmma_b_buffer(block_k, block_n, buffers))
             else:
-                w_pair = bld.shared_tensor(f16, buffer(2, block_k, block_n, **options))
+                w_pair = bld.shared_tensor(f16, buffer(buffers, block_k, block_n, **options))
             tiles = (k + block_k - 1) // block_k
             w_column = bld.block_x * (block_n * bits // 8)
 
             def prefetch(tile, stage):
                 bld.copy_async(a_ring, a_view, [row0, tile * block_k], [stage, 0, 0])
 
+            if overlap_dot:
+                ahead = stages - 2
+                fill_ring(bld, ahead + 1, tiles, prefetch)
+                raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
+                scale = bld.load_global(s_view, [0, col0], scale_layout)
+                with bld.for_range(tiles) as kt:
+                    codes = bld.view(raw, weight_dtype, weight_layout)
+                    dequantized = bld.mul(bld.cast(codes, f16), scale)
+                    bld.store_shared(w_pair, dequantized, [kt % buffers, 0, 0])
+                    with bld.if_(kt + 1 < tiles):
+                        next_k = (kt + 1) * block_k
+                        bld.assign(raw, bld.load_global(w_bytes, [next_k, w_column], byte_layout))
+                        next_scale = bld.load_global(
+                            s_view, [next_k // group_size, col0], scale_layout
+                        )
+                        bld.assign(scale, next_scale)
+                    bld.copy_async_wait(ahead - 1)
+                    bld.sync()
+                    with bld.for_range(0, block_k, inner_k) as kk:
+                        a_tile = bld.load_shared(a_ring, a_layout, [kt % stages, 0, kk])
+                        w_tile = bld.load_shared(w_pair, b_layout, [kt % buffers, kk, 0])
+                        bld.assign(accumulator, bld.dot(a_tile, w_tile, accumulator))
+                    with bld.if_(kt + ahead < tiles):
+                        prefetch(kt + ahead, (kt + ahead) % stages)
+                    bld.copy_async_commit()
+                bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+                return bld.program()
             fill_ring(bld, stages, tiles, prefetch)
             raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
             with bld.for_range(tiles) as kt:

@@ -372,6 +372,16 @@ MATMUL_CASES = [
     # The warpgroup form: wgmma reading both operands from shared memory on sm_90a.
     {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 3, "wgmma": True},
     {"block_k": 64, "wgmma": True},
+    # Its ring ordered for a dot in flight: each k-tile's wgmma runs on into the next.
+    {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+    },
 ]
 
 
@@ -382,6 +392,17 @@ QUANTIZED_RING_CASES = [
     # The warpgroup form: wgmma reading the activations and the dequantized weights from
     # shared memory on sm_90a.
     (dtypes.i4, {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "wgmma": True}),
+    (
+        dtypes.i4,
+        {
+            "num_threads": 256,
+            "block_m": 128,
+            "block_n": 128,
+            "stages": 4,
+            "wgmma": True,
+            "overlap_dot": True,
+        },
+    ),
 ]
 
 

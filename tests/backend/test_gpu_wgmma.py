@@ -5,8 +5,9 @@ the GPU: as `backend.wgmma` plans them (``wgmma.mma_async`` reading both operand
 memory) and with ``wgmma=False`` (``mma.sync`` with ldmatrix loads). At a whole tile and at a
 shape with partial tiles in m, n and k, each result is within f32-accumulation rounding of a
 float32 matmul of the same f16 inputs, and the two paths within that rounding of each other.
-The register-A form (a dot whose a is in registers and b in a shared tile) is compared the same
-way. Skipped on GPUs other than sm_90.
+The forms whose ring is ordered for a dot in flight (``overlap_dot``) run each k-tile's wgmma on
+into the next (`backend.wgmma_pipeline`). The register-A form (a dot whose a is in registers and
+b in a shared tile) is compared the same way. Skipped on GPUs other than sm_90.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ FORMS = {
         "stages": 3,
     },
     "1 warpgroup 128x256x64": {"block_m": 128, "block_n": 256, "block_k": 64, "stages": 2},
+    # The ring ordered for a dot in flight: each k-tile's wgmma runs on into the next.
+    "2 warpgroups 128x128x64 in flight": {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "overlap_dot": True,
+    },
+    "1 warpgroup 64x64x64 in flight": {"block_k": 64, "stages": 3, "overlap_dot": True},
 }
 TOLERANCE = 2e-2
 """Largest absolute difference for sums of up to 328 products of numbers below 1 in magnitude,

@@ -79,9 +79,17 @@ def only_dot(program: Program) -> Dot:
     return dot
 
 
-RINGS = [{}, {"stages": 3}, {"stages": 4, "swizzle": True}, {"stages": 3, "wgmma": True}]
-"""Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, and the
-warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels)."""
+RINGS = [
+    {},
+    {"stages": 3},
+    {"stages": 4, "swizzle": True},
+    {"stages": 3, "wgmma": True},
+    {"stages": 3, "overlap_dot": True},
+    {"stages": 4, "wgmma": True, "overlap_dot": True},
+]
+"""Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, the
+warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels), and
+the rings ordered for a dot in flight (copies after the dot, S - 2 ahead)."""
 
 
 @pytest.mark.parametrize("ring", RINGS, ids=str)
@@ -118,7 +126,9 @@ WEIGHT_DTYPES = [
     [(dtype, False, {}) for dtype in WEIGHT_DTYPES]
     + [(dtypes.u4, True, {}), (dtypes.f4e2m1, True, {})]
     + [(dtypes.i3, False, {"stages": 2}), (dtypes.u4, True, {"stages": 3, "swizzle": True})]
-    + [(dtypes.i4, True, {"stages": 3, "wgmma": True})],
+    + [(dtypes.i4, True, {"stages": 3, "wgmma": True})]
+    + [(dtypes.u4, False, {"stages": 3, "overlap_dot": True})]
+    + [(dtypes.i4, True, {"stages": 4, "wgmma": True, "overlap_dot": True})],
     ids=str,
 )
 def test_quantized_matmul_against_dequantize_then_matmul(weight_dtype, tensor_cores, ring):

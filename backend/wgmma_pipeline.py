@@ -1,0 +1,278 @@
+"""A loop's wgmma dot kept in flight into the next iteration: where the lowering may skip
+``wgmma.wait_group 0`` and still give the IR's synchronous `dot`.
+
+A dot that runs as ``wgmma.mma_async`` (`backend.wgmma`) normally waits for its own result.
+In a k loop that costs the overlap the tensor cores were built for: each k-tile's
+multiplication ends before the next one's loads and barrier begin. `in_flight_dot` finds the
+dots whose wait can move, and the lowering then writes, for such a dot in iteration kt: the
+wgmma calls accumulating in place into c's registers, ``commit_group`` and
+``wait_group 1`` (the dot of iteration kt - 1 is complete in this warpgroup), and
+``wait_group 0`` once after the loop. Which results a program can observe is unchanged when
+nothing reads or overwrites what a dot still in flight uses:
+
+- **Registers.** The dot is ``assign(c, dot(a, b, c))`` with c defined before the loop, and no
+  other instruction of the loop reads or writes c or the dot's result (the assign is then
+  the in-place accumulation itself). Both operands come from shared memory (no register A).
+- **Shared memory.** Every store or copy into a tensor the dot reads, anywhere in the loop
+  body, must miss the tiles of every dot instance that can still be in flight there, in any
+  warpgroup. Counted in iterations back from the writer's (j = 0 is this iteration's dot, if
+  the write comes after it), with d the dot's position in the body, p the write's, and the
+  barriers (`sync`) of the body:
+
+  - j = 0 when p > d;
+  - j = 1 unless a barrier lies between d and p (every warpgroup has then passed its
+    ``wait_group 1`` of this iteration);
+  - j = 2 unless a barrier follows d or precedes p;
+  - nothing older when the body has a barrier at all (otherwise no dot is kept in flight).
+
+  The check is exact, not sampled: a tile origin along one dimension is an integer expression
+  of the loop variable alone (other variables make that dimension unusable), periodic in it
+  (`period`), so the footprints of the write at kt and of the read at kt - j are compared at
+  every residue of one common period.
+
+Loops the lowering unrolls, dots under a branch or in a loop of more than one trip inside the
+k loop, and bodies with a second candidate dot are left synchronous.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ir.instructions import (
+    Assign,
+    CopyAsync,
+    Dot,
+    ForRange,
+    Instruction,
+    LoadShared,
+    StoreShared,
+    Sync,
+)
+from layout_algebra.symbolic import Expr, as_expr, evaluate, simplify
+
+MAX_PERIOD = 4096
+"""The longest period of a tile origin in the loop variable that the check enumerates."""
+
+
+@dataclass(frozen=True)
+class InFlightDot:
+    """A dot kept in flight across iterations of `loop`: the dot, the ``assign(c, dot)``
+    after it that the in-place accumulation replaces, and the loop."""
+
+    dot: Dot
+    assign: Assign
+    loop: ForRange
+
+
+def period(expr: Expr, name: str) -> int | None:
+    """A P such that `expr` takes the same value at ``name = v`` and ``name = v + P`` for every
+    integer v, or None when none is found (e.g. the variable occurs outside a remainder).
+    Exact: ``x % m`` where ``x(v + 1) - x(v)`` simplifies to a constant a has the period
+    ``m / gcd(a, m)``; otherwise that of x; any other node the lcm of its operands'."""
+    if name not in expr.free_vars():
+        return 1
+    if expr.op == "var":
+        return None
+    if expr.op == "%" and expr.args[1].is_const and expr.args[1].value > 0:
+        x, modulus = expr.args[0], expr.args[1].value
+        step = simplify(x.substitute({name: _named(x, name) + 1}) - x)
+        if step.is_const:
+            # x moves by a constant a per step: x % m repeats after m / gcd(a, m) steps.
+            return modulus // math.gcd(step.value, modulus)
+        return period(x, name)
+    found = 1
+    for arg in expr.args:
+        part = period(arg, name)
+        if part is None:
+            return None
+        found = math.lcm(found, part)
+        if found > MAX_PERIOD:
+            return None
+    return found
+
+
+def _named(expr: Expr, name: str) -> Expr:
+    return next(node for node in expr.variables() if node.name == name)
+
+
+def _single_trip(loop: ForRange) -> bool:
+    start, stop = loop.start, loop.stop
+    return start.is_const and stop.is_const and 0 < stop.value - start.value <= loop.step
+
+
+def _find_dot(
+    body: Sequence[Instruction], candidates: Mapping[int, tuple[LoadShared | None, LoadShared]]
+) -> tuple[int, Sequence[Instruction], int, dict[str, Expr]] | None:
+    """The loop body's only candidate dot: (top-level position, the list holding it, its
+    index there, the values of the single-trip loops around it), or None when there is not
+    exactly one or it sits under a branch or a loop of more than one trip."""
+    found: list[tuple[int, Sequence[Instruction], int, dict[str, Expr]] | None] = []
+
+    def walk(items: Sequence[Instruction], top: int | None, values: dict[str, Expr] | None) -> None:
+        for index, instruction in enumerate(items):
+            position = index if top is None else top
+            if isinstance(instruction, Dot) and id(instruction) in candidates:
+                found.append(None if values is None else (position, items, index, values))
+            inner = None
+            if isinstance(instruction, ForRange) and values is not None:
+                if _single_trip(instruction):
+                    inner = {**values, instruction.var.name: instruction.start}
+            for nested in instruction.bodies():
+                walk(nested, position, inner)
+
+    walk(body, None, {})
+    if len(found) != 1:
+        return None
+    return found[0]
+
+
+def _lists(body: Sequence[Instruction]) -> list[Sequence[Instruction]]:
+    lists = [body]
+    for instruction in body:
+        for inner in instruction.bodies():
+            lists.extend(_lists(inner))
+    return lists
+
+
+def _all(body: Sequence[Instruction]) -> list[tuple[int, Instruction]]:
+    """Every instruction of a loop body, nested ones too, with its top-level position."""
+    found = []
+    for position, instruction in enumerate(body):
+        for items in _lists([instruction]):
+            found.extend((position, each) for each in items)
+    return found
+
+
+def in_flight_offsets(dot_position: int, write_position: int, barriers: Sequence[int]) -> list[int]:
+    """The iterations back (0: this one) whose dot instances may still be in flight, in some
+    warpgroup, at a write at `write_position` of the body (see the module docstring)."""
+    offsets = []
+    if write_position > dot_position:
+        offsets.append(0)
+    if not any(dot_position < b < write_position for b in barriers):
+        offsets.append(1)
+    if not any(b > dot_position or b < write_position for b in barriers):
+        offsets.append(2)
+    return offsets
+
+
+def _footprint(origin: Sequence[Expr], shape: Sequence[int], rank: int) -> list[tuple[Expr, int]]:
+    """(origin, extent) per dimension of a tile of a rank-`rank` tensor; a tile of lower rank
+    covers the trailing dimensions."""
+    extents = (1,) * (rank - len(shape)) + tuple(shape)
+    return [(as_expr(o), extent) for o, extent in zip(origin, extents)]
+
+
+def tiles_disjoint(
+    write: Sequence[tuple[Expr, int]],
+    read: Sequence[tuple[Expr, int]],
+    loop_var: str,
+    back: int,
+) -> bool:
+    """Whether the written tile at iteration value v and the read tile at v - `back` (on the
+    loop variable's values, the step included in `back`) are disjoint for every integer v:
+    at each residue of a common period, some dimension whose origins depend on the loop
+    variable alone separates their intervals."""
+    usable = []
+    for (w, w_extent), (r, r_extent) in zip(write, read):
+        if not (w.free_vars() | r.free_vars()) <= {loop_var}:
+            continue
+        shifted = r
+        if back and loop_var in r.free_vars():
+            shifted = r.substitute({loop_var: _named(r, loop_var) - back})
+        periods = [period(w, loop_var), period(shifted, loop_var)]
+        if None in periods:
+            continue
+        usable.append((w, w_extent, shifted, r_extent, math.lcm(*periods)))  # type: ignore[arg-type]
+    if not usable:
+        return False
+    common = math.lcm(*(entry[4] for entry in usable))
+    if common > MAX_PERIOD:
+        return False
+    for value in range(common):
+        env = {loop_var: value}
+        if not any(
+            _apart(evaluate(w, env), w_extent, evaluate(r, env), r_extent)
+            for w, w_extent, r, r_extent, _ in usable
+        ):
+            return False
+    return True
+
+
+def _apart(a: int, a_extent: int, b: int, b_extent: int) -> bool:
+    return a + a_extent <= b or b + b_extent <= a
+
+
+def in_flight_dot(
+    loop: ForRange, candidates: Mapping[int, tuple[LoadShared | None, LoadShared]]
+) -> InFlightDot | None:
+    """The dot of `loop` that may stay in flight into the next iteration (see the module
+    docstring), or None. `candidates` are the wgmma candidates (`shared_operand_dots`)."""
+    if loop.unroll != 1:
+        return None
+    body = loop.body
+    located = _find_dot(body, candidates)
+    if located is None:
+        return None
+    dot_position, items, index, values = located
+    dot = items[index]
+    assert isinstance(dot, Dot)
+    a_load, b_load = candidates[id(dot)]
+    if a_load is None or index + 1 >= len(items):
+        return None
+    assign = items[index + 1]
+    if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
+        return None
+    everything = _all(body)
+    for _, instruction in everything:
+        if instruction is dot or instruction is assign:
+            continue
+        touched = (*instruction.operands(), *instruction.results())
+        if any(tensor is dot.c or tensor is dot.out for tensor in touched):
+            return None
+    barriers = [
+        position for position, instruction in enumerate(body) if isinstance(instruction, Sync)
+    ]
+    if not barriers:
+        return None
+    name = loop.var.name
+    reads = {}
+    for load in (a_load, b_load):
+        origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
+        reads.setdefault(load.src.name, []).append(
+            _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))
+        )
+    for position, instruction in everything:
+        if isinstance(instruction, StoreShared):
+            tensor, origin, shape = (
+                instruction.dst,
+                instruction.offsets,
+                instruction.src.layout.shape,
+            )
+        elif isinstance(instruction, CopyAsync):
+            tensor, origin, shape = instruction.dst, instruction.dst_offsets, instruction.shape
+        else:
+            continue
+        if tensor.name not in reads:
+            continue
+        if any(name_ in as_expr(o).free_vars() for o in origin for name_ in _inner_vars(body)):
+            return None
+        write = _footprint(origin, shape, len(tensor.layout.shape))
+        for back in in_flight_offsets(dot_position, position, barriers):
+            for read in reads[tensor.name]:
+                if not tiles_disjoint(write, read, name, back * loop.step):
+                    return None
+    return InFlightDot(dot, assign, loop)
+
+
+def _inner_vars(body: Sequence[Instruction]) -> set[str]:
+    """The variables of loops nested in the body (a write whose tile moves with one is not
+    checked per inner iteration: no dot stays in flight)."""
+    return {
+        instruction.var.name
+        for items in _lists(body)
+        for instruction in items
+        if isinstance(instruction, ForRange)
+    }

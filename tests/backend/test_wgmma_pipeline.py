@@ -1,0 +1,258 @@
+"""A loop's wgmma dot kept in flight (`backend.wgmma_pipeline`): the periods of tile origins,
+the instances in flight at a write (against a brute-force happens-before model), the tiles'
+disjointness, which loops qualify, and the code the lowering writes for them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.lower.driver import lower
+from backend.wgmma import shared_operand_dots
+from backend.wgmma_pipeline import (
+    in_flight_dot,
+    in_flight_offsets,
+    period,
+    tiles_disjoint,
+)
+from ir import dtypes, run_reference
+from ir.builder import ProgramBuilder
+from ir.examples.matmul import matmul, wgmma_b_buffer, wgmma_dot_layouts
+from ir.examples.quantized_matmul import quantized_matmul
+from ir.instructions import ForRange
+from ir.program import Program
+from layout_algebra import GlobalLayout, shared_row_major_swizzle
+from layout_algebra.symbolic import evaluate, var
+
+K = var("kt", 0, None)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        (K % 4, 4),
+        ((K + 2) % 4, 4),
+        ((2 * K) % 4, 2),
+        ((3 * K + 1) % 4, 4),
+        (((K % 3) + 1) % 3, 3),
+        ((K % 4) * 8192 + 3, 4),
+        (K % 2 + K % 3, 6),
+        (var("x", 0, 5) + 7, 1),
+        (K, None),
+        (K // 2, None),
+        (K % 4 + K, None),
+    ],
+    ids=str,
+)
+def test_period_table(expr, expected):
+    assert period(expr, "kt") == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(-5, 5),
+    st.integers(1, 8),
+    st.integers(0, 3),
+    st.integers(1, 5),
+)
+def test_period_holds_by_brute_force(scale, shift, modulus, outer, second):
+    """Whatever period is found, the expression repeats with it at every point checked."""
+    expr = ((scale * K + shift) % modulus) * outer + (K + 1) % second
+    found = period(expr, "kt")
+    assert found is not None
+    for value in range(-20, 40):
+        assert evaluate(expr, {"kt": value}) == evaluate(expr, {"kt": value + found})
+
+
+def _brute_force_offsets(length: int, dot: int, barriers: tuple[int, ...], write: int) -> set[int]:
+    """Iterations back whose dot instance some warpgroup may still run when a thread of
+    another (or the same) warpgroup writes at `write` of iteration 10: a dot of iteration i is
+    retired by its warpgroup's ``wait_group 1`` right after the dot of i + 1, and an event
+    happens before another when the same warpgroup reaches it first, or a barrier instance lies
+    between them. Enumerated instance by instance."""
+
+    def before(first: tuple[int, int], second: tuple[int, int]) -> bool:
+        return first < second
+
+    found = set()
+    now = (10, write)
+    for issued in range(0, 11):
+        issue = (issued, dot)
+        retire = (issued + 1, dot)
+        for same_group in (True, False):
+            if same_group:
+                running = before(issue, now) and not before(retire, now)
+            else:
+                barrier_after = lambda event: any(  # noqa: E731
+                    before(event, (c, z)) and before((c, z), now)
+                    for c in range(0, 11)
+                    for z in barriers
+                )
+                # Issued before the write (else a barrier orders the write first, or the same
+                # iteration's dot may come after it: both count only when issue precedes it).
+                running = before(issue, now) and not barrier_after(retire)
+            if running:
+                found.add(10 - issued)
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_in_flight_offsets_match_the_happens_before_model(data):
+    length = data.draw(st.integers(2, 7))
+    dot = data.draw(st.integers(0, length - 1))
+    others = [p for p in range(length) if p != dot]
+    barriers = tuple(sorted(data.draw(st.sets(st.sampled_from(others), min_size=1))))
+    write = data.draw(st.sampled_from([p for p in others if p not in barriers] or [dot]))
+    if write in barriers or write == dot:
+        return
+    expected = _brute_force_offsets(length, dot, barriers, write)
+    assert set(in_flight_offsets(dot, write, barriers)) == expected
+
+
+def test_tiles_disjoint_on_a_ring():
+    stage_read = [(K % 4, 1), (var("zero", 0, 0) * 0, 64)]
+    written = [((K + 2) % 4, 1), (var("zero", 0, 0) * 0, 64)]
+    assert tiles_disjoint(written, stage_read, "kt", 0)
+    assert tiles_disjoint(written, stage_read, "kt", 1)
+    assert not tiles_disjoint(written, stage_read, "kt", 2)
+    # A dimension that depends on another variable cannot separate the tiles.
+    moving = [(K % 4 + var("b", 0, 3), 1)]
+    assert not tiles_disjoint(moving, [(K % 4, 1)], "kt", 1)
+
+
+def _loops(program: Program) -> list[ForRange]:
+    return [i for i in program.walk() if isinstance(i, ForRange)]
+
+
+def _ring_program(stages: int, ahead: int, barrier: bool = True, unroll: int = 1) -> Program:
+    """A one-warpgroup k loop over a ring: wait, sync, the dot of stage kt % S, then the copies
+    of k-tile kt + `ahead` into its stage."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    with ProgramBuilder("ring", 128) as bld:
+        k = bld.int_param("k", multiple_of=8)
+        a, b, c = (bld.array_param(name, f16) for name in ("a", "b", "c"))
+        a_view = bld.global_view(a, f16, GlobalLayout((64, k), (k, 1)))
+        b_view = bld.global_view(b, f16, GlobalLayout((k, 64), (64, 1)))
+        c_view = bld.global_view(c, f16, GlobalLayout((64, 64), (64, 1)))
+        a_ring = bld.shared_tensor(f16, shared_row_major_swizzle(stages, 64, 64, element_bits=16))
+        b_ring = bld.shared_tensor(f16, wgmma_b_buffer(64, 64, stages))
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        tiles = (k + 63) // 64
+        for first in range(ahead):
+            with bld.if_(first < tiles):
+                bld.copy_async(a_ring, a_view, [0, first * 64], [first % stages, 0, 0])
+                bld.copy_async(b_ring, b_view, [first * 64, 0], [first % stages, 0, 0])
+            bld.copy_async_commit()
+        with bld.for_range(tiles, unroll=unroll) as kt:
+            bld.copy_async_wait(ahead - 1)
+            if barrier:
+                bld.sync()
+            a_tile = bld.load_shared(a_ring, a_layout, [kt % stages, 0, 0])
+            b_tile = bld.load_shared(b_ring, b_layout, [kt % stages, 0, 0])
+            bld.assign(acc, bld.dot(a_tile, b_tile, acc))
+            with bld.if_(kt + ahead < tiles):
+                stage = (kt + ahead) % stages
+                bld.copy_async(a_ring, a_view, [0, (kt + ahead) * 64], [stage, 0, 0])
+                bld.copy_async(b_ring, b_view, [(kt + ahead) * 64, 0], [stage, 0, 0])
+            bld.copy_async_commit()
+        bld.store_global(c_view, bld.cast(acc, f16), [0, 0])
+    return bld.program()
+
+
+@pytest.mark.parametrize(
+    ("stages", "ahead", "barrier", "unroll", "expected"),
+    [
+        (3, 1, True, 1, True),
+        (4, 2, True, 1, True),
+        (4, 1, True, 1, True),
+        (3, 2, True, 1, False),  # writes the stage the dot of kt - 1 may still read
+        (4, 3, True, 1, False),
+        (4, 4, True, 1, False),  # this iteration's own stage
+        (4, 2, False, 1, False),  # no barrier at all
+        (4, 2, True, 2, False),  # unrolled loops stay synchronous
+    ],
+)
+def test_which_ring_loops_keep_the_dot_in_flight(stages, ahead, barrier, unroll, expected):
+    program = _ring_program(stages, ahead, barrier, unroll)
+    candidates = shared_operand_dots(program)
+    found = [in_flight_dot(loop, candidates) for loop in _loops(program)]
+    assert (found[0] is not None) == expected
+
+
+@pytest.mark.parametrize("stages", [3, 4, 5])
+def test_the_examples_ordered_for_a_dot_in_flight_qualify(stages):
+    for overlap in (False, True):
+        programs = [
+            matmul(256, 128, 128, 64, wgmma=True, stages=stages, overlap_dot=overlap),
+            quantized_matmul(
+                dtypes.i4, 128, 256, 128, 128, 64, stages=stages, wgmma=True, overlap_dot=overlap
+            ),
+        ]
+        for program in programs:
+            candidates = shared_operand_dots(program)
+            outer = _loops(program)[0]
+            assert (in_flight_dot(outer, candidates) is not None) == overlap
+
+
+def test_a_loop_that_reads_the_accumulator_stays_synchronous():
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    with ProgramBuilder("reads_accumulator", 128) as bld:
+        c = bld.array_param("c", f32)
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        a_ring = bld.shared_tensor(f16, shared_row_major_swizzle(3, 64, 64, element_bits=16))
+        b_ring = bld.shared_tensor(f16, wgmma_b_buffer(64, 64, 3))
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        with bld.for_range(4) as kt:
+            bld.sync()
+            a_tile = bld.load_shared(a_ring, a_layout, [kt % 3, 0, 0])
+            b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, 0, 0])
+            bld.assign(acc, bld.dot(a_tile, b_tile, acc))
+            bld.store_global(c_view, acc, [0, 0])
+    program = bld.program()
+    candidates = shared_operand_dots(program)
+    assert in_flight_dot(_loops(program)[0], candidates) is None
+
+
+def _lines(source: str) -> list[str]:
+    return [line.strip() for line in source.split('extern "C"')[1].splitlines()]
+
+
+def test_the_lowering_leaves_the_dot_running_and_waits_after_the_loop():
+    program = matmul(256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True)
+    kernel = lower(program, "sm_90a")
+    lines = _lines(kernel.source)
+    assert lines.count("la_wgmma_wait_prior();") == 1
+    assert lines.count("la_wgmma_wait();") == 1
+    prior, drain = lines.index("la_wgmma_wait_prior();"), lines.index("la_wgmma_wait();")
+    loop = next(i for i, line in enumerate(lines) if line.startswith("for (") and "k0" in line)
+    assert loop < prior < drain
+    # The accumulation is in place: no copy into the dot's result, which nothing reads.
+    assert "// done in place by the wgmma dot above, still in flight" in lines
+    assert '"+r"(r0[0])' in kernel.source and '"+f"(' not in kernel.source.split("la_wgmma_")[-1]
+    assert any("wgmma dot kept in flight" in str(step) for step in kernel.report.steps)
+    # The same program without the in-flight order waits for each dot.
+    plain = lower(matmul(256, 128, 128, 64, wgmma=True, stages=4), "sm_90a")
+    assert "la_wgmma_wait_prior();" not in _lines(plain.source)
+    # mma.sync lowering of the same program: nothing of wgmma.
+    forced = lower(program, "sm_90a", wgmma=False)
+    assert "la_wgmma" not in forced.source.split('extern "C"')[1]
+
+
+@pytest.mark.parametrize(("stages", "ahead"), [(3, 1), (4, 2), (3, 2)])
+def test_ring_programs_compute_the_matmul_in_the_interpreter(stages, ahead):
+    """The hand-made rings are correct programs (the one that keeps no dot in flight, 3 stages
+    2 ahead, too: with a synchronous dot its copies wait for nothing)."""
+    rng = np.random.default_rng(stages)
+    k = 64 * 5
+    a = rng.standard_normal((64, k)).astype(np.float16)
+    b = rng.standard_normal((k, 64)).astype(np.float16)
+    c = np.zeros((64, 64), dtype=np.float16)
+    run_reference(_ring_program(stages, ahead), k, a, b, c, grid=(1, 1))
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=5e-2)
