@@ -227,7 +227,13 @@ class Operation:
     ``register_dequant`` runs the given `DecodeMatmul`; ``mma`` and ``simt`` compile
     ``quantized_matmul`` on the dense bitstream of codes."""
 
-    def __init__(self, variant: str, problem: Problem, decode: DecodeMatmul | None = None):
+    def __init__(
+        self,
+        variant: str,
+        problem: Problem,
+        decode: DecodeMatmul | None = None,
+        overrides: dict[str, int | bool] | None = None,
+    ):
         self.variant, self.problem, self.decode = variant, problem, decode
         if variant == "register_dequant":
             if decode is None:
@@ -236,6 +242,8 @@ class Operation:
             return
         self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
         self.options = dict(VARIANT_OPTIONS.get(variant, {}))
+        if self.options and overrides:
+            self.options.update(overrides)
         program = quantized_matmul(
             problem.weight,
             group_size=GROUP_SIZE,
@@ -405,6 +413,26 @@ def write_results(
         )
 
 
+def parse_overrides(text: str) -> dict[str, int | bool]:
+    """``"stages=3,overlap_dot=true"`` -> ``{"stages": 3, "overlap_dot": True}``; raises
+    ValueError naming an entry that is not ``name=integer`` or ``name=true|false``."""
+    overrides: dict[str, int | bool] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = entry.partition("=")
+        if not name.isidentifier() or not value:
+            raise ValueError(f"--options entry {entry!r}: expected name=value")
+        if value.lower() in ("true", "false"):
+            overrides[name] = value.lower() == "true"
+        else:
+            try:
+                overrides[name] = int(value)
+            except ValueError:
+                raise ValueError(
+                    f"--options entry {entry!r}: expected an integer, true or false"
+                ) from None
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -437,7 +465,17 @@ def main(argv: list[str] | None = None) -> int:
         "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), wgmma_in_flight (the "
         "same with its dot kept in flight, IN_FLIGHT_OPTIONS), simt (CUDA-core dot)",
     )
+    parser.add_argument(
+        "--options",
+        default="",
+        help="option overrides for the variants that have options (mma_ring, wgmma, "
+        "wgmma_in_flight), e.g. stages=3,block_n=256: integers, or true / false",
+    )
     options = parser.parse_args(argv)
+    try:
+        overrides = parse_overrides(options.options)
+    except ValueError as error:
+        parser.error(str(error))
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     if not torch.cuda.is_available():
@@ -472,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
                     compact = options.space == "compact"
                     operations = tuned(problem, tune_batches, flush, options.repeats, compact)
                 else:
-                    operations = {1: Operation(variant, problem)}
+                    operations = {1: Operation(variant, problem, overrides=overrides)}
                 points += run_point(operations, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, options.space)
