@@ -102,17 +102,22 @@ def _single_trip(loop: ForRange) -> bool:
     return start.is_const and stop.is_const and 0 < stop.value - start.value <= loop.step
 
 
+Position = tuple[int, ...]
+"""Where an instruction is in a loop body: its index in the body, then in each nested body
+down to it. Positions compare in program order within one iteration."""
+
+
 def _find_dot(
     body: Sequence[Instruction], candidates: Mapping[int, tuple[LoadShared | None, LoadShared]]
-) -> tuple[int, Sequence[Instruction], int, dict[str, Expr]] | None:
-    """The loop body's only candidate dot: (top-level position, the list holding it, its
-    index there, the values of the single-trip loops around it), or None when there is not
-    exactly one or it sits under a branch or a loop of more than one trip."""
-    found: list[tuple[int, Sequence[Instruction], int, dict[str, Expr]] | None] = []
+) -> tuple[Position, Sequence[Instruction], int, dict[str, Expr]] | None:
+    """The loop body's only candidate dot: (its position, the list holding it, its index
+    there, the values of the single-trip loops around it), or None when there is not exactly
+    one or it sits under a branch or a loop of more than one trip."""
+    found: list[tuple[Position, Sequence[Instruction], int, dict[str, Expr]] | None] = []
 
-    def walk(items: Sequence[Instruction], top: int | None, values: dict[str, Expr] | None) -> None:
+    def walk(items: Sequence[Instruction], path: Position, values: dict[str, Expr] | None) -> None:
         for index, instruction in enumerate(items):
-            position = index if top is None else top
+            position = (*path, index)
             if isinstance(instruction, Dot) and id(instruction) in candidates:
                 found.append(None if values is None else (position, items, index, values))
             inner = None
@@ -122,7 +127,7 @@ def _find_dot(
             for nested in instruction.bodies():
                 walk(nested, position, inner)
 
-    walk(body, None, {})
+    walk(body, (), {})
     if len(found) != 1:
         return None
     return found[0]
@@ -136,18 +141,23 @@ def _lists(body: Sequence[Instruction]) -> list[Sequence[Instruction]]:
     return lists
 
 
-def _all(body: Sequence[Instruction]) -> list[tuple[int, Instruction]]:
-    """Every instruction of a loop body, nested ones too, with its top-level position."""
-    found = []
-    for position, instruction in enumerate(body):
-        for items in _lists([instruction]):
-            found.extend((position, each) for each in items)
+def _all(body: Sequence[Instruction], path: Position = ()) -> list[tuple[Position, Instruction]]:
+    """Every instruction of a loop body, nested ones too, with its position."""
+    found: list[tuple[Position, Instruction]] = []
+    for index, instruction in enumerate(body):
+        position = (*path, index)
+        found.append((position, instruction))
+        for nested in instruction.bodies():
+            found.extend(_all(nested, position))
     return found
 
 
-def in_flight_offsets(dot_position: int, write_position: int, barriers: Sequence[int]) -> list[int]:
+def in_flight_offsets(
+    dot_position: Position, write_position: Position, barriers: Sequence[Position]
+) -> list[int]:
     """The iterations back (0: this one) whose dot instances may still be in flight, in some
-    warpgroup, at a write at `write_position` of the body (see the module docstring)."""
+    warpgroup, at a write at `write_position` of the body; `barriers` are the positions of
+    the body's own barriers (see the module docstring)."""
     offsets = []
     if write_position > dot_position:
         offsets.append(0)
@@ -232,9 +242,8 @@ def in_flight_dot(
         touched = (*instruction.operands(), *instruction.results())
         if any(tensor is dot.c or tensor is dot.out for tensor in touched):
             return None
-    barriers = [
-        position for position, instruction in enumerate(body) if isinstance(instruction, Sync)
-    ]
+    # Barriers of the body itself: one under a branch or in an inner loop may not run.
+    barriers = [(index,) for index, instruction in enumerate(body) if isinstance(instruction, Sync)]
     if not barriers:
         return None
     name = loop.var.name

@@ -110,7 +110,16 @@ def test_in_flight_offsets_match_the_happens_before_model(data):
     if write in barriers or write == dot:
         return
     expected = _brute_force_offsets(length, dot, barriers, write)
-    assert set(in_flight_offsets(dot, write, barriers)) == expected
+    positions = tuple((b,) for b in barriers)
+    assert set(in_flight_offsets((dot,), (write,), positions)) == expected
+
+
+def test_in_flight_offsets_order_nested_positions():
+    """A write after the dot in the same inner body comes after it (this iteration's dot may
+    still run); a barrier of the body orders everything before and after it."""
+    assert in_flight_offsets((2, 0), (2, 1), [(1,)]) == [0, 1]
+    assert in_flight_offsets((2, 1), (2, 0), [(1,)]) == [1]
+    assert in_flight_offsets((2, 0), (4, 3, 0), [(3,)]) == [0]
 
 
 def test_tiles_disjoint_on_a_ring():
@@ -128,9 +137,11 @@ def _loops(program: Program) -> list[ForRange]:
     return [i for i in program.walk() if isinstance(i, ForRange)]
 
 
-def _ring_program(stages: int, ahead: int, barrier: bool = True, unroll: int = 1) -> Program:
+def _ring_program(
+    stages: int, ahead: int, barrier: bool = True, unroll: int = 1, inside: bool = False
+) -> Program:
     """A one-warpgroup k loop over a ring: wait, sync, the dot of stage kt % S, then the copies
-    of k-tile kt + `ahead` into its stage."""
+    of k-tile kt + `ahead` into its stage (`inside`: in a one-trip loop with the dot)."""
     f16, f32 = dtypes.f16, dtypes.f32
     a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
     with ProgramBuilder("ring", 128) as bld:
@@ -152,13 +163,21 @@ def _ring_program(stages: int, ahead: int, barrier: bool = True, unroll: int = 1
             bld.copy_async_wait(ahead - 1)
             if barrier:
                 bld.sync()
-            a_tile = bld.load_shared(a_ring, a_layout, [kt % stages, 0, 0])
-            b_tile = bld.load_shared(b_ring, b_layout, [kt % stages, 0, 0])
-            bld.assign(acc, bld.dot(a_tile, b_tile, acc))
-            with bld.if_(kt + ahead < tiles):
-                stage = (kt + ahead) % stages
-                bld.copy_async(a_ring, a_view, [0, (kt + ahead) * 64], [stage, 0, 0])
-                bld.copy_async(b_ring, b_view, [(kt + ahead) * 64, 0], [stage, 0, 0])
+
+            def copies() -> None:
+                with bld.if_(kt + ahead < tiles):
+                    stage = (kt + ahead) % stages
+                    bld.copy_async(a_ring, a_view, [0, (kt + ahead) * 64], [stage, 0, 0])
+                    bld.copy_async(b_ring, b_view, [(kt + ahead) * 64, 0], [stage, 0, 0])
+
+            with bld.for_range(0, 64, 64) as kk:
+                a_tile = bld.load_shared(a_ring, a_layout, [kt % stages, 0, kk])
+                b_tile = bld.load_shared(b_ring, b_layout, [kt % stages, kk, 0])
+                bld.assign(acc, bld.dot(a_tile, b_tile, acc))
+                if inside:
+                    copies()
+            if not inside:
+                copies()
             bld.copy_async_commit()
         bld.store_global(c_view, bld.cast(acc, f16), [0, 0])
     return bld.program()
@@ -182,6 +201,15 @@ def test_which_ring_loops_keep_the_dot_in_flight(stages, ahead, barrier, unroll,
     candidates = shared_operand_dots(program)
     found = [in_flight_dot(loop, candidates) for loop in _loops(program)]
     assert (found[0] is not None) == expected
+
+
+@pytest.mark.parametrize(("ahead", "expected"), [(2, True), (4, False), (3, False)])
+def test_copies_after_the_dot_in_its_inner_loop_are_ordered_after_it(ahead, expected):
+    """Copies in the dot's one-trip loop, after it: into the stage 2 ahead still qualifies;
+    into the dot's own stage (4 ahead of 4) or the previous dot's does not."""
+    program = _ring_program(4, ahead, inside=True)
+    candidates = shared_operand_dots(program)
+    assert (in_flight_dot(_loops(program)[0], candidates) is not None) == expected
 
 
 @pytest.mark.parametrize("stages", [3, 4, 5])

@@ -211,6 +211,14 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: row_softmax(n_cols=0), "n_cols 0 must be a positive int"),
         (lambda: row_softmax(num_threads=48), "num_threads 48 must be a multiple of 32"),
         (lambda: matmul(inner_k=5), "inner_k 5 must divide block_k 32"),
+        (
+            lambda: matmul(stages=2, overlap_dot=True),
+            "matmul: overlap_dot=True with stages=2; expected a bool, True only with at least 3",
+        ),
+        (
+            lambda: quantized_matmul(stages=3, overlap_dot="yes"),
+            "quantized_matmul: overlap_dot='yes' with stages=3; expected a bool",
+        ),
         (lambda: matmul(block_n=60), "block_n 60 must be a multiple of 8"),
         (lambda: matmul(block_m=24), "block_m 24 must be a multiple of the 16 thread rows"),
         (lambda: quantized_matmul(group_size=48), "group_size 48 must be a multiple of 32"),
