@@ -28,6 +28,41 @@ from backend.decode_matmul import relative_error
 from backend.timing import flush_buffer, median_us
 from ir.examples.matmul import matmul
 
+
+def warpgroup_config(
+    block_n: int, stages: int, warpgroups: int = 2, in_flight: bool = False
+) -> tuple[str, dict[str, int | bool]]:
+    """(name, options) of a warpgroup form: 128 x `block_n` x 64 tiles, `warpgroups` stacked
+    along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight."""
+    plural = "s" if warpgroups > 1 else ""
+    name = f"128x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
+    options: dict[str, int | bool] = {
+        "num_threads": 128 * warpgroups,
+        "block_m": 128,
+        "block_n": block_n,
+        "block_k": 64,
+        "stages": stages,
+        "wgmma": True,
+    }
+    if in_flight:
+        name, options["overlap_dot"] = f"{name} in flight", True
+    return name, options
+
+
+WARPGROUP_CONFIGS = dict(
+    [
+        warpgroup_config(128, 3),
+        warpgroup_config(256, 3),
+        warpgroup_config(128, 3, in_flight=True),
+        warpgroup_config(256, 3, in_flight=True),
+        warpgroup_config(128, 4, in_flight=True),
+        warpgroup_config(256, 4, in_flight=True),
+        warpgroup_config(128, 5, in_flight=True),
+        warpgroup_config(128, 4, warpgroups=1),
+    ]
+)
+"""The warpgroup forms measured (`warpgroup_config`)."""
+
 CONFIGS = {
     "64x64x32 4 warps 2 stages": {"num_threads": 128},
     "128x128x32 8 warps 3 stages swizzled": {
@@ -59,75 +94,7 @@ CONFIGS = {
         "stages": 3,
         "swizzle": True,
     },
-    "128x128x64 2 warpgroups 3 stages wgmma": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 3,
-        "wgmma": True,
-    },
-    "128x256x64 2 warpgroups 3 stages wgmma": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 256,
-        "block_k": 64,
-        "stages": 3,
-        "wgmma": True,
-    },
-    "128x128x64 2 warpgroups 3 stages wgmma in flight": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 3,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
-    "128x256x64 2 warpgroups 3 stages wgmma in flight": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 256,
-        "block_k": 64,
-        "stages": 3,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
-    "128x128x64 2 warpgroups 4 stages wgmma in flight": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
-    "128x256x64 2 warpgroups 4 stages wgmma in flight": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 256,
-        "block_k": 64,
-        "stages": 4,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
-    "128x128x64 2 warpgroups 5 stages wgmma in flight": {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 5,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
-    "128x128x64 1 warpgroup 4 stages wgmma": {
-        "num_threads": 128,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
-        "wgmma": True,
-    },
+    **WARPGROUP_CONFIGS,
 }
 """Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``; the wgmma ones
 run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`; "in flight" ones order the ring for a

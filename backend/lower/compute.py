@@ -449,8 +449,7 @@ class ComputeLowering(LoweringContext):
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
         if flight is not None:
-            self.elided_assigns.add(id(flight.assign))
-            self.drains[id(flight.loop)] = (instruction.c.name, plan.c_layout.local_size)
+            self.issued_in_flight[id(flight.loop)] = flight
             self.note("wgmma dot kept in flight", 1)
         self.out.lines(
             emit_wgmma(

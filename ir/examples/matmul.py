@@ -43,6 +43,7 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
 from ir.program import Program
+from ir.values import RegisterTensor, SharedTensor
 from layout_algebra.fragments import fragment, wgmma_fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
@@ -238,6 +239,33 @@ def fill_ring(
         bld.copy_async_commit()
 
 
+def check_overlap_dot(example: str, overlap_dot: object, stages: int) -> None:
+    """Raise VerificationError unless `overlap_dot` is a bool, True only with 3 or more
+    stages (`ring_loop`)."""
+    if not isinstance(overlap_dot, bool) or (overlap_dot and stages < 3):
+        raise VerificationError(
+            f"{example}: overlap_dot={overlap_dot!r} with stages={stages!r}; expected a bool, "
+            "True only with at least 3 stages"
+        )
+
+
+def accumulate_tiles(
+    bld: ProgramBuilder,
+    accumulator: RegisterTensor,
+    a: tuple[SharedTensor, RegisterLayout, ExprLike],
+    b: tuple[SharedTensor, RegisterLayout, ExprLike],
+    block_k: int,
+    inner_k: int,
+) -> None:
+    """``accumulator += A @ B`` over one k-tile in `inner_k` slices: `a` and `b` are (shared
+    ring, operand layout, stage); A's stage is (block_m, block_k), B's (block_k, block_n)."""
+    (a_ring, a_layout, a_stage), (b_ring, b_layout, b_stage) = a, b
+    with bld.for_range(0, block_k, inner_k) as kk:
+        a_tile = bld.load_shared(a_ring, a_layout, [a_stage, 0, kk])
+        b_tile = bld.load_shared(b_ring, b_layout, [b_stage, kk, 0])
+        bld.assign(accumulator, bld.dot(a_tile, b_tile, accumulator))
+
+
 def ring_loop(
     bld: ProgramBuilder,
     stages: int,
@@ -245,24 +273,33 @@ def ring_loop(
     prefetch: Callable[[ExprLike, ExprLike], None],
     multiply: Callable[[Expr], None],
     overlap_dot: bool = False,
+    prepare: Callable[[Expr], None] | None = None,
+    prologue: Callable[[], None] | None = None,
 ) -> None:
     """The k loop over a ring of `stages` shared stages: ``prefetch(t, stage)`` issues the
-    copies of k-tile t into a stage, ``multiply(stage)`` the dot of the k-tile in that stage.
+    copies of k-tile t into a stage, ``multiply(kt)`` the dot of k-tile kt (in stage
+    kt % stages), and ``prepare(kt)``, when given, what k-tile kt needs in shared memory
+    besides the copies (stored before the barrier that precedes the dot); ``prologue()`` runs
+    after the first copies, before the loop.
 
     Plain: k-tile kt + S - 1 is copied at the top of iteration kt, into the stage that kt - 1
-    used; a barrier after the copies have landed and another after the dot, before the next
-    copy overwrites its stage. With `overlap_dot`: k-tiles run S - 2 ahead, copied after the
-    dot into the stage of kt - 2, with one barrier, before the dot. Every thread is then past
-    the dots of kt - 1 when kt + S - 2 is copied, and a dot that keeps running after it is
-    issued (wgmma, `backend.wgmma_pipeline`) has two stages to itself."""
+    used; then `prepare`; a barrier after the copies have landed and another after the dot,
+    before the next copy overwrites its stage. With `overlap_dot`: `prepare` first; k-tiles
+    run S - 2 ahead, copied after the dot into the stage of kt - 2, with one barrier, before
+    the dot. Every thread is then past the dots of kt - 1 when kt + S - 2 is copied, and a dot
+    that keeps running after it is issued (wgmma, `backend.wgmma_pipeline`) has two stages to
+    itself."""
     ahead = stages - 2 if overlap_dot else stages - 1
     fill_ring(bld, ahead + 1, tiles, prefetch)
+    if prologue is not None:
+        prologue()
     with bld.for_range(tiles) as kt:
-        stage = kt % stages
         if overlap_dot:
+            if prepare is not None:
+                prepare(kt)
             bld.copy_async_wait(ahead - 1)
             bld.sync()
-            multiply(stage)
+            multiply(kt)
             with bld.if_(kt + ahead < tiles):
                 prefetch(kt + ahead, (kt + ahead) % stages)
             bld.copy_async_commit()
@@ -272,9 +309,12 @@ def ring_loop(
             # One group per k-tile, empty ones included: k-tile kt's group is complete when
             # at most stages - 1 later ones are pending.
             bld.copy_async_commit()
+            if prepare is not None:
+                prepare(kt)
             bld.copy_async_wait(ahead)
             bld.sync()
-            multiply(stage)
+            multiply(kt)
+            # Every thread is past its reads of this stage before a later copy into it.
             bld.sync()
 
 
@@ -318,11 +358,7 @@ def matmul(
     """
     if not isinstance(wgmma, bool):
         raise VerificationError(f"matmul: wgmma={wgmma!r}; expected True or False")
-    if not isinstance(overlap_dot, bool) or (overlap_dot and stages < 3):
-        raise VerificationError(
-            f"matmul: overlap_dot={overlap_dot!r} with stages={stages!r}; expected a bool, "
-            "True only with at least 3 stages"
-        )
+    check_overlap_dot("matmul", overlap_dot, stages)
     if wgmma:
         tensor_cores, swizzle = True, True
         inner_k = block_k if inner_k is None else inner_k
@@ -362,11 +398,10 @@ def matmul(
             bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
             bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
 
-        def multiply(stage: Expr) -> None:
-            with bld.for_range(0, block_k, inner_k) as kk:
-                a_tile = bld.load_shared(a_shared, a_layout, [stage, 0, kk])
-                b_tile = bld.load_shared(b_shared, b_layout, [stage, kk, 0])
-                bld.assign(accumulator, bld.dot(a_tile, b_tile, accumulator))
+        def multiply(kt: Expr) -> None:
+            stage = kt % stages
+            a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
+            accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
 
         ring_loop(bld, stages, tiles, prefetch, multiply, overlap_dot)
         bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])

@@ -35,9 +35,11 @@ from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import (
     COLUMNS_PER_THREAD,
+    accumulate_tiles,
+    check_overlap_dot,
     default_inner_k,
     dot_layouts,
-    fill_ring,
+    ring_loop,
     wgmma_b_buffer,
 )
 from ir.program import Program
@@ -45,7 +47,7 @@ from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
-from layout_algebra.symbolic import simplify
+from layout_algebra.symbolic import Expr, ExprLike, simplify
 
 WEIGHTS_PER_CHUNK = 8
 """Weights each thread views out of one chunk of `nbits` bytes (8 weights of b bits = b bytes)."""
@@ -133,11 +135,7 @@ def quantized_matmul(
         inner_k = block_k if inner_k is None else inner_k
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
         raise VerificationError(f"quantized_matmul: stages={stages!r}; expected an int from 1 to 8")
-    if not isinstance(overlap_dot, bool) or (overlap_dot and stages < 3):
-        raise VerificationError(
-            f"quantized_matmul: overlap_dot={overlap_dot!r} with stages={stages}; expected a "
-            "bool, True only with at least 3 stages"
-        )
+    check_overlap_dot("quantized_matmul", overlap_dot, stages)
     if not isinstance(swizzle, bool) or (swizzle and stages == 1):
         raise VerificationError(
             f"quantized_matmul: swizzle={swizzle!r} with stages={stages}; expected a bool, "
@@ -191,55 +189,52 @@ def quantized_matmul(
             def prefetch(tile, stage):
                 bld.copy_async(a_ring, a_view, [row0, tile * block_k], [stage, 0, 0])
 
-            if overlap_dot:
-                ahead = stages - 2
-                fill_ring(bld, ahead + 1, tiles, prefetch)
-                raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
-                scale = bld.load_global(s_view, [0, col0], scale_layout)
-                with bld.for_range(tiles) as kt:
-                    codes = bld.view(raw, weight_dtype, weight_layout)
-                    dequantized = bld.mul(bld.cast(codes, f16), scale)
-                    bld.store_shared(w_pair, dequantized, [kt % buffers, 0, 0])
-                    with bld.if_(kt + 1 < tiles):
-                        next_k = (kt + 1) * block_k
-                        bld.assign(raw, bld.load_global(w_bytes, [next_k, w_column], byte_layout))
-                        next_scale = bld.load_global(
-                            s_view, [next_k // group_size, col0], scale_layout
-                        )
-                        bld.assign(scale, next_scale)
-                    bld.copy_async_wait(ahead - 1)
-                    bld.sync()
-                    with bld.for_range(0, block_k, inner_k) as kk:
-                        a_tile = bld.load_shared(a_ring, a_layout, [kt % stages, 0, kk])
-                        w_tile = bld.load_shared(w_pair, b_layout, [kt % buffers, kk, 0])
-                        bld.assign(accumulator, bld.dot(a_tile, w_tile, accumulator))
-                    with bld.if_(kt + ahead < tiles):
-                        prefetch(kt + ahead, (kt + ahead) % stages)
-                    bld.copy_async_commit()
-                bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
-                return bld.program()
-            fill_ring(bld, stages, tiles, prefetch)
-            raw = bld.load_global(w_bytes, [0, w_column], byte_layout)
-            with bld.for_range(tiles) as kt:
-                stage, half = kt % stages, kt % 2
-                with bld.if_(kt + stages - 1 < tiles):
-                    prefetch(kt + stages - 1, (kt + stages - 1) % stages)
-                bld.copy_async_commit()
+            raw = None
+            scale = None
+
+            def load_weights(tile: ExprLike) -> None:
+                """The k-tile's weight bytes (and, in the overlapped order, its scale row)
+                into registers, ahead of their dequantization."""
+                nonlocal raw, scale
+                row = tile * block_k
+                fresh = bld.load_global(w_bytes, [row, w_column], byte_layout)
+                if raw is None:
+                    raw = fresh
+                else:
+                    bld.assign(raw, fresh)
+                if overlap_dot:
+                    row_scale = bld.load_global(s_view, [row // group_size, col0], scale_layout)
+                    if scale is None:
+                        scale = row_scale
+                    else:
+                        bld.assign(scale, row_scale)
+
+            def prepare(kt: Expr) -> None:
+                """Dequantize k-tile kt's weights into its shared buffer; load the next's."""
                 codes = bld.view(raw, weight_dtype, weight_layout)
-                scale = bld.load_global(s_view, [kt * block_k // group_size, col0], scale_layout)
-                bld.store_shared(w_pair, bld.mul(bld.cast(codes, f16), scale), [half, 0, 0])
+                tile_scale = scale
+                if not overlap_dot:
+                    group_row = kt * block_k // group_size
+                    tile_scale = bld.load_global(s_view, [group_row, col0], scale_layout)
+                dequantized = bld.mul(bld.cast(codes, f16), tile_scale)
+                bld.store_shared(w_pair, dequantized, [kt % buffers, 0, 0])
                 with bld.if_(kt + 1 < tiles):
-                    bld.assign(
-                        raw, bld.load_global(w_bytes, [(kt + 1) * block_k, w_column], byte_layout)
-                    )
-                bld.copy_async_wait(stages - 1)
-                bld.sync()
-                with bld.for_range(0, block_k, inner_k) as kk:
-                    a_tile = bld.load_shared(a_ring, a_layout, [stage, 0, kk])
-                    w_tile = bld.load_shared(w_pair, b_layout, [half, kk, 0])
-                    bld.assign(accumulator, bld.dot(a_tile, w_tile, accumulator))
-                # Every thread is past its reads of this stage before a later copy into it.
-                bld.sync()
+                    load_weights(kt + 1)
+
+            def multiply(kt: Expr) -> None:
+                a, b = (a_ring, a_layout, kt % stages), (w_pair, b_layout, kt % buffers)
+                accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
+
+            ring_loop(
+                bld,
+                stages,
+                tiles,
+                prefetch,
+                multiply,
+                overlap_dot,
+                prepare,
+                lambda: load_weights(0),
+            )
             bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
             return bld.program()
         a_shared = bld.shared_tensor(f16, shared_row_major(block_m, block_k))
