@@ -253,7 +253,6 @@ def in_flight_dot(
         reads.setdefault(load.src.name, []).append(
             _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))
         )
-    inner_vars = _inner_vars(body)
     for position, instruction in everything:
         if isinstance(instruction, StoreShared):
             tensor, origin, shape = (
@@ -267,7 +266,7 @@ def in_flight_dot(
             continue
         if tensor.name not in reads:
             continue
-        if any(as_expr(o).free_vars() & inner_vars for o in origin):
+        if any(name_ in as_expr(o).free_vars() for o in origin for name_ in _inner_vars(body)):
             return None
         write = _footprint(origin, shape, len(tensor.layout.shape))
         for back in in_flight_offsets(dot_position, position, barriers):

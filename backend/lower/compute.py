@@ -449,7 +449,8 @@ class ComputeLowering(LoweringContext):
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
         if flight is not None:
-            self.issued_in_flight[id(flight.loop)] = flight
+            self.elided_assigns.add(id(flight.assign))
+            self.drains[id(flight.loop)] = (instruction.c.name, plan.c_layout.local_size)
             self.note("wgmma dot kept in flight", 1)
         self.out.lines(
             emit_wgmma(

@@ -340,11 +340,12 @@ class LoweringContext:
             id(load) for pair in self.wgmma_dots.values() for load in pair if load is not None
         }
         self.pending_loads: dict[int, instructions.LoadShared] = {}
-        # Dots that may stay in flight across their loop's iterations
-        # (`backend.wgmma_pipeline`), by id(dot); those written that way, by id(loop): their
-        # assign is done in place and the loop's end waits for them.
+        # Dots kept in flight across their loop's iterations (`backend.wgmma_pipeline`), by
+        # id(dot); the assigns their in-place accumulation replaces; and, by id(loop), the
+        # accumulator words to wait for after a loop whose dot was issued that way.
         self.in_flight: dict[int, InFlightDot] = {}
-        self.issued_in_flight: dict[int, InFlightDot] = {}
+        self.elided_assigns: set[int] = set()
+        self.drains: dict[int, tuple[str, int]] = {}
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()

@@ -228,7 +228,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         for instruction in body:
             self.current = instruction
             self.out.comment(format_instruction(instruction))
-            if any(instruction is f.assign for f in self.issued_in_flight.values()):
+            if id(instruction) in self.elided_assigns:
                 self.out.comment("done in place by the wgmma dot above, still in flight")
                 continue
             self.paths.begin()
@@ -262,11 +262,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
         ):
             self.execute(instruction.body)
-        flight = self.issued_in_flight.pop(id(instruction), None)
-        if flight is not None:
+        drain = self.drains.pop(id(instruction), None)
+        if drain is not None:
             self.out.comment("the loop's last wgmma dot, still in flight")
-            accumulator = flight.dot.c
-            self.out.lines(emit_wgmma_drain(accumulator.name, accumulator.layout.local_size))
+            self.out.lines(emit_wgmma_drain(*drain))
 
     @contextlib.contextmanager
     def loop_scope(
