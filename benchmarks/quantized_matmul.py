@@ -40,21 +40,31 @@ to the best peer (best peer time / ours: above 1 we are faster) and the fraction
 we reach (roofline time / ours). Results go to ``<output>/quantized_matmul.json`` and
 ``<output>/quantized_matmul.md``; the short table is printed last.
 
+To compare configurations of the register-dequant kernel in one run, beside the same peers:
+``--configs-from FILES`` takes each point's configuration from earlier runs' JSON files (their
+``register_dequant`` points, the fastest where several record one; a point they lack is
+tuned), and ``--variants`` measures each configuration again with fields overridden
+(``"stages=3,depth=1;stages=4,depth=1"``: two variants), recorded as further
+``register_dequant`` points with their configurations.
+
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
         [--batches 1,16,256,4096] [--tune-batches 1,16] [--kernels register_dequant,mma]
-        [--space full|compact] [--output benchmarks/results]
+        [--space full|compact] [--configs-from FILES] [--variants "stages=3,depth=1"]
+        [--output benchmarks/results]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +75,21 @@ from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.autotune import m_bucket
-from backend.decode_matmul import DecodeMatmul, DecodeMeasure, DecodeProblem, relative_error
+from backend.decode_matmul import (
+    DecodeMatmul,
+    DecodeMeasure,
+    DecodeProblem,
+    decode_programs,
+    prepare_all,
+    relative_error,
+)
+from backend.device import current_arch
 from backend.timing import flush_buffer, median_us
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
+from ir.examples.register_dequant_matmul import DequantConfig
 
 SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
 """(K, N) of the weight matrices."""
@@ -313,6 +332,70 @@ def tuned(
     return operations
 
 
+def recorded_configs(paths: list[Path]) -> dict[tuple[str, int, int, int], DequantConfig]:
+    """The register-dequant configuration of each (weight, K, N, M) point of earlier runs'
+    JSON files (`write_results`): where several record a point, that of the fastest. Raises
+    ValueError naming a point whose config is not a DequantConfig's fields."""
+    fastest: dict[tuple[str, int, int, int], tuple[float, DequantConfig]] = {}
+    for path in paths:
+        for point in json.loads(path.read_text())["points"]:
+            if point.get("kernel") != "register_dequant":
+                continue
+            key = (point["weight"], point["k"], point["n"], point["m"])
+            try:
+                config = DequantConfig(**point["config"])
+            except TypeError as error:
+                raise ValueError(f"{path}: point {key}: {point['config']}: {error}") from None
+            if key not in fastest or point["ours_us"] < fastest[key][0]:
+                fastest[key] = (point["ours_us"], config)
+    return {key: config for key, (_, config) in fastest.items()}
+
+
+def compiled(problem: Problem, configs: list[DequantConfig]) -> list[Operation]:
+    """The register-dequant operations of `configs` on `problem`, lowered in worker processes
+    and compiled in threads (NVRTC needs no GPU), as the autotuner builds its candidates."""
+    decode_problem = DecodeProblem(problem.weight, GROUP_SIZE, problem.k, problem.n)
+    arch = current_arch()
+    programs = prepare_all([decode_programs(decode_problem, c) for c in configs], arch)
+    with ThreadPoolExecutor() as pool:
+        decodes = list(pool.map(lambda item: DecodeMatmul.from_programs(item, arch=arch), programs))
+    return [Operation("register_dequant", problem, decode) for decode in decodes]
+
+
+def register_dequant_operations(
+    problem: Problem,
+    batches: list[int],
+    recorded: dict[tuple[str, int, int, int], DequantConfig] | None,
+    variants: list[dict[str, int | bool]],
+    flush: torch.Tensor,
+    repeats: int,
+    compact: bool = False,
+) -> list[dict[int, Operation]]:
+    """The register-dequant kernel's operations by batch: first those of the tuned
+    configurations (`recorded` None: tuned at `batches`, a larger M using the largest tuning
+    batch not above it) or of the `recorded` ones (a point they lack tuned at its own batch),
+    then for each of `variants` the same configurations with its fields replaced."""
+    if recorded is None:
+        base = tuned(problem, batches, flush, repeats, compact)
+    else:
+        known = {
+            m: recorded[key]
+            for m in batches
+            if (key := (problem.weight.name, problem.k, problem.n, m)) in recorded
+        }
+        base = dict(zip(known, compiled(problem, list(known.values()))))
+        for m in batches:
+            if m not in known:
+                base.update(tuned(problem, [m], flush, repeats, compact))
+        base = dict(sorted(base.items()))
+    keys = [(index, m) for index in range(len(variants)) for m in base]
+    configs = [replace(base[m].decode.config, **variants[index]) for index, m in keys]
+    results = [base] + [{} for _ in variants]
+    for (index, m), operation in zip(keys, compiled(problem, configs)):
+        results[index + 1][m] = operation
+    return results
+
+
 def for_batch(operations: dict[int, Operation], m: int) -> Operation:
     """The operation for batch `m`: that of the largest batch of `operations` not above it."""
     return operations[max(b for b in operations if b <= m)]
@@ -471,11 +554,35 @@ def main(argv: list[str] | None = None) -> int:
         help="option overrides for the variants that have options (mma_ring, wgmma, "
         "wgmma_in_flight), e.g. stages=3,block_n=256: integers, or true / false",
     )
+    parser.add_argument(
+        "--configs-from",
+        default=None,
+        help="earlier runs' JSON files, comma-separated: the register-dequant kernel takes "
+        "each point's recorded configuration (the fastest's) instead of tuning (points they "
+        "lack are tuned)",
+    )
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="register-dequant configurations also measured with these fields overridden, "
+        "variants separated by ';', e.g. stages=3,depth=1;stages=4,depth=1",
+    )
     options = parser.parse_args(argv)
     try:
         overrides = parse_overrides(options.options)
+        variant_overrides = [parse_overrides(part) for part in options.variants.split(";")]
     except ValueError as error:
         parser.error(str(error))
+    variant_overrides = [override for override in variant_overrides if override]
+    unknown_fields = sorted(
+        {name for override in variant_overrides for name in override}
+        - set(DequantConfig.__dataclass_fields__)
+    )
+    if unknown_fields:
+        parser.error(f"--variants: {unknown_fields} are not DequantConfig fields")
+    recorded = {}
+    if options.configs_from:
+        recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     if not torch.cuda.is_available():
@@ -507,11 +614,20 @@ def main(argv: list[str] | None = None) -> int:
             peers: dict[int, tuple[float, float | None, str]] = {}
             for variant in variants:
                 if variant == "register_dequant":
-                    compact = options.space == "compact"
-                    operations = tuned(problem, tune_batches, flush, options.repeats, compact)
+                    kernels = register_dequant_operations(
+                        problem,
+                        batches if options.configs_from else tune_batches,
+                        recorded if options.configs_from else None,
+                        variant_overrides,
+                        flush,
+                        options.repeats,
+                        options.space == "compact",
+                    )
+                    for operations in kernels:
+                        points += run_point(operations, batches, flush, options.repeats, peers)
                 else:
                     operations = {1: Operation(variant, problem, overrides=overrides)}
-                points += run_point(operations, batches, flush, options.repeats, peers)
+                    points += run_point(operations, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, options.space)
     print(table(points), end="")

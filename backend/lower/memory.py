@@ -626,6 +626,18 @@ class MemoryLowering(LoweringContext):
         source = self.register_tile(src, layout, instruction.src_offsets, "src")
         target = self.register_tile(dst, layout, instruction.dst_offsets, "dst")
         width = min(self.global_width(source, src), self.shared_width(target))
+
+        def elements(first: int) -> None:
+            # A lone element of 4 bytes or more is still one cp.async (zero-filled where it may
+            # lie outside the source); smaller ones, and those known outside, are copied.
+            mask = source.inside(self.thread, first, 1)
+            if width > 1 or bits < 32 or is_false(mask):
+                self.copy_elements(source, src.name, target, dst.name, first, width)
+            elif is_true(mask):
+                self.copy_vector(source, src.name, target, dst.name, first, 1, mask)
+            else:
+                self.copy_edge(source, src.name, target, dst.name, first, 1)
+
         with self.primary_replica(layout):
             self.vector_runs(
                 source,
@@ -634,7 +646,7 @@ class MemoryLowering(LoweringContext):
                 lambda first, mask: self.copy_vector(
                     source, src.name, target, dst.name, first, width, mask
                 ),
-                lambda first: self.copy_elements(source, src.name, target, dst.name, first, width),
+                elements,
                 lambda first: self.copy_edge(source, src.name, target, dst.name, first, width),
             )
 

@@ -11,6 +11,10 @@ weights, so the program keeps them out of shared memory:
               copy_async the first (16, BK) activation tile into shared stage 0
     for each k-tile (unrolled `unroll` times, so stage indices are constants):
         rotate the ring and load the k-tile `depth` ahead; copy_async the next activation tile
+        (with `stages` S: copy_async the weight words and the activation tile S - 1 k-tiles
+        ahead into a ring of S shared stages instead, wait for this k-tile's, and load its
+        words from shared memory; each thread copies the very words it loads, so the weights
+        need no barrier, and their bytes in flight no registers)
         view the current words as `weight_dtype` in the packed order, cast to f16 in the
         B-fragment order,
         subtract the zero-point row (with zero points), multiply by the (1, BN) scale row of
@@ -79,7 +83,7 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
-from layout_algebra.shared import shared_row_major_swizzle
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 from layout_algebra.symbolic import maximum, minimum
 
 BLOCK_M = 16
@@ -130,6 +134,12 @@ class DequantConfig:
     k loop (`ProgramBuilder.launch_dependents`; with `stream_k`, after its tile loop) instead
     of at its entry, so that the next kernel's blocks take the SMs as this one's leave them
     rather than waiting on them through its tail.
+    `stages`: 0, the weights go through the register ring of `depth` k-tiles and the
+    activations through two shared stages; S >= 2 (with depth 1), both go through a ring of S
+    shared stages, copied S - 1 k-tiles ahead by `copy_async`. Each thread copies the weight
+    words it later loads (`copy_async` with the words' register layout), so they are visible
+    to it after the wait without a barrier: the bytes in flight per block are S - 1 k-tiles
+    of weights, held in shared memory rather than registers.
     """
 
     warps: int = 4
@@ -146,6 +156,7 @@ class DequantConfig:
     stream_k: int = 0
     programmatic_launch: bool = False
     late_trigger: bool = False
+    stages: int = 0
 
     @property
     def block_m(self) -> int:
@@ -225,7 +236,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
             )
-    for name in ("min_blocks_per_sm", "stream_k"):
+    for name in ("min_blocks_per_sm", "stream_k", "stages"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise VerificationError(
@@ -242,6 +253,12 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             raise VerificationError(
                 f"register_dequant_matmul: {name}={value!r}; expected True or False"
             )
+    if config.stages == 1 or (config.stages and config.depth != 1):
+        raise VerificationError(
+            f"register_dequant_matmul: stages={config.stages} with depth={config.depth}; a "
+            "shared ring needs at least 2 stages and takes the place of the register ring "
+            "(depth 1)"
+        )
     if config.late_trigger is True and not config.programmatic_launch:
         raise VerificationError(
             "register_dequant_matmul: late_trigger=True without programmatic_launch; the "
@@ -370,14 +387,38 @@ def register_dequant_matmul(
         zero_view = (
             b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
         )
+        stages = config.stages
         a_shared = b.shared_tensor(
-            act, shared_row_major_swizzle(2, block_m, block_k, element_bits=16)
+            act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)
         )
         tiles_per_group = group_size // block_k
         word_cols = warps * config.units_n * row_words
+        # The weights' shared ring: each thread's words of a k-tile, as it loads them (no
+        # swizzle: a warp's lanes read consecutive vectors).
+        w_shared = (
+            b.shared_tensor(i32, shared_row_major(stages, config.units_k, word_cols))
+            if stages
+            else None
+        )
 
         def weight_words(tile, word_col0):
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)
+
+        def copy_weights(tile, stage, word_col0):
+            b.copy_async(
+                w_shared, packed_view, [tile * config.units_k, word_col0], [stage, 0, 0],
+                layout=word_layout,
+            )  # fmt: skip
+
+        def ahead_of(first, d, end, copy):
+            """``copy(tile)`` of k-tile first + d where it is before `end` (d = 0 always is).
+            Under the guard the index equals its clamp to the last tile of the range; written
+            clamped, its bound shows the access in bounds, so it needs no bounds check."""
+            if d == 0:
+                copy(first)
+            else:
+                with b.if_(first + d < end):
+                    copy(minimum(first + d, end - 1))
 
         def accumulate(first, end, tile_m, tile_n):
             """The f32 product of row block `tile_m` and column block `tile_n` of C over the
@@ -385,30 +426,54 @@ def register_dequant_matmul(
             row0, col0, word_col0 = tile_m * block_m, tile_n * block_n, tile_n * word_cols
             acc = b.register_tensor(f32, c_layout, 0.0)
             zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
-            ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
+
+            def copy_activations(tile, stage):
+                b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+
+            if stages:
+                ring = []
+                for d in range(stages - 1):
+                    ahead_of(first, d, end, lambda t, d=d: copy_weights(t, d, word_col0))
+            else:
+                ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
             current = b.register_tensor(i32, word_layout, 0)
             if config.programmatic_launch and not stream:
                 # The weights above overlap the end of the kernel before; the activations,
                 # scales, partial sums and counters below may be what it writes.
                 b.wait_prior_grid()
-            b.copy_async(a_shared, a_view, [row0, first * block_k], [0, 0, 0])
-            b.copy_async_commit()
-            with b.for_range(first, end, unroll=config.unroll) as tile:
-                stage = (tile - first) % 2
-                b.assign(current, ring[0])
-                for d in range(depth - 1):
-                    b.assign(ring[d], ring[d + 1])
-                # Under each guard the index equals its clamp to the last tile of the range;
-                # written clamped, its bound shows the access in bounds, so it needs no bounds
-                # check. (The weights' guard also keeps the compiler from hoisting the loads of
-                # the unrolled k-tiles: it costs copies of the ring, not twice the registers.)
-                with b.if_(tile + depth < end):
-                    ahead_words = weight_words(minimum(tile + depth, end - 1), word_col0)
-                    b.assign(ring[depth - 1], ahead_words)
-                with b.if_(tile + 1 < end):
-                    ahead = minimum(tile + 1, end - 1)
-                    b.copy_async(a_shared, a_view, [row0, ahead * block_k], [1 - stage, 0, 0])
+            # Group d of the prologue holds k-tile first + d's activations (the first one all
+            # its weights too): a k-tile's data is complete once its group is.
+            for d in range(max(stages - 1, 1)):
+                ahead_of(first, d, end, lambda t, d=d: copy_activations(t, d))
                 b.copy_async_commit()
+            with b.for_range(first, end, unroll=config.unroll) as tile:
+                if stages:
+                    stage = (tile - first) % stages
+
+                    def copy_ahead(t):
+                        ahead_stage = (tile - first + stages - 1) % stages
+                        copy_weights(t, ahead_stage, word_col0)
+                        copy_activations(t, ahead_stage)
+
+                    ahead_of(tile, stages - 1, end, copy_ahead)
+                    b.copy_async_commit()
+                    b.copy_async_wait(stages - 1)
+                    # This thread's own words: visible to it after the wait, no barrier.
+                    b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
+                else:
+                    stage = (tile - first) % 2
+                    b.assign(current, ring[0])
+                    for d in range(depth - 1):
+                        b.assign(ring[d], ring[d + 1])
+                    # (The weights' guard also keeps the compiler from hoisting the loads of
+                    # the unrolled k-tiles: it costs copies of the ring, not twice the
+                    # registers.)
+                    ahead_of(
+                        tile, depth, end,
+                        lambda t: b.assign(ring[depth - 1], weight_words(t, word_col0)),
+                    )  # fmt: skip
+                    ahead_of(tile, 1, end, lambda t: copy_activations(t, 1 - stage))
+                    b.copy_async_commit()
                 codes = b.view(current, weight_dtype, code_layout)
                 weights = b.cast(codes, act, weight_layout, exponent=exponent)
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
@@ -421,7 +486,8 @@ def register_dequant_matmul(
                     weights = b.sub(weights, group_row(zero_view, weight_row_layouts))
                 if not config.late_scale:
                     weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
-                b.copy_async_wait(1)
+                if not stages:
+                    b.copy_async_wait(1)
                 b.sync()
                 if transposed:
                     # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.

@@ -274,6 +274,11 @@ DECODE_CASES = [
         },
     ),
     (dtypes.i3, dtypes.f16, False, {"split": 2, "programmatic_launch": True}),
+    # A shared ring of weights and activations, S - 1 k-tiles ahead; each thread reads back
+    # the weight words it copied itself, with no barrier (racecheck checks that claim).
+    (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
+    (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
+    (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
     # A float's bias moved to the late scale: its cast places bits with no fma.
     (dtypes.f4e2m1, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
     (dtypes.f6e3m2, dtypes.f16, False, {"warps": 2, "units_k": 8, "late_scale": True}),

@@ -61,6 +61,10 @@ CONFIGS = [
     # A link of a chain: launched with programmatic stream serialization on sm_90.
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
     DequantConfig(units_k=8, split=2, programmatic_launch=True, late_trigger=True),
+    # A shared ring of S stages for the weights (each thread's own words) and activations.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=2, stages=4, unroll=4),
+    DequantConfig(warps=2, units_k=2, stages=3),
+    DequantConfig(units_k=4, units_m=2, stages=2, split=4, fused_sum=False),
 ]
 GROUP_SIZE = 128
 
@@ -136,7 +140,10 @@ def _relaunch_failures(label, kernel, device_args, out, counters, grid) -> list[
 
 def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     torch = _torch()
-    jobs = [(w, CONFIGS[i % len(CONFIGS)], i) for i, w in enumerate(WEIGHT_TYPES)]
+    count = max(len(WEIGHT_TYPES), len(CONFIGS))
+    jobs = [
+        (WEIGHT_TYPES[i % len(WEIGHT_TYPES)], CONFIGS[i % len(CONFIGS)], i) for i in range(count)
+    ]
     cases = [_case(w, config, seed) for w, config, seed in jobs]
 
     def build(index: int):

@@ -375,6 +375,15 @@ CASES = [
     (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=100), 1, 2, 3),  # G capped at W = 6
     (dtypes.u4, 64, DequantConfig(warps=1, stream_k=2), 1, 2, 4),  # every tile one block's
     (dtypes.i8, 64, DequantConfig(warps=1, units_k=1, stream_k=5, units_m=2), 20, 1, 5),
+    # A shared ring of S stages for the weights and the activations, S - 1 k-tiles ahead:
+    # fewer k-tiles than stages, an odd trip count, stages not dividing the unroll.
+    (dtypes.i4, 128, DequantConfig(stages=3), 1, 2, 4),
+    (dtypes.i2, 128, DequantConfig(units_k=8, stages=4, late_scale=True, split=2), 5, 1, 2),
+    (dtypes.u3, 64, DequantConfig(warps=2, units_k=2, stages=3, unroll=1), 17, 1, 5),
+    (dtypes.i8, 64, DequantConfig(warps=1, units_k=2, stages=2, split=2), 16, 2, 3),
+    (dtypes.f4e2m1, 64, DequantConfig(weights_as_a=True, stages=4, units_m=2), 9, 1, 6),
+    (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
+    (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
 ]
 
 
@@ -408,6 +417,7 @@ ZERO_POINT_CASES = [
     (dtypes.i2, dtypes.f16, False, DequantConfig(warps=2, units_k=4, late_scale=True), 3),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, weights_as_a=True), 7),
     (dtypes.u2, dtypes.f16, True, DequantConfig(units_k=4, late_scale=True, weights_as_a=True), 2),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=2, stages=3), 4),
 ]
 
 
@@ -493,6 +503,9 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         weights_as_a=draw(st.booleans()),
         units_m=draw(st.sampled_from([1, 2, 3])),
     )
+    stages = draw(st.sampled_from([0, 0, 2, 3, 4]))
+    if stages:  # the shared ring takes the register ring's place
+        config = replace(config, stages=stages, depth=1)
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
@@ -606,6 +619,9 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(late_scale=1), "late_scale=1; expected True or False"),
         (DequantConfig(weights_as_a=None), "weights_as_a=None; expected True or False"),
         (DequantConfig(units_m=0), "units_m=0; expected an int >= 1"),
+        (DequantConfig(stages=-2), "stages=-2; expected an int >= 0"),
+        (DequantConfig(stages=1), "stages=1 with depth=1; a shared ring needs at least 2"),
+        (DequantConfig(stages=3, depth=2), "stages=3 with depth=2; .* register ring"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
     ],
     ids=str,
@@ -754,6 +770,39 @@ def test_decode_loop_takes_no_generic_path(
     # The scales multiply the weights in pairs, or (late_scale) the f32 products in an fma.
     expected.add("f32 fma" if config.late_scale else f"paired {activation} mul")
     assert expected <= in_loop
+
+
+STAGED_CASES = [
+    # (weight type, config, bytes of one cp.async of a thread's words per k16 row)
+    (dtypes.i2, DequantConfig(units_k=8, late_scale=True, weights_as_a=True, stages=3), 8),
+    (dtypes.i3, DequantConfig(units_k=8, late_scale=True, stages=4), 4),
+    (dtypes.i4, DequantConfig(units_k=8, late_scale=True, split=8, stages=4, unroll=4), 16),
+    (dtypes.f4e2m1, DequantConfig(units_k=8, late_scale=True, stages=2), 16),
+    (dtypes.i8, DequantConfig(warps=2, units_k=2, weights_as_a=True, stages=3), 16),
+]
+
+
+@pytest.mark.parametrize(
+    ("weight", "config", "vector_bytes"),
+    STAGED_CASES,
+    ids=[f"{w}-stages{c.stages}" for w, c, _ in STAGED_CASES],
+)
+def test_shared_ring_copies_the_weights_ahead_with_cp_async(
+    weight: DataType, config: DequantConfig, vector_bytes: int
+) -> None:
+    """With `stages`, the k loop reads no weight from global memory itself: each thread's words
+    arrive by ``cp.async`` of 4 to 16 bytes (a 12-byte i3 run as three 4-byte copies, not
+    element by element), unchecked, and nothing in the loop takes a generic path."""
+    program = register_dequant_matmul(weight, 128, config)
+    kernel = lower(program, "sm_90a", constants=LAYER)
+    assert [step.describe() for step in kernel.report.generic_in_loops()] == []
+    (view,) = re.findall(r"// (\w+) = global_view\(packed, i32,", kernel.source)
+    loop = loop_and_after(kernel.source)
+    assert f"*(const uint4*)({view} + " not in loop and f"*(const uint2*)({view} + " not in loop
+    copies = re.findall(rf"la_cp_async_(\w+)\(\w+ \+ \([^;]*\), {view} \+ ", loop)
+    # Every k16 row of every unrolled copy of the body: units_k rows of nbits words each.
+    words = config.units_k * weight.nbits * config.unroll
+    assert copies == [str(vector_bytes)] * (words * 4 // vector_bytes)
 
 
 @pytest.mark.parametrize("weight", [dtypes.i2, dtypes.i4, dtypes.u3])
