@@ -42,6 +42,11 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
   evenly, depth 1, with the late scale where it applies;
+- for blocks of 16 rows or more, each (warps, units_k, split) point also with the weights and
+  activations in a shared ring of `RING_STAGES` stages (unrolled as often, depth 1, the late
+  scale where it applies) where it takes at most `RING_SHARED_BYTES`: measured on the H200 it
+  loses 0 to 40 % at M = 1 but gains 4 to 7 % on the wide layers at M = 16, where each k-tile
+  does twice the mma work;
 - the rows of a block (`row_tilings`), sized for the batch a tuning measures (the bucket's
   smallest, `autotune.m_bucket`): where every batch of the bucket ([1, 2) ... [6, 8)) is at
   most 8 rows, `weights_as_a` alone (the weights as the mma's A operand, 8 rows of A per
@@ -51,7 +56,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 9 to 124 candidates at 1 to 8 bits (15 to 124 at
+For the benchmark's shapes and batches that is 11 to 172 candidates at 1 to 8 bits (15 to 172 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -122,6 +127,11 @@ DEFAULT_SM_COUNT = 132
 MAX_UNITS_M = 4
 """The most row blocks per block in the search space (64 rows, or 32 with `weights_as_a`):
 past it the accumulators no longer fit the registers beside the weight ring."""
+RING_STAGES = 4
+"""Stages (and unroll) of the shared ring (`DequantConfig.stages`) the search space offers for
+blocks of 16 rows or more."""
+RING_SHARED_BYTES = 112 * 1024
+"""The most shared bytes a block's ring may take in the search space: two blocks an SM."""
 
 
 @dataclass(frozen=True)
@@ -634,6 +644,11 @@ def decode_search_space(
                 depths = depth_choices(problem.weight_dtype.nbits, units_k)
                 if compact:
                     lates, depths = lates[-1:], (1,)
+                ring_bytes = RING_STAGES * (
+                    warps * UNIT_K * units_k * UNIT_N * problem.weight_dtype.nbits // 8
+                    + block_m * UNIT_K * units_k * problem.activation_dtype.nbits // 8
+                )
+                ring = not compact and block_m >= BLOCK_M and ring_bytes <= RING_SHARED_BYTES
                 for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
                     for depth in depths:
                         space.extend(
@@ -648,6 +663,20 @@ def decode_search_space(
                                 units_m=units_m,
                             )
                             for late in lates
+                        )
+                    if ring:
+                        space.append(
+                            DequantConfig(
+                                warps=warps,
+                                units_n=1,
+                                units_k=units_k,
+                                split=split,
+                                unroll=RING_STAGES,
+                                late_scale=lates[-1],
+                                weights_as_a=weights_as_a,
+                                units_m=units_m,
+                                stages=RING_STAGES,
+                            )
                         )
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
                 # at the byte model's occupancy (asked of the compiler), sharing all the

@@ -38,6 +38,8 @@ from backend.decode_matmul import (
     IN_FLIGHT_BYTES,
     MAX_UNITS_M,
     NAMESPACE,
+    RING_SHARED_BYTES,
+    RING_STAGES,
     DecodeMatmul,
     DecodeProblem,
     decode_programs,
@@ -362,7 +364,34 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    assert 6 <= len(space) <= 66 * len(row_tilings(m))
+    assert 6 <= len(space) <= 90 * len(row_tilings(m))
+
+
+@pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
+@pytest.mark.parametrize("m", [1, 7, 8, 16, 256])
+def test_shared_ring_candidates_are_blocks_of_16_rows_within_the_shared_budget(
+    weight: str, m: int
+) -> None:
+    """Each point of a block of 16 rows or more once more with the shared ring (RING_STAGES
+    stages, unrolled as often, depth 1, the late scale where the point has it), where the ring
+    fits `RING_SHARED_BYTES`; none for the buckets below 8 rows (8-row blocks only)."""
+    dtype = dtypes.from_name(weight)
+    space = decode_search_space(dtype, 8192, 8192, m)
+    rings = [c for c in space if c.stages]
+    plain = [c for c in space if not c.stages]
+    if m < 8:
+        assert rings == []
+        return
+    assert rings
+    for config in rings:
+        assert (config.stages, config.unroll, config.depth) == (RING_STAGES, RING_STAGES, 1)
+        assert config.block_m >= 16
+        weight_bytes = config.block_n * config.block_k * dtype.nbits // 8
+        assert RING_STAGES * (weight_bytes + config.block_m * config.block_k * 2) <= (
+            RING_SHARED_BYTES
+        )
+        twin = replace(config, stages=0, unroll=2)
+        assert twin in plain
 
 
 def test_compact_search_space_table() -> None:
@@ -843,10 +872,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 18
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 21
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 18 and eleven.tuning.from_cache
+    assert len(measured) == 21 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 
