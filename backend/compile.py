@@ -167,6 +167,7 @@ def compile_lowered(
         cache=cache,
         grid=lowered.grid,
         programmatic_launch=lowered.programmatic_launch,
+        tensor_maps=lowered.tensor_maps,
     )
     return CompiledKernel(program, lowered, kernel)
 

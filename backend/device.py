@@ -16,7 +16,7 @@ the real driver, and tests substitute a fake to check arguments on a machine wit
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -89,6 +89,14 @@ class Device(Protocol):
         `wait_streams`; `parameters_address` is the address of the array of pointers to the
         argument values (0 for a kernel without parameters); `programmatic`: with programmatic
         stream serialization (the kernel may start before the one before it has finished)."""
+        ...
+
+    def encode_tensor_map(
+        self, address: int, element_bits: int, arguments: Mapping[str, Any]
+    ) -> list[int]:
+        """The 16 words of a tiled tensor map of the device memory at `address`, its elements
+        `element_bits` wide, with the dimensions, strides, box and swizzle of `arguments`
+        (`layout_algebra.tma_box.TmaBox.tensor_map_arguments`); zeros outside the tensor."""
         ...
 
 
@@ -380,6 +388,47 @@ class CudaDriver:
                     0,
                 ),
             )
+
+    def encode_tensor_map(
+        self, address: int, element_bits: int, arguments: Mapping[str, Any]
+    ) -> list[int]:
+        """See `Device.encode_tensor_map` (``cuTensorMapEncodeTiled``: the elements as unsigned
+        integers of their width, moved bit for bit; no interleave; L2 promotion of 128 bytes;
+        zeros outside). Raises `DriverError` naming the arguments the driver refused."""
+        driver = self._initialize()
+        types = driver.CUtensorMapDataType
+        data_type = {
+            8: types.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            16: types.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            32: types.CU_TENSOR_MAP_DATA_TYPE_UINT32,
+            64: types.CU_TENSOR_MAP_DATA_TYPE_UINT64,
+        }[element_bits]
+        swizzles = driver.CUtensorMapSwizzle
+        swizzle = {
+            "none": swizzles.CU_TENSOR_MAP_SWIZZLE_NONE,
+            "32B": swizzles.CU_TENSOR_MAP_SWIZZLE_32B,
+            "64B": swizzles.CU_TENSOR_MAP_SWIZZLE_64B,
+            "128B": swizzles.CU_TENSOR_MAP_SWIZZLE_128B,
+        }[arguments["swizzle"]]
+        result = driver.cuTensorMapEncodeTiled(
+            data_type,
+            arguments["rank"],
+            address,
+            list(arguments["global_dim"]),
+            list(arguments["global_strides"]),
+            list(arguments["box_dim"]),
+            list(arguments["element_strides"]),
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            raise DriverError(
+                f"cuTensorMapEncodeTiled of {dict(arguments)} at {address:#x} failed: "
+                f"{_describe(driver, result[0])}"
+            )
+        return [int(word) for word in result[1].opaque]
 
 
 def programmatic_launch_config(

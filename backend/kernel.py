@@ -46,6 +46,7 @@ import operator
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,10 @@ from ir.arguments import (
 from ir.arguments import check_grid as check_arguments_grid
 from ir.arguments import storage_dtypes as storage_dtypes_of
 from ir.dtypes import DataType
+from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.symbolic import Expr, as_expr
+from layout_algebra.tma_box import TmaBox
 
 MAX_BLOCK_THREADS = 1024
 RESERVED_NAMES = frozenset({"grid"})
@@ -336,6 +340,45 @@ class KernelIntParam:
 Param = KernelArrayParam | KernelIntParam
 
 
+@dataclass(frozen=True)
+class KernelTensorMapParam:
+    """A tensor map (CUDA's 128-byte ``CUtensorMap``) passed after the signature's parameters,
+    which the launch encodes for a kernel's bulk tensor copies (`backend.bulk_copy`): the
+    elements of `element_bits` bits of array argument `array` as a tensor of extents `shape`
+    and strides `strides` (elements, outermost first, the last stride 1; ints or `Expr`s over
+    the int parameters), read in boxes of `box` extents (outermost first) with the swizzle
+    mode `swizzle` ("none", "32B", "64B" or "128B"), zeros outside the tensor. The launch
+    raises `LaunchError` where the driver's rules are not met (a stride that is not a multiple
+    of 16 bytes, an extent past 2^32)."""
+
+    name: str
+    array: str
+    element_bits: int
+    shape: tuple[int | Expr, ...]
+    strides: tuple[int | Expr, ...]
+    box: tuple[int, ...]
+    swizzle: str
+
+    def arguments(self, ints: Mapping[str, int]) -> dict[str, Any]:
+        """The ``cuTensorMapEncodeTiled`` arguments (but the address and data type) at the
+        int arguments `ints` (`layout_algebra.tma_box.TmaBox.tensor_map_arguments`)."""
+
+        def value(entry: int | Expr) -> int:
+            return entry if _is_int(entry) else operator.index(entry.evaluate(ints))
+
+        try:
+            layout = GlobalLayout(
+                tuple(value(e) for e in self.shape), tuple(value(e) for e in self.strides)
+            )
+            box = TmaBox(self.box, self.swizzle, self.element_bits, 0)
+            return box.tensor_map_arguments(layout)
+        except (LayoutError, ArithmeticError) as error:
+            raise LaunchError(
+                f"tensor map {self.name} of argument {self.array!r} with "
+                f"{_format_ints(ints)}: {error}"
+            ) from error
+
+
 def _format_ints(ints: Mapping[str, int]) -> str:
     return ", ".join(f"{name}={value}" for name, value in ints.items()) or "no int arguments"
 
@@ -374,6 +417,7 @@ class Kernel:
         grid: Sequence[Expr | int] | None = None,
         device: Device | None = None,
         programmatic_launch: bool = False,
+        tensor_maps: Sequence[KernelTensorMapParam] = (),
     ) -> None:
         if not isinstance(entry, str) or not entry.isidentifier():
             raise LaunchError(f"kernel entry {entry!r} is not a C identifier")
@@ -438,6 +482,17 @@ class Kernel:
             programmatic_launch is True and arch_number(arch) >= PROGRAMMATIC_LAUNCH_ARCH
         )
         self._loaded: dict[int, LoadedFunction] = {}
+        arrays = {param.name for param in params if isinstance(param, KernelArrayParam)}
+        for tensor_map in tensor_maps:
+            if not isinstance(tensor_map, KernelTensorMapParam) or tensor_map.array not in arrays:
+                raise LaunchError(
+                    f"kernel {entry!r}: tensor map {tensor_map!r} is not a KernelTensorMapParam "
+                    "of one of its array parameters"
+                )
+        self._tensor_maps = tuple(tensor_maps)
+        # Encoded maps by (name, address, extents and strides): a launch on the same
+        # arguments reuses them.
+        self._encoded: dict[tuple[Any, ...], Any] = {}
 
     @property
     def source(self) -> str:
@@ -541,6 +596,10 @@ class Kernel:
             else _INT_TYPES[param.bits, param.signed](ints[param.name])
             for param in self._params
         ]
+        values += [
+            self._tensor_map(tensor_map, views[tensor_map.array].address, ints)
+            for tensor_map in self._tensor_maps
+        ]
         pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
         wait_streams = sorted(
             {
@@ -559,6 +618,23 @@ class Kernel:
             wait_streams,
             programmatic=self._programmatic,
         )
+
+    def _tensor_map(
+        self, tensor_map: KernelTensorMapParam, address: int, ints: Mapping[str, int]
+    ) -> Any:
+        """The 128 bytes of `tensor_map` for the array at `address` (encoded once per address,
+        extents and strides)."""
+        arguments = tensor_map.arguments(ints)
+        key = (tensor_map.name, address, arguments["global_dim"], arguments["global_strides"])
+        if key not in self._encoded:
+            words = self._device.encode_tensor_map(address, tensor_map.element_bits, arguments)
+            self._encoded[key] = (ctypes.c_uint64 * len(words))(*words)
+        return self._encoded[key]
+
+    @property
+    def tensor_maps(self) -> tuple[KernelTensorMapParam, ...]:
+        """The tensor maps the launch encodes, after the signature's parameters."""
+        return self._tensor_maps
 
     def _bind(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
         """Map each parameter name to its argument (`ir.arguments.bind_arguments`);
@@ -624,6 +700,7 @@ def build_kernel(
     grid: Sequence[Expr | int] | None = None,
     device: Device | None = None,
     programmatic_launch: bool = False,
+    tensor_maps: Sequence[KernelTensorMapParam] = (),
 ) -> Kernel:
     """Compile `source` (through the on-disk cache) and return its `Kernel`.
 
@@ -654,4 +731,5 @@ def build_kernel(
         grid=grid,
         device=device,
         programmatic_launch=programmatic_launch,
+        tensor_maps=tensor_maps,
     )

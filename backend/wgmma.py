@@ -313,7 +313,10 @@ def shared_operand_dots_in(
                     if uses.get(id(operand)) == 1 and candidate.src.name not in written:
                         loads[-1] = candidate
                     break
-                if isinstance(candidate, (instructions.StoreShared, instructions.CopyAsync)):
+                if isinstance(
+                    candidate,
+                    (instructions.StoreShared, instructions.CopyAsync, instructions.CopyBulk),
+                ):
                     written.add(candidate.dst.name)
         b_load = loads[1]
         if b_load is not None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from ir.instructions import (
     Assign,
     CopyAsync,
+    CopyBulk,
     Dot,
     ForRange,
     Instruction,
@@ -260,7 +261,7 @@ def in_flight_dot(
                 instruction.offsets,
                 instruction.src.layout.shape,
             )
-        elif isinstance(instruction, CopyAsync):
+        elif isinstance(instruction, (CopyAsync, CopyBulk)):
             tensor, origin, shape = instruction.dst, instruction.dst_offsets, instruction.shape
         else:
             continue

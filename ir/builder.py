@@ -51,6 +51,8 @@ from ir.instructions import (
     CopyAsync,
     CopyAsyncCommit,
     CopyAsyncWait,
+    CopyBulk,
+    CopyBulkWait,
     Dot,
     Fma,
     ForRange,
@@ -196,6 +198,7 @@ class ProgramBuilder:
         self._grid: tuple[Expr, Expr, Expr] | None = None
         self._min_blocks_per_sm: int | None = None
         self._programmatic_launch = False
+        self._bulk_shapes: dict[str, tuple[int, ...]] = {}
 
     def __enter__(self) -> ProgramBuilder:
         return self
@@ -608,6 +611,60 @@ class ProgramBuilder:
     def copy_async_wait(self, pending: int = 0) -> None:
         """Wait until at most `pending` committed copy groups are still in flight."""
         self._emit(CopyAsyncWait(pending))
+
+    def copy_bulk(
+        self,
+        dst: SharedTensor,
+        src: GlobalTensor,
+        src_offsets: Sequence[ExprLike],
+        dst_offsets: Sequence[ExprLike] | None = None,
+    ) -> None:
+        """Start copying a tile global -> shared by the block as one (`ir.instructions.CopyBulk`;
+        a bulk tensor copy on sm_90a where the tile is a box of a tensor map). The tile is the
+        last `src.rank` extents of dst's shape; `dst_offsets` defaults to 0. Elements outside
+        `src` arrive as zeros. `copy_bulk_wait` on the same tile makes them visible to every
+        thread."""
+        if not isinstance(src, GlobalTensor) or not isinstance(dst, SharedTensor):
+            raise VerificationError(
+                f"copy_bulk copies a GlobalTensor into a SharedTensor, got {src!r} -> {dst!r}"
+            )
+        shape = dst.shape[max(0, len(dst.shape) - src.rank) :]
+        self._bulk_shapes[dst.name] = shape
+        self._emit(
+            CopyBulk(
+                dst,
+                src,
+                self._scalars(src_offsets, "copy_bulk src_offsets"),
+                self._shared_offsets(dst, dst_offsets, "copy_bulk dst_offsets"),
+                shape,
+            )
+        )
+
+    def copy_bulk_wait(
+        self,
+        dst: SharedTensor,
+        offsets: Sequence[ExprLike] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """Wait for the bulk copy into the tile `shape` at `offsets` (default 0) of `dst`
+        (`ir.instructions.CopyBulkWait`); `shape` defaults to the tile of the last `copy_bulk`
+        into `dst` built so far."""
+        if not isinstance(dst, SharedTensor):
+            raise VerificationError(f"copy_bulk_wait waits on a SharedTensor, got {dst!r}")
+        if shape is None:
+            if dst.name not in self._bulk_shapes:
+                raise VerificationError(
+                    f"copy_bulk_wait({dst.name}): no copy_bulk into {dst.name} before it; give "
+                    "the tile's shape"
+                )
+            shape = self._bulk_shapes[dst.name]
+        self._emit(
+            CopyBulkWait(
+                dst,
+                self._shared_offsets(dst, offsets, "copy_bulk_wait offsets"),
+                tuple(shape),
+            )
+        )
 
     def sync(self) -> None:
         """A barrier of all the block's threads."""

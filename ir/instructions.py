@@ -23,6 +23,10 @@ Memory (tile shape = the register layout's shape, padded with leading 1s to the 
                    that shape) says which thread copies which element
     CopyAsyncCommit     close the group of copies issued since the last commit
     CopyAsyncWait       wait until at most `pending` committed groups are still in flight
+    CopyBulk       dst[dst_offsets + c] = src[src_offsets + c] (0 outside src's shape), for c in
+                   the tile `shape`, asynchronously, by the block as a whole (Hopper's tensor
+                   memory accelerator where the lowering can use it)
+    CopyBulkWait   wait for the bulk copy into a tile; every thread then sees its elements
     Sync                block-wide barrier (also makes completed copies visible to all threads)
     WaitPriorGrid       wait for the kernels launched before this one (programmatic launch)
     LaunchDependents    let the kernels launched after this one start (programmatic launch)
@@ -370,6 +374,38 @@ class CopyAsyncWait(Instruction):
 
     op: ClassVar[str] = "copy_async_wait"
     pending: int
+
+
+@dataclass(frozen=True, eq=False)
+class CopyBulk(Instruction):
+    """Bulk tile copy global -> shared of the tile `shape` (global rank), by the block as one.
+
+    `dst[dst_offsets + pad(c)] = src[src_offsets + c]`, 0 where `src_offsets + c` is outside
+    src's shape, as `CopyAsync`. The copy is not split among the threads: on sm_90a the
+    lowering issues it as one bulk tensor copy (TMA) where the tile is a box of a tensor map,
+    completed on an mbarrier. The written elements stay pending until a `CopyBulkWait` on the
+    same tile; copy groups (`CopyAsyncCommit`, `CopyAsyncWait`) do not cover it. A tile may not
+    be bulk-copied into again after a wait on it until a `Sync` has passed (the phase of the
+    barrier the next copy completes must not overtake a thread still waiting on the last).
+    """
+
+    op: ClassVar[str] = "copy_bulk"
+    dst: SharedTensor
+    src: GlobalTensor
+    src_offsets: Offsets
+    dst_offsets: Offsets
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class CopyBulkWait(Instruction):
+    """Wait until the `CopyBulk` into the tile `shape` at `offsets` of `dst` has arrived; its
+    elements are then visible to every thread, with no `Sync`."""
+
+    op: ClassVar[str] = "copy_bulk_wait"
+    dst: SharedTensor
+    offsets: Offsets
+    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,7 +26,9 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
   different values to one global element in one launch (the first block to store an element
   owns it; another block may only store the same code there);
 - shared memory read (or written) while a `copy_async` into it is still pending, i.e. not yet
-  covered by a `copy_async_wait`;
+  covered by a `copy_async_wait`, or while a `copy_bulk` into it is in flight (not yet covered
+  by a `copy_bulk_wait` on its tile, after which every thread sees it); a `copy_bulk_wait` on a
+  tile with no bulk copy in flight; a `copy_bulk` into a tile waited for since the last `sync`;
 - shared memory read by a thread other than the one that wrote it with no `sync` in between, and
   shared memory overwritten after another thread read it with no `sync` in between (a copy
   issued without a layout, and any access through a replicated layout, count as made by several
@@ -207,6 +209,9 @@ class _SharedState:
         self.pending = np.full(size, -1, dtype=np.int64)
         self.writer = np.full(size, _CLEAN, dtype=np.int64)
         self.reader = np.full(size, _CLEAN, dtype=np.int64)
+        # Bulk copies: elements in flight, and elements waited for since the last sync.
+        self.bulk = np.zeros(size, dtype=bool)
+        self.bulk_waited = np.zeros(size, dtype=bool)
 
     def mark(
         self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray, distinct: bool
@@ -456,8 +461,19 @@ class BlockInterpreter(InstructionVisitor[None]):
             word[0] = total
         self.env[instruction.var.name] = old
 
+    def check_no_bulk(self, state: _SharedState, elements: np.ndarray, verb: str) -> None:
+        """A bulk copy into any of `elements` still in flight is an error."""
+        bulk = state.bulk[elements]
+        if bulk.any():
+            bad = int(elements[bulk][0])
+            raise self.error(
+                f"shared memory {verb} while a bulk copy into it is in flight: element {bad} of "
+                f"{state.tensor.name} (copy_bulk_wait on its tile first)"
+            )
+
     def read_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
         """Check that the tile's threads may read `elements` now; record them as readers."""
+        self.check_no_bulk(state, elements, "read")
         pending = state.pending[elements] >= 0
         if pending.any():
             bad = int(elements[pending][0])
@@ -479,6 +495,7 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def write_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
         """Check that the tile's threads may overwrite `elements` now; record them as writers."""
+        self.check_no_bulk(state, elements, "written")
         pending = state.pending[elements] >= 0
         if pending.any():
             bad = int(elements[pending][0])
@@ -542,6 +559,43 @@ class BlockInterpreter(InstructionVisitor[None]):
         bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
         state.pending[targets] = self.committed
 
+    def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> None:
+        dst, src, shape = instruction.dst, instruction.src, instruction.shape
+        inside, elements, stream = self.global_access(src, instruction.src_offsets, shape)
+        if inside is None:
+            codes = bitstream.read(stream, elements, src.dtype.nbits)
+        else:
+            codes = np.zeros(inside.shape, dtype=np.int64)
+            codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+        state = self.shared[dst.name]
+        targets = self.shared_access(dst, instruction.dst_offsets, shape)
+        waited = state.bulk_waited[targets]
+        if waited.any():
+            bad = int(targets[waited][0])
+            raise self.error(
+                f"bulk copy into a tile waited for since the last sync: element {bad} of "
+                f"{dst.name}; a sync must come between a copy_bulk_wait and the next copy_bulk "
+                "into the tile"
+            )
+        self.write_shared(state, targets, shape)
+        targets, unique = np.unique(targets.ravel(), return_index=True)
+        bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
+        state.bulk[targets] = True
+
+    def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
+        dst = instruction.dst
+        state = self.shared[dst.name]
+        elements = self.shared_access(dst, instruction.offsets, instruction.shape).ravel()
+        missing = ~state.bulk[elements]
+        if missing.any():
+            bad = int(elements[missing][0])
+            raise self.error(
+                f"copy_bulk_wait on a tile with no bulk copy in flight: element {bad} of {dst.name}"
+            )
+        state.bulk[elements] = False
+        state.bulk_waited[elements] = True
+        state.writer[elements] = _CLEAN  # visible to every thread: no sync needed
+
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
         self.committed += 1
 
@@ -559,8 +613,9 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
         for state in self.shared.values():
-            state.writer[state.pending < 0] = _CLEAN
+            state.writer[(state.pending < 0) & ~state.bulk] = _CLEAN
             state.reader[:] = _CLEAN
+            state.bulk_waited[:] = False
 
     def visit_unary(self, instruction: instructions.Unary) -> None:
         x = instruction.x

@@ -90,6 +90,19 @@ class _LinePrinter(InstructionVisitor[str]):
             f"dst={_offsets(instruction.dst_offsets)}, shape={instruction.shape}{layout})"
         )
 
+    def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> str:
+        return (
+            f"copy_bulk({instruction.dst.name}, {instruction.src.name}, "
+            f"src={_offsets(instruction.src_offsets)}, "
+            f"dst={_offsets(instruction.dst_offsets)}, shape={instruction.shape})"
+        )
+
+    def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> str:
+        return (
+            f"copy_bulk_wait({instruction.dst.name}, {_offsets(instruction.offsets)}, "
+            f"shape={instruction.shape})"
+        )
+
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> str:
         return f"{instruction.op}()"
 

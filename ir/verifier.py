@@ -268,6 +268,15 @@ class _InstructionChecker(InstructionVisitor[None]):
     def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
         _check_copy_async(instruction, self.threads)
 
+    def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> None:
+        _check_copy_bulk(instruction)
+
+    def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
+        dst = _check_shared(instruction, instruction.dst, "destination")
+        _check_offsets(instruction, instruction.offsets, len(dst.shape), "offsets")
+        _check_tile_shape(instruction, instruction.shape)
+        _check_tile_fits(instruction, instruction.shape, instruction.offsets, dst)
+
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
         pass
 
@@ -437,6 +446,31 @@ def _check_copy_async(instruction: instructions.CopyAsync, threads: int) -> None
                 f"thread count mismatch: the copy layout has {layout.num_threads} threads, the "
                 f"program has {threads}",
             )
+
+
+def _check_tile_shape(instruction: Instruction, shape: object) -> None:
+    if (
+        not isinstance(shape, tuple)
+        or not shape
+        or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in shape)
+    ):
+        raise _fail(instruction, f"tile shape {shape!r}; expected a tuple of positive ints")
+
+
+def _check_copy_bulk(instruction: instructions.CopyBulk) -> None:
+    dst = _check_shared(instruction, instruction.dst, "destination")
+    src = _check_global(instruction, instruction.src, "source")
+    _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
+    _check_offsets(instruction, instruction.src_offsets, src.rank, "src_offsets")
+    _check_offsets(instruction, instruction.dst_offsets, len(dst.shape), "dst_offsets")
+    shape = instruction.shape
+    _check_tile_shape(instruction, shape)
+    if len(shape) != src.rank:
+        raise _fail(
+            instruction,
+            f"rank mismatch: the tile {shape} has rank {len(shape)}, the source {src.rank}",
+        )
+    _check_tile_fits(instruction, shape, instruction.dst_offsets, dst)
 
 
 def _check_reduce(instruction: instructions.Reduce, threads: int) -> None:

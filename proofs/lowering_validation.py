@@ -73,6 +73,7 @@ from backend.tensor_core import Claim
 from ir.instructions import (
     AtomicAdd,
     CopyAsync,
+    CopyBulk,
     Dot,
     LoadGlobal,
     LoadShared,
@@ -140,10 +141,11 @@ def placement(access: Access) -> Placement:
             tensor, origin, layout = instruction.src, instruction.offsets, instruction.out.layout
         case StoreGlobal() | StoreShared() if role == "dst":
             tensor, origin, layout = instruction.dst, instruction.offsets, instruction.src.layout
-        case CopyAsync() if role in ("src", "dst"):
+        case CopyAsync() | CopyBulk() if role in ("src", "dst"):
+            # A bulk copy lowered by every thread (no tensor map) is a copy with no layout.
             tensor = instruction.src if role == "src" else instruction.dst
             origin = instruction.src_offsets if role == "src" else instruction.dst_offsets
-            layout = instruction.layout
+            layout = getattr(instruction, "layout", None)
             if layout is None:
                 chosen = access.register
                 if not isinstance(chosen, RegisterLayout) or chosen.shape[

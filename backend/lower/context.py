@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backend.bulk_copy import BulkTensorPlan, plan_bulk_copies
 from backend.cuda_codegen import (
     CodeWriter,
 )
 from backend.errors import CompilationError
-from backend.kernel import KernelArrayParam, KernelIntParam
+from backend.kernel import KernelArrayParam, KernelIntParam, KernelTensorMapParam
 from backend.lower import registers
 from backend.lower.report import LoweringReport, PathRecorder
 from backend.tensor_core import (
@@ -153,9 +154,10 @@ class LoweredKernel:
     ``mma.sync``, `LdmatrixPlan` for a load by ``ldmatrix``; their `claims()` are the proof
     obligations of what they print), `report` (the path each written instruction took,
     `backend.lower.report.LoweringReport`), `grid` (the program's declared grid, its
-    constants as literals, which every launch must equal; None when the program declares none)
-    and `programmatic_launch` (`ir.Program.programmatic_launch`: launch it as a link of a
-    chain).
+    constants as literals, which every launch must equal; None when the program declares none),
+    `programmatic_launch` (`ir.Program.programmatic_launch`: launch it as a link of a
+    chain) and `tensor_maps` (the tensor maps of its bulk tensor copies, encoded at launch and
+    passed after the parameters; `backend.bulk_copy`, whose `BulkTensorPlan`s are in `plans`).
     """
 
     source: str
@@ -165,10 +167,11 @@ class LoweredKernel:
     shared_bytes: int
     options: tuple[str, ...]
     accesses: tuple[Access, ...]
-    plans: tuple[MmaPlan | LdmatrixPlan, ...] = ()
+    plans: tuple[MmaPlan | LdmatrixPlan | WgmmaPlan | BulkTensorPlan, ...] = ()
     report: LoweringReport = LoweringReport(())
     grid: tuple[Expr, Expr, Expr] | None = None
     programmatic_launch: bool = False
+    tensor_maps: tuple[KernelTensorMapParam, ...] = ()
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -330,7 +333,7 @@ class LoweringContext:
         self.program = program
         self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
         self.arch = arch
-        self.plans: list[MmaPlan | LdmatrixPlan | WgmmaPlan] = []
+        self.plans: list[MmaPlan | LdmatrixPlan | WgmmaPlan | BulkTensorPlan] = []
         # Dots that may run as wgmma (`backend.wgmma`): their loads are deferred to the dot.
         uses_wgmma = wgmma and arch is not None and arch_number(arch) == WGMMA_ARCH
         uses_wgmma = uses_wgmma and arch.endswith("a")
@@ -377,6 +380,8 @@ class LoweringContext:
         self.constant_words: dict[int, int] = {}
         self.shared_base: dict[str, int] = {}
         self.nan_blind = nan_blind_tensors(program)
+        # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
+        self.bulk = plan_bulk_copies(program, arch)
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
 
@@ -454,6 +459,9 @@ class LoweringContext:
                 tensor = instruction.out
                 if tensor.layout.swizzle is not None and tensor.name in wgmma_tensors:
                     total = -(-total // SWIZZLED_ALIGNMENT) * SWIZZLED_ALIGNMENT
+                if tensor.name in self.bulk.tensors:
+                    alignment = self.bulk.tensors[tensor.name].box.alignment
+                    total = -(-total // alignment) * alignment
                 self.shared_base[tensor.name] = total
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
                 total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT

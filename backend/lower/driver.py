@@ -20,6 +20,7 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
+from backend.bulk_copy import BULK_COPY_SOURCE, tma_load_helper
 from backend.conversions import (
     CONVERSION_SOURCE,
 )
@@ -32,7 +33,7 @@ from backend.cuda_codegen import (
 )
 from backend.errors import CompilationError
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
-from backend.kernel import KernelArrayParam, KernelIntParam
+from backend.kernel import KernelArrayParam, KernelIntParam, KernelTensorMapParam
 from backend.lower.compute import ComputeLowering
 from backend.lower.context import (
     C_INT_MAX,
@@ -86,13 +87,16 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         """The kernel's text, with what its wgmma dots need when any dot got a `WgmmaPlan`: the
         helper functions (inserted at `includes_end`), the async-proxy fences at the barriers'
         marks, and an allocation aligned to the swizzle repeat; else without the marks."""
+        alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
-            return _drop_marks(self.out.text())
-        self.out.insert(includes_end, WGMMA_SOURCE)
-        source = self.out.text().replace(PROXY_FENCE_MARK, PROXY_FENCE)
+            source = _drop_marks(self.out.text())
+        else:
+            self.out.insert(includes_end, WGMMA_SOURCE)
+            source = self.out.text().replace(PROXY_FENCE_MARK, PROXY_FENCE)
+            alignment = max(alignment, SWIZZLED_ALIGNMENT)
         return source.replace(
             SHARED_DECLARATION.format(alignment=16),
-            SHARED_DECLARATION.format(alignment=SWIZZLED_ALIGNMENT),
+            SHARED_DECLARATION.format(alignment=alignment),
         )
 
     def kernel(self) -> LoweredKernel:
@@ -121,9 +125,17 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if program.programmatic_launch:
             chained = self.arch is not None and arch_number(self.arch) >= PROGRAMMATIC_LAUNCH_ARCH
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
+        if self.bulk.tensors:
+            out.lines(BULK_COPY_SOURCE)
+            for rank in self.bulk.ranks:
+                out.lines(tma_load_helper(rank))
         out.line()
         table_position = out.position()
-        signature = ", ".join(c_parameter(p) for p in program.params)
+        declarations = [c_parameter(p) for p in program.params]
+        declarations += [
+            f"const __grid_constant__ la_tensor_map {use.name}" for use in self.bulk.maps
+        ]
+        signature = ", ".join(declarations)
         bounds = str(self.threads)
         if program.min_blocks_per_sm is not None:
             bounds += f", {program.min_blocks_per_sm}"
@@ -140,6 +152,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for name in names:
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
+            self.bulk_prologue()
             if program.programmatic_launch and not any(
                 isinstance(i, instructions.LaunchDependents) for i in program.body
             ):
@@ -172,6 +185,39 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             report=self.paths.report(),
             grid=program.grid,
             programmatic_launch=program.programmatic_launch,
+            tensor_maps=self.tensor_map_params(),
+        )
+
+    def bulk_prologue(self) -> None:
+        """The barriers of the bulk copies written as TMA (one per stage of each destination,
+        arrival count 1, initialised by thread 0 and fenced before any thread uses them) and
+        each destination's mask of wait parities (`backend.bulk_copy`)."""
+        if not self.bulk.tensors:
+            return
+        out = self.out
+        for name, plan in self.bulk.tensors.items():
+            out.line(f"__shared__ unsigned long long la_bar_{name}[{plan.count}];")
+            out.line(f"unsigned la_phases_{name} = 0u;")
+        with out.block(f"if ({THREAD_NAME} == 0)"):
+            for name, plan in self.bulk.tensors.items():
+                with out.block(f"for (int la_i = 0; la_i < {plan.count}; ++la_i)"):
+                    out.line(f"la_mbarrier_init(&la_bar_{name}[la_i], 1u);")
+            out.line("la_mbarrier_init_fence();")
+        out.line("__syncthreads();")
+
+    def tensor_map_params(self) -> tuple[KernelTensorMapParam, ...]:
+        """The tensor maps of the bulk copies written as TMA, for the launch to encode."""
+        return tuple(
+            KernelTensorMapParam(
+                use.name,
+                use.source.param.name,
+                use.source.dtype.nbits,
+                tuple(use.source.layout.shape),
+                tuple(use.source.layout.strides),
+                use.box.extents,
+                use.box.swizzle,
+            )
+            for use in self.bulk.maps
         )
 
     def warp_mask(self) -> str:

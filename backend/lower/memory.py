@@ -736,6 +736,61 @@ class MemoryLowering(LoweringContext):
     def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> None:
         self.out.line(f"la_cp_async_wait<{instruction.pending}>();")
 
+    def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> None:
+        """One bulk tensor copy from thread 0 on the stage's barrier where the destination's
+        bulk copies are planned as TMA (`backend.bulk_copy`), else ``cp.async`` by every
+        thread."""
+        dst, src = instruction.dst, instruction.src
+        plan = self.bulk.tensors.get(dst.name)
+        if plan is None:
+            copy = instructions.CopyAsync(
+                dst, src, instruction.src_offsets, instruction.dst_offsets, instruction.shape, None
+            )
+            self.visit_copy_async(copy)
+            return
+        lead = len(plan.stages)
+        index = self.c(as_expr(plan.stage_index(instruction.dst_offsets[:lead])))
+        barrier = f"&la_bar_{dst.name}[{index}]"
+        address = f"{dst.name} + ({plan.box.start} + ({index}) * {plan.stage_bytes})"
+        # The tensor map's coordinates: innermost first, 32-bit (outside the tensor: zeros).
+        coords = ", ".join(
+            f"(int)({self.c(as_expr(o))})" for o in reversed(instruction.src_offsets)
+        )
+        rank = len(instruction.shape)
+        map_name = self.bulk.map_name(instruction)
+        with self.out.block(f"if ({THREAD_NAME} == 0)"):
+            # Shared memory the block touched before the barrier preceding this copy is done
+            # with before the async proxy writes it.
+            self.out.line("la_proxy_fence_shared();")
+            self.out.line(f"la_mbarrier_expect({barrier}, {plan.box.nbytes}u);")
+            self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
+        if not any(p is plan for p in self.plans):
+            self.plans.append(plan)
+        self.note(f"bulk tensor copy {plan.box.nbytes} B")
+
+    def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
+        """Wait on the stage's barrier for the phase the next copy completes, or, where the
+        copies fell back to ``cp.async``, for every copy of the thread and a barrier."""
+        dst = instruction.dst
+        plan = self.bulk.tensors.get(dst.name)
+        if plan is None:
+            self.out.line("la_cp_async_commit();")
+            self.out.line("la_cp_async_wait<0>();")
+            self.visit_sync(instructions.Sync())
+            self.note("bulk copy wait: every cp.async and a barrier")
+            return
+        lead = len(plan.stages)
+        index = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
+        with self.out.block(""):
+            stage = self.temporary("stage")
+            self.out.line(f"const unsigned {stage} = (unsigned)({index});")
+            phases = f"la_phases_{dst.name}"
+            self.out.line(
+                f"la_mbarrier_wait(&la_bar_{dst.name}[{stage}], ({phases} >> {stage}) & 1u);"
+            )
+            self.out.line(f"{phases} ^= 1u << {stage};")
+        self.note("bulk copy wait on its barrier")
+
     def visit_sync(self, instruction: instructions.Sync) -> None:
         if self.wgmma_dots:
             # Shared memory written before the barrier may next be read by wgmma: a mark that
