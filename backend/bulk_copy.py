@@ -8,24 +8,30 @@ and `copy_bulk_wait` waits on that barrier's phase; elsewhere it falls back to `
 every thread, the wait to waiting for all of the thread's copies and a barrier.
 
 A shared tensor's bulk copies qualify (`plan_bulk_copies`) when
-- its element type is 8, 16, 32 or 64 bits wide and every copy into it has the same tile: its
-  trailing dimensions whole (the copy's rank, 1 to 5), at offset 0 in each of them, so a copy
-  names a *stage* by its leading coordinates (none: the tensor is one stage);
+- its element type is 8, 16, 32 or 64 bits wide and every copy into it has the same tile, over
+  its trailing dimensions (the copy's rank, 1 to 5), at constant trailing offsets: the
+  *slots* (e.g. the 64-column panels of a wgmma B buffer), not overlapping; the leading
+  coordinates name a *stage* (none: the tensor is one stage);
 - `layout_algebra.tma_box.derive_box` finds the box, with one swizzle mode, that writes every
-  stage as the tensor's layout places it, the stages lying `stage_bytes` apart (then the stage's
-  address is the tensor's base plus the linear stage index times that);
-- every wait on the tensor names such a whole stage;
-- each source view has a unit innermost stride (its other extents and strides are read at
-  launch, where `tensor_map_arguments` checks the driver's rules).
+  slot of every stage as the tensor's layout places it, the stages lying `stage_bytes` apart
+  (then a slot's address is the tensor's base plus its start plus the linear stage index times
+  that);
+- every wait on the tensor names a tile at constant trailing offsets that is a union of whole
+  slots (it waits on each of their barriers);
+- each source view has a unit innermost stride and its other strides are known multiples of 16
+  bytes (the int parameters they read declared multiples, `int_param(multiple_of=...)`); its
+  extents and strides are read at launch, where `tensor_map_arguments` checks the driver's
+  other rules.
 
-The barriers: one ``mbarrier`` (8 bytes of static shared memory) per stage, initialised with
-an arrival count of 1 when the kernel starts. A copy into stage s: thread 0 fences the async
-proxy (shared memory the block wrote or read before the barrier that precedes the copy is done
-with), arrives on barrier s expecting the tile's bytes, and issues the copy, which completes
-the phase. A wait on stage s: every thread waits for barrier s's phase of parity
-``(phases >> s) & 1`` and flips that bit (a per-thread 32-bit mask of the tensor: at most 32
-stages). The IR's rule that a `sync` separates a wait on a tile from the next bulk copy into it
-keeps every thread's parity one phase behind at most.
+The barriers: one ``mbarrier`` (8 bytes of static shared memory) per slot of each stage,
+initialised with an arrival count of 1 when the kernel starts. A copy into slot j of stage s
+(barrier i = s * slots + j): thread 0 fences the async proxy (shared memory the block wrote or
+read before the barrier that precedes the copy is done with), arrives on barrier i expecting
+the tile's bytes, and issues the copy, which completes the phase. A wait: every thread waits,
+for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
+bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule that a
+`sync` separates a wait on a tile from the next bulk copy into it keeps every thread's parity
+one phase behind at most.
 
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
@@ -37,6 +43,7 @@ holds it, for `proofs.validate_lowering`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backend.tensor_core import Claim, arch_number
@@ -45,6 +52,7 @@ from ir.program import Program
 from ir.values import GlobalTensor, SharedTensor
 from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr
+from layout_algebra.symbolic.divisors import known_divisor
 from layout_algebra.tma_box import ELEMENT_BITS, MAX_RANK, TmaBox, derive_box
 
 BULK_COPY_ARCH = 90
@@ -132,20 +140,27 @@ class TensorMapUse:
 
 @dataclass(frozen=True)
 class BulkTensorPlan:
-    """How the bulk copies into one shared tensor are written: `box` (stage 0's), `stages`
-    (the leading extents, () for one stage), `stage_bytes` (the byte distance of consecutive
-    stages, 0 for one stage) and the stage boxes checked (`checked`: origin, box)."""
+    """How the bulk copies into one shared tensor are written.
+
+    Every copy has the tile of `box` (extents over the tensor's trailing dimensions), placed at
+    one of the constant trailing origins `slots`, in a stage named by the leading coordinates
+    (`stages`: the leading extents, () for one stage). Slot j of stage s is written at byte
+    ``slot_starts[j] + s * stage_bytes`` of the tensor, with the box's swizzle; its barrier is
+    ``s * len(slots) + j``. `checked`: the (origin, box) of every stage's every slot, each found
+    by `derive_box`."""
 
     tensor: SharedTensor
     box: TmaBox
     stages: tuple[int, ...]
     stage_bytes: int
+    slots: tuple[tuple[int, ...], ...]
+    slot_starts: tuple[int, ...]
     checked: tuple[tuple[tuple[int, ...], TmaBox], ...]
 
     @property
     def count(self) -> int:
-        """Stages, hence barriers."""
-        return math.prod(self.stages)
+        """Barriers: stages times slots."""
+        return math.prod(self.stages) * len(self.slots)
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -154,18 +169,33 @@ class BulkTensorPlan:
         return tuple(range(rank - len(self.box.extents), rank))
 
     def stage_index(self, offsets: tuple[Expr, ...]) -> Expr | int:
-        """The linear stage index of a tile at `offsets` (row-major over the stages)."""
+        """The linear stage index of a tile whose leading coordinates are `offsets`."""
         index: Expr | int = 0
         for offset, extent in zip(offsets, self.stages):
             index = index * extent + offset
         return index
 
+    def slot(self, origin: tuple[int, ...]) -> int:
+        """The slot of a copy's trailing origin."""
+        return self.slots.index(origin)
+
+    def covered(self, origin: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The slots inside the tile `shape` at trailing `origin` (a wait's tile)."""
+        return tuple(
+            j
+            for j, slot in enumerate(self.slots)
+            if all(
+                o <= x and x + e <= o + w
+                for o, x, e, w in zip(origin, slot, self.box.extents, shape)
+            )
+        )
+
     def claims(self) -> tuple[Claim, ...]:
-        """Per stage checked: the box writes each element where the layout holds it."""
+        """Per stage and slot: the box writes each element where the layout holds it."""
         layout = self.tensor.layout
         return tuple(
             Claim(
-                f"bulk copy box of {self.tensor.name} at {origin}",
+                f"bulk copy of {self.tensor.name} at {origin}",
                 *box.claim(layout, origin, self.dims),
             )
             for origin, box in self.checked
@@ -197,6 +227,13 @@ class BulkCopies:
 NO_BULK_COPIES = BulkCopies({}, ())
 
 
+def _constant_origin(offsets: tuple[Expr, ...]) -> tuple[int, ...] | None:
+    """The values of `offsets` when all are constants, else None."""
+    if not all(o.is_const for o in offsets):
+        return None
+    return tuple(o.value for o in offsets)
+
+
 def _tensor_plan(
     tensor: SharedTensor,
     copies: list[instructions.CopyBulk],
@@ -204,54 +241,76 @@ def _tensor_plan(
 ) -> BulkTensorPlan | None:
     """The plan of `tensor`'s bulk copies, or None where one of them does not qualify."""
     bits = tensor.dtype.nbits
-    if bits not in ELEMENT_BITS:
-        return None
-    shapes = {copy.shape for copy in copies} | {wait.shape for wait in waits}
-    if len(shapes) != 1:
+    shapes = {copy.shape for copy in copies}
+    if bits not in ELEMENT_BITS or len(shapes) != 1:
         return None
     (shape,) = shapes
     rank, lead = len(shape), len(tensor.shape) - len(shape)
-    if not 1 <= rank <= MAX_RANK or lead < 0 or tuple(tensor.shape[lead:]) != shape:
+    if not 1 <= rank <= MAX_RANK or lead < 0:
         return None
-    for offsets in [copy.dst_offsets for copy in copies] + [wait.offsets for wait in waits]:
-        if not all(o.is_const and o.value == 0 for o in offsets[lead:]):
-            return None
+    slots: list[tuple[int, ...]] = []
     for copy in copies:
+        origin = _constant_origin(copy.dst_offsets[lead:])
         strides = copy.src.layout.strides
-        if not (isinstance(strides[-1], int) and strides[-1] == 1):
+        if origin is None or not (isinstance(strides[-1], int) and strides[-1] == 1):
             return None
+        if origin not in slots:
+            slots.append(origin)
+    slots.sort()
+    for slot in slots:
+        others = [other for other in slots if other != slot]
+        if any(all(abs(a - b) < e for a, b, e in zip(slot, o, shape)) for o in others):
+            return None  # overlapping slots
     stages = tuple(tensor.shape[:lead])
-    count = math.prod(stages)
-    if count > MAX_STAGES:
+    if math.prod(stages) * len(slots) > MAX_STAGES:
         return None
     dims = tuple(range(lead, len(tensor.shape)))
     checked = []
-    for index in range(count):
-        origin: list[int] = []
+    for index in range(math.prod(stages)):
+        stage: list[int] = []
         rest = index
         for extent in reversed(stages):
-            origin.insert(0, rest % extent)
+            stage.insert(0, rest % extent)
             rest //= extent
-        full = (*origin, *(0,) * rank)
-        try:
-            box = derive_box(tensor.layout, bits, full, dims)
-        except LayoutError:
-            return None
-        if box is None:
-            return None
-        checked.append((full, box))
+        for slot in slots:
+            full = (*stage, *slot)
+            try:
+                box = derive_box(tensor.layout, bits, full, dims, shape)
+            except LayoutError:
+                return None
+            if box is None:
+                return None
+            checked.append((full, box))
     first = checked[0][1]
-    stage_bytes = checked[1][1].start - first.start if count > 1 else 0
+    slot_starts = tuple(box.start for _, box in checked[: len(slots)])
+    stage_bytes = checked[len(slots)][1].start - first.start if len(checked) > len(slots) else 0
     for index, (_, box) in enumerate(checked):
-        same = (box.extents, box.swizzle) == (first.extents, first.swizzle)
-        if not same or box.start != first.start + index * stage_bytes:
+        stage, slot = divmod(index, len(slots))
+        if (box.extents, box.swizzle) != (first.extents, first.swizzle):
             return None
-    return BulkTensorPlan(tensor, first, stages, stage_bytes, tuple(checked))
+        if box.start != slot_starts[slot] + stage * stage_bytes:
+            return None
+    plan = BulkTensorPlan(
+        tensor, first, stages, stage_bytes, tuple(slots), slot_starts, tuple(checked)
+    )
+    for wait in waits:
+        origin = _constant_origin(wait.offsets[lead:])
+        if origin is None or len(wait.shape) != rank:
+            return None
+        inside = plan.covered(origin, wait.shape)
+        if len(inside) * math.prod(shape) != math.prod(wait.shape):
+            return None  # the wait's tile is not a union of whole slots
+    return plan
 
 
-def plan_bulk_copies(program: Program, arch: str | None) -> BulkCopies:
+def plan_bulk_copies(
+    program: Program, arch: str | None, divisor: Callable[[Expr | int], int] = known_divisor
+) -> BulkCopies:
     """The bulk copies of `program` written as TMA on `arch` (see the module docstring): none
-    before sm_90 or without an architecture."""
+    before sm_90 or without an architecture. `divisor(stride)` is a number every value of a
+    source stride is a multiple of (the lowering's, which knows the int parameters declared
+    multiples): each stride but the innermost must be a multiple of 16 bytes for every
+    argument, as a tensor map requires."""
     if arch is None or arch_number(arch) < BULK_COPY_ARCH:
         return NO_BULK_COPIES
     copies: dict[str, list[instructions.CopyBulk]] = {}
@@ -265,6 +324,13 @@ def plan_bulk_copies(program: Program, arch: str | None) -> BulkCopies:
             waits.setdefault(instruction.dst.name, []).append(instruction)
     plans = {}
     for name, tensor in tensors.items():
+        esz = tensor.dtype.nbits // 8
+        if any(
+            divisor(stride) * esz % 16
+            for copy in copies[name]
+            for stride in copy.src.layout.strides[:-1]
+        ):
+            continue
         plan = _tensor_plan(tensor, copies[name], waits.get(name, []))
         if plan is not None:
             plans[name] = plan

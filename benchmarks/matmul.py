@@ -30,10 +30,11 @@ from ir.examples.matmul import matmul
 
 
 def warpgroup_config(
-    block_n: int, stages: int, warpgroups: int = 2, in_flight: bool = False
+    block_n: int, stages: int, warpgroups: int = 2, in_flight: bool = False, bulk: bool = False
 ) -> tuple[str, dict[str, int | bool]]:
     """(name, options) of a warpgroup form: 128 x `block_n` x 64 tiles, `warpgroups` stacked
-    along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight."""
+    along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
+    copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`)."""
     plural = "s" if warpgroups > 1 else ""
     name = f"128x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
@@ -46,6 +47,8 @@ def warpgroup_config(
     }
     if in_flight:
         name, options["overlap_dot"] = f"{name} in flight", True
+    if bulk:
+        name, options["bulk"] = f"{name} tma", True
     return name, options
 
 
@@ -59,6 +62,10 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 4, in_flight=True),
         warpgroup_config(128, 5, in_flight=True),
         warpgroup_config(128, 4, warpgroups=1),
+        warpgroup_config(128, 3, bulk=True),
+        warpgroup_config(256, 3, bulk=True),
+        warpgroup_config(128, 4, in_flight=True, bulk=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True),
     ]
 )
 """The warpgroup forms measured (`warpgroup_config`)."""
@@ -98,7 +105,8 @@ CONFIGS = {
 }
 """Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``; the wgmma ones
 run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`; "in flight" ones order the ring for a
-dot that runs on into the next k-tile, ``overlap_dot``, `backend.wgmma_pipeline`)."""
+dot that runs on into the next k-tile, ``overlap_dot``, `backend.wgmma_pipeline`; "tma" ones
+copy the tiles by ``copy_bulk``, bulk tensor copies on sm_90a, `backend.bulk_copy`)."""
 TOLERANCE = 1e-2
 """Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
 

@@ -618,17 +618,20 @@ class ProgramBuilder:
         src: GlobalTensor,
         src_offsets: Sequence[ExprLike],
         dst_offsets: Sequence[ExprLike] | None = None,
+        shape: Sequence[int] | None = None,
     ) -> None:
         """Start copying a tile global -> shared by the block as one (`ir.instructions.CopyBulk`;
-        a bulk tensor copy on sm_90a where the tile is a box of a tensor map). The tile is the
-        last `src.rank` extents of dst's shape; `dst_offsets` defaults to 0. Elements outside
-        `src` arrive as zeros. `copy_bulk_wait` on the same tile makes them visible to every
-        thread."""
+        a bulk tensor copy on sm_90 where the tile is a box of a tensor map). The tile is
+        `shape` (src's rank), by default the last `src.rank` extents of dst's shape;
+        `dst_offsets` defaults to 0. Elements outside `src` arrive as zeros. `copy_bulk_wait` on
+        the tile (or a tile made of such tiles) makes them visible to every thread."""
         if not isinstance(src, GlobalTensor) or not isinstance(dst, SharedTensor):
             raise VerificationError(
                 f"copy_bulk copies a GlobalTensor into a SharedTensor, got {src!r} -> {dst!r}"
             )
-        shape = dst.shape[max(0, len(dst.shape) - src.rank) :]
+        if shape is None:
+            shape = dst.shape[max(0, len(dst.shape) - src.rank) :]
+        shape = tuple(shape)
         self._bulk_shapes[dst.name] = shape
         self._emit(
             CopyBulk(

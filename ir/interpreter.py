@@ -28,7 +28,8 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
 - shared memory read (or written) while a `copy_async` into it is still pending, i.e. not yet
   covered by a `copy_async_wait`, or while a `copy_bulk` into it is in flight (not yet covered
   by a `copy_bulk_wait` on its tile, after which every thread sees it); a `copy_bulk_wait` on a
-  tile with no bulk copy in flight; a `copy_bulk` into a tile waited for since the last `sync`;
+  tile with no bulk copy in flight; a `copy_bulk` into a tile waited for, or written by a
+  thread, since the last `sync`;
 - shared memory read by a thread other than the one that wrote it with no `sync` in between, and
   shared memory overwritten after another thread read it with no `sync` in between (a copy
   issued without a layout, and any access through a replicated layout, count as made by several
@@ -569,6 +570,7 @@ class BlockInterpreter(InstructionVisitor[None]):
             codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
         state = self.shared[dst.name]
         targets = self.shared_access(dst, instruction.dst_offsets, shape)
+        self.check_no_bulk(state, targets, "written")
         waited = state.bulk_waited[targets]
         if waited.any():
             bad = int(targets[waited][0])
@@ -576,6 +578,14 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"bulk copy into a tile waited for since the last sync: element {bad} of "
                 f"{dst.name}; a sync must come between a copy_bulk_wait and the next copy_bulk "
                 "into the tile"
+            )
+        written = state.writer[targets] != _CLEAN
+        if written.any():
+            bad = int(targets[written][0])
+            raise self.error(
+                f"shared memory overwritten without a sync: a bulk copy writes element {bad} of "
+                f"{dst.name}, written by {_thread_text(int(state.writer[bad]))} since the last "
+                "sync"
             )
         self.write_shared(state, targets, shape)
         targets, unique = np.unique(targets.ravel(), return_index=True)

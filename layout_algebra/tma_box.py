@@ -15,9 +15,9 @@ Rules of the map this module keeps: every box extent at most 256; the innermost 
 multiple of 16 bytes, and in a swizzled mode at most the mode's row (32, 64 or 128 bytes).
 The XOR acts on absolute addresses, so A must be a multiple of the mode's repeat as well.
 
-`derive_box(layout, element_bits, origin, dims)` finds the box of the tile of `layout` that
-spans the whole extents of `dims` at `origin` (a stage of a ring: dims (1, 2) of a (stages,
-rows, columns) layout at origin (s, 0, 0)): the box extents are those extents, the start the
+`derive_box(layout, element_bits, origin, dims, extents)` finds the box of the tile of `layout`
+that spans `extents` (default: the whole extents) of `dims` at `origin` (a stage of a ring:
+dims (1, 2) of a (stages, rows, columns) layout at origin (s, 0, 0)): the box extents are those extents, the start the
 tile's first byte before the layout's swizzle, and the mode the first, widest first, whose
 address function equals the layout's at every element of the box (or None).
 `TmaBox.claim(...)` states that equality for `proofs.check_equivalent`;
@@ -198,9 +198,11 @@ def derive_box(
     element_bits: int,
     origin: Sequence[int] | None = None,
     dims: Sequence[int] | None = None,
+    extents: Sequence[int] | None = None,
 ) -> TmaBox | None:
-    """The box that writes the tile of `layout` spanning the whole extents of `dims` (default:
-    every dimension) at `origin` (a full coordinate; default: the layout's first element), or
+    """The box that writes the tile of `layout` spanning `extents` (default: the whole
+    extents) of `dims` (default: every dimension) at `origin` (a full coordinate; default: the
+    layout's first element), or
     None when no swizzle mode writes it as the layout places it or the tile breaks a rule of
     the map (a box extent past 256, an innermost extent not a multiple of 16 bytes, a start
     not 128-byte aligned). The result's address function equals the layout's on every
@@ -214,7 +216,11 @@ def derive_box(
     origin = (0,) * layout.rank if origin is None else tuple(origin)
     if not 1 <= len(dims) <= MAX_RANK:
         raise LayoutError(f"TMA box: dims={dims!r}; expected 1 to {MAX_RANK} dimensions")
-    extents = tuple(layout.shape[d] if is_int(d) and 0 <= d < layout.rank else 0 for d in dims)
+    if extents is None:
+        extents = tuple(
+            layout.shape[d] if is_int(d) and 0 <= d < layout.rank else 0 for d in dims
+        )
+    extents = tuple(extents)
     corner = check_tile(layout, origin, dims, extents, "TMA box")
     if math.prod(extents) > MAX_BOX_ELEMENTS:
         raise LayoutError(

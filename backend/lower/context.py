@@ -381,7 +381,9 @@ class LoweringContext:
         self.shared_base: dict[str, int] = {}
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
-        self.bulk = plan_bulk_copies(program, arch)
+        self.bulk = plan_bulk_copies(
+            program, arch, lambda stride: known_divisor(self.with_multiples(stride))
+        )
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0
 

@@ -749,9 +749,11 @@ class MemoryLowering(LoweringContext):
             self.visit_copy_async(copy)
             return
         lead = len(plan.stages)
-        index = self.c(as_expr(plan.stage_index(instruction.dst_offsets[:lead])))
-        barrier = f"&la_bar_{dst.name}[{index}]"
-        address = f"{dst.name} + ({plan.box.start} + ({index}) * {plan.stage_bytes})"
+        slot = plan.slot(tuple(o.value for o in instruction.dst_offsets[lead:]))
+        stage = self.c(as_expr(plan.stage_index(instruction.dst_offsets[:lead])))
+        slots = len(plan.slots)
+        barrier = f"&la_bar_{dst.name}[({stage}) * {slots} + {slot}]"
+        address = f"{dst.name} + ({plan.slot_starts[slot]} + ({stage}) * {plan.stage_bytes})"
         # The tensor map's coordinates: innermost first, 32-bit (outside the tensor: zeros).
         coords = ", ".join(
             f"(int)({self.c(as_expr(o))})" for o in reversed(instruction.src_offsets)
@@ -780,15 +782,19 @@ class MemoryLowering(LoweringContext):
             self.note("bulk copy wait: every cp.async and a barrier")
             return
         lead = len(plan.stages)
-        index = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
-        with self.out.block(""):
-            stage = self.temporary("stage")
-            self.out.line(f"const unsigned {stage} = (unsigned)({index});")
-            phases = f"la_phases_{dst.name}"
-            self.out.line(
-                f"la_mbarrier_wait(&la_bar_{dst.name}[{stage}], ({phases} >> {stage}) & 1u);"
-            )
-            self.out.line(f"{phases} ^= 1u << {stage};")
+        origin = tuple(o.value for o in instruction.offsets[lead:])
+        stage = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
+        phases = f"la_phases_{dst.name}"
+        for slot in plan.covered(origin, instruction.shape):
+            with self.out.block(""):
+                index = self.temporary("barrier")
+                self.out.line(
+                    f"const unsigned {index} = (unsigned)(({stage}) * {len(plan.slots)} + {slot});"
+                )
+                self.out.line(
+                    f"la_mbarrier_wait(&la_bar_{dst.name}[{index}], ({phases} >> {index}) & 1u);"
+                )
+                self.out.line(f"{phases} ^= 1u << {index};")
         self.note("bulk copy wait on its barrier")
 
     def visit_sync(self, instruction: instructions.Sync) -> None:

@@ -224,19 +224,24 @@ def default_inner_k(tensor_cores: bool) -> int:
 
 
 def fill_ring(
-    bld: ProgramBuilder, stages: int, tiles: Expr, prefetch: Callable[[ExprLike, int], None]
+    bld: ProgramBuilder,
+    stages: int,
+    tiles: Expr,
+    prefetch: Callable[[ExprLike, int], None],
+    commit: bool = True,
 ) -> None:
     """Before the k loop of a ring of `stages` shared stages: ``prefetch(t, t)`` copies k-tile
     t into stage t for t < stages - 1 (those of them below `tiles`), each committed as its own
-    group, so that in the loop k-tile kt's group is complete once at most stages - 1 later
-    groups are pending."""
+    group (unless not `commit`: bulk copies, waited for by tile), so that in the loop k-tile
+    kt's group is complete once at most stages - 1 later groups are pending."""
     for ahead in range(stages - 1):
         if ahead == 0:
             prefetch(0, 0)
         else:
             with bld.if_(tiles > ahead):
                 prefetch(ahead, ahead)
-        bld.copy_async_commit()
+        if commit:
+            bld.copy_async_commit()
 
 
 def check_overlap_dot(example: str, overlap_dot: object, stages: int) -> None:
@@ -275,6 +280,7 @@ def ring_loop(
     overlap_dot: bool = False,
     prepare: Callable[[Expr], None] | None = None,
     prologue: Callable[[], None] | None = None,
+    wait_tile: Callable[[Expr], None] | None = None,
 ) -> None:
     """The k loop over a ring of `stages` shared stages: ``prefetch(t, stage)`` issues the
     copies of k-tile t into a stage, ``multiply(kt)`` the dot of k-tile kt (in stage
@@ -288,31 +294,45 @@ def ring_loop(
     run S - 2 ahead, copied after the dot into the stage of kt - 2, with one barrier, before
     the dot. Every thread is then past the dots of kt - 1 when kt + S - 2 is copied, and a dot
     that keeps running after it is issued (wgmma, `backend.wgmma_pipeline`) has two stages to
-    itself."""
+    itself.
+
+    With `wait_tile` (bulk copies, `copy_bulk`): ``wait_tile(kt)`` waits for k-tile kt's
+    copies, which every thread then sees, instead of copy groups; the barrier before the dot
+    stays where it orders something else (`prepare`'s stores, or the copy after the dot)."""
     ahead = stages - 2 if overlap_dot else stages - 1
-    fill_ring(bld, ahead + 1, tiles, prefetch)
+    bulk = wait_tile is not None
+    fill_ring(bld, ahead + 1, tiles, prefetch, commit=not bulk)
     if prologue is not None:
         prologue()
     with bld.for_range(tiles) as kt:
         if overlap_dot:
             if prepare is not None:
                 prepare(kt)
-            bld.copy_async_wait(ahead - 1)
+            if bulk:
+                wait_tile(kt)
+            else:
+                bld.copy_async_wait(ahead - 1)
             bld.sync()
             multiply(kt)
             with bld.if_(kt + ahead < tiles):
                 prefetch(kt + ahead, (kt + ahead) % stages)
-            bld.copy_async_commit()
+            if not bulk:
+                bld.copy_async_commit()
         else:
             with bld.if_(kt + ahead < tiles):
                 prefetch(kt + ahead, (kt + ahead) % stages)
-            # One group per k-tile, empty ones included: k-tile kt's group is complete when
-            # at most stages - 1 later ones are pending.
-            bld.copy_async_commit()
+            if not bulk:
+                # One group per k-tile, empty ones included: k-tile kt's group is complete
+                # when at most stages - 1 later ones are pending.
+                bld.copy_async_commit()
             if prepare is not None:
                 prepare(kt)
-            bld.copy_async_wait(ahead)
-            bld.sync()
+            if bulk:
+                wait_tile(kt)
+            else:
+                bld.copy_async_wait(ahead)
+            if not bulk or prepare is not None:
+                bld.sync()
             multiply(kt)
             # Every thread is past its reads of this stage before a later copy into it.
             bld.sync()
@@ -330,6 +350,7 @@ def matmul(
     swizzle: bool = False,
     wgmma: bool = False,
     overlap_dot: bool = False,
+    bulk: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -355,9 +376,16 @@ def matmul(
     kt - 2 read, and the loop has one barrier, before the dot. The program means the same; on
     sm_90a the lowering then keeps each wgmma dot in flight into the next iteration
     (`backend.wgmma_pipeline`). It needs at least 3 stages.
+
+    `bulk` copies the tiles by `copy_bulk` (on sm_90 a TMA bulk tensor copy per tile, or per
+    64-column panel of the wgmma form's B, where the swizzled stage is a box of a tensor map;
+    `backend.bulk_copy`) and waits for each k-tile's tiles by `copy_bulk_wait`, with no copy
+    groups; in the plain ring the barrier before the dot then goes, as every thread sees a
+    bulk copy once it has waited.
     """
-    if not isinstance(wgmma, bool):
-        raise VerificationError(f"matmul: wgmma={wgmma!r}; expected True or False")
+    for name, value in (("wgmma", wgmma), ("bulk", bulk)):
+        if not isinstance(value, bool):
+            raise VerificationError(f"matmul: {name}={value!r}; expected True or False")
     check_overlap_dot("matmul", overlap_dot, stages)
     if wgmma:
         tensor_cores, swizzle = True, True
@@ -394,15 +422,43 @@ def matmul(
         tiles = (k + block_k - 1) // block_k
         accumulator = bld.register_tensor(f32, c_layout, 0.0)
 
+        # The wgmma form's B stage is made of 64-column panels: a bulk copy each.
+        panel = PANEL_BYTES // 2
+        b_columns = panel if wgmma and block_n % panel == 0 else block_n
+
         def prefetch(tile, stage):
-            bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
-            bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
+            if not bulk:
+                bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+                bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
+                return
+            bld.copy_bulk(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+            for first in range(0, block_n, b_columns):
+                bld.copy_bulk(
+                    b_shared,
+                    b_view,
+                    [tile * block_k, col0 + first],
+                    [stage, 0, first],
+                    shape=(block_k, b_columns),
+                )
+
+        def wait_tile(kt: Expr) -> None:
+            stage = kt % stages
+            bld.copy_bulk_wait(a_shared, [stage, 0, 0])
+            bld.copy_bulk_wait(b_shared, [stage, 0, 0], shape=(block_k, block_n))
 
         def multiply(kt: Expr) -> None:
             stage = kt % stages
             a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
             accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
 
-        ring_loop(bld, stages, tiles, prefetch, multiply, overlap_dot)
+        ring_loop(
+            bld,
+            stages,
+            tiles,
+            prefetch,
+            multiply,
+            overlap_dot,
+            wait_tile=wait_tile if bulk else None,
+        )
         bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
     return bld.program()

@@ -236,8 +236,8 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
 def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     """Global -> shared -> registers in another layout -> global, for one masked tile.
 
-    The tile reaches shared memory either through registers (`store_shared`) or by
-    `copy_async` (+ commit and wait); a `sync` precedes the read back.
+    The tile reaches shared memory through registers (`store_shared`), by `copy_async` (+
+    commit and wait) or by `copy_bulk` (+ its wait); a `sync` precedes the read back.
     """
     num_threads = draw_threads(draw)
     first = draw(register_layouts(num_threads, 2))
@@ -251,7 +251,7 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         )
     )
     dtype = draw(st.sampled_from(CASE_DTYPES))
-    asynchronous = draw(st.booleans())
+    how = draw(st.sampled_from(("registers", "async", "bulk")))
     tile = first.shape
     m = draw(st.integers(1, tile[0]))
     n = draw(st.integers(1, tile[1]))
@@ -266,10 +266,13 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         view = GlobalLayout((rows, cols), (cols, 1))
         buffer = b.shared_tensor(dtype, shared_row_major(*tile))
         source = b.global_view(x, dtype, view)
-        if asynchronous:
+        if how == "async":
             b.copy_async(buffer, source, [0, 0], layout=draw(st.sampled_from((None, first))))
             b.copy_async_commit()
             b.copy_async_wait(0)
+        elif how == "bulk":
+            b.copy_bulk(buffer, source, [0, 0])
+            b.copy_bulk_wait(buffer)
         else:
             b.store_shared(buffer, b.load_global(source, [0, 0], first))
         b.sync()
@@ -283,7 +286,7 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         output_dtype=dtype,
         output_count=m * n,
         expected=store_expected(out_initial, values, dtype, 0),
-        description=f"{dtype} {first!r} -> {second!r} async={asynchronous}",
+        description=f"{dtype} {first!r} -> {second!r} by {how}",
     )
 
 

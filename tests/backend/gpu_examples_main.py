@@ -387,6 +387,28 @@ MATMUL_CASES = [
         "wgmma": True,
         "overlap_dot": True,
     },
+    # Bulk copies: on sm_90a a TMA copy per tile (per 64-column panel of the wgmma B) on a
+    # barrier per stage, partial tiles filled with zeros by the tensor map.
+    {"stages": 3, "swizzle": True, "bulk": True},
+    {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "bulk": True,
+    },
+    {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 256,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+    },
 ]
 
 

@@ -1,0 +1,289 @@
+"""`backend.bulk_copy`: which bulk copies become TMA copies, the code written for them and for
+the fallback, their proofs, and the tensor maps a launch encodes (with a fake driver)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from backend.bulk_copy import plan_bulk_copies
+from backend.device import KernelResources, LoadedFunction
+from backend.errors import LaunchError
+from backend.kernel import Kernel, KernelArrayParam, KernelIntParam, KernelTensorMapParam
+from backend.lower import lower
+from backend.nvrtc import compile_cuda
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.examples.matmul import matmul
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import spatial
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from layout_algebra.symbolic import var
+from proofs.lowering_validation import validate_lowering
+
+F16 = dtypes.f16
+
+
+def ring_program(
+    dtype=F16,
+    layout=None,
+    columns: int = 64,
+    slot_columns: int | None = None,
+    wait_offset: int = 0,
+    trailing=None,
+):
+    """Copies k-tile t of x (m, columns) into stage t % 2 of a (2, 32, columns) ring and back
+    out to y, one row per thread; `slot_columns` splits each copy into column slots."""
+    slot = columns if slot_columns is None else slot_columns
+    if layout is None:
+        layout = shared_row_major_swizzle(2, 32, columns, element_bits=dtype.nbits)
+    with ProgramBuilder("ring", 32) as b:
+        m = b.int_param("m")
+        x = b.global_view(
+            b.array_param("x", dtype), dtype, GlobalLayout((m, columns), (columns, 1))
+        )
+        y = b.global_view(
+            b.array_param("y", dtype), dtype, GlobalLayout((m, columns), (columns, 1))
+        )
+        ring = b.shared_tensor(dtype, layout)
+        tiles = (m + 31) // 32
+        with b.for_range(tiles) as t:
+            stage = t % 2
+            for first in range(0, columns, slot):
+                where = [stage, 0, first] if trailing is None else [stage, 0, trailing]
+                b.copy_bulk(ring, x, [t * 32, first], where, shape=(32, slot))
+            b.copy_bulk_wait(ring, [stage, 0, wait_offset], shape=(32, columns - wait_offset))
+            tile = b.load_shared(ring, spatial(32, 1).local(1, columns), [stage, 0, 0])
+            b.store_global(y, tile, [t * 32, 0])
+            b.sync()
+    return b.program()
+
+
+def test_a_swizzled_ring_is_planned_with_one_barrier_per_stage() -> None:
+    bulk = plan_bulk_copies(ring_program(), "sm_90a")
+    (plan,) = bulk.tensors.values()
+    assert (plan.box.extents, plan.box.swizzle, plan.stages, plan.stage_bytes) == (
+        (32, 64),
+        "128B",
+        (2,),
+        4096,
+    )
+    assert (plan.slots, plan.slot_starts, plan.count) == (((0, 0),), (0,), 2)
+    (use,) = bulk.maps
+    assert (use.name, use.source.name) == ("la_tmap0", "g0")
+
+
+def test_column_slots_get_a_barrier_each() -> None:
+    program = ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64)
+    (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values()
+    assert plan.slots == ((0, 0), (0, 64)) and plan.count == 4
+    assert plan.covered((0, 0), (32, 128)) == (0, 1)
+    assert plan.slot_starts == (0, 4096) and plan.stage_bytes == 8192
+
+
+def _panels(stages: int, rows: int, columns: int):
+    """A ring whose stages are 64-column panels of the 128-byte swizzle (`wgmma_b_buffer`)."""
+    from ir.examples.matmul import wgmma_b_buffer
+
+    return wgmma_b_buffer(rows, columns, stages)
+
+
+@pytest.mark.parametrize(
+    ("program", "why"),
+    [
+        (ring_program(dtype=dtypes.u4, columns=128), "4-bit elements have no tensor-map type"),
+        # A 256-byte swizzled row is no TMA swizzle mode's.
+        (ring_program(columns=128), "the layout is no box's"),
+        (
+            ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64, wait_offset=32),
+            "a wait that is not a union of slots",
+        ),
+        (
+            ring_program(layout=shared_row_major(2, 32, 64), trailing=var("m", lo=0, hi=0)),
+            "a trailing offset that is not a constant",
+        ),
+    ],
+    ids=["u4", "256B-rows", "partial-wait", "dynamic-slot"],
+)
+def test_copies_that_do_not_qualify_fall_back(program, why: str) -> None:
+    assert plan_bulk_copies(program, "sm_90a").tensors == {}, why
+    kernel = lower(program, "sm_90a")
+    assert "la_tma_load" not in kernel.source and kernel.tensor_maps == ()
+    assert "la_cp_async" in kernel.source
+
+
+def test_no_tma_before_sm_90() -> None:
+    assert plan_bulk_copies(ring_program(), "sm_80").tensors == {}
+    assert plan_bulk_copies(ring_program(), None).tensors == {}
+
+
+def test_the_kernel_issues_one_copy_from_thread_0_and_waits_on_the_stage_parity() -> None:
+    kernel = lower(ring_program(), "sm_90a")
+    source = kernel.source
+    assert "const __grid_constant__ la_tensor_map la_tmap0)" in source
+    assert "__shared__ unsigned long long la_bar_s0[2];" in source
+    copy = re.search(
+        r"if \(la_thread == 0\) \{\n(.*?)\n\s*\}", source[source.index("for (") :], re.S
+    )
+    assert copy is not None
+    lines = [line.strip() for line in copy.group(1).splitlines()]
+    assert lines[0] == "la_proxy_fence_shared();"
+    assert lines[1].startswith("la_mbarrier_expect(&la_bar_s0[(") and lines[1].endswith("4096u);")
+    assert lines[2].startswith("la_tma_load_2d(s0 + (0 + (")
+    assert "la_phases_s0 ^= 1u << " in source
+    assert "la_cp_async" not in source[source.index('extern "C"') :]
+    (tensor_map,) = kernel.tensor_maps
+    fields = (tensor_map.name, tensor_map.array, tensor_map.element_bits, tensor_map.strides)
+    assert fields == ("la_tmap0", "x", 16, (64, 1))
+    assert (repr(tensor_map.shape), tensor_map.box, tensor_map.swizzle) == (
+        "(m, 64)",
+        (32, 64),
+        "128B",
+    )
+    assert [step.describe() for step in kernel.report.generic_in_loops()] == []
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize(
+    "program",
+    [ring_program(), matmul(256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True, bulk=True)],
+    ids=["ring", "wgmma-matmul"],
+)
+def test_bulk_kernels_compile_and_their_boxes_are_proved(program, arch: str) -> None:
+    kernel = lower(program, arch)
+    module = compile_cuda(kernel.source, arch, kernel.options)
+    assert module.cubin
+    validation = validate_lowering(kernel)
+    bulk = [
+        (claim, result) for claim, result in validation.plan_results if "bulk copy" in claim.name
+    ]
+    assert (len(bulk) > 0) == (arch == "sm_90a")
+    assert all(result.holds is True for _, result in bulk)
+    assert all(result.holds is True for _, result in validation.results)
+
+
+def test_a_wrong_box_is_refuted() -> None:
+    """Stage 0's box (its start) claimed for stage 1: the solver finds an element it misplaces."""
+    from proofs import check_equivalent
+
+    (plan,) = plan_bulk_copies(ring_program(), "sm_90a").tensors.values()
+    emitted, required = plan.box.claim(plan.tensor.layout, (1, 0, 0), plan.dims)
+    assert not np.array_equal(emitted.table(), required.table())
+    assert check_equivalent(emitted, required).holds is False
+
+
+# -- the launch ----------------------------------------------------------------------------------
+
+TENSOR_MAP = KernelTensorMapParam("la_tmap0", "x", 16, (var("m"), 64), (64, 1), (32, 64), "128B")
+
+
+def test_tensor_map_arguments_table() -> None:
+    assert TENSOR_MAP.arguments({"m": 100}) == {
+        "rank": 2,
+        "global_dim": (64, 100),
+        "global_strides": (128,),
+        "box_dim": (64, 32),
+        "element_strides": (1, 1),
+        "swizzle": "128B",
+    }
+
+
+def test_a_stride_the_driver_refuses_is_a_launch_error() -> None:
+    odd = KernelTensorMapParam("la_tmap0", "x", 16, (var("m"), 60), (60, 1), (32, 64), "128B")
+    with pytest.raises(
+        LaunchError, match="tensor map la_tmap0 of argument 'x' with m=4.*stride 120"
+    ):
+        odd.arguments({"m": 4})
+
+
+@dataclass
+class MapDevice:
+    """A driver stand-in that hands out allocations, encodes maps as their arguments' hash and
+    records every launch's tensor-map words."""
+
+    encoded: list[tuple[int, int, dict]] = field(default_factory=list)
+    launched: list[list[int]] = field(default_factory=list)
+    next_address: int = 0x7F00_0000_0000
+
+    def allocate(self, nbytes: int) -> int:
+        address, self.next_address = self.next_address, self.next_address + nbytes + 256
+        return address
+
+    def current_ordinal(self) -> int:
+        return 0
+
+    def pointer_ordinal(self, address: int) -> int | None:
+        return 0
+
+    def load(self, ordinal, cubin, entry, dynamic_shared_bytes):
+        return LoadedFunction(ordinal, "handle", KernelResources(32, 0, 0, 1024))
+
+    def encode_tensor_map(self, address, element_bits, arguments):
+        self.encoded.append((address, element_bits, dict(arguments)))
+        return [address & 0xFFFF, element_bits] + [len(self.encoded)] * 14
+
+    def launch(self, function, grid, block, shared, stream, parameters, waits, programmatic=False):
+        pointers = (ctypes.c_void_p * 4).from_address(parameters)
+        words = (ctypes.c_uint64 * 16).from_address(pointers[3])
+        self.launched.append(list(words))
+
+
+class FakeArray:
+    def __init__(self, address: int, count: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (count,),
+            "typestr": "<f2",
+            "data": (address, False),
+            "strides": None,
+            "version": 3,
+            "stream": None,
+        }
+
+
+def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
+    device = MapDevice()
+    params = (
+        KernelIntParam("m"),
+        KernelArrayParam("x", 16, var("m") * 64),
+        KernelArrayParam("y", 16, var("m") * 64),
+    )
+    kernel = Kernel(
+        source="",
+        cubin=b"",
+        arch="sm_90a",
+        entry="ring",
+        params=params,
+        block_threads=32,
+        device=device,
+        tensor_maps=(TENSOR_MAP,),
+    )
+    x, y = device.allocate(200 * 128), device.allocate(200 * 128)
+    kernel(100, FakeArray(x, 6400), FakeArray(y, 6400), grid=1)
+    kernel(100, FakeArray(x, 6400), FakeArray(y, 6400), grid=1)
+    assert len(device.encoded) == 1
+    assert device.encoded[0][:2] == (x, 16)
+    assert device.encoded[0][2]["global_dim"] == (64, 100)
+    kernel(200, FakeArray(x, 12800), FakeArray(y, 12800), grid=1)
+    other = device.allocate(200 * 128)
+    kernel(100, FakeArray(other, 6400), FakeArray(y, 6400), grid=1)
+    assert [entry[2]["global_dim"] for entry in device.encoded] == [(64, 100), (64, 200), (64, 100)]
+    assert [words[2] for words in device.launched] == [1, 1, 2, 3]
+    assert device.launched[-1][:2] == [other & 0xFFFF, 16]
+
+
+def test_a_tensor_map_of_no_array_parameter_is_refused() -> None:
+    with pytest.raises(LaunchError, match="is not a KernelTensorMapParam of one of its array"):
+        Kernel(
+            source="",
+            cubin=b"",
+            arch="sm_90a",
+            entry="ring",
+            params=(KernelIntParam("m"),),
+            block_threads=32,
+            device=MapDevice(),
+            tensor_maps=(TENSOR_MAP,),
+        )

@@ -1,0 +1,84 @@
+"""Bulk copies on the GPU (marked `gpu`): TMA copies against the interpreter, bit for bit.
+
+Rings of shared stages filled by `copy_bulk` and read back by every thread after
+`copy_bulk_wait`, for 8-, 16- and 32-bit elements, with and without a swizzle, whole stages and
+64-column slots, at row counts that leave a partial last tile (the tensor map fills zeros); on an
+sm_90 GPU each copy must have become a bulk tensor copy (the kernel has tensor maps); each
+launch (two row counts) encodes its own map. The matmul example's bulk forms
+run through `gpu_examples_main` (the differential test and the sanitizers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import backend
+from ir import dtypes, run_reference
+from ir.builder import ProgramBuilder
+from ir.examples.matmul import wgmma_b_buffer
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.register import spatial
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+ROWS = 32
+
+
+def ring(dtype, columns: int, layout, slot: int):
+    """Copies row tile t of x (m, columns) into stage t % 2, in `slot`-column copies, waits,
+    and stores the stage to y through a layout of whole rows per thread."""
+    with ProgramBuilder("bulk_ring", ROWS) as b:
+        m = b.int_param("m")
+        shape = GlobalLayout((m, columns), (columns, 1))
+        x = b.global_view(b.array_param("x", dtype), dtype, shape)
+        y = b.global_view(b.array_param("y", dtype), dtype, shape)
+        buffer = b.shared_tensor(dtype, layout)
+        with b.for_range((m + ROWS - 1) // ROWS) as t:
+            stage = t % 2
+            for first in range(0, columns, slot):
+                b.copy_bulk(buffer, x, [t * ROWS, first], [stage, 0, first], shape=(ROWS, slot))
+            b.copy_bulk_wait(buffer, [stage, 0, 0], shape=(ROWS, columns))
+            tile = b.load_shared(buffer, spatial(ROWS, 1).local(1, columns), [stage, 0, 0])
+            b.store_global(y, tile, [t * ROWS, 0])
+            b.sync()
+    return b.program()
+
+
+CASES = {
+    "f16 128B swizzle": (
+        dtypes.f16,
+        64,
+        shared_row_major_swizzle(2, ROWS, 64, element_bits=16),
+        64,
+    ),
+    "f16 64-column slots": (dtypes.f16, 128, wgmma_b_buffer(ROWS, 128, 2), 64),
+    "u8 no swizzle": (dtypes.u8, 64, shared_row_major(2, ROWS, 64), 64),
+    "f32 64B swizzle": (dtypes.f32, 16, shared_row_major_swizzle(2, ROWS, 16, element_bits=32), 16),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_bulk_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
+    dtype, columns, layout, slot = CASES[case]
+    program = ring(dtype, columns, layout, slot)
+    kernel = backend.compile(program)
+    major, _ = torch.cuda.get_device_capability()
+    assert (len(kernel.lowered.tensor_maps) > 0) == (major >= 9)
+    numpy_type = {8: np.uint8, 16: np.uint16, 32: np.uint32}[dtype.nbits]
+    signed = {8: np.uint8, 16: np.int16, 32: np.int32}[dtype.nbits]  # torch's storage types
+    for m in (3 * ROWS + 5, ROWS - 7):
+        rng = np.random.default_rng(m)
+        x = rng.integers(0, 1 << dtype.nbits, m * columns, dtype=np.int64).astype(numpy_type)
+        expected = np.zeros_like(x)
+        run_reference(program, m, x, expected, grid=1)
+        np.testing.assert_array_equal(expected, x)
+        device_x = torch.from_numpy(x.view(signed)).cuda()
+        device_y = torch.zeros_like(device_x)
+        kernel(m, device_x, device_y, grid=1)
+        torch.cuda.synchronize()
+        got = device_y.cpu().numpy().view(numpy_type)
+        np.testing.assert_array_equal(got, expected)
