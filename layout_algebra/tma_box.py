@@ -17,9 +17,10 @@ The XOR acts on absolute addresses, so A must be a multiple of the mode's repeat
 
 `derive_box(layout, element_bits, origin, dims, extents)` finds the box of the tile of `layout`
 that spans `extents` (default: the whole extents) of `dims` at `origin` (a stage of a ring:
-dims (1, 2) of a (stages, rows, columns) layout at origin (s, 0, 0)): the box extents are those extents, the start the
-tile's first byte before the layout's swizzle, and the mode the first, widest first, whose
-address function equals the layout's at every element of the box (or None).
+dims (1, 2) of a (stages, rows, columns) layout at origin (s, 0, 0)): the box extents are
+those extents, the start the tile's first byte before the layout's swizzle, and the mode the
+first, widest first, whose address function equals the layout's at every element of the box
+(or None).
 `TmaBox.claim(...)` states that equality for `proofs.check_equivalent`;
 `TmaBox.tensor_map_arguments(global_layout)` gives the map's arguments for a global tensor
 (TMA order: dimension 0 innermost), checked against the driver's rules, for the launch to
@@ -217,9 +218,7 @@ def derive_box(
     if not 1 <= len(dims) <= MAX_RANK:
         raise LayoutError(f"TMA box: dims={dims!r}; expected 1 to {MAX_RANK} dimensions")
     if extents is None:
-        extents = tuple(
-            layout.shape[d] if is_int(d) and 0 <= d < layout.rank else 0 for d in dims
-        )
+        extents = tuple(layout.shape[d] if is_int(d) and 0 <= d < layout.rank else 0 for d in dims)
     extents = tuple(extents)
     corner = check_tile(layout, origin, dims, extents, "TMA box")
     if math.prod(extents) > MAX_BOX_ELEMENTS:
