@@ -130,6 +130,7 @@ def compile(
     constants: Mapping[str, int] | None = None,
     cache: CubinCache | None = None,
     wgmma: bool = True,
+    tma: bool = True,
 ) -> CompiledKernel:
     """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
 
@@ -138,7 +139,9 @@ def compile(
     value (see the module docstring). The lowering uses the architecture's tensor cores where
     it can (`backend.lower.lower`: such dots match the interpreter within rounding; on sm_90a
     ``wgmma`` where a dot reads its operands from shared memory, and ``wgmma=False`` forces
-    ``mma.sync`` there, so that the two paths can be compared). The CUBIN
+    ``mma.sync`` there, so that the two paths can be compared; likewise bulk copies run as TMA
+    bulk tensor copies on sm_90 where they can, and ``tma=False`` keeps them on ``cp.async``).
+    The CUBIN
     comes from the on-disk cache (`cache`, default `backend.default_cache()`) when the same
     source and options were compiled before. Raises `VerificationError` for an ill-formed
     program, `SpecializationError` for constants that do not fit it (a constant parameter
@@ -147,7 +150,7 @@ def compile(
     rejects the source, `ArchitectureError` for an unknown architecture.
     """
     chosen = check_arch(current_arch() if arch is None else arch)
-    lowered = lower(program, chosen, constants=constants, wgmma=wgmma)
+    lowered = lower(program, chosen, constants=constants, wgmma=wgmma, tma=tma)
     return compile_lowered(program, lowered, chosen, cache=cache)
 
 

@@ -329,7 +329,9 @@ def c_text(expr: Expr | int) -> str:
 class LoweringContext:
     """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
 
-    def __init__(self, program: Program, arch: str | None, wgmma: bool = True) -> None:
+    def __init__(
+        self, program: Program, arch: str | None, wgmma: bool = True, tma: bool = True
+    ) -> None:
         self.program = program
         self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
         self.arch = arch
@@ -382,7 +384,9 @@ class LoweringContext:
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
         self.bulk = plan_bulk_copies(
-            program, arch, lambda stride: known_divisor(self.with_multiples(stride))
+            program,
+            arch if tma else None,
+            lambda stride: known_divisor(self.with_multiples(stride)),
         )
         self.user_shared_bytes = self._allocate_shared()
         self.scratch_bytes = 0

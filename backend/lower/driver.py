@@ -485,13 +485,16 @@ def lower(
     *,
     constants: Mapping[str, int] | None = None,
     wgmma: bool = True,
+    tma: bool = True,
 ) -> LoweredKernel:
     """Lower `program` to a CUDA C++ kernel (see the module docstring).
 
     `arch` (e.g. ``"sm_90a"``) lets the lowering use what that architecture has: with sm_80 or
     newer, ``mma.sync`` for dots and ``ldmatrix`` for loads where a plan exists; with sm_90a,
     ``wgmma.mma_async`` for dots whose operands come from shared memory where a plan exists
-    (`backend.wgmma`; ``wgmma=False`` keeps such dots on ``mma.sync``). Without it the
+    (`backend.wgmma`; ``wgmma=False`` keeps such dots on ``mma.sync``); with sm_90 or newer,
+    bulk tensor copies (TMA) for the `copy_bulk`s whose tiles are boxes of tensor maps
+    (`backend.bulk_copy`; ``tma=False`` keeps them on ``cp.async``). Without it the
     kernel uses neither (it then runs on any architecture NVRTC targets, bit-exact with the
     interpreter). `constants` gives the values of the program's compile-time constant
     parameters (``int_param(name, constant=True)``): the program lowered is
@@ -512,4 +515,4 @@ def lower(
     specialised = specialize(program, {} if constants is None else constants)
     if specialised is not program:
         verify(specialised)
-    return KernelLowering(specialised, arch, wgmma).kernel()
+    return KernelLowering(specialised, arch, wgmma, tma).kernel()

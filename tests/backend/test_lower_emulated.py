@@ -651,14 +651,15 @@ DECODE = gpu_examples_main.decode_cases(np.random.default_rng(11))
 split-k sum with tickets, partial sums, zero points with bf16, a deep ring, the weights as A,
 several row blocks), its split-k sum, its packing program, the dequantizing program and the
 f16 matmul with a ring of swizzled stages, lowered for sm_90a: mma.sync and ldmatrix
-included. wgmma has no host emulation, so every sm_90a lowering here keeps mma.sync
+included. wgmma and TMA have no host emulation, so every sm_90a lowering here keeps mma.sync
 (``wgmma=False``: the warpgroup matmul forms run their mma.sync fallback, their loads written at
-the dot); the GPU differential run covers wgmma."""
+the dot) and ``cp.async`` for bulk copies (``tma=False``); the GPU differential run covers
+wgmma and TMA."""
 
 
 @pytest.fixture(scope="module")
 def decode_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
-    kernels = [lower(program, "sm_90a", wgmma=False) for _, program, _, _, _ in DECODE]
+    kernels = [lower(program, "sm_90a", wgmma=False, tma=False) for _, program, _, _, _ in DECODE]
     assert any(kernel.plans for kernel in kernels)
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 

@@ -30,6 +30,8 @@ INSTRUCTION_NAMES = (
     "CopyAsync",
     "CopyAsyncCommit",
     "CopyAsyncWait",
+    "CopyBulk",
+    "CopyBulkWait",
     "Sync",
     "WaitPriorGrid",
     "LaunchDependents",
