@@ -410,14 +410,15 @@ class CudaDriver:
             "64B": swizzles.CU_TENSOR_MAP_SWIZZLE_64B,
             "128B": swizzles.CU_TENSOR_MAP_SWIZZLE_128B,
         }[arguments["swizzle"]]
+        wide, narrow = driver.cuuint64_t, driver.cuuint32_t
         result = driver.cuTensorMapEncodeTiled(
             data_type,
-            arguments["rank"],
+            narrow(arguments["rank"]),
             address,
-            list(arguments["global_dim"]),
-            list(arguments["global_strides"]),
-            list(arguments["box_dim"]),
-            list(arguments["element_strides"]),
+            [wide(extent) for extent in arguments["global_dim"]],
+            [wide(stride) for stride in arguments["global_strides"]],
+            [narrow(extent) for extent in arguments["box_dim"]],
+            [narrow(stride) for stride in arguments["element_strides"]],
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             swizzle,
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
