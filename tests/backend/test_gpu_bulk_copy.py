@@ -49,15 +49,15 @@ def ring(dtype, columns: int, layout, slot: int):
 
 
 CASES = {
-    "f16 128B swizzle": (
+    "f16-128B-swizzle": (
         dtypes.f16,
         64,
         shared_row_major_swizzle(2, ROWS, 64, element_bits=16),
         64,
     ),
-    "f16 64-column slots": (dtypes.f16, 128, wgmma_b_buffer(ROWS, 128, 2), 64),
-    "u8 no swizzle": (dtypes.u8, 64, shared_row_major(2, ROWS, 64), 64),
-    "f32 64B swizzle": (dtypes.f32, 16, shared_row_major_swizzle(2, ROWS, 16, element_bits=32), 16),
+    "f16-64-column-slots": (dtypes.f16, 128, wgmma_b_buffer(ROWS, 128, 2), 64),
+    "u8-no-swizzle": (dtypes.u8, 64, shared_row_major(2, ROWS, 64), 64),
+    "f32-64B-swizzle": (dtypes.f32, 16, shared_row_major_swizzle(2, ROWS, 16, element_bits=32), 16),
 }
 
 
