@@ -30,11 +30,17 @@ from ir.examples.matmul import matmul
 
 
 def warpgroup_config(
-    block_n: int, stages: int, warpgroups: int = 2, in_flight: bool = False, bulk: bool = False
+    block_n: int,
+    stages: int,
+    warpgroups: int = 2,
+    in_flight: bool = False,
+    bulk: bool = False,
+    group_m: int = 1,
 ) -> tuple[str, dict[str, int | bool]]:
     """(name, options) of a warpgroup form: 128 x `block_n` x 64 tiles, `warpgroups` stacked
     along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
-    copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`)."""
+    copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`); `group_m` takes the
+    tiles in groups of that many tile rows (`matmul`'s L2-friendly order)."""
     plural = "s" if warpgroups > 1 else ""
     name = f"128x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
@@ -49,6 +55,8 @@ def warpgroup_config(
         name, options["overlap_dot"] = f"{name} in flight", True
     if bulk:
         name, options["bulk"] = f"{name} tma", True
+    if group_m > 1:
+        name, options["group_m"] = f"{name} group {group_m}", group_m
     return name, options
 
 
@@ -66,6 +74,10 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 3, bulk=True),
         warpgroup_config(128, 4, in_flight=True, bulk=True),
         warpgroup_config(256, 4, in_flight=True, bulk=True),
+        warpgroup_config(256, 4, bulk=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16),
+        warpgroup_config(128, 3, bulk=True, group_m=8),
     ]
 )
 """The warpgroup forms measured (`warpgroup_config`)."""

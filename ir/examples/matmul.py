@@ -54,7 +54,7 @@ from layout_algebra.shared import (
     shared_row_major,
     shared_row_major_swizzle,
 )
-from layout_algebra.symbolic import Expr, ExprLike
+from layout_algebra.symbolic import Expr, ExprLike, minimum
 
 COLUMNS_PER_THREAD = 8
 """Accumulator columns per thread: 8 f16 outputs make one 16-byte store."""
@@ -338,6 +338,24 @@ def ring_loop(
             bld.sync()
 
 
+def grouped_tile(
+    bld: ProgramBuilder, m: Expr, n: Expr, block_m: int, block_n: int, group_m: int
+) -> tuple[Expr, Expr]:
+    """(tile row, tile column) of this block when tiles are taken in groups of `group_m` tile
+    rows (`matmul`'s `group_m`): block b = y * tiles_n + x of the row-by-row numbering takes,
+    in group g = b // (group_m * tiles_n), whose r rows start at g * group_m, the tile
+    (g * group_m + i % r, i // r) with i = b % (group_m * tiles_n)."""
+    if group_m == 1:
+        return bld.block_y, bld.block_x
+    tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n
+    block = bld.block_y * tiles_n + bld.block_x
+    per_group = group_m * tiles_n
+    first = block // per_group * group_m
+    rows = minimum(tiles_m - first, group_m)
+    within = block % per_group
+    return first + within % rows, within // rows
+
+
 def matmul(
     num_threads: int = 128,
     block_m: int = 64,
@@ -351,6 +369,7 @@ def matmul(
     wgmma: bool = False,
     overlap_dot: bool = False,
     bulk: bool = False,
+    group_m: int = 1,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -382,7 +401,14 @@ def matmul(
     `backend.bulk_copy`) and waits for each k-tile's tiles by `copy_bulk_wait`, with no copy
     groups; in the plain ring the barrier before the dot then goes, as every thread sees a
     bulk copy once it has waited.
+
+    `group_m` orders the output tiles in groups of `group_m` tile rows: the blocks, numbered
+    row by row over the launch grid, take the tiles of a group column by column, so that the
+    blocks running at once share their B tiles as well as their A rows in the L2 cache (1:
+    block (x, y) takes tile (x, y)). The grid is the same.
     """
+    if isinstance(group_m, bool) or not isinstance(group_m, int) or group_m < 1:
+        raise VerificationError(f"matmul: group_m={group_m!r}; expected an int >= 1")
     for name, value in (("wgmma", wgmma), ("bulk", bulk)):
         if not isinstance(value, bool):
             raise VerificationError(f"matmul: {name}={value!r}; expected True or False")
@@ -418,7 +444,8 @@ def matmul(
         else:
             b_buffer = buffer(stages, block_k, block_n, **options)
         b_shared = bld.shared_tensor(f16, b_buffer)
-        row0, col0 = bld.block_y * block_m, bld.block_x * block_n
+        tile_m, tile_n = grouped_tile(bld, m, n, block_m, block_n, group_m)
+        row0, col0 = tile_m * block_m, tile_n * block_n
         tiles = (k + block_k - 1) // block_k
         accumulator = bld.register_tensor(f32, c_layout, 0.0)
 

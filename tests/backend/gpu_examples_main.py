@@ -388,7 +388,8 @@ MATMUL_CASES = [
         "overlap_dot": True,
     },
     # Bulk copies: on sm_90a a TMA copy per tile (per 64-column panel of the wgmma B) on a
-    # barrier per stage, partial tiles filled with zeros by the tensor map.
+    # barrier per stage, partial tiles filled with zeros by the tensor map; the last also takes
+    # its tiles in groups of two tile rows.
     {"stages": 3, "swizzle": True, "bulk": True},
     {
         "num_threads": 256,
@@ -408,6 +409,7 @@ MATMUL_CASES = [
         "wgmma": True,
         "overlap_dot": True,
         "bulk": True,
+        "group_m": 2,
     },
 ]
 

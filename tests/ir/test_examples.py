@@ -86,10 +86,14 @@ RINGS = [
     {"stages": 3, "wgmma": True},
     {"stages": 3, "overlap_dot": True},
     {"stages": 4, "wgmma": True, "overlap_dot": True},
+    {"stages": 3, "bulk": True},
+    {"stages": 4, "wgmma": True, "overlap_dot": True, "bulk": True, "group_m": 2},
+    {"group_m": 3},
 ]
 """Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, the
-warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels), and
-the rings ordered for a dot in flight (copies after the dot, S - 2 ahead)."""
+warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels), the
+rings ordered for a dot in flight (copies after the dot, S - 2 ahead), rings filled by bulk
+copies, and tiles taken in groups of tile rows (one group past the two tile rows here)."""
 
 
 @pytest.mark.parametrize("ring", RINGS, ids=str)
@@ -227,6 +231,7 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: matmul(stages=1), "matmul: stages=1; expected an int from 2 to 8"),
         (lambda: quantized_matmul(stages=9), "quantized_matmul: stages=9; expected an int from"),
         (lambda: matmul(swizzle=1), "matmul: swizzle=1; expected True or False"),
+        (lambda: matmul(group_m=0), "matmul: group_m=0; expected an int >= 1"),
         (
             lambda: quantized_matmul(swizzle=True),
             "quantized_matmul: swizzle=True with stages=1; expected a bool, True only with a ring",
