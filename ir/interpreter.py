@@ -544,30 +544,34 @@ class BlockInterpreter(InstructionVisitor[None]):
             )
         bitstream.write(state.stream, elements, codes, dst.dtype.nbits)
 
-    def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
-        dst, src = instruction.dst, instruction.src
-        key = instruction.shape if instruction.layout is None else instruction.layout
-        inside, elements, stream = self.global_access(src, instruction.src_offsets, key)
+    def copy_source(self, src: GlobalTensor, offsets: Sequence[Expr], key: TileKey) -> np.ndarray:
+        """The codes a copy reads: the tile of `src` at `offsets` placed by `key`, 0 outside."""
+        inside, elements, stream = self.global_access(src, offsets, key)
         if inside is None:
-            codes = bitstream.read(stream, elements, src.dtype.nbits)
-        else:
-            codes = np.zeros(inside.shape, dtype=np.int64)
-            codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+            return bitstream.read(stream, elements, src.dtype.nbits)
+        codes = np.zeros(inside.shape, dtype=np.int64)
+        codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+        return codes
+
+    @staticmethod
+    def copy_into(state: _SharedState, targets: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Write a copy's `codes` at shared `targets`; the distinct targets written."""
+        targets, unique = np.unique(targets.ravel(), return_index=True)
+        bitstream.write(state.stream, targets, codes.ravel()[unique], state.tensor.dtype.nbits)
+        return targets
+
+    def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
+        dst = instruction.dst
+        key = instruction.shape if instruction.layout is None else instruction.layout
+        codes = self.copy_source(instruction.src, instruction.src_offsets, key)
         state = self.shared[dst.name]
         targets = self.shared_access(dst, instruction.dst_offsets, key)
         self.write_shared(state, targets, key)
-        targets, unique = np.unique(targets.ravel(), return_index=True)
-        bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
-        state.pending[targets] = self.committed
+        state.pending[self.copy_into(state, targets, codes)] = self.committed
 
     def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> None:
-        dst, src, shape = instruction.dst, instruction.src, instruction.shape
-        inside, elements, stream = self.global_access(src, instruction.src_offsets, shape)
-        if inside is None:
-            codes = bitstream.read(stream, elements, src.dtype.nbits)
-        else:
-            codes = np.zeros(inside.shape, dtype=np.int64)
-            codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
+        dst, shape = instruction.dst, instruction.shape
+        codes = self.copy_source(instruction.src, instruction.src_offsets, shape)
         state = self.shared[dst.name]
         targets = self.shared_access(dst, instruction.dst_offsets, shape)
         self.check_no_bulk(state, targets, "written")
@@ -588,9 +592,7 @@ class BlockInterpreter(InstructionVisitor[None]):
                 "sync"
             )
         self.write_shared(state, targets, shape)
-        targets, unique = np.unique(targets.ravel(), return_index=True)
-        bitstream.write(state.stream, targets, codes.ravel()[unique], dst.dtype.nbits)
-        state.bulk[targets] = True
+        state.bulk[self.copy_into(state, targets, codes)] = True
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
         dst = instruction.dst

@@ -421,7 +421,8 @@ def check_instruction(instruction: Instruction, num_threads: int) -> None:
     _InstructionChecker(num_threads).visit(instruction)
 
 
-def _check_copy_async(instruction: instructions.CopyAsync, threads: int) -> None:
+def _check_copy_tile(instruction: instructions.CopyAsync | instructions.CopyBulk) -> None:
+    """The checks a tile copy global -> shared shares (`copy_async`, `copy_bulk`)."""
     dst = _check_shared(instruction, instruction.dst, "destination")
     src = _check_global(instruction, instruction.src, "source")
     _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
@@ -434,6 +435,11 @@ def _check_copy_async(instruction: instructions.CopyAsync, threads: int) -> None
             f"rank mismatch: the tile {shape} has rank {len(shape)}, the source {src.rank}",
         )
     _check_tile_fits(instruction, shape, instruction.dst_offsets, dst)
+
+
+def _check_copy_async(instruction: instructions.CopyAsync, threads: int) -> None:
+    _check_copy_tile(instruction)
+    shape = instruction.shape
     layout = instruction.layout
     if layout is not None:
         if not isinstance(layout, RegisterLayout):
@@ -458,19 +464,8 @@ def _check_tile_shape(instruction: Instruction, shape: object) -> None:
 
 
 def _check_copy_bulk(instruction: instructions.CopyBulk) -> None:
-    dst = _check_shared(instruction, instruction.dst, "destination")
-    src = _check_global(instruction, instruction.src, "source")
-    _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
-    _check_offsets(instruction, instruction.src_offsets, src.rank, "src_offsets")
-    _check_offsets(instruction, instruction.dst_offsets, len(dst.shape), "dst_offsets")
-    shape = instruction.shape
-    _check_tile_shape(instruction, shape)
-    if len(shape) != src.rank:
-        raise _fail(
-            instruction,
-            f"rank mismatch: the tile {shape} has rank {len(shape)}, the source {src.rank}",
-        )
-    _check_tile_fits(instruction, shape, instruction.dst_offsets, dst)
+    _check_tile_shape(instruction, instruction.shape)
+    _check_copy_tile(instruction)
 
 
 def _check_reduce(instruction: instructions.Reduce, threads: int) -> None:
