@@ -86,7 +86,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
     def finished_source(self, includes_end: int) -> str:
         """The kernel's text, with what its wgmma dots need when any dot got a `WgmmaPlan`: the
         helper functions (inserted at `includes_end`), the async-proxy fences at the barriers'
-        marks, and an allocation aligned to the swizzle repeat; else without the marks."""
+        marks, and an allocation aligned to the swizzle repeat; else without the marks. With
+        bulk copies written as TMA, the allocation is aligned to their boxes' alignment too."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.out.text())
@@ -189,9 +190,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         )
 
     def bulk_prologue(self) -> None:
-        """The barriers of the bulk copies written as TMA (one per stage of each destination,
-        arrival count 1, initialised by thread 0 and fenced before any thread uses them) and
-        each destination's mask of wait parities (`backend.bulk_copy`)."""
+        """The barriers of the bulk copies written as TMA (one per slot of each stage of each
+        destination, arrival count 1, initialised by thread 0 and fenced before any thread uses
+        them) and each destination's mask of wait parities (`backend.bulk_copy`)."""
         if not self.bulk.tensors:
             return
         out = self.out
