@@ -36,16 +36,17 @@ def warpgroup_config(
     in_flight: bool = False,
     bulk: bool = False,
     group_m: int = 1,
+    block_m: int = 128,
 ) -> tuple[str, dict[str, int | bool]]:
-    """(name, options) of a warpgroup form: 128 x `block_n` x 64 tiles, `warpgroups` stacked
-    along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
+    """(name, options) of a warpgroup form: `block_m` x `block_n` x 64 tiles, `warpgroups`
+    stacked along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
     copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`); `group_m` takes the
     tiles in groups of that many tile rows (`matmul`'s L2-friendly order)."""
     plural = "s" if warpgroups > 1 else ""
-    name = f"128x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
+    name = f"{block_m}x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
         "num_threads": 128 * warpgroups,
-        "block_m": 128,
+        "block_m": block_m,
         "block_n": block_n,
         "block_k": 64,
         "stages": stages,
@@ -78,6 +79,8 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8),
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16),
         warpgroup_config(128, 3, bulk=True, group_m=8),
+        warpgroup_config(256, 4, warpgroups=3, in_flight=True, bulk=True, block_m=192),
+        warpgroup_config(256, 3, warpgroups=3, in_flight=True, bulk=True, block_m=192),
     ]
 )
 """The warpgroup forms measured (`warpgroup_config`)."""
