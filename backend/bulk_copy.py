@@ -3,8 +3,8 @@ tensor maps.
 
 A `copy_bulk` moves a tile of a global view into a shared tensor for the whole block. On sm_90
 and newer, where every bulk copy into a shared tensor qualifies, the lowering issues each as one
-``cp.async.bulk.tensor`` from one thread, completed on an mbarrier of the destination's stage,
-and `copy_bulk_wait` waits on that barrier's phase; elsewhere it falls back to ``cp.async`` by
+``cp.async.bulk.tensor`` from one thread, completed on an mbarrier of the tile's slot in its
+stage, and `copy_bulk_wait` waits on that barrier's phase; elsewhere it falls back to ``cp.async`` by
 every thread, the wait to waiting for all of the thread's copies and a barrier.
 
 A shared tensor's bulk copies qualify (`plan_bulk_copies`) when
@@ -36,8 +36,8 @@ one phase behind at most.
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
 launch's int arguments (`backend.kernel.KernelTensorMapParam`), cached per those values.
-`BulkTensorPlan.claims` states, per stage, that the box writes each element where the layout
-holds it, for `proofs.validate_lowering`.
+`BulkTensorPlan.claims` states, per stage and slot, that the box writes each element where the
+layout holds it, for `proofs.lowering_validation.validate_lowering`.
 """
 
 from __future__ import annotations
