@@ -4,8 +4,8 @@ tensor maps.
 A `copy_bulk` moves a tile of a global view into a shared tensor for the whole block. On sm_90
 and newer, where every bulk copy into a shared tensor qualifies, the lowering issues each as one
 ``cp.async.bulk.tensor`` from one thread, completed on an mbarrier of the tile's slot in its
-stage, and `copy_bulk_wait` waits on that barrier's phase; elsewhere it falls back to ``cp.async`` by
-every thread, the wait to waiting for all of the thread's copies and a barrier.
+stage, and `copy_bulk_wait` waits on that barrier's phase; elsewhere it falls back to
+``cp.async`` by every thread, the wait to waiting for all of the thread's copies and a barrier.
 
 A shared tensor's bulk copies qualify (`plan_bulk_copies`) when
 - its element type is 8, 16, 32 or 64 bits wide and every copy into it has the same tile, over
