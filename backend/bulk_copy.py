@@ -42,6 +42,7 @@ layout holds it, for `proofs.lowering_validation.validate_lowering`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,8 +58,9 @@ from layout_algebra.tma_box import ELEMENT_BITS, MAX_RANK, TmaBox, derive_box
 
 BULK_COPY_ARCH = 90
 """The first architecture with bulk tensor copies (sm_90)."""
-MAX_STAGES = 32
-"""The most stages (barriers) of one shared tensor: a wait's parity is a bit of a 32-bit mask."""
+MAX_BARRIERS = 32
+"""The most barriers (slots of stages) of one shared tensor: a wait's parity is a bit of a
+32-bit mask."""
 TENSOR_MAP_PREFIX = "la_tmap"
 """Names of the tensor-map kernel parameters (``la_tmap0``, ...)."""
 
@@ -262,16 +264,12 @@ def _tensor_plan(
         if any(all(abs(a - b) < e for a, b, e in zip(slot, o, shape)) for o in others):
             return None  # overlapping slots
     stages = tuple(tensor.shape[:lead])
-    if math.prod(stages) * len(slots) > MAX_STAGES:
+    if math.prod(stages) * len(slots) > MAX_BARRIERS:
         return None
     dims = tuple(range(lead, len(tensor.shape)))
     checked = []
-    for index in range(math.prod(stages)):
-        stage: list[int] = []
-        rest = index
-        for extent in reversed(stages):
-            stage.insert(0, rest % extent)
-            rest //= extent
+    # Stages in row-major order: the order of their linear index (`stage_index`).
+    for stage in itertools.product(*(range(extent) for extent in stages)):
         for slot in slots:
             full = (*stage, *slot)
             try:

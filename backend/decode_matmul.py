@@ -45,8 +45,8 @@ warps of such a kernel (64K registers at about 128 per thread), so:
 - for blocks of 16 rows or more, each (warps, units_k, split) point also with the weights and
   activations in a shared ring of `RING_STAGES` stages (unrolled as often, depth 1, the late
   scale where it applies) where it takes at most `RING_SHARED_BYTES`: measured on the H200 it
-  loses 0 to 40 % at M = 1 but gains 4 to 7 % on the wide layers at M = 16, where each k-tile
-  does twice the mma work;
+  is up to 1.5x slower at M = 1 but 4 to 7 % faster on the wide layers at M = 16, where each
+  k-tile does twice the mma work;
 - the rows of a block (`row_tilings`), sized for the batch a tuning measures (the bucket's
   smallest, `autotune.m_bucket`): where every batch of the bucket ([1, 2) ... [6, 8)) is at
   most 8 rows, `weights_as_a` alone (the weights as the mma's A operand, 8 rows of A per

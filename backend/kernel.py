@@ -80,6 +80,8 @@ from layout_algebra.symbolic import Expr, as_expr
 from layout_algebra.tma_box import TmaBox
 
 MAX_BLOCK_THREADS = 1024
+MAX_ENCODED_MAPS = 1024
+"""The most encoded tensor maps a kernel keeps (by address, extents and strides)."""
 RESERVED_NAMES = frozenset({"grid"})
 """Names a parameter may not take: they are keywords of `Kernel.__call__`."""
 
@@ -627,6 +629,8 @@ class Kernel:
         arguments = tensor_map.arguments(ints)
         key = (tensor_map.name, address, arguments["global_dim"], arguments["global_strides"])
         if key not in self._encoded:
+            if len(self._encoded) >= MAX_ENCODED_MAPS:
+                self._encoded.clear()  # arguments that come and go: keep the cache bounded
             words = self._device.encode_tensor_map(address, tensor_map.element_bits, arguments)
             self._encoded[key] = (ctypes.c_uint64 * len(words))(*words)
         return self._encoded[key]

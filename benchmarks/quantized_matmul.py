@@ -580,9 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if unknown_fields:
         parser.error(f"--variants: {unknown_fields} are not DequantConfig fields")
-    recorded = {}
+    recorded = None
+    space = options.space
     if options.configs_from:
         recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
+        space = f"recorded configurations ({options.space} where tuned)"
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     if not torch.cuda.is_available():
@@ -616,8 +618,8 @@ def main(argv: list[str] | None = None) -> int:
                 if variant == "register_dequant":
                     kernels = register_dequant_operations(
                         problem,
-                        batches if options.configs_from else tune_batches,
-                        recorded if options.configs_from else None,
+                        tune_batches if recorded is None else batches,
+                        recorded,
                         variant_overrides,
                         flush,
                         options.repeats,
@@ -629,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                     operations = {1: Operation(variant, problem, overrides=overrides)}
                     points += run_point(operations, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
-            write_results(output, device, options.repeats, points, options.space)
+            write_results(output, device, options.repeats, points, space)
     print(table(points), end="")
     return 0
 

@@ -112,8 +112,9 @@ def _panels(stages: int, rows: int, columns: int):
 def test_copies_that_do_not_qualify_fall_back(program, why: str) -> None:
     assert plan_bulk_copies(program, "sm_90a").tensors == {}, why
     kernel = lower(program, "sm_90a")
+    body = kernel.source[kernel.source.index('extern "C"') :]
     assert "la_tma_load" not in kernel.source and kernel.tensor_maps == ()
-    assert "la_cp_async" in kernel.source
+    assert "la_cp_async_16(" in body and "la_mbarrier" not in body
 
 
 def test_no_tma_before_sm_90() -> None:
@@ -273,6 +274,33 @@ def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
     assert [entry[2]["global_dim"] for entry in device.encoded] == [(64, 100), (64, 200), (64, 100)]
     assert [words[2] for words in device.launched] == [1, 1, 2, 3]
     assert device.launched[-1][:2] == [other & 0xFFFF, 16]
+
+
+def test_the_encoded_maps_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launches on ever new addresses re-encode, and the cache starts over past its bound."""
+    import backend.kernel
+
+    monkeypatch.setattr(backend.kernel, "MAX_ENCODED_MAPS", 2)
+    device = MapDevice()
+    params = (KernelIntParam("m"), KernelArrayParam("x", 16, var("m") * 64))
+    kernel = Kernel(
+        source="",
+        cubin=b"",
+        arch="sm_90a",
+        entry="ring",
+        params=params,
+        block_threads=32,
+        device=device,
+        tensor_maps=(TENSOR_MAP,),
+    )
+    device.launch = lambda *args, **kwargs: None  # no tensor-map words to read back here
+    addresses = [device.allocate(100 * 128) for _ in range(3)]
+    for address in [*addresses, addresses[0], addresses[2]]:
+        kernel(100, FakeArray(address, 6400), grid=1)
+    # The third address clears the first two; the first comes back encoded again; the third
+    # is still cached.
+    assert [entry[0] for entry in device.encoded] == [*addresses, addresses[0]]
+    assert len(kernel._encoded) == 2
 
 
 def test_a_tensor_map_of_no_array_parameter_is_refused() -> None:
