@@ -245,14 +245,10 @@ class FakeArray:
         }
 
 
-def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
-    device = MapDevice()
-    params = (
-        KernelIntParam("m"),
-        KernelArrayParam("x", 16, var("m") * 64),
-        KernelArrayParam("y", 16, var("m") * 64),
-    )
-    kernel = Kernel(
+def ring_kernel(device: MapDevice, arrays: tuple[str, ...] = ("x", "y")) -> Kernel:
+    """A kernel of the ring's signature (m and `arrays`) whose launch encodes `TENSOR_MAP`."""
+    params = (KernelIntParam("m"), *(KernelArrayParam(a, 16, var("m") * 64) for a in arrays))
+    return Kernel(
         source="",
         cubin=b"",
         arch="sm_90a",
@@ -262,6 +258,11 @@ def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
         device=device,
         tensor_maps=(TENSOR_MAP,),
     )
+
+
+def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
+    device = MapDevice()
+    kernel = ring_kernel(device)
     x, y = device.allocate(200 * 128), device.allocate(200 * 128)
     kernel(100, FakeArray(x, 6400), FakeArray(y, 6400), grid=1)
     kernel(100, FakeArray(x, 6400), FakeArray(y, 6400), grid=1)
@@ -282,17 +283,7 @@ def test_the_encoded_maps_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(backend.kernel, "MAX_ENCODED_MAPS", 2)
     device = MapDevice()
-    params = (KernelIntParam("m"), KernelArrayParam("x", 16, var("m") * 64))
-    kernel = Kernel(
-        source="",
-        cubin=b"",
-        arch="sm_90a",
-        entry="ring",
-        params=params,
-        block_threads=32,
-        device=device,
-        tensor_maps=(TENSOR_MAP,),
-    )
+    kernel = ring_kernel(device, ("x",))
     device.launch = lambda *args, **kwargs: None  # no tensor-map words to read back here
     addresses = [device.allocate(100 * 128) for _ in range(3)]
     for address in [*addresses, addresses[0], addresses[2]]:
