@@ -12,7 +12,7 @@ layer's shape: what the k loop does and does not contain, and NVRTC compiling it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,7 +24,6 @@ from backend.lower import lower
 from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
-from ir.elementwise import fused_multiply_add
 from ir.errors import InterpreterError, VerificationError
 from ir.examples.packed_weights import pack_scales, pack_weights, tile_value_layout
 from ir.examples.register_dequant_matmul import (
@@ -40,96 +39,18 @@ from ir.examples.register_dequant_matmul import (
 )
 from ir.instructions import Cast, ForRange, LaunchDependents
 from ir.program import Program
+from ir.testing.quantized_problems import (
+    F16_WEIGHT_DTYPES,
+    SENTINEL,
+    TAIL,
+    late_scaled_partials,
+    make_problem,
+    ordered_sum,
+    sequential_partials,
+    with_tail,
+)
 from layout_algebra.fragments import fragment
 from layout_algebra.register import replicate, spatial
-
-
-def exact_in_f16(dtype: DataType) -> bool:
-    """Whether every finite value of `dtype` is an f16 value: then the kernel's
-    ``f16(f16(w) * s)`` is the reference's ``f16(f32(w) * f32(s))``."""
-    values = dtype.decode(np.arange(1 << dtype.nbits)).astype(np.float64)
-    values = values[np.isfinite(values)]
-    with np.errstate(over="ignore"):
-        return bool(np.array_equal(values.astype(np.float16).astype(np.float64), values))
-
-
-F16_WEIGHT_DTYPES = [d for d in dtypes.all_dtypes() if d.nbits <= 8 and exact_in_f16(d)]
-SENTINEL = -7.0
-TAIL = 8
-"""Elements past the end of each output, holding `SENTINEL`: nothing may write them."""
-
-
-@dataclass
-class Problem:
-    """One run's inputs: a (m, k) f16, the (k, n) weight codes and their dequantized f16 values."""
-
-    a: np.ndarray
-    codes: np.ndarray
-    scales: np.ndarray
-    dequantized: np.ndarray
-
-
-def make_problem(dtype: DataType, group_size: int, m: int, n: int, k: int, seed: int) -> Problem:
-    """Random activations and finite weight codes; scales in [2, 4] / max |weight| so every
-    dequantized weight is of order 1 and nothing overflows f16."""
-    rng = np.random.default_rng(seed)
-    codes = rng.integers(0, 1 << dtype.nbits, (k, n))
-    codes = np.where(np.isfinite(dtype.decode(codes).astype(np.float64)), codes, 0)
-    values = dtype.decode(codes).astype(np.float32)
-    largest = float(np.abs(values).max()) or 1.0
-    groups = -(-k // group_size)
-    scales = ((2 + 2 * rng.random((groups, n))) / largest).astype(np.float16)
-    per_row = np.repeat(scales.astype(np.float32), group_size, axis=0)[:k]
-    dequantized = (values * per_row).astype(np.float16)
-    a = rng.standard_normal((m, k)).astype(np.float16)
-    return Problem(a, codes, scales, dequantized)
-
-
-def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.ndarray]:
-    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order."""
-    size = a.shape[1] // split
-    partials = []
-    for s in range(split):
-        accumulator = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
-        for kk in range(s * size, (s + 1) * size):
-            accumulator = accumulator + a[:, kk : kk + 1].astype(np.float32) * w[kk].astype(
-                np.float32
-            )
-        partials.append(accumulator)
-    return partials
-
-
-def late_scaled_partials(
-    a: np.ndarray, values: np.ndarray, scales: np.ndarray, group_size: int, split: int
-) -> list[np.ndarray]:
-    """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
-    f32 sum in k order of a * f16(w) from zero, times the group's f32 scale and added to the
-    split's sum in one rounding (`fused_multiply_add`)."""
-    size = a.shape[1] // split
-    partials = []
-    for s in range(split):
-        accumulator = np.zeros((a.shape[0], values.shape[1]), dtype=np.float32)
-        for start in range(s * size, (s + 1) * size, group_size):
-            (product,) = sequential_partials(
-                a[:, start : start + group_size], values[start : start + group_size], 1
-            )
-            scale = np.broadcast_to(scales[start // group_size].astype(np.float32), product.shape)
-            accumulator = fused_multiply_add(product, scale, accumulator)
-        partials.append(accumulator)
-    return partials
-
-
-def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
-    """f16(p0 + p1 + ...), the f32 additions in order."""
-    total = partials[0]
-    for partial in partials[1:]:
-        total = total + partial
-    return total.astype(np.float16)
-
-
-def with_tail(size: int, dtype: type) -> np.ndarray:
-    """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
-    return np.full(size + TAIL, SENTINEL, dtype=dtype)
 
 
 def run_split_k_sum(partials: np.ndarray, threads: int = 128) -> np.ndarray:

@@ -1,0 +1,284 @@
+"""W-A16 quantized matmul for large batches (prefill): packed weights dequantized in registers
+into Hopper's warpgroup tensor cores.
+
+C (m, n) = A (m, k) @ (W * S), as `ir.examples.quantized_matmul` defines it, with W and S packed
+as for `ir.examples.register_dequant_matmul` (`ir.examples.packed_weights`): the same packed
+tensors serve both programs. The dot computes C^T = W^T A^T: the dequantized weights are the
+``wgmma`` A operand, from registers (N on the instruction's 64-row side), and a (block_m, BK)
+tile of A is its B operand, read from shared memory by descriptors (block_m tokens on its N
+side, up to 256). Per block, for each k-tile:
+
+    copy_bulk the activation tile k-tile stages - 1 ahead into a ring of `stages` shared
+    stages (its layout transposed, each token's BK values contiguous: wgmma's K-major B, and
+    on sm_90 one TMA copy of the transposed global view A^T)
+    take this k-tile's packed words from the register ring of `depth` k-tiles and load the
+    k-tile `depth` ahead
+    view the words as `weight_dtype`, cast to the activation type in mma A-fragment order
+    (`register_dequant_matmul.transposed_weight_layout`), subtract the zero points, multiply by
+    the group's scales
+    view the weights in the warpgroup A layout (a renaming of rows, below), wait for the
+    activation tile, dot, sync (every thread is past its reads of the stage before the next
+    copy into it)
+    then C^T viewed back in the decode's accumulator order, cast, stored
+
+**The renaming.** A unit of the packed format is 64 columns of W for one warp: a lane holds four
+m16 A fragments of W^T, rows 16 j .. 16 j + 15 of its warp's 64 (j = 0 .. 3). A ``wgmma``
+instruction takes 64 rows from the four warps of a warpgroup, 16 from each. So warp w' of
+warpgroup g feeds its fragment j to the instruction of row block j: the block's weights are
+named in the warpgroup layout (`weight_layout`), where thread (g, w') register block j holds the
+rows ``256 u g + 64 j + 16 w'`` (u = `units_n`), while its registers hold W^T's rows ``64 u
+(4 g + w') + 16 j``. The `view` between the two layouts moves no data; it renames W^T's rows by
+that permutation, which the dot carries into the rows of C^T, and the `view` of the accumulator
+into `register_dequant_matmul.transposed_accumulator_layout` renames them back. The program
+still means C = A (W * S): the interpreter runs the renamed dot, and the GPU's result is its
+within the tensor cores' rounding.
+
+Tile: ``block_n = 256 * units_n * warpgroups`` columns of N, `block_m` rows of M (a multiple of
+8 up to 256), ``BK = 16 * units_k``. Registers per thread: ``2 * units_n * block_m`` f32
+accumulators (128 at the default 64 rows) besides the weights. `n` and `k` are compile-time
+constants and the program declares its grid ``(n // block_n, ceil(m / block_m))``; `k` a
+multiple of BK and `group_size` of BK (one scale row per k-tile); rows of A past m read zeros
+and rows of C past m are not written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.dtypes import DataType
+from ir.errors import VerificationError
+from ir.examples.matmul import wgmma_dot_layouts
+from ir.examples.packed_weights import (
+    UNIT_K,
+    UNIT_LANES,
+    UNIT_N,
+    check_activation_options,
+    check_weight_dtype,
+    tile_layouts,
+    unit_scale_layout,
+)
+from ir.examples.register_dequant_matmul import (
+    transposed_accumulator_layout,
+    transposed_weight_layout,
+)
+from ir.program import Program
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
+from layout_algebra.register import spatial
+from layout_algebra.shared import SharedLayout, row_swizzle
+from layout_algebra.symbolic import minimum
+
+WARPGROUP_WARPS = 4
+"""Warps of a warpgroup: one ``wgmma`` instruction's 64 rows come 16 from each."""
+MAX_BLOCK_M = 256
+"""The widest ``wgmma`` N side: the most rows of A per block."""
+
+
+@dataclass(frozen=True)
+class WgmmaDequantConfig:
+    """The tile parameters of `wgmma_dequant_matmul`.
+
+    `warpgroups` per block (each owns 256 * `units_n` columns of N: its four warps one unit of
+    64 columns each per `units_n`); `units_k` k16 steps per k-tile; `block_m` rows of A per
+    block (the instruction's N side); `stages` shared stages of the activation ring (copied
+    stages - 1 k-tiles ahead); `depth` k-tiles of packed weights in flight in registers;
+    `unroll` copies of the loop body per generated iteration; `min_blocks_per_sm` the
+    occupancy asked of the compiler (0: none).
+    """
+
+    warpgroups: int = 1
+    units_n: int = 1
+    units_k: int = 4
+    block_m: int = 64
+    stages: int = 4
+    depth: int = 1
+    unroll: int = 1
+    min_blocks_per_sm: int = 0
+
+    @property
+    def warps(self) -> int:
+        return WARPGROUP_WARPS * self.warpgroups
+
+    @property
+    def block_n(self) -> int:
+        return UNIT_N * self.warps * self.units_n
+
+    @property
+    def block_k(self) -> int:
+        return UNIT_K * self.units_k
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """The launch grid for C of shape (m, n)."""
+        return (n // self.block_n, -(-m // self.block_m), 1)
+
+    def check(self, group_size: int) -> None:
+        """Raise VerificationError naming the first field (or `group_size`) out of range."""
+        for name in ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise VerificationError(
+                    f"wgmma_dequant_matmul: {name}={value!r}; expected an int >= 1"
+                )
+        stages, blocks = self.stages, self.min_blocks_per_sm
+        if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: stages={stages!r}; expected an int from 2 to 8"
+            )
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: min_blocks_per_sm={blocks!r}; expected an int >= 0"
+            )
+        if self.block_m % 8 or self.block_m > MAX_BLOCK_M:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: block_m={self.block_m}; expected a multiple of 8 up "
+                f"to {MAX_BLOCK_M} (wgmma's N side)"
+            )
+        if self.warps * UNIT_LANES > 1024:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: warpgroups={self.warpgroups}; a block has at most 8"
+            )
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: group_size={group_size!r}; expected a positive int"
+            )
+        if group_size % self.block_k:
+            raise VerificationError(
+                f"wgmma_dequant_matmul: group_size={group_size} is not a multiple of the "
+                f"k-tile {self.block_k} (16 * units_k); one scale row per k-tile is required"
+            )
+
+
+def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
+    """`stages` (block_k, block_m) tiles of A^T, each token's block_k values contiguous and
+    row-swizzled (`layout_algebra.shared.row_swizzle` of 16-bit rows of block_k): element
+    (s, kk, t) at ``s block_m block_k + swizzle(t block_k + kk)``, the K-major layout a
+    ``wgmma`` descriptor reads for B (the 128-byte mode at block_k 64)."""
+    shape = (stages, block_k, block_m)
+    strides = (block_m * block_k, 1, block_k)
+    return SharedLayout(shape, shape, strides, row_swizzle(block_k, 16))
+
+
+def wgmma_dequant_matmul(
+    weight_dtype: DataType = dtypes.i4,
+    group_size: int = 128,
+    config: WgmmaDequantConfig | None = None,
+    *,
+    activation_dtype: DataType = dtypes.f16,
+    zero_points: bool = False,
+) -> Program:
+    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] c)`` for `config` (None: the
+    default `WgmmaDequantConfig`), the parameters of `register_dequant_matmul` without split:
+    `a`, the scales, the zero points and `c` of `activation_dtype` (f16 or bf16), `packed` the
+    i32 weights of `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of
+    `pack_scales`. With `zero_points` the dequantized weight is ``(W - Z) * S``."""
+    if config is None:
+        config = WgmmaDequantConfig()
+    elif not isinstance(config, WgmmaDequantConfig):
+        raise VerificationError(
+            f"wgmma_dequant_matmul: config={config!r}; expected a WgmmaDequantConfig or None"
+        )
+    weight_dtype = check_weight_dtype(weight_dtype)
+    config.check(group_size)
+    check_activation_options("wgmma_dequant_matmul", activation_dtype, zero_points)
+    act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
+    nbits, warps, units_k, units_n = (
+        weight_dtype.nbits,
+        config.warps,
+        config.units_k,
+        config.units_n,
+    )
+    block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
+    stages, depth = config.stages, config.depth
+    code_layout, word_layout = tile_layouts(nbits, warps, units_k, units_n)
+    code_layout = code_layout.permute(1, 0)  # the codes named as W^T
+    decoded_layout = transposed_weight_layout(warps, units_k, units_n)
+    weight_layout, activation_layout, c_layout = wgmma_dot_layouts(
+        UNIT_LANES * warps, block_n, block_m, block_k
+    )
+    stored_layout = transposed_accumulator_layout(warps, units_n, block_m // 8)
+    scale_layouts = (
+        spatial(1, warps).local(1, units_n) * unit_scale_layout(),
+        reduce_layout(decoded_layout, [1], keepdims=True),
+    )
+    row_words = UNIT_LANES * nbits
+    name = f"wgmma_dequant_matmul_{weight_dtype.name}"
+    name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
+    with ProgramBuilder(name, UNIT_LANES * warps) as b:
+        if config.min_blocks_per_sm:
+            b.min_blocks_per_sm(config.min_blocks_per_sm)
+        m = b.int_param("m", lo=1)
+        n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
+        k = b.int_param("k", lo=block_k, multiple_of=block_k, constant=True)
+        a = b.array_param("a", act)
+        packed = b.array_param("packed", i32)
+        scales = b.array_param("scales", act)
+        zeros = b.array_param("zeros", act) if zero_points else None
+        c = b.array_param("c", act)
+        b.grid(n // block_n, (m + block_m - 1) // block_m)
+        tiles = k // block_k
+        words_per_row = (n // UNIT_N) * row_words
+        a_columns = b.global_view(a, act, GlobalLayout((k, m), (1, k)))  # A^T
+        packed_view = b.global_view(
+            packed, i32, GlobalLayout((k // UNIT_K, words_per_row), (words_per_row, 1))
+        )
+        groups = (k + group_size - 1) // group_size
+        scale_view = b.global_view(scales, act, GlobalLayout((groups, n), (n, 1)))
+        zero_view = (
+            b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
+        )
+        c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
+        ring = b.shared_tensor(act, transposed_ring(stages, block_k, block_m))
+        row0, col0 = b.block_y * block_m, b.block_x * block_n
+        word_col0 = b.block_x * (warps * units_n * row_words)
+        tiles_per_group = group_size // block_k
+
+        def copy_activations(tile, stage):
+            b.copy_bulk(ring, a_columns, [tile * block_k, row0], [stage, 0, 0])
+
+        def weight_words(tile):
+            return b.load_global(packed_view, [tile * units_k, word_col0], word_layout)
+
+        def ahead_of(first, d, copy):
+            """``copy(tile)`` of k-tile first + d where it is a k-tile (d = 0 always is); under
+            the guard the index equals its clamp to the last k-tile, written clamped so that
+            its bound shows the access in bounds."""
+            if d == 0:
+                copy(first)
+            else:
+                with b.if_(first + d < tiles):
+                    copy(minimum(first + d, tiles - 1))
+
+        for d in range(stages - 1):
+            ahead_of(0, d, lambda t, d=d: copy_activations(t, d))
+        in_flight = [weight_words(minimum(d, tiles - 1)) for d in range(depth)]
+        current = b.register_tensor(i32, word_layout, 0)
+        acc = b.register_tensor(f32, c_layout, 0.0)
+        with b.for_range(0, tiles, unroll=config.unroll) as tile:
+            stage = tile % stages
+            ahead_of(tile, stages - 1, lambda t: copy_activations(t, (tile + stages - 1) % stages))
+            b.assign(current, in_flight[0])
+            for d in range(depth - 1):
+                b.assign(in_flight[d], in_flight[d + 1])
+            ahead_of(tile, depth, lambda t: b.assign(in_flight[depth - 1], weight_words(t)))
+            codes = b.view(current, weight_dtype, code_layout)
+            weights = b.cast(codes, act, decoded_layout)
+            group = minimum(tile, tiles - 1) // tiles_per_group
+
+            def group_row(view):
+                packed_row = b.load_global(view, [group, col0], scale_layouts[0])
+                return b.view(packed_row, act, scale_layouts[1])
+
+            if zero_points:
+                weights = b.sub(weights, group_row(zero_view))
+            weights = b.mul(weights, group_row(scale_view))
+            renamed = b.view(weights, act, weight_layout)
+            b.copy_bulk_wait(ring, [stage, 0, 0])
+            activations = b.load_shared(ring, activation_layout, [stage, 0, 0])
+            b.assign(acc, b.dot(renamed, activations, acc))
+            # Every thread is past its reads of this stage before the next copy into it.
+            b.sync()
+        result = b.view(acc, f32, stored_layout)
+        b.store_global(c_columns, b.cast(result, act), [col0, row0])
+    return b.program()

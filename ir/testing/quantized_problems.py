@@ -1,0 +1,107 @@
+"""Quantized-matmul problems for tests: random activations, weight codes and scales, and the
+NumPy references of the kernels' arithmetic.
+
+`make_problem(...)` draws a `Problem` (activations, codes, group scales, the dequantized f16
+weights); `sequential_partials` is the f32 sum in k order that the interpreter's `dot` defines
+(per split of k), `late_scaled_partials` the same for a kernel that scales each group's product,
+`ordered_sum` adds partial sums in order and rounds once. `with_tail` makes an output buffer
+followed by `TAIL` sentinel elements that no kernel may write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir import dtypes
+from ir.dtypes import DataType
+from ir.elementwise import fused_multiply_add
+
+
+def exact_in_f16(dtype: DataType) -> bool:
+    """Whether every finite value of `dtype` is an f16 value: then the kernel's
+    ``f16(f16(w) * s)`` is the reference's ``f16(f32(w) * f32(s))``."""
+    values = dtype.decode(np.arange(1 << dtype.nbits)).astype(np.float64)
+    values = values[np.isfinite(values)]
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(values.astype(np.float16).astype(np.float64), values))
+
+
+F16_WEIGHT_DTYPES = [d for d in dtypes.all_dtypes() if d.nbits <= 8 and exact_in_f16(d)]
+SENTINEL = -7.0
+TAIL = 8
+"""Elements past the end of each output, holding `SENTINEL`: nothing may write them."""
+
+
+@dataclass
+class Problem:
+    """One run's inputs: a (m, k) f16, the (k, n) weight codes and their dequantized f16 values."""
+
+    a: np.ndarray
+    codes: np.ndarray
+    scales: np.ndarray
+    dequantized: np.ndarray
+
+
+def make_problem(dtype: DataType, group_size: int, m: int, n: int, k: int, seed: int) -> Problem:
+    """Random activations and finite weight codes; scales in [2, 4] / max |weight| so every
+    dequantized weight is of order 1 and nothing overflows f16."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 1 << dtype.nbits, (k, n))
+    codes = np.where(np.isfinite(dtype.decode(codes).astype(np.float64)), codes, 0)
+    values = dtype.decode(codes).astype(np.float32)
+    largest = float(np.abs(values).max()) or 1.0
+    groups = -(-k // group_size)
+    scales = ((2 + 2 * rng.random((groups, n))) / largest).astype(np.float16)
+    per_row = np.repeat(scales.astype(np.float32), group_size, axis=0)[:k]
+    dequantized = (values * per_row).astype(np.float16)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    return Problem(a, codes, scales, dequantized)
+
+
+def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.ndarray]:
+    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order."""
+    size = a.shape[1] // split
+    partials = []
+    for s in range(split):
+        accumulator = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
+        for kk in range(s * size, (s + 1) * size):
+            accumulator = accumulator + a[:, kk : kk + 1].astype(np.float32) * w[kk].astype(
+                np.float32
+            )
+        partials.append(accumulator)
+    return partials
+
+
+def late_scaled_partials(
+    a: np.ndarray, values: np.ndarray, scales: np.ndarray, group_size: int, split: int
+) -> list[np.ndarray]:
+    """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
+    f32 sum in k order of a * f16(w) from zero, times the group's f32 scale and added to the
+    split's sum in one rounding (`fused_multiply_add`)."""
+    size = a.shape[1] // split
+    partials = []
+    for s in range(split):
+        accumulator = np.zeros((a.shape[0], values.shape[1]), dtype=np.float32)
+        for start in range(s * size, (s + 1) * size, group_size):
+            (product,) = sequential_partials(
+                a[:, start : start + group_size], values[start : start + group_size], 1
+            )
+            scale = np.broadcast_to(scales[start // group_size].astype(np.float32), product.shape)
+            accumulator = fused_multiply_add(product, scale, accumulator)
+        partials.append(accumulator)
+    return partials
+
+
+def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
+    """f16(p0 + p1 + ...), the f32 additions in order."""
+    total = partials[0]
+    for partial in partials[1:]:
+        total = total + partial
+    return total.astype(np.float16)
+
+
+def with_tail(size: int, dtype: type) -> np.ndarray:
+    """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
+    return np.full(size + TAIL, SENTINEL, dtype=dtype)

@@ -1,0 +1,278 @@
+"""`ir.examples.wgmma_dequant_matmul` in the interpreter, its renaming of rows, and its lowering.
+
+- Differential against NumPy: bit for bit against the sequential formula the interpreter's
+  `dot` defines (the f32 sums in k order, then one rounding), for weight types of 1 to 8 bits,
+  f16 and bf16 activations with and without zero points, rows of A below, at and past one
+  block, several k-tiles per scale group; a hypothesis property draws further configurations.
+- Exact tables: the renaming `view` between the decode's A-fragment order and the warpgroup
+  layout is the row permutation the module docstring states, and back for C^T.
+- The lowering on sm_90a: one ``wgmma`` plan with A from registers and the activations read by
+  K-major descriptors, every claim of it proved; NVRTC compiles the kernel (no GPU needed).
+  The GPU runs are in tests/backend/test_gpu_register_dequant.py and gpu_examples_main.
+- Errors: every bad configuration field, group size and weight type names itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.lower import lower
+from backend.nvrtc import compile_cuda
+from backend.wgmma import WgmmaPlan
+from ir import dtypes, run_reference
+from ir.dtypes import DataType
+from ir.errors import VerificationError
+from ir.examples.matmul import wgmma_dot_layouts
+from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.examples.register_dequant_matmul import (
+    transposed_accumulator_layout,
+    transposed_weight_layout,
+)
+from ir.examples.wgmma_dequant_matmul import (
+    WgmmaDequantConfig,
+    transposed_ring,
+    wgmma_dequant_matmul,
+)
+from ir.testing.quantized_problems import (
+    F16_WEIGHT_DTYPES,
+    SENTINEL,
+    make_problem,
+    ordered_sum,
+    sequential_partials,
+    with_tail,
+)
+from proofs import check_equivalent
+
+
+def run_prefill(
+    dtype: DataType, group_size: int, config: WgmmaDequantConfig, m: int, n: int, k: int, seed: int
+) -> None:
+    """Run the program in the interpreter: C bit for bit the sequential f32 formula of the
+    dequantized weights, and nothing past C written."""
+    problem = make_problem(dtype, group_size, m, n, k, seed)
+    packed, _ = pack_weights(problem.codes, dtype)
+    program = wgmma_dequant_matmul(dtype, group_size, config)
+    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
+    c = with_tail(m * n, np.float16)
+    scales = pack_scales(problem.scales)
+    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
+    np.testing.assert_array_equal(c[m * n :], SENTINEL)
+    want = ordered_sum(sequential_partials(problem.a, problem.dequantized, 1))
+    np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
+
+
+CASES = [
+    # (weight type, group size, config, m, column blocks, k-tiles)
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3), 20, 1, 5),
+    (dtypes.u4, 32, WgmmaDequantConfig(block_m=8, units_k=2, stages=2, depth=2), 8, 2, 3),
+    (dtypes.i8, 64, WgmmaDequantConfig(block_m=24, stages=4, unroll=2), 7, 1, 4),
+    (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=8, stages=2), 9, 1, 2),
+    (dtypes.i2, 64, WgmmaDequantConfig(block_m=16, units_n=2, stages=3), 31, 1, 3),
+    (dtypes.u1, 32, WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2), 3, 1, 2),
+    (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=32, stages=5, depth=3), 33, 1, 6),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "group_size", "config", "m", "column_blocks", "tiles"),
+    CASES,
+    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(CASES)],
+)
+def test_wgmma_dequant_matmul_equals_numpy(
+    dtype: DataType,
+    group_size: int,
+    config: WgmmaDequantConfig,
+    m: int,
+    column_blocks: int,
+    tiles: int,
+) -> None:
+    n, k = config.block_n * column_blocks, config.block_k * tiles
+    run_prefill(dtype, group_size, config, m, n, k, seed=m + n + k)
+
+
+@pytest.mark.parametrize(
+    ("weight", "activation", "zero_points"),
+    [
+        (dtypes.u4, dtypes.bf16, True),
+        (dtypes.u2, dtypes.f16, True),
+        (dtypes.i8, dtypes.bf16, False),
+    ],
+    ids=str,
+)
+def test_zero_points_and_bf16_activations_equal_numpy(
+    weight: DataType, activation: DataType, zero_points: bool
+) -> None:
+    """C = A @ act((W - Z) * S) with the f32 sums in k order, every code and output exact."""
+    config = WgmmaDequantConfig(block_m=16, units_k=2, stages=3)
+    rng = np.random.default_rng(weight.nbits)
+    group_size, m, n, k = 64, 19, config.block_n, 128
+    codes = rng.integers(0, 1 << weight.nbits, (k, n))
+    groups = k // group_size
+    scales = activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
+    zeros = activation.encode(
+        rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
+        if zero_points
+        else np.zeros((groups, n))
+    )
+    per_row = np.repeat(np.arange(groups), group_size)
+    values = weight.decode(codes).astype(np.float64)
+    zero_values = activation.decode(zeros).astype(np.float64)[per_row]
+    scale_values = activation.decode(scales).astype(np.float64)[per_row]
+    dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
+    a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
+    a = activation.decode(a_codes).astype(np.float32)
+    program = wgmma_dequant_matmul(
+        weight, group_size, config, activation_dtype=activation, zero_points=zero_points
+    )
+    packed, _ = pack_weights(codes, weight)
+    arguments = [m, n, k, a_codes, packed, pack_scales(scales)]
+    arguments += [pack_scales(zeros)] if zero_points else []
+    c = np.zeros(m * n, dtype=np.uint16)
+    run_reference(program, *arguments, c, grid=config.grid(m, n))
+    (total,) = sequential_partials(a, dequantized.astype(np.float32), 1)
+    np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))
+
+
+@st.composite
+def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig, int, int, int]:
+    """A weight type of exact f16 values, a valid configuration and group size, a small shape."""
+    config = WgmmaDequantConfig(
+        warpgroups=draw(st.sampled_from([1, 1, 2])),
+        units_n=draw(st.sampled_from([1, 1, 2])),
+        units_k=draw(st.sampled_from([1, 2, 4])),
+        block_m=8 * draw(st.integers(1, 5)),
+        stages=draw(st.integers(2, 5)),
+        depth=draw(st.integers(1, 3)),
+        unroll=draw(st.sampled_from([1, 2])),
+    )
+    group_size = config.block_k * draw(st.sampled_from([1, 2]))
+    m = draw(st.integers(1, 2 * config.block_m + 1))
+    k = config.block_k * draw(st.integers(1, 4))
+    return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, config.block_n, k
+
+
+@settings(max_examples=10, deadline=None)
+@given(problem=prefill_problems(), seed=st.integers(0, 2**32 - 1))
+def test_any_valid_config_equals_numpy(
+    problem: tuple[DataType, int, WgmmaDequantConfig, int, int, int], seed: int
+) -> None:
+    run_prefill(*problem, seed=seed)
+
+
+# ------------------------------------------------------------------------------ the renaming
+
+
+@pytest.mark.parametrize(("warpgroups", "units_n"), [(1, 1), (1, 2), (2, 1)])
+def test_the_weight_view_renames_rows_by_the_stated_permutation(
+    warpgroups: int, units_n: int
+) -> None:
+    """Register i of thread t holds W^T's row ``64 u (4 g + w') + 16 j + r`` in the decode's
+    order and the warpgroup layout names it ``256 u g + 64 j + 16 w' + r``; columns stay."""
+    units_k, warps = 2, 4 * warpgroups
+    decoded = transposed_weight_layout(warps, units_k, units_n).table()
+    block_n = 256 * units_n * warpgroups
+    renamed = wgmma_dot_layouts(32 * warps, block_n, 8, 16 * units_k)[0].table()
+    assert decoded.shape == renamed.shape
+    np.testing.assert_array_equal(decoded[..., 1], renamed[..., 1])
+    group, within = np.divmod(decoded[..., 0], 256 * units_n)
+    warp, rest = np.divmod(within, 64 * units_n)
+    block, row = np.divmod(rest, 16)
+    want = 256 * units_n * group + 64 * block + 16 * warp + row
+    np.testing.assert_array_equal(renamed[..., 0], want)
+
+
+def test_the_accumulator_view_renames_the_rows_back() -> None:
+    """The accumulator's rows renamed by the same permutation: C^T's rows in the decode's
+    accumulator order are the true columns of C."""
+    warps, units_n, block_m = 4, 1, 24
+    accumulator = wgmma_dot_layouts(128, 256, block_m, 64)[2].table()
+    stored = transposed_accumulator_layout(warps, units_n, block_m // 8).table()
+    np.testing.assert_array_equal(accumulator[..., 1], stored[..., 1])
+    warp, rest = np.divmod(stored[..., 0], 64)
+    block, row = np.divmod(rest, 16)
+    np.testing.assert_array_equal(accumulator[..., 0], 64 * block + 16 * warp + row)
+
+
+def test_transposed_ring_table() -> None:
+    """Token t's 64 values of a stage are one 128-byte row, at 64 t; its 16-byte chunk c lies
+    at chunk c XOR (t % 8) of the row (token 3: chunks 0, 1, 7 at 3, 2, 4)."""
+    layout = transposed_ring(2, 64, 16)
+    assert layout.shape == (2, 64, 16)
+    assert layout.offset((1, 0, 0)) == 1024
+    offsets = [layout.offset((0, kk, 3)) for kk in (0, 1, 8, 63)]
+    assert offsets == [192 + 24, 192 + 25, 192 + 16, 192 + 32 + 7]
+
+
+# ------------------------------------------------------------------------------ lowering
+
+LAYER = {"n": 12288, "k": 4096}
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return lower(
+        wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig()), "sm_90a", constants=LAYER
+    )
+
+
+def test_the_dot_runs_as_wgmma_with_a_from_registers(kernel) -> None:
+    (plan,) = [plan for plan in kernel.plans if isinstance(plan, WgmmaPlan)]
+    assert plan.a_descriptors is None and plan.n == 64
+    assert plan.k_steps * plan.blocks == 16
+    b = plan.b_descriptors.descriptor
+    assert (b.major, b.swizzle, b.stride_byte_offset) == ("k", "128B", 1024)
+    calls = kernel.source.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16")
+    assert calls == 16
+    for claim in plan.claims():
+        assert check_equivalent(claim.emitted, claim.required).holds, claim.name
+
+
+def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
+    compile_cuda(kernel.source, "sm_90a")
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (WgmmaDequantConfig(warpgroups=0), "warpgroups=0; expected an int >= 1"),
+        (WgmmaDequantConfig(units_n=True), "units_n=True; expected an int >= 1"),
+        (WgmmaDequantConfig(units_k=0), "units_k=0; expected an int >= 1"),
+        (WgmmaDequantConfig(depth=1.0), r"depth=1\.0; expected an int >= 1"),
+        (WgmmaDequantConfig(stages=1), "stages=1; expected an int from 2 to 8"),
+        (WgmmaDequantConfig(stages=9), "stages=9; expected an int from 2 to 8"),
+        (WgmmaDequantConfig(min_blocks_per_sm=-1), "min_blocks_per_sm=-1; expected an int >= 0"),
+        (WgmmaDequantConfig(block_m=12), "block_m=12; expected a multiple of 8 up to 256"),
+        (WgmmaDequantConfig(block_m=264), "block_m=264; expected a multiple of 8 up to 256"),
+        (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
+    ],
+    ids=str,
+)
+def test_bad_config_is_refused(config: WgmmaDequantConfig, message: str) -> None:
+    with pytest.raises(VerificationError, match=f"wgmma_dequant_matmul: {message}"):
+        wgmma_dequant_matmul(dtypes.i4, 128, config)
+
+
+@pytest.mark.parametrize("group_size", [0, 96, 64.0, True])
+def test_bad_group_size_is_refused(group_size: object) -> None:
+    with pytest.raises(VerificationError, match=re.escape(f"group_size={group_size!r}")):
+        wgmma_dequant_matmul(dtypes.i4, group_size, replace(WgmmaDequantConfig(), units_k=4))
+
+
+@pytest.mark.parametrize("dtype", [dtypes.f16, dtypes.i32], ids=str)
+def test_bad_weight_dtype_is_refused(dtype: DataType) -> None:
+    with pytest.raises(VerificationError, match=f"packed weights: {dtype} is not a weight type"):
+        wgmma_dequant_matmul(dtype)
+
+
+def test_a_config_of_another_kind_is_refused() -> None:
+    with pytest.raises(VerificationError, match="expected a WgmmaDequantConfig or None"):
+        wgmma_dequant_matmul(dtypes.i4, 128, {"block_m": 64})  # type: ignore[arg-type]
