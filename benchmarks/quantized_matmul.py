@@ -19,6 +19,10 @@ in this one process on the same random inputs:
     reading activations and dequantized weights from shared memory on sm_90a);
     ``wgmma_in_flight``: the same with each k-tile's wgmma left running into the next
     (`IN_FLIGHT_OPTIONS`);
+  - ``wgmma_dequant``: ``ir.examples.wgmma_dequant_matmul`` on the packed weights and scales
+    (the prefill form: the dequantized weights as ``wgmma``'s register A operand, the
+    activations bulk-copied into a transposed ring), compiled for each (K, N) with the
+    `PREFILL_CONFIG` fields (``--options`` overrides them);
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -90,6 +94,7 @@ from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
 from ir.examples.register_dequant_matmul import DequantConfig
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 
 SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
 """(K, N) of the weight matrices."""
@@ -109,10 +114,14 @@ IN_FLIGHT_OPTIONS = MATMUL_CONFIGS["128x128x64 2 warpgroups 4 stages wgmma in fl
 flight (``overlap_dot``: activations 2 k-tiles ahead, the next k-tile's weights and scales
 loaded ahead), so that on sm_90a each k-tile's wgmma runs on into the next
 (`backend.wgmma_pipeline`)."""
+PREFILL_CONFIG = {"block_m": 64, "stages": 4, "min_blocks_per_sm": 2}
+"""The ``wgmma_dequant`` variant's `WgmmaDequantConfig` fields: one warpgroup of 256 columns
+by 64 rows, four activation stages, two blocks per SM (128 accumulator registers a thread)."""
 VARIANT_OPTIONS = {
     "mma_ring": RING_OPTIONS,
     "wgmma": WGMMA_OPTIONS,
     "wgmma_in_flight": IN_FLIGHT_OPTIONS,
+    "wgmma_dequant": PREFILL_CONFIG,
 }
 """The ``quantized_matmul`` options of each variant that has some."""
 BANDWIDTH = 4.4e12
@@ -254,15 +263,22 @@ class Operation:
         overrides: dict[str, int | bool] | None = None,
     ):
         self.variant, self.problem, self.decode = variant, problem, decode
+        self.prefill: WgmmaDequantConfig | None = None
         if variant == "register_dequant":
             if decode is None:
                 raise ValueError("the register_dequant kernel needs its DecodeMatmul")
             self.launches = decode.launches
             return
-        self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
         self.options = dict(VARIANT_OPTIONS.get(variant, {}))
         if self.options and overrides:
             self.options.update(overrides)
+        self.launches = 1
+        if variant == "wgmma_dequant":
+            self.prefill = WgmmaDequantConfig(**self.options)
+            program = wgmma_dequant_matmul(problem.weight, GROUP_SIZE, self.prefill)
+            self.kernel = backend.compile(program, constants={"n": problem.n, "k": problem.k})
+            return
+        self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
         program = quantized_matmul(
             problem.weight,
             group_size=GROUP_SIZE,
@@ -270,11 +286,12 @@ class Operation:
             **self.options,
         )
         self.kernel = backend.compile(program)
-        self.launches = 1
 
     @property
     def block(self) -> tuple[int, int]:
-        """(block_m, block_n) of a ``quantized_matmul`` variant."""
+        """(block_m, block_n) of a ``quantized_matmul`` or ``wgmma_dequant`` variant."""
+        if self.prefill is not None:
+            return self.prefill.block_m, self.prefill.block_n
         return self.options.get("block_m", BLOCK_M), self.options.get("block_n", BLOCK_N)
 
     @property
@@ -292,6 +309,9 @@ class Operation:
             return run, out
         block_m, block_n = self.block
         grid = (math.ceil(p.n / block_n), math.ceil(m / block_m))
+        if self.prefill is not None:
+            args = (m, p.n, p.k, a, p.packed_units(), p.packed_scales())
+            return functools.partial(self.kernel, *args, out, grid=grid), out
         args = (m, p.n, p.k, a, self.packed, p.scales)
         return functools.partial(self.kernel, *args, out, grid=grid), out
 
@@ -546,13 +566,14 @@ def main(argv: list[str] | None = None) -> int:
         help="our kernels, comma-separated: register_dequant (packed weights dequantized in "
         "registers), mma (mma.sync tensor cores), mma_ring (the same with a ring of swizzled "
         "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), wgmma_in_flight (the "
-        "same with its dot kept in flight, IN_FLIGHT_OPTIONS), simt (CUDA-core dot)",
+        "same with its dot kept in flight, IN_FLIGHT_OPTIONS), wgmma_dequant (the prefill form "
+        "on the packed weights, PREFILL_CONFIG), simt (CUDA-core dot)",
     )
     parser.add_argument(
         "--options",
         default="",
         help="option overrides for the variants that have options (mma_ring, wgmma, "
-        "wgmma_in_flight), e.g. stages=3,block_n=256: integers, or true / false",
+        "wgmma_in_flight, wgmma_dequant), e.g. stages=3,block_n=256: integers, or true / false",
     )
     parser.add_argument(
         "--configs-from",
@@ -602,13 +623,11 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    known = {"simt", "mma", "mma_ring", "wgmma", "wgmma_in_flight", "register_dequant"}
+    known = {"simt", "mma", "mma_ring", "wgmma", "wgmma_in_flight", "wgmma_dequant"}
+    known.add("register_dequant")
     unknown = sorted(set(variants) - known)
     if unknown:
-        parser.error(
-            f"--kernels takes register_dequant, mma, mma_ring, wgmma, wgmma_in_flight and simt, "
-            f"got {unknown}"
-        )
+        parser.error(f"--kernels takes {sorted(known)}, got {unknown}")
     output = Path(options.output)
     for weight in weights:
         for k, n in shapes:

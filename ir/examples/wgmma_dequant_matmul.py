@@ -9,8 +9,8 @@ tile of A is its B operand, read from shared memory by descriptors (block_m toke
 side, up to 256). Per block, for each k-tile:
 
     copy_bulk the activation tile k-tile stages - 1 ahead into a ring of `stages` shared
-    stages (its layout transposed, each token's BK values contiguous: wgmma's K-major B, and
-    on sm_90 one TMA copy of the transposed global view A^T)
+    stages (`transposed_ring`: each token's values of a 64-wide panel of k contiguous, wgmma's
+    K-major B; on sm_90 one TMA copy per panel, of the transposed global view A^T)
     take this k-tile's packed words from the register ring of `depth` k-tiles and load the
     k-tile `depth` ahead
     view the words as `weight_dtype`, cast to the activation type in mma A-fragment order
@@ -74,6 +74,9 @@ WARPGROUP_WARPS = 4
 """Warps of a warpgroup: one ``wgmma`` instruction's 64 rows come 16 from each."""
 MAX_BLOCK_M = 256
 """The widest ``wgmma`` N side: the most rows of A per block."""
+PANEL_K = 64
+"""Values of k per row of the activation ring: 128 bytes of 16-bit values, the widest swizzled
+row a ``wgmma`` descriptor and a TMA box take."""
 
 
 @dataclass(frozen=True)
@@ -151,13 +154,22 @@ class WgmmaDequantConfig:
 
 
 def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
-    """`stages` (block_k, block_m) tiles of A^T, each token's block_k values contiguous and
-    row-swizzled (`layout_algebra.shared.row_swizzle` of 16-bit rows of block_k): element
-    (s, kk, t) at ``s block_m block_k + swizzle(t block_k + kk)``, the K-major layout a
-    ``wgmma`` descriptor reads for B (the 128-byte mode at block_k 64)."""
+    """`stages` (block_k, block_m) tiles of A^T in K-major panels of at most `PANEL_K` values of
+    k: in a stage, panel p holds k in [p PANEL_K, (p + 1) PANEL_K) for every token, each token's
+    values of it one row, 16-byte chunks XOR-swizzled by the row
+    (`layout_algebra.shared.row_swizzle` of 16-bit rows of min(block_k, PANEL_K)): element (s,
+    kk, t) at ``s block_m block_k + (kk // P) block_m P + swizzle(t P + kk % P)``, P the panel
+    width. That is the layout a ``wgmma`` descriptor reads for B (the 128-byte mode at P = 64),
+    and one TMA box per panel writes it."""
+    panel = min(block_k, PANEL_K)
+    if block_k % panel:
+        raise VerificationError(
+            f"transposed_ring: block_k={block_k}; expected a multiple of {PANEL_K} or at most it"
+        )
     shape = (stages, block_k, block_m)
-    strides = (block_m * block_k, 1, block_k)
-    return SharedLayout(shape, shape, strides, row_swizzle(block_k, 16))
+    modes = (stages, block_k // panel, panel, block_m)
+    strides = (block_m * block_k, block_m * panel, 1, panel)
+    return SharedLayout(shape, modes, strides, row_swizzle(panel, 16))
 
 
 def wgmma_dequant_matmul(
@@ -234,8 +246,17 @@ def wgmma_dequant_matmul(
         word_col0 = b.block_x * (warps * units_n * row_words)
         tiles_per_group = group_size // block_k
 
+        panel = min(block_k, PANEL_K)
+
         def copy_activations(tile, stage):
-            b.copy_bulk(ring, a_columns, [tile * block_k, row0], [stage, 0, 0])
+            for first in range(0, block_k, panel):
+                b.copy_bulk(
+                    ring,
+                    a_columns,
+                    [tile * block_k + first, row0],
+                    [stage, first, 0],
+                    shape=(panel, block_m),
+                )
 
         def weight_words(tile):
             return b.load_global(packed_view, [tile * units_k, word_col0], word_layout)
@@ -274,7 +295,7 @@ def wgmma_dequant_matmul(
                 weights = b.sub(weights, group_row(zero_view))
             weights = b.mul(weights, group_row(scale_view))
             renamed = b.view(weights, act, weight_layout)
-            b.copy_bulk_wait(ring, [stage, 0, 0])
+            b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
             activations = b.load_shared(ring, activation_layout, [stage, 0, 0])
             b.assign(acc, b.dot(renamed, activations, acc))
             # Every thread is past its reads of this stage before the next copy into it.

@@ -1,0 +1,141 @@
+"""The prefill form of the packed-weight matmul (`ir.examples.wgmma_dequant_matmul`) on the GPU
+(marked `gpu`).
+
+For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
+(warpgroups, units, k-tile, rows per block, stages, register depth, unroll), and for bf16
+activations with zero points: the kernel against `ir.run_reference` within the tensor cores'
+rounding (wgmma sums each k16 step in its own order), rows of A past m left unwritten. On sm_90a
+the dot runs as ``wgmma`` with A from registers and the activations come by TMA; one case is
+compiled without TMA (``tma=False``: the ``cp.async`` fallback of the bulk copies) and one
+without wgmma (``wgmma=False``: ``mma.sync``), so the paths the lowering may take all run.
+
+Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import backend
+from ir import dtypes, run_reference
+from ir.dtypes import DataType
+from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+
+pytestmark = pytest.mark.gpu
+
+WEIGHT_TYPES = [
+    *(dtypes.from_name(f"u{bits}") for bits in range(1, 9)),
+    *(dtypes.from_name(f"i{bits}") for bits in range(1, 9)),
+    dtypes.f4e2m1,
+    dtypes.f6e3m2,
+]
+CONFIGS = [
+    WgmmaDequantConfig(),
+    WgmmaDequantConfig(block_m=32, stages=3, depth=2),
+    WgmmaDequantConfig(block_m=16, units_k=2, stages=2, unroll=2),
+    WgmmaDequantConfig(block_m=80, units_k=4, stages=4, min_blocks_per_sm=1),
+    WgmmaDequantConfig(warpgroups=2, block_m=64, stages=5),
+    WgmmaDequantConfig(units_n=2, block_m=24, units_k=8, stages=2),
+    WgmmaDequantConfig(block_m=96, units_k=4, stages=3),
+    WgmmaDequantConfig(block_m=8, units_k=1, stages=6, depth=3, unroll=3),
+]
+GROUP_SIZE = 128
+SENTINEL = -7.0
+"""What C holds before the launch: rows past m must keep it."""
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _device(array: np.ndarray, dtype: DataType | None = None):
+    """A NumPy array as a CUDA tensor (uint16 codes as `dtype`, f16 by default)."""
+    torch = _torch()
+    if array.dtype == np.uint16:
+        tensor = torch.from_numpy(np.ascontiguousarray(array.view(np.int16))).cuda()
+        return tensor.view(torch.bfloat16 if dtype == dtypes.bf16 else torch.float16)
+    return torch.from_numpy(np.ascontiguousarray(array)).cuda()
+
+
+def _run(program, kernel, config, weight, activation, zero_points, seed) -> str | None:
+    """Run one case on the GPU and in the interpreter; a failure's description, or None."""
+    torch = _torch()
+    rng = np.random.default_rng(seed)
+    n = config.block_n
+    k = math.lcm(GROUP_SIZE, config.block_k) * 2
+    m = config.block_m + 1 + seed % 13  # a partial second row block
+    groups = k // GROUP_SIZE
+    a = activation.encode(rng.uniform(-1, 1, (m, k)))
+    packed, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
+    scales = rng.uniform(0.5, 1.5, (groups, n)) / 2 ** (weight.nbits - 1)
+    extras = [activation.encode(scales)]
+    if zero_points:
+        extras.append(activation.encode(rng.integers(0, 1 << weight.nbits, (groups, n))))
+    extras = [pack_scales(x) for x in extras]
+    grid = config.grid(m, n)
+    expected = np.zeros((m, n), dtype=np.uint16)
+    args = [m, n, k, a, packed.view(np.uint8).reshape(-1), *extras]
+    run_reference(program, *args, expected, grid=grid)
+    out = _device(activation.encode(np.full((m + 1, n), SENTINEL)), activation)
+    device_args = [m, n, k, _device(a, activation), _device(packed)]
+    device_args += [_device(x, activation) for x in extras]
+    kernel(*device_args, out, grid=grid)
+    torch.cuda.synchronize()
+    result = out.float().cpu().numpy().astype(np.float64)
+    if not np.all(result[m] == SENTINEL):
+        return f"{weight} {config}: a row past m was written"
+    want = activation.decode(expected).astype(np.float64)
+    error = float(np.abs(result[:m] - want).max()) / max(1.0, float(np.abs(want).max()))
+    tolerance = 2e-3 if activation == dtypes.f16 else 1.6e-2
+    return None if error < tolerance else f"{weight} {activation} {config}: error {error:.2e}"
+
+
+def test_wgmma_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
+    count = max(len(WEIGHT_TYPES), len(CONFIGS))
+    jobs = [(WEIGHT_TYPES[i % len(WEIGHT_TYPES)], CONFIGS[i % len(CONFIGS)]) for i in range(count)]
+    # The bulk copies' cp.async fallback, and mma.sync in place of wgmma, on one case each.
+    jobs += [(dtypes.i4, CONFIGS[1], {"tma": False}), (dtypes.u4, CONFIGS[2], {"wgmma": False})]
+    jobs = [job if len(job) == 3 else (*job, {}) for job in jobs]
+
+    def build(job):
+        weight, config, options = job
+        program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
+        k = math.lcm(GROUP_SIZE, config.block_k) * 2
+        constants = {"n": config.block_n, "k": k}
+        return program, backend.compile(program, constants=constants, **options)
+
+    with ThreadPoolExecutor(8) as pool:
+        built = list(pool.map(build, jobs))
+    failures = []
+    for seed, ((weight, config, _), (program, kernel)) in enumerate(zip(jobs, built)):
+        failure = _run(program, kernel, config, weight, dtypes.f16, False, seed)
+        if failure:
+            failures.append(failure)
+    assert not failures, failures
+
+
+@pytest.mark.parametrize(
+    ("weight", "activation", "zero_points"),
+    [
+        (dtypes.u4, dtypes.bf16, True),
+        (dtypes.i8, dtypes.bf16, False),
+        (dtypes.u3, dtypes.f16, True),
+    ],
+    ids=str,
+)
+def test_activation_types_and_zero_points_match_the_interpreter(
+    weight: DataType, activation: DataType, zero_points: bool
+) -> None:
+    config = WgmmaDequantConfig(block_m=32, stages=3)
+    program = wgmma_dequant_matmul(
+        weight, GROUP_SIZE, config, activation_dtype=activation, zero_points=zero_points
+    )
+    k = math.lcm(GROUP_SIZE, config.block_k) * 2
+    kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
+    failure = _run(program, kernel, config, weight, activation, zero_points, weight.nbits)
+    assert failure is None, failure
