@@ -6,25 +6,34 @@ r <= 5 and a *box*; ``cp.async.bulk.tensor`` copies the box at given global coor
 shared memory at a 128-byte aligned address A, where the box's elements lie densely in
 row-major order (the tensor map's dimension 0, the innermost, fastest), their byte offsets
 then XORed by the map's swizzle mode (`swizzle_modes`), elements outside the tensor filled with
-zeros. So, for the box of extents (e_1, ..., e_r) in the layout's order (outermost first),
-element x is written at::
+zeros. A `TmaBox` keeps its extents (e_1, ..., e_r) and coordinates in the layout's (the
+tile's) order, outermost first, and an `order` (o_1, ..., o_r), a permutation of the tile's
+dimensions naming the box's dimensions outermost first (default the identity), so element x
+is written at::
 
-    A + swizzle(esz * (((x_1 e_2 + x_2) e_3 + ...) e_r + x_r))
+    A + swizzle(esz * (((x_o1 e_o2 + x_o2) e_o3 + ...) e_or + x_or))
 
-Rules of the map this module keeps: every box extent at most 256; the innermost extent a
-multiple of 16 bytes, and in a swizzled mode at most the mode's row (32, 64 or 128 bytes).
-The XOR acts on absolute addresses, so A must be a multiple of the mode's repeat as well.
+A tile of a permuted view is a box in another order. The activations A (m, k) row-major seen
+as A^T, ``GlobalLayout((k, m), (1, k))``, have their unit stride along dimension 0, so a
+(64, 64) f16 tile (k, t) of them is a box of order (1, 0): k innermost, each token's 64 values
+one 128-byte row, swizzled by the 128B mode exactly as ``SharedLayout((64, 64), (64, 64),
+(1, 64), row_swizzle(64, 16))`` places them (a K-major wgmma operand of A^T).
 
-`derive_box(layout, element_bits, origin, dims, extents)` finds the box of the tile of `layout`
-that spans `extents` (default: the whole extents) of `dims` at `origin` (a stage of a ring:
-dims (1, 2) of a (stages, rows, columns) layout at origin (s, 0, 0)): the box extents are
-those extents, the start the tile's first byte before the layout's swizzle, and the mode the
-first, widest first, whose address function equals the layout's at every element of the box
-(or None).
+Rules of the map this module keeps: every box extent at most 256; the innermost extent (along
+dimension ``order[-1]``) a multiple of 16 bytes, and in a swizzled mode at most the mode's row
+(32, 64 or 128 bytes). The XOR acts on absolute addresses, so A must be a multiple of the mode's
+repeat as well.
+
+`derive_box(layout, element_bits, origin, dims, extents, order)` finds the box of the tile of
+`layout` that spans `extents` (default: the whole extents) of `dims` at `origin` (a stage of a
+ring: dims (1, 2) of a (stages, rows, columns) layout at origin (s, 0, 0)) in `order`: the box
+extents are those extents, the start the tile's first byte before the layout's swizzle, and
+the mode the first, widest first, whose address function equals the layout's at every element
+of the box (or None).
 `TmaBox.claim(...)` states that equality for `proofs.check_equivalent`;
-`TmaBox.tensor_map_arguments(global_layout)` gives the map's arguments for a global tensor
-(TMA order: dimension 0 innermost), checked against the driver's rules, for the launch to
-encode.
+`TmaBox.tensor_map_arguments(global_layout)` gives the map's arguments for a global tensor of
+the tile's dimensions whose stride along ``order[-1]`` is 1 (TMA order: dimension 0 innermost,
+following `order`), checked against the driver's rules, for the launch to encode.
 """
 
 from __future__ import annotations
@@ -71,12 +80,15 @@ MAX_BOX_ELEMENTS = 1 << 20
 @dataclass(frozen=True)
 class TmaBox:
     """A box of `extents` (the layout's order, outermost first) of `element_bits`-bit elements
-    written at byte `start` of the allocation with `swizzle` (see the module docstring)."""
+    written at byte `start` of the allocation with `swizzle`; `order` lists the box's
+    dimensions (indices into `extents`) outermost first, a permutation (None: the identity,
+    which the field then holds). See the module docstring."""
 
     extents: tuple[int, ...]
     swizzle: str
     element_bits: int
     start: int
+    order: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         extents = tuple(self.extents) if isinstance(self.extents, Sequence) else None
@@ -88,12 +100,15 @@ class TmaBox:
             if check_int(extent, "TMA box extent", 1) > MAX_BOX_EXTENT:
                 raise LayoutError(f"TMA box: extent {extent} is past {MAX_BOX_EXTENT}")
         object.__setattr__(self, "extents", extents)
+        order = _check_order(self.order, len(extents))
+        object.__setattr__(self, "order", order)
         check_mode(self.swizzle, "TMA box")
         _check_element_bits(self.element_bits)
-        inner = extents[-1] * self.element_bits // 8
+        innermost = extents[order[-1]]
+        inner = innermost * self.element_bits // 8
         if inner % CHUNK_BYTES:
             raise LayoutError(
-                f"TMA box: the innermost extent {extents[-1]} is {inner} bytes; expected a "
+                f"TMA box: the innermost extent {innermost} is {inner} bytes; expected a "
                 "multiple of 16"
             )
         span = CHUNK_BYTES << SWIZZLE_BITS[self.swizzle]
@@ -121,10 +136,10 @@ class TmaBox:
 
     def byte_offset(self, *coord: Any) -> Any:
         """The byte offset (from the allocation) the copy writes box element `coord` at (ints,
-        NumPy arrays or `Expr`s, the layout's order)."""
+        NumPy arrays or `Expr`s, the layout's order), placed row-major in the box's `order`."""
         dense: Any = 0
-        for x, extent in zip(coord, self.extents):
-            dense = dense * extent + x
+        for dim in self.order:
+            dense = dense * self.extents[dim] + coord[dim]
         return self.start + byte_swizzle(self.swizzle)(dense * (self.element_bits // 8))
 
     def table(self) -> np.ndarray:
@@ -145,11 +160,12 @@ class TmaBox:
 
     def tensor_map_arguments(self, global_layout: GlobalLayout) -> dict[str, Any]:
         """The arguments of ``cuTensorMapEncodeTiled`` (but the data type and address) for a
-        global tensor `global_layout` of this box's rank whose last dimension has stride 1:
-        ``rank``, ``global_dim`` and ``box_dim`` (innermost first), ``global_strides`` (bytes,
-        dimensions 1 .. rank - 1), ``element_strides`` (all 1), ``swizzle`` (the mode's name).
-        Raises LayoutError where the driver's rules are not met (symbolic extents must be
-        bound first)."""
+        global tensor `global_layout` of the box's dimensions (the layout's order) whose
+        dimension ``order[-1]`` has stride 1: ``rank``, ``global_dim`` and ``box_dim`` (TMA
+        order: the box's dimensions innermost first, ``order`` reversed), ``global_strides``
+        (bytes, TMA dimensions 1 .. rank - 1), ``element_strides`` (all 1), ``swizzle`` (the
+        mode's name). Raises LayoutError where the driver's rules are not met (symbolic
+        extents must be bound first)."""
         if not isinstance(global_layout, GlobalLayout):
             raise LayoutError(f"TMA tensor map: {global_layout!r} is not a GlobalLayout")
         if global_layout.rank != len(self.extents):
@@ -163,15 +179,19 @@ class TmaBox:
                 raise LayoutError(
                     f"TMA tensor map: the global {what} {values} is symbolic; bind it first"
                 )
-        shape, strides = global_layout.shape, global_layout.strides
-        if strides[-1] != 1:
+        # TMA order: the box's innermost dimension first.
+        tma_order = tuple(reversed(self.order))
+        shape = tuple(global_layout.shape[d] for d in tma_order)
+        strides = tuple(global_layout.strides[d] for d in tma_order)
+        if strides[0] != 1:
             raise LayoutError(
-                f"TMA tensor map: the innermost global stride is {strides[-1]}; expected 1"
+                f"TMA tensor map: the innermost global stride is {strides[0]} (dimension "
+                f"{tma_order[0]}); expected 1"
             )
         for extent in shape:
             if extent > MAX_GLOBAL_EXTENT:
                 raise LayoutError(f"TMA tensor map: global extent {extent} is past 2^32")
-        byte_strides = [s * esz for s in strides[:-1]]
+        byte_strides = tuple(s * esz for s in strides[1:])
         for stride in byte_strides:
             if stride % CHUNK_BYTES or stride >= GLOBAL_STRIDE_LIMIT or stride == 0:
                 raise LayoutError(
@@ -180,9 +200,9 @@ class TmaBox:
                 )
         return {
             "rank": len(shape),
-            "global_dim": tuple(reversed(shape)),
-            "global_strides": tuple(reversed(byte_strides)),
-            "box_dim": tuple(reversed(self.extents)),
+            "global_dim": shape,
+            "global_strides": byte_strides,
+            "box_dim": tuple(self.extents[d] for d in tma_order),
             "element_strides": (1,) * len(shape),
             "swizzle": self.swizzle,
         }
@@ -194,16 +214,31 @@ def _check_element_bits(element_bits: object) -> int:
     return int(element_bits)
 
 
+def _check_order(order: object, rank: int) -> tuple[int, ...]:
+    """`order` as a tuple when it is a permutation of ``range(rank)`` (None: the identity);
+    LayoutError naming it otherwise."""
+    if order is None:
+        return tuple(range(rank))
+    entries = tuple(order) if isinstance(order, Sequence) and not isinstance(order, str) else ()
+    if not (all(is_int(d) for d in entries) and sorted(entries) == list(range(rank))):
+        raise LayoutError(
+            f"TMA box: order={order!r}; expected a permutation of {tuple(range(rank))}"
+        )
+    return tuple(int(d) for d in entries)
+
+
 def derive_box(
     layout: SharedLayout,
     element_bits: int,
     origin: Sequence[int] | None = None,
     dims: Sequence[int] | None = None,
     extents: Sequence[int] | None = None,
+    order: Sequence[int] | None = None,
 ) -> TmaBox | None:
-    """The box that writes the tile of `layout` spanning `extents` (default: the whole
-    extents) of `dims` (default: every dimension) at `origin` (a full coordinate; default: the
-    layout's first element), or
+    """The box in `order` (the tile's dimensions, indices into `dims`, outermost first;
+    default: the identity) that writes the tile of `layout` spanning `extents` (default: the
+    whole extents) of `dims` (default: every dimension) at `origin` (a full coordinate;
+    default: the layout's first element), or
     None when no swizzle mode writes it as the layout places it or the tile breaks a rule of
     the map (a box extent past 256, an innermost extent not a multiple of 16 bytes, a start
     not 128-byte aligned). The result's address function equals the layout's on every
@@ -221,6 +256,7 @@ def derive_box(
         extents = tuple(layout.shape[d] if is_int(d) and 0 <= d < layout.rank else 0 for d in dims)
     extents = tuple(extents)
     corner = check_tile(layout, origin, dims, extents, "TMA box")
+    order = _check_order(order, len(dims))
     if math.prod(extents) > MAX_BOX_ELEMENTS:
         raise LayoutError(
             f"TMA box: {math.prod(extents)} elements; at most {MAX_BOX_ELEMENTS} are compared"
@@ -229,7 +265,7 @@ def derive_box(
     wanted = ByteMap("layout", extents, layout_bytes(layout, element_bits, corner, dims)).table()
     for swizzle in SWIZZLE_BITS:
         try:
-            box = TmaBox(extents, swizzle, element_bits, start)
+            box = TmaBox(extents, swizzle, element_bits, start, order)
         except LayoutError:
             continue  # this mode's rules exclude the tile
         if (box.table() == wanted).all():
