@@ -18,10 +18,12 @@ A shared tensor's bulk copies qualify (`plan_bulk_copies`) when
   that);
 - every wait on the tensor names a tile at constant trailing offsets that is a union of whole
   slots (it waits on each of their barriers);
-- each source view has a unit innermost stride and its other strides are known multiples of 16
-  bytes (the int parameters they read declared multiples, `int_param(multiple_of=...)`); its
-  extents and strides are read at launch, where `tensor_map_arguments` checks the driver's
-  other rules.
+- every source view has a dimension of stride exactly 1, the same one for all: the box's
+  innermost, the others keep their order (`unit_stride_order`, the box's `order`), so A^T of a
+  row-major A, ``GlobalLayout((k, m), (1, k))``, is copied k innermost; the view's other
+  strides are known multiples of 16 bytes (the int parameters they read declared multiples,
+  `int_param(multiple_of=...)`); its extents and strides are read at launch, where
+  `tensor_map_arguments` checks the driver's other rules.
 
 The barriers: one ``mbarrier`` (8 bytes of static shared memory) per slot of each stage,
 initialised with an arrival count of 1 when the kernel starts. A copy into slot j of stage s
@@ -35,7 +37,8 @@ one phase behind at most.
 
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
-launch's int arguments (`backend.kernel.KernelTensorMapParam`), cached per those values.
+launch's int arguments, in the box's order (`backend.kernel.KernelTensorMapParam`), cached per
+those values; a copy passes its coordinates in that order too, innermost first.
 `BulkTensorPlan.claims` states, per stage and slot, that the box writes each element where the
 layout holds it, for `proofs.lowering_validation.validate_lowering`.
 """
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from backend.tensor_core import Claim, arch_number
@@ -55,6 +58,7 @@ from layout_algebra.errors import LayoutError
 from layout_algebra.symbolic import Expr
 from layout_algebra.symbolic.divisors import known_divisor
 from layout_algebra.tma_box import ELEMENT_BITS, MAX_RANK, TmaBox, derive_box
+from layout_algebra.validation import is_int
 
 BULK_COPY_ARCH = 90
 """The first architecture with bulk tensor copies (sm_90)."""
@@ -229,6 +233,16 @@ class BulkCopies:
 NO_BULK_COPIES = BulkCopies({}, ())
 
 
+def unit_stride_order(strides: Sequence[Expr | int]) -> tuple[int, ...] | None:
+    """The dimensions of a view of `strides`, outermost first, in the order its tiles are
+    copied: the last one whose stride is exactly 1 innermost, the others in their order; None
+    when no stride is 1. ``(k, 1)`` gives (0, 1), ``(1, k)`` (A^T of a row-major A) (1, 0)."""
+    units = [d for d, stride in enumerate(strides) if is_int(stride) and stride == 1]
+    if not units:
+        return None
+    return (*(d for d in range(len(strides)) if d != units[-1]), units[-1])
+
+
 def _constant_origin(offsets: tuple[Expr, ...]) -> tuple[int, ...] | None:
     """The values of `offsets` when all are constants, else None."""
     if not all(o.is_const for o in offsets):
@@ -240,21 +254,28 @@ def _tensor_plan(
     tensor: SharedTensor,
     copies: list[instructions.CopyBulk],
     waits: list[instructions.CopyBulkWait],
+    divisor: Callable[[Expr | int], int],
 ) -> BulkTensorPlan | None:
-    """The plan of `tensor`'s bulk copies, or None where one of them does not qualify."""
+    """The plan of `tensor`'s bulk copies, or None where one of them does not qualify
+    (`divisor` as `plan_bulk_copies`'s)."""
     bits = tensor.dtype.nbits
     shapes = {copy.shape for copy in copies}
-    if bits not in ELEMENT_BITS or len(shapes) != 1:
+    orders = {unit_stride_order(copy.src.layout.strides) for copy in copies}
+    if bits not in ELEMENT_BITS or len(shapes) != 1 or len(orders) != 1 or None in orders:
         return None
-    (shape,) = shapes
+    (shape,), (order,) = shapes, orders
+    for copy in copies:
+        # Every stride but the unit one: a multiple of 16 bytes for every argument.
+        strides = copy.src.layout.strides
+        if any(divisor(strides[d]) * (bits // 8) % 16 for d in order[:-1]):
+            return None
     rank, lead = len(shape), len(tensor.shape) - len(shape)
     if not 1 <= rank <= MAX_RANK or lead < 0:
         return None
     slots: list[tuple[int, ...]] = []
     for copy in copies:
         origin = _constant_origin(copy.dst_offsets[lead:])
-        strides = copy.src.layout.strides
-        if origin is None or not (isinstance(strides[-1], int) and strides[-1] == 1):
+        if origin is None:
             return None
         if origin not in slots:
             slots.append(origin)
@@ -273,7 +294,7 @@ def _tensor_plan(
         for slot in slots:
             full = (*stage, *slot)
             try:
-                box = derive_box(tensor.layout, bits, full, dims, shape)
+                box = derive_box(tensor.layout, bits, full, dims, shape, order)
             except LayoutError:
                 return None
             if box is None:
@@ -307,8 +328,8 @@ def plan_bulk_copies(
     """The bulk copies of `program` written as TMA on `arch` (see the module docstring): none
     before sm_90 or without an architecture. `divisor(stride)` is a number every value of a
     source stride is a multiple of (the lowering's, which knows the int parameters declared
-    multiples): each stride but the innermost must be a multiple of 16 bytes for every
-    argument, as a tensor map requires."""
+    multiples): each stride but the unit one (the box's innermost) must be a multiple of 16
+    bytes for every argument, as a tensor map requires."""
     if arch is None or arch_number(arch) < BULK_COPY_ARCH:
         return NO_BULK_COPIES
     copies: dict[str, list[instructions.CopyBulk]] = {}
@@ -322,14 +343,7 @@ def plan_bulk_copies(
             waits.setdefault(instruction.dst.name, []).append(instruction)
     plans = {}
     for name, tensor in tensors.items():
-        esz = tensor.dtype.nbits // 8
-        if any(
-            divisor(stride) * esz % 16
-            for copy in copies[name]
-            for stride in copy.src.layout.strides[:-1]
-        ):
-            continue
-        plan = _tensor_plan(tensor, copies[name], waits.get(name, []))
+        plan = _tensor_plan(tensor, copies[name], waits.get(name, []), divisor)
         if plan is not None:
             plans[name] = plan
     maps: dict[tuple[str, TmaBox], TensorMapUse] = {}

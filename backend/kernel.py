@@ -347,11 +347,12 @@ class KernelTensorMapParam:
     """A tensor map (CUDA's 128-byte ``CUtensorMap``) passed after the signature's parameters,
     which the launch encodes for a kernel's bulk tensor copies (`backend.bulk_copy`): the
     elements of `element_bits` bits of array argument `array` as a tensor of extents `shape`
-    and strides `strides` (elements, outermost first, the last stride 1; ints or `Expr`s over
-    the int parameters), read in boxes of `box` extents (outermost first) with the swizzle
-    mode `swizzle` ("none", "32B", "64B" or "128B"), zeros outside the tensor. The launch
-    raises `LaunchError` where the driver's rules are not met (a stride that is not a multiple
-    of 16 bytes, an extent past 2^32)."""
+    and strides `strides` (elements, the view's order; ints or `Expr`s over the int
+    parameters), read in boxes of `box` extents (the same order) whose dimensions, outermost
+    first, are `order` (None: the identity; the stride along ``order[-1]`` is 1), with the
+    swizzle mode `swizzle` ("none", "32B", "64B" or "128B"), zeros outside the tensor. The
+    launch raises `LaunchError` where the driver's rules are not met (a stride that is not a
+    multiple of 16 bytes, an extent past 2^32)."""
 
     name: str
     array: str
@@ -360,6 +361,7 @@ class KernelTensorMapParam:
     strides: tuple[int | Expr, ...]
     box: tuple[int, ...]
     swizzle: str
+    order: tuple[int, ...] | None = None
 
     def arguments(self, ints: Mapping[str, int]) -> dict[str, Any]:
         """The ``cuTensorMapEncodeTiled`` arguments (but the address and data type) at the
@@ -372,7 +374,7 @@ class KernelTensorMapParam:
             layout = GlobalLayout(
                 tuple(value(e) for e in self.shape), tuple(value(e) for e in self.strides)
             )
-            box = TmaBox(self.box, self.swizzle, self.element_bits, 0)
+            box = TmaBox(self.box, self.swizzle, self.element_bits, 0, self.order)
             return box.tensor_map_arguments(layout)
         except (LayoutError, ArithmeticError) as error:
             raise LaunchError(

@@ -217,6 +217,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 tuple(use.source.layout.strides),
                 use.box.extents,
                 use.box.swizzle,
+                use.box.order,
             )
             for use in self.bulk.maps
         )

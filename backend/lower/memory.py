@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from backend.bulk_copy import unit_stride_order
 from backend.cuda_codegen import (
     VECTOR_TYPES,
     pack_expression,
@@ -56,7 +57,10 @@ ENUMERATION_LIMIT = 256
 
 
 def default_copy_layout(
-    shape: Sequence[int], element_bits: int, num_threads: int
+    shape: Sequence[int],
+    element_bits: int,
+    num_threads: int,
+    order: Sequence[int] | None = None,
 ) -> RegisterLayout:
     """The layout a `copy_async` without one is spread by.
 
@@ -64,8 +68,14 @@ def default_copy_layout(
     of at most 16 bytes that divides the last extent (1 for elements that do not divide 128
     bits); the runs are dealt by ``auto_local_spatial(num_threads, shape with the last extent
     divided by v)``, whose leftover threads replicate (replicas do not copy twice).
+    With `order` (a permutation of the dimensions) the runs go along dimension ``order[-1]``
+    instead: the layout of the tile with its dimensions in `order`, permuted back (a bulk copy
+    from a view whose unit stride is not the last, `backend.bulk_copy.unit_stride_order`).
     """
     shape = tuple(shape)
+    if order is not None and tuple(order) != tuple(range(len(shape))):
+        permuted = default_copy_layout([shape[d] for d in order], element_bits, num_threads)
+        return permuted.permute([list(order).index(d) for d in range(len(shape))])
     if not shape:
         return replicate(num_threads)
     run = 128 // element_bits if 128 % element_bits == 0 else 1
@@ -743,8 +753,16 @@ class MemoryLowering(LoweringContext):
         dst, src = instruction.dst, instruction.src
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
+            # Runs along the source's unit-stride dimension, 16-byte vectors where it allows.
+            order = unit_stride_order(src.layout.strides)
+            layout = default_copy_layout(instruction.shape, src.dtype.nbits, self.threads, order)
             copy = instructions.CopyAsync(
-                dst, src, instruction.src_offsets, instruction.dst_offsets, instruction.shape, None
+                dst,
+                src,
+                instruction.src_offsets,
+                instruction.dst_offsets,
+                instruction.shape,
+                layout,
             )
             self.visit_copy_async(copy)
             return
@@ -754,9 +772,11 @@ class MemoryLowering(LoweringContext):
         slots = len(plan.slots)
         barrier = f"&la_bar_{dst.name}[({stage}) * {slots} + {slot}]"
         address = f"{dst.name} + ({plan.slot_starts[slot]} + ({stage}) * {plan.stage_bytes})"
-        # The tensor map's coordinates: innermost first, 32-bit (outside the tensor: zeros).
+        # The tensor map's coordinates: the box's innermost dimension first, 32-bit (outside
+        # the tensor: zeros).
         coords = ", ".join(
-            f"(int)({self.c(as_expr(o))})" for o in reversed(instruction.src_offsets)
+            f"(int)({self.c(as_expr(instruction.src_offsets[d]))})"
+            for d in reversed(plan.box.order)
         )
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)

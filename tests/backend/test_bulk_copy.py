@@ -1,28 +1,45 @@
 """`backend.bulk_copy`: which bulk copies become TMA copies, the code written for them and for
-the fallback, their proofs, and the tensor maps a launch encodes (with a fake driver)."""
+the fallback, their proofs, and the tensor maps a launch encodes (with a fake driver).
+
+A permuted view - A^T of a row-major A, its unit stride along dimension 0 - is copied with its
+box in order (1, 0): the plan, the TMA coordinates (k first), the proofs, the map a launch
+encodes; its fallback copies 16-byte vectors along k; the interpreter, and the fallback's
+kernel under the CPU emulation (test_lower_emulated.py), give NumPy's transpose.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from backend.bulk_copy import plan_bulk_copies
+from backend.bulk_copy import plan_bulk_copies, unit_stride_order
 from backend.device import KernelResources, LoadedFunction
 from backend.errors import LaunchError
 from backend.kernel import Kernel, KernelArrayParam, KernelIntParam, KernelTensorMapParam
 from backend.lower import lower
+from backend.lower.memory import default_copy_layout
 from backend.nvrtc import compile_cuda
-from ir import dtypes
+from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.examples.matmul import matmul
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.interop import to_cute
 from layout_algebra.register import spatial
-from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from layout_algebra.shared import (
+    SharedLayout,
+    row_swizzle,
+    shared_row_major,
+    shared_row_major_swizzle,
+)
 from layout_algebra.symbolic import var
+from layout_algebra.tma_box import TmaBox
 from proofs.lowering_validation import validate_lowering
 
 F16 = dtypes.f16
@@ -61,6 +78,51 @@ def ring_program(
             b.store_global(y, tile, [t * 32, 0])
             b.sync()
     return b.program()
+
+
+TILE_K = TILE_M = 64
+STAGES = 3
+
+
+def transposed_ring(multiple: int = 8):
+    """A^T tiles: x (m, k) row-major seen as x^T (k, m), ``GlobalLayout((k, m), (1, k))``;
+    block b copies k-tile t of its 64 tokens into stage t % 3 of a ring of K-major tiles,
+    ``(s, k, t)`` at ``s * 4096 + swizzle(64 t + k)`` (each token's 64 k values one 128-byte
+    row), waits, and stores the tile to y = x^T (k, m) row-major. `multiple`: what k is
+    declared a multiple of (8 keeps x's rows 16-byte aligned)."""
+    ring_layout = SharedLayout(
+        (STAGES, TILE_K, TILE_M),
+        (STAGES, TILE_K, TILE_M),
+        (TILE_M * TILE_K, 1, TILE_K),
+        row_swizzle(TILE_K, 16),
+    )
+    with ProgramBuilder("transposed_ring", 128) as b:
+        m = b.int_param("m")
+        k = b.int_param("k", multiple_of=multiple)
+        x = b.global_view(b.array_param("x", F16), F16, GlobalLayout((k, m), (1, k)))
+        y = b.global_view(b.array_param("y", F16), F16, GlobalLayout((k, m), (m, 1)))
+        b.grid((m + TILE_M - 1) // TILE_M)
+        ring = b.shared_tensor(F16, ring_layout)
+        with b.for_range((k + TILE_K - 1) // TILE_K) as t:
+            stage = t % STAGES
+            tokens = b.block_x * TILE_M
+            b.copy_bulk(ring, x, [t * TILE_K, tokens], [stage, 0, 0], shape=(TILE_K, TILE_M))
+            b.copy_bulk_wait(ring, [stage, 0, 0])
+            tile = b.load_shared(ring, spatial(64, 2).local(1, 32), [stage, 0, 0])
+            b.store_global(y, tile, [t * TILE_K, tokens])
+            b.sync()
+    return b.program()
+
+
+def transposed_arguments(m: int, k: int, seed: int = 0) -> list:
+    """(m, k, x, y) of `transposed_ring`: x random f16 codes (m, k) row-major, y zeros."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 1 << 16, m * k, dtype=np.int64).astype(np.uint16)
+    return [m, k, x, np.zeros_like(x)]
+
+
+# Rows of a partial last block and a partial last k-tile; 5 k-tiles wrap the 3 stages.
+TRANSPOSED_SIZES = ((100, 264), (57, 72))
 
 
 def test_a_swizzled_ring_is_planned_with_one_barrier_per_stage() -> None:
@@ -117,6 +179,98 @@ def test_copies_that_do_not_qualify_fall_back(program, why: str) -> None:
     assert "la_cp_async_16(" in body and "la_mbarrier" not in body
 
 
+@pytest.mark.parametrize(
+    ("strides", "order"),
+    [
+        ((var("k"), 1), (0, 1)),  # row-major: the identity
+        ((1, var("k")), (1, 0)),  # A^T of a row-major A: k innermost
+        ((var("a"), 1, var("b")), (0, 2, 1)),  # the others keep their order
+        ((1, 1), (0, 1)),  # two unit strides: the last is the innermost
+        ((var("k"), 2), None),  # no unit stride: no box
+    ],
+)
+def test_unit_stride_order_table(strides, order) -> None:
+    assert unit_stride_order(strides) == order
+
+
+def test_a_transposed_ring_is_planned_k_innermost() -> None:
+    """Planned by the lowering, which knows k a multiple of 8 (x's rows whole 16 bytes)."""
+    (plan,) = lower(transposed_ring(), "sm_90a").plans
+    assert plan.box == TmaBox((64, 64), "128B", 16, 0, (1, 0))
+    assert (plan.stages, plan.stage_bytes, plan.slots, plan.count) == ((3,), 8192, ((0, 0),), 3)
+
+
+def test_a_transposed_view_of_unaligned_rows_falls_back() -> None:
+    """k a multiple of 4 only: x's rows, dimension 1's stride (the one that is not 1), may
+    not be whole 16-byte chunks."""
+    kernel = lower(transposed_ring(multiple=4), "sm_90a")
+    assert kernel.plans == () and kernel.tensor_maps == ()
+
+
+def test_the_transposed_copy_passes_the_k_coordinate_first() -> None:
+    kernel = lower(transposed_ring(), "sm_90a")
+    (call,) = re.findall(r"la_tma_load_2d\((.*)\);", kernel.source)
+    loop = re.search(r"for \(long long (\w+) = 0;", kernel.source).group(1)
+    assert call.endswith(f"(int)({loop} * 64), (int)(block_x * 64)")
+    (tensor_map,) = kernel.tensor_maps
+    assert (repr(tensor_map.shape), repr(tensor_map.strides)) == ("(k, m)", "(1, k)")
+    assert (tensor_map.box, tensor_map.swizzle, tensor_map.order) == ((64, 64), "128B", (1, 0))
+
+
+def test_the_transposed_copy_falls_back_to_16_byte_vectors_along_k() -> None:
+    """Without TMA each thread copies 8 consecutive k (16 bytes, contiguous in x and in the
+    ring's rows) of 4 tokens; runs along the last dimension would be 2-byte elements."""
+    layout = default_copy_layout((64, 64), 16, 128, (1, 0))
+    # (k, t): thread bits 0-2 step k by 8, bits 3-6 step t; registers 0-7 are k + 0..7, and
+    # their blocks of 8 step t by 16.
+    assert to_cute(layout) == "((8,16),(8,4)):((8,64),(1,1024))"
+    assert layout == default_copy_layout((64, 64), 16, 128).permute(1, 0)
+    for arch, options in (("sm_80", {}), ("sm_90a", {"tma": False})):
+        kernel = lower(transposed_ring(), arch, **options)
+        body = kernel.source[kernel.source.index('extern "C"') :]
+        assert body.count("la_cp_async_16(") == 4 and "la_tma_load" not in body
+        # (y's rows of m elements are stored element by element: m is any int.)
+        generic = [step.describe() for step in kernel.report.generic_in_loops()]
+        assert not [step for step in generic if "copy" in step]
+
+
+@pytest.mark.parametrize(("m", "k"), TRANSPOSED_SIZES)
+def test_the_transposed_ring_in_the_interpreter_is_the_transpose(m: int, k: int) -> None:
+    arguments = transposed_arguments(m, k)
+    run_reference(transposed_ring(), *arguments, grid=-(-m // 64))
+    np.testing.assert_array_equal(arguments[3].reshape(k, m), arguments[2].reshape(m, k).T)
+
+
+@pytest.fixture(scope="module")
+def emulation():
+    """test_lower_emulated.py, loaded by path (its CPU emulation of generated kernels)."""
+    if "lower_emulated" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "lower_emulated", Path(__file__).with_name("test_lower_emulated.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lower_emulated"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["lower_emulated"]
+
+
+def test_the_transposed_fallback_matches_the_interpreter_emulated(
+    emulation, tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str
+) -> None:
+    """The cp.async fallback's kernel (TMA has no host emulation) under the CPU emulation:
+    bit for bit the interpreter's transpose."""
+    program = transposed_ring()
+    emulator = emulation._emulator(
+        [lower(program, "sm_90a", tma=False)], tmp_path_factory, cxx_compiler
+    )
+    for m, k in TRANSPOSED_SIZES:
+        expected = transposed_arguments(m, k)
+        run_reference(program, *expected, grid=-(-m // 64))
+        actual = transposed_arguments(m, k)
+        emulator.run(0, actual, (-(-m // 64),))
+        np.testing.assert_array_equal(actual[3], expected[3])
+
+
 def test_no_tma_before_sm_90() -> None:
     assert plan_bulk_copies(ring_program(), "sm_80").tensors == {}
     assert plan_bulk_copies(ring_program(), None).tensors == {}
@@ -151,8 +305,12 @@ def test_the_kernel_issues_one_copy_from_thread_0_and_waits_on_the_stage_parity(
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize(
     "program",
-    [ring_program(), matmul(256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True, bulk=True)],
-    ids=["ring", "wgmma-matmul"],
+    [
+        ring_program(),
+        matmul(256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True, bulk=True),
+        transposed_ring(),
+    ],
+    ids=["ring", "wgmma-matmul", "transposed-ring"],
 )
 def test_bulk_kernels_compile_and_their_boxes_are_proved(program, arch: str) -> None:
     kernel = lower(program, arch)
@@ -204,11 +362,12 @@ def test_a_stride_the_driver_refuses_is_a_launch_error() -> None:
 @dataclass
 class MapDevice:
     """A driver stand-in that hands out allocations, encodes maps as their arguments' hash and
-    records every launch's tensor-map words."""
+    records every launch's tensor-map words (kernel parameter `map_index`)."""
 
     encoded: list[tuple[int, int, dict]] = field(default_factory=list)
     launched: list[list[int]] = field(default_factory=list)
     next_address: int = 0x7F00_0000_0000
+    map_index: int = 3
 
     def allocate(self, nbytes: int) -> int:
         address, self.next_address = self.next_address, self.next_address + nbytes + 256
@@ -228,8 +387,8 @@ class MapDevice:
         return [address & 0xFFFF, element_bits] + [len(self.encoded)] * 14
 
     def launch(self, function, grid, block, shared, stream, parameters, waits, programmatic=False):
-        pointers = (ctypes.c_void_p * 4).from_address(parameters)
-        words = (ctypes.c_uint64 * 16).from_address(pointers[3])
+        pointers = (ctypes.c_void_p * (self.map_index + 1)).from_address(parameters)
+        words = (ctypes.c_uint64 * 16).from_address(pointers[self.map_index])
         self.launched.append(list(words))
 
 
@@ -275,6 +434,39 @@ def test_a_launch_encodes_each_map_once_per_address_and_shape() -> None:
     assert [entry[2]["global_dim"] for entry in device.encoded] == [(64, 100), (64, 200), (64, 100)]
     assert [words[2] for words in device.launched] == [1, 1, 2, 3]
     assert device.launched[-1][:2] == [other & 0xFFFF, 16]
+
+
+def test_a_launch_encodes_the_transposed_map_in_tma_order() -> None:
+    """The lowered transposed ring's signature (m, k, x, y, then its map): at m=100, k=264 the
+    map is x^T's extents and row stride k innermost first, and the box (64 k, 64 tokens)."""
+    lowered = lower(transposed_ring(), "sm_90a")
+    device = MapDevice(map_index=4)
+    signature = ("entry", "params", "block_threads", "shared_bytes", "grid", "tensor_maps")
+    kernel = Kernel(
+        source="",
+        cubin=b"",
+        arch="sm_90a",
+        device=device,
+        **{name: getattr(lowered, name) for name in signature},
+    )
+    m, k = 100, 264
+    x, y = device.allocate(2 * m * k), device.allocate(2 * m * k)
+    kernel(m, k, FakeArray(x, m * k), FakeArray(y, m * k))
+    assert device.encoded == [
+        (
+            x,
+            16,
+            {
+                "rank": 2,
+                "global_dim": (264, 100),
+                "global_strides": (528,),
+                "box_dim": (64, 64),
+                "element_strides": (1, 1),
+                "swizzle": "128B",
+            },
+        )
+    ]
+    assert device.launched[0][:3] == [x & 0xFFFF, 16, 1]
 
 
 def test_the_encoded_maps_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,11 +4,18 @@ Rings of shared stages filled by `copy_bulk` and read back by every thread after
 `copy_bulk_wait`, for 8-, 16- and 32-bit elements, with and without a swizzle, whole stages and
 64-column slots, at row counts that leave a partial last tile (the tensor map fills zeros); on an
 sm_90 GPU each copy must have become a bulk tensor copy (the kernel has tensor maps); each
-launch (two row counts) encodes its own map. The matmul example's bulk forms
-run through `gpu_examples_main` (the differential test and the sanitizers).
+launch (two row counts) encodes its own map. A ring of A^T tiles (test_bulk_copy.py's
+`transposed_ring`: a permuted view, its box k innermost, over 3 stages and 2 blocks of partial
+tokens and k) gives NumPy's transpose; test_bulk_copy.py lowers and proves it and compiles it
+for sm_90a without a GPU. The matmul example's bulk forms run through `gpu_examples_main` (the
+differential test and the sanitizers).
 """
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +33,14 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 ROWS = 32
+
+if "bulk_copy_tests" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        "bulk_copy_tests", Path(__file__).with_name("test_bulk_copy.py")
+    )
+    sys.modules["bulk_copy_tests"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["bulk_copy_tests"])
+bulk_copy_tests = sys.modules["bulk_copy_tests"]
 
 
 def ring(dtype, columns: int, layout, slot: int):
@@ -61,24 +76,46 @@ CASES = {
 }
 
 
+def _compiled(program):
+    """`program` compiled for this GPU, with tensor maps exactly where it is an sm_90."""
+    kernel = backend.compile(program)
+    major, _ = torch.cuda.get_device_capability()
+    assert (len(kernel.lowered.tensor_maps) > 0) == (major >= 9)
+    return kernel
+
+
+def _interpreter_and_gpu(program, kernel, ints: tuple[int, ...], x: np.ndarray, grid: int):
+    """y of ``program(*ints, x, y)`` (y zeros; unsigned codes) from the interpreter and from
+    the GPU."""
+    expected = np.zeros_like(x)
+    run_reference(program, *ints, x, expected, grid=grid)
+    signed = {1: np.uint8, 2: np.int16, 4: np.int32}[x.itemsize]  # torch's storage types
+    device_x = torch.from_numpy(x.view(signed)).cuda()
+    device_y = torch.zeros_like(device_x)
+    kernel(*ints, device_x, device_y, grid=grid)
+    torch.cuda.synchronize()
+    return expected, device_y.cpu().numpy().view(x.dtype)
+
+
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_bulk_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
     dtype, columns, layout, slot = CASES[case]
     program = ring(dtype, columns, layout, slot)
-    kernel = backend.compile(program)
-    major, _ = torch.cuda.get_device_capability()
-    assert (len(kernel.lowered.tensor_maps) > 0) == (major >= 9)
+    kernel = _compiled(program)
     numpy_type = {8: np.uint8, 16: np.uint16, 32: np.uint32}[dtype.nbits]
-    signed = {8: np.uint8, 16: np.int16, 32: np.int32}[dtype.nbits]  # torch's storage types
     for m in (3 * ROWS + 5, ROWS - 7):
         rng = np.random.default_rng(m)
         x = rng.integers(0, 1 << dtype.nbits, m * columns, dtype=np.int64).astype(numpy_type)
-        expected = np.zeros_like(x)
-        run_reference(program, m, x, expected, grid=1)
+        expected, got = _interpreter_and_gpu(program, kernel, (m,), x, 1)
         np.testing.assert_array_equal(expected, x)
-        device_x = torch.from_numpy(x.view(signed)).cuda()
-        device_y = torch.zeros_like(device_x)
-        kernel(m, device_x, device_y, grid=1)
-        torch.cuda.synchronize()
-        got = device_y.cpu().numpy().view(numpy_type)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_transposed_ring_matches_the_interpreter_bit_for_bit() -> None:
+    program = bulk_copy_tests.transposed_ring()
+    kernel = _compiled(program)
+    for m, k in bulk_copy_tests.TRANSPOSED_SIZES:
+        _, _, x, _ = bulk_copy_tests.transposed_arguments(m, k)
+        expected, got = _interpreter_and_gpu(program, kernel, (m, k), x, -(-m // 64))
+        np.testing.assert_array_equal(expected.reshape(k, m), x.reshape(m, k).T)
         np.testing.assert_array_equal(got, expected)
