@@ -55,6 +55,7 @@ from ir import instructions
 from ir.program import Program
 from ir.values import GlobalTensor, SharedTensor
 from layout_algebra.errors import LayoutError
+from layout_algebra.swizzle_modes import SWIZZLE_BITS
 from layout_algebra.symbolic import Expr
 from layout_algebra.symbolic.divisors import known_divisor
 from layout_algebra.tma_box import ELEMENT_BITS, MAX_RANK, TmaBox, derive_box
@@ -250,6 +251,34 @@ def _constant_origin(offsets: tuple[Expr, ...]) -> tuple[int, ...] | None:
     return tuple(o.value for o in offsets)
 
 
+def _boxes(
+    tensor: SharedTensor,
+    stages: tuple[int, ...],
+    slots: list[tuple[int, ...]],
+    dims: tuple[int, ...],
+    shape: tuple[int, ...],
+    order: tuple[int, ...],
+    mode: str,
+) -> list[tuple[tuple[int, ...], TmaBox]] | None:
+    """(origin, box) of every slot of every stage of `tensor` (stages in row-major order, the
+    order of their linear index, `BulkTensorPlan.stage_index`) in swizzle `mode`, or None
+    where one has no such box."""
+    checked = []
+    for stage in itertools.product(*(range(extent) for extent in stages)):
+        for slot in slots:
+            full = (*stage, *slot)
+            try:
+                box = derive_box(
+                    tensor.layout, tensor.dtype.nbits, full, dims, shape, order, [mode]
+                )
+            except LayoutError:
+                return None
+            if box is None:
+                return None
+            checked.append((full, box))
+    return checked
+
+
 def _tensor_plan(
     tensor: SharedTensor,
     copies: list[instructions.CopyBulk],
@@ -288,18 +317,14 @@ def _tensor_plan(
     if math.prod(stages) * len(slots) > MAX_BARRIERS:
         return None
     dims = tuple(range(lead, len(tensor.shape)))
-    checked = []
-    # Stages in row-major order: the order of their linear index (`stage_index`).
-    for stage in itertools.product(*(range(extent) for extent in stages)):
-        for slot in slots:
-            full = (*stage, *slot)
-            try:
-                box = derive_box(tensor.layout, bits, full, dims, shape, order)
-            except LayoutError:
-                return None
-            if box is None:
-                return None
-            checked.append((full, box))
+    # The first swizzle mode (widest first) that writes every stage's every slot: a small tile
+    # may match several modes, and its stages need one.
+    for mode in SWIZZLE_BITS:
+        checked = _boxes(tensor, stages, slots, dims, shape, order, mode)
+        if checked is not None:
+            break
+    else:
+        return None
     first = checked[0][1]
     slot_starts = tuple(box.start for _, box in checked[: len(slots)])
     stage_bytes = checked[len(slots)][1].start - first.start if len(checked) > len(slots) else 0

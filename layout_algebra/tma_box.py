@@ -234,6 +234,7 @@ def derive_box(
     dims: Sequence[int] | None = None,
     extents: Sequence[int] | None = None,
     order: Sequence[int] | None = None,
+    modes: Sequence[str] | None = None,
 ) -> TmaBox | None:
     """The box in `order` (the tile's dimensions, indices into `dims`, outermost first;
     default: the identity) that writes the tile of `layout` spanning `extents` (default: the
@@ -243,9 +244,14 @@ def derive_box(
     the map (a box extent past 256, an innermost extent not a multiple of 16 bytes, a start
     not 128-byte aligned). The result's address function equals the layout's on every
     element of the box (checked on all of them; `TmaBox.claim` states it for the solver).
+    `modes` names the swizzle modes tried, in order (default: every mode, widest first): a
+    small tile may match several, and the tiles of one tensor map need one they all match.
     Raises LayoutError for arguments that name no such tile.
     """
     element_bits = _check_element_bits(element_bits)
+    modes = tuple(SWIZZLE_BITS) if modes is None else tuple(modes)
+    for mode in modes:
+        check_mode(mode, "TMA box")
     if not isinstance(layout, SharedLayout):
         raise LayoutError(f"TMA box: {layout!r} is not a SharedLayout")
     dims = tuple(range(layout.rank)) if dims is None else tuple(dims)
@@ -263,7 +269,7 @@ def derive_box(
         )
     start = layout_bytes(unswizzled(layout), element_bits, corner, dims)(*(0,) * len(dims))
     wanted = ByteMap("layout", extents, layout_bytes(layout, element_bits, corner, dims)).table()
-    for swizzle in SWIZZLE_BITS:
+    for swizzle in modes:
         try:
             box = TmaBox(extents, swizzle, element_bits, start, order)
         except LayoutError:
