@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.bulk_copy import BulkTensorPlan
 from backend.lower import lower
 from backend.nvrtc import compile_cuda
 from backend.wgmma import WgmmaPlan
@@ -231,6 +232,28 @@ def test_the_dot_runs_as_wgmma_with_a_from_registers(kernel) -> None:
     assert calls == 16
     for claim in plan.claims():
         assert check_equivalent(claim.emitted, claim.required).holds, claim.name
+
+
+@pytest.mark.parametrize(
+    ("config", "swizzle", "copies"),
+    [
+        (WgmmaDequantConfig(), "128B", 1),
+        (WgmmaDequantConfig(units_k=8, block_m=24, stages=2), "128B", 2),
+        # 32-byte rows of 8 tokens: the first stage matches the 128-byte mode as well, the
+        # others only the 32-byte one, which the plan takes for all.
+        (WgmmaDequantConfig(units_k=1, block_m=8, stages=6), "32B", 1),
+    ],
+    ids=str,
+)
+def test_the_activations_come_by_tma_in_panels(
+    config: WgmmaDequantConfig, swizzle: str, copies: int
+) -> None:
+    """One TMA box per 64-wide panel of k of each stage, k innermost, one swizzle mode."""
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    (plan,) = [plan for plan in lowered.plans if isinstance(plan, BulkTensorPlan)]
+    assert (plan.box.swizzle, plan.box.order, len(plan.slots)) == (swizzle, (1, 0), copies)
+    assert plan.stages == (config.stages,)
+    assert any(isinstance(plan, WgmmaPlan) for plan in lowered.plans)
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:

@@ -306,8 +306,22 @@ def test_bad_global_tensors_of_a_permuted_box_are_refused(
         ((shared_row_major(64, 64), 16, (0, 0), ()), "expected 1 to 5 dimensions"),
         (("64:1", 16), "is not a SharedLayout"),
         ((shared_row_major(64, 64), 16, (0, 0), (0, 1), (64, 64), (2, 0)), r"order=\(2, 0\)"),
+        ((shared_row_major(64, 64), 16, (0, 0), (0, 1), (64, 64), None, ["16B"]), "'16B'"),
     ],
 )
 def test_bad_derivations_are_refused(arguments: tuple, message: str) -> None:
     with pytest.raises(LayoutError, match=message):
         derive_box(*arguments)
+
+
+def test_a_small_tile_matches_several_modes_and_modes_picks_one() -> None:
+    """Eight 32-byte rows (256 bytes) with the 32-byte swizzle: the 128-byte mode's XOR of
+    address bits 7 to 9 into 4 to 6 is the 32-byte mode's on bit 7 alone there, so the first
+    stage matches both (the widest is found first); the second stage, 256 bytes on, only the
+    32-byte mode. `modes` restricts the search to the one mode both stages share."""
+    layout = SharedLayout((2, 8, 16), (2, 8, 16), (128, 16, 1), row_swizzle(16, 16))
+    first = derive_box(layout, 16, (0, 0, 0), (1, 2))
+    second = derive_box(layout, 16, (1, 0, 0), (1, 2))
+    assert (first.swizzle, second.swizzle) == ("128B", "32B")
+    assert derive_box(layout, 16, (0, 0, 0), (1, 2), modes=["32B"]).swizzle == "32B"
+    assert derive_box(layout, 16, (1, 0, 0), (1, 2), modes=["128B", "64B"]) is None
