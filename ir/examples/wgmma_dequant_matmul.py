@@ -11,8 +11,8 @@ side, up to 256). Per block, for each k-tile:
     copy_bulk the activation tile k-tile stages - 1 ahead into a ring of `stages` shared
     stages (`transposed_ring`: each token's values of a 64-wide panel of k contiguous, wgmma's
     K-major B; on sm_90 one TMA copy per panel, of the transposed global view A^T)
-    take this k-tile's packed words from the register ring of `depth` k-tiles and load the
-    k-tile `depth` ahead
+    take this k-tile's packed words and its group's packed scale row (and zero points) from
+    the register ring of `depth` k-tiles, and load those of the k-tile `depth` ahead
     view the words as `weight_dtype`, cast to the activation type in mma A-fragment order
     (`register_dequant_matmul.transposed_weight_layout`), subtract the zero points, multiply by
     the group's scales
@@ -88,7 +88,12 @@ class WgmmaDequantConfig:
     block (the instruction's N side); `stages` shared stages of the activation ring (copied
     stages - 1 k-tiles ahead); `depth` k-tiles of packed weights in flight in registers;
     `unroll` copies of the loop body per generated iteration; `min_blocks_per_sm` the
-    occupancy asked of the compiler (0: none).
+    occupancy asked of the compiler (0: none). `overlap_dot` orders the loop so that a
+    k-tile's dot may still run while the next k-tile's weights are dequantized: the
+    activations stages - 2 k-tiles ahead, copied after the dot into the stage the dot of two
+    k-tiles back read, one barrier per k-tile, before the dot (at least 3 stages); on sm_90a
+    the lowering then keeps each wgmma running into the next iteration
+    (`backend.wgmma_pipeline`).
     """
 
     warpgroups: int = 1
@@ -99,6 +104,7 @@ class WgmmaDequantConfig:
     depth: int = 1
     unroll: int = 1
     min_blocks_per_sm: int = 0
+    overlap_dot: bool = False
 
     @property
     def warps(self) -> int:
@@ -128,6 +134,11 @@ class WgmmaDequantConfig:
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
             raise VerificationError(
                 f"wgmma_dequant_matmul: stages={stages!r}; expected an int from 2 to 8"
+            )
+        if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
+            raise VerificationError(
+                f"wgmma_dequant_matmul: overlap_dot={self.overlap_dot!r} with stages={stages}; "
+                "expected a bool, True only with at least 3 stages"
             )
         if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
             raise VerificationError(
@@ -258,8 +269,15 @@ def wgmma_dequant_matmul(
                     shape=(panel, block_m),
                 )
 
-        def weight_words(tile):
-            return b.load_global(packed_view, [tile * units_k, word_col0], word_layout)
+        row_views = [scale_view] + ([zero_view] if zero_points else [])
+
+        def fetch(tile):
+            """K-tile `tile`'s packed words, then its group's packed scale row (and zero-point
+            row): loaded `depth` k-tiles before they are used."""
+            group = tile // tiles_per_group
+            words = b.load_global(packed_view, [tile * units_k, word_col0], word_layout)
+            rows = [b.load_global(view, [group, col0], scale_layouts[0]) for view in row_views]
+            return [words, *rows]
 
         def ahead_of(first, d, copy):
             """``copy(tile)`` of k-tile first + d where it is a k-tile (d = 0 always is); under
@@ -271,35 +289,48 @@ def wgmma_dequant_matmul(
                 with b.if_(first + d < tiles):
                     copy(minimum(first + d, tiles - 1))
 
-        for d in range(stages - 1):
+        def refill(slot, fetched):
+            for held, value in zip(slot, fetched):
+                b.assign(held, value)
+
+        # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
+        # (the copy then follows the dot, into the stage of the dot two k-tiles back).
+        ahead = stages - 2 if config.overlap_dot else stages - 1
+        for d in range(ahead):
             ahead_of(0, d, lambda t, d=d: copy_activations(t, d))
-        in_flight = [weight_words(minimum(d, tiles - 1)) for d in range(depth)]
-        current = b.register_tensor(i32, word_layout, 0)
+        in_flight = [fetch(minimum(d, tiles - 1)) for d in range(depth)]
+        current = [b.register_tensor(x.dtype, x.layout, 0) for x in in_flight[0]]
         acc = b.register_tensor(f32, c_layout, 0.0)
         with b.for_range(0, tiles, unroll=config.unroll) as tile:
             stage = tile % stages
-            ahead_of(tile, stages - 1, lambda t: copy_activations(t, (tile + stages - 1) % stages))
-            b.assign(current, in_flight[0])
+
+            def copy_ahead():
+                ahead_of(tile, ahead, lambda t: copy_activations(t, (tile + ahead) % stages))
+
+            if not config.overlap_dot:
+                copy_ahead()
+            refill(current, in_flight[0])
             for d in range(depth - 1):
-                b.assign(in_flight[d], in_flight[d + 1])
-            ahead_of(tile, depth, lambda t: b.assign(in_flight[depth - 1], weight_words(t)))
-            codes = b.view(current, weight_dtype, code_layout)
+                refill(in_flight[d], in_flight[d + 1])
+            ahead_of(tile, depth, lambda t: refill(in_flight[depth - 1], fetch(t)))
+            codes = b.view(current[0], weight_dtype, code_layout)
             weights = b.cast(codes, act, decoded_layout)
-            group = minimum(tile, tiles - 1) // tiles_per_group
-
-            def group_row(view):
-                packed_row = b.load_global(view, [group, col0], scale_layouts[0])
-                return b.view(packed_row, act, scale_layouts[1])
-
+            scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[1:])
             if zero_points:
-                weights = b.sub(weights, group_row(zero_view))
-            weights = b.mul(weights, group_row(scale_view))
+                weights = b.sub(weights, zero[0])
+            weights = b.mul(weights, scale)
             renamed = b.view(weights, act, weight_layout)
             b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
+            if config.overlap_dot:
+                # Every thread is past its reads of the stage the copy after the dot fills.
+                b.sync()
             activations = b.load_shared(ring, activation_layout, [stage, 0, 0])
             b.assign(acc, b.dot(renamed, activations, acc))
-            # Every thread is past its reads of this stage before the next copy into it.
-            b.sync()
+            if config.overlap_dot:
+                copy_ahead()
+            else:
+                # Every thread is past its reads of this stage before the next copy into it.
+                b.sync()
         result = b.view(acc, f32, stored_layout)
         b.store_global(c_columns, b.cast(result, act), [col0, row0])
     return b.program()

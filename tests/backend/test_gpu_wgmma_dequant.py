@@ -2,7 +2,8 @@
 (marked `gpu`).
 
 For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
-(warpgroups, units, k-tile, rows per block, stages, register depth, unroll), and for bf16
+(warpgroups, units, k-tile, rows per block, stages, register depth, unroll, the dot kept in
+flight), and for bf16
 activations with zero points: the kernel against `ir.run_reference` within the tensor cores'
 rounding (wgmma sums each k16 step in its own order), rows of A past m left unwritten. On sm_90a
 the dot runs as ``wgmma`` with A from registers and the activations come by TMA; one case is
@@ -43,6 +44,10 @@ CONFIGS = [
     WgmmaDequantConfig(units_n=2, block_m=24, units_k=8, stages=2),
     WgmmaDequantConfig(block_m=96, units_k=4, stages=3),
     WgmmaDequantConfig(block_m=8, units_k=1, stages=6, depth=3, unroll=3),
+    # The dot left in flight into the next k-tile (wgmma with A from registers).
+    WgmmaDequantConfig(block_m=64, stages=4, overlap_dot=True, min_blocks_per_sm=2),
+    WgmmaDequantConfig(block_m=40, units_k=2, stages=3, depth=2, overlap_dot=True),
+    WgmmaDequantConfig(warpgroups=2, block_m=16, stages=5, overlap_dot=True),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0

@@ -247,6 +247,41 @@ def test_a_loop_that_reads_the_accumulator_stays_synchronous():
     assert in_flight_dot(_loops(program)[0], candidates) is None
 
 
+def _register_a_program(reassigned: bool) -> Program:
+    """A one-warpgroup k loop whose dot takes A from registers (a fresh load each iteration,
+    or, `reassigned`, one tensor written over by `assign` each iteration) and B from a ring
+    of 3 stages, one barrier before the dot."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    with ProgramBuilder("register_a", 128) as bld:
+        a = bld.array_param("a", f16)
+        c = bld.array_param("c", f32)
+        a_view = bld.global_view(a, f16, GlobalLayout((64, 256), (256, 1)))
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        b_ring = bld.shared_tensor(f16, wgmma_b_buffer(64, 64, 3))
+        held = bld.register_tensor(f16, a_layout, 0.0)
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        with bld.for_range(4) as kt:
+            fresh = bld.load_global(a_view, [0, kt * 64], a_layout)
+            if reassigned:
+                bld.assign(held, fresh)
+            bld.sync()
+            b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, 0, 0])
+            bld.assign(acc, bld.dot(held if reassigned else fresh, b_tile, acc))
+        bld.store_global(c_view, acc, [0, 0])
+    return bld.program()
+
+
+@pytest.mark.parametrize(("reassigned", "expected"), [(False, True), (True, False)])
+def test_a_register_a_operand_stays_in_flight_unless_written_over(reassigned, expected):
+    """A from registers may stay in flight when each iteration's A is a value of its own; one
+    register tensor written over by `assign` in the loop keeps the dot synchronous."""
+    program = _register_a_program(reassigned)
+    candidates = shared_operand_dots(program)
+    assert candidates and all(a is None for a, _ in candidates.values())
+    assert (in_flight_dot(_loops(program)[0], candidates) is not None) == expected
+
+
 def _lines(source: str) -> list[str]:
     return [line.strip() for line in source.split('extern "C"')[1].splitlines()]
 
