@@ -12,10 +12,12 @@ nothing reads or overwrites what a dot still in flight uses:
 
 - **Registers.** The dot is ``assign(c, dot(a, b, c))`` with c defined before the loop, and no
   other instruction of the loop reads or writes c or the dot's result (the assign is then
-  the in-place accumulation itself). A from registers must not be the destination of an
-  ``assign`` in the loop: each iteration's A is then a value of its own, which the next
-  iteration's instructions do not write over (ptxas keeps the registers a wgmma still reads
-  live until its wait, or serialises the wgmma where it cannot, warning C7510 / C7511).
+  the in-place accumulation itself). Both operands come from shared memory: with A from
+  registers (the dequantized weights of `ir.examples.wgmma_dequant_matmul`) a dot left in
+  flight gave NaNs on the H200 once its loop ran 64 trips (correct at 4 and 8 trips, which
+  the compiler may unroll), ptxas warning of nothing; our reading is that the next
+  iteration's registers took A's while the wgmma still read them. Keeping A's registers for
+  that long needs a second set of them (an unrolled body), which this module does not make.
 - **Shared memory.** Every store or copy into a tensor the dot reads, anywhere in the loop
   body, must miss the tiles of every dot instance that can still be in flight there, in any
   warpgroup. Counted in iterations back from the writer's (j = 0 is this iteration's dot, if
@@ -234,7 +236,7 @@ def in_flight_dot(
     dot = items[index]
     assert isinstance(dot, Dot)
     a_load, b_load = candidates[id(dot)]
-    if index + 1 >= len(items):
+    if a_load is None or index + 1 >= len(items):
         return None
     assign = items[index + 1]
     if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
@@ -246,16 +248,13 @@ def in_flight_dot(
         touched = (*instruction.operands(), *instruction.results())
         if any(tensor is dot.c or tensor is dot.out for tensor in touched):
             return None
-        # A from registers: each iteration's value is its own, never written over in place.
-        if a_load is None and isinstance(instruction, Assign) and instruction.dst is dot.a:
-            return None
     # Barriers of the body itself: one under a branch or in an inner loop may not run.
     barriers = [(index,) for index, instruction in enumerate(body) if isinstance(instruction, Sync)]
     if not barriers:
         return None
     name = loop.var.name
     reads = {}
-    for load in (b_load,) if a_load is None else (a_load, b_load):
+    for load in (a_load, b_load):
         origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
         reads.setdefault(load.src.name, []).append(
             _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))

@@ -2,8 +2,7 @@
 (marked `gpu`).
 
 For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
-(warpgroups, units, k-tile, rows per block, stages, register depth, unroll, the dot kept in
-flight), and for bf16
+(warpgroups, units, k-tile, rows per block, stages, register depth, unroll), and for bf16
 activations with zero points: the kernel against `ir.run_reference` within the tensor cores'
 rounding (wgmma sums each k16 step in its own order), rows of A past m left unwritten. On sm_90a
 the dot runs as ``wgmma`` with A from registers and the activations come by TMA; one case is
@@ -44,10 +43,9 @@ CONFIGS = [
     WgmmaDequantConfig(units_n=2, block_m=24, units_k=8, stages=2),
     WgmmaDequantConfig(block_m=96, units_k=4, stages=3),
     WgmmaDequantConfig(block_m=8, units_k=1, stages=6, depth=3, unroll=3),
-    # The dot left in flight into the next k-tile (wgmma with A from registers).
-    WgmmaDequantConfig(block_m=64, stages=4, overlap_dot=True, min_blocks_per_sm=2),
-    WgmmaDequantConfig(block_m=40, units_k=2, stages=3, depth=2, overlap_dot=True),
-    WgmmaDequantConfig(warpgroups=2, block_m=16, stages=5, overlap_dot=True),
+    WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2),
+    WgmmaDequantConfig(block_m=40, units_k=2, stages=3, depth=2),
+    WgmmaDequantConfig(warpgroups=2, block_m=16, stages=5),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -67,12 +65,18 @@ def _device(array: np.ndarray, dtype: DataType | None = None):
     return torch.from_numpy(np.ascontiguousarray(array)).cuda()
 
 
-def _run(program, kernel, config, weight, activation, zero_points, seed) -> str | None:
-    """Run one case on the GPU and in the interpreter; a failure's description, or None."""
+def _k(config: WgmmaDequantConfig) -> int:
+    """The K of a case: two groups, or whole k-tiles past them."""
+    return math.lcm(GROUP_SIZE, config.block_k) * 2
+
+
+def _run(program, kernel, config, weight, activation, zero_points, seed, k=None) -> str | None:
+    """Run one case on the GPU and in the interpreter (K = `k`, default `_k`); a failure's
+    description, or None."""
     torch = _torch()
     rng = np.random.default_rng(seed)
     n = config.block_n
-    k = math.lcm(GROUP_SIZE, config.block_k) * 2
+    k = _k(config) if k is None else k
     m = config.block_m + 1 + seed % 13  # a partial second row block
     groups = k // GROUP_SIZE
     a = activation.encode(rng.uniform(-1, 1, (m, k)))
@@ -110,8 +114,7 @@ def test_wgmma_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     def build(job):
         weight, config, options = job
         program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
-        k = math.lcm(GROUP_SIZE, config.block_k) * 2
-        constants = {"n": config.block_n, "k": k}
+        constants = {"n": config.block_n, "k": _k(config)}
         return program, backend.compile(program, constants=constants, **options)
 
     with ThreadPoolExecutor(8) as pool:
@@ -140,7 +143,20 @@ def test_activation_types_and_zero_points_match_the_interpreter(
     program = wgmma_dequant_matmul(
         weight, GROUP_SIZE, config, activation_dtype=activation, zero_points=zero_points
     )
-    k = math.lcm(GROUP_SIZE, config.block_k) * 2
-    kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
+    kernel = backend.compile(program, constants={"n": config.block_n, "k": _k(config)})
     failure = _run(program, kernel, config, weight, activation, zero_points, weight.nbits)
+    assert failure is None, failure
+
+
+@pytest.mark.parametrize(
+    "config",
+    [WgmmaDequantConfig(min_blocks_per_sm=2), WgmmaDequantConfig(block_m=32, stages=3, depth=2)],
+    ids=str,
+)
+def test_a_long_k_loop_matches_the_interpreter(config: WgmmaDequantConfig) -> None:
+    """48 k-tiles: a loop the compiler does not unroll whole, the ring wrapping many times."""
+    k = 48 * config.block_k
+    program = wgmma_dequant_matmul(dtypes.i4, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
+    failure = _run(program, kernel, config, dtypes.i4, dtypes.f16, False, 5, k=k)
     assert failure is None, failure

@@ -77,8 +77,7 @@ CASES = [
     (dtypes.i2, 64, WgmmaDequantConfig(block_m=16, units_n=2, stages=3), 31, 1, 3),
     (dtypes.u1, 32, WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2), 3, 1, 2),
     (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=32, stages=5, depth=3), 33, 1, 6),
-    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, overlap_dot=True), 17, 1, 5),
-    (dtypes.u5, 32, WgmmaDequantConfig(block_m=8, units_k=2, stages=4, overlap_dot=True), 9, 1, 4),
+    (dtypes.u5, 32, WgmmaDequantConfig(block_m=8, units_k=2, stages=4, depth=2), 9, 1, 4),
 ]
 
 
@@ -154,8 +153,6 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
         depth=draw(st.integers(1, 3)),
         unroll=draw(st.sampled_from([1, 2])),
     )
-    if config.stages >= 3 and draw(st.booleans()):
-        config = replace(config, overlap_dot=True)
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
     k = config.block_k * draw(st.integers(1, 4))
@@ -260,17 +257,14 @@ def test_the_activations_come_by_tma_in_panels(
     assert any(isinstance(plan, WgmmaPlan) for plan in lowered.plans)
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_overlapped_order_keeps_the_dot_in_flight(overlap: bool) -> None:
-    """`overlap_dot`: the wgmma of A from registers runs on into the next iteration (``wait_group
-    1`` after it, ``wait_group 0`` once after the loop); the plain order waits for each."""
-    config = WgmmaDequantConfig(overlap_dot=overlap)
-    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+def test_the_dot_waits_for_itself() -> None:
+    """A from registers keeps the wgmma synchronous (`backend.wgmma_pipeline`): one
+    ``wait_group 0`` after the calls of each k-tile, none left running."""
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128), "sm_90a", constants=LAYER)
     kernel_text = lowered.source.split('extern "C"')[1]
-    loop, after = kernel_text.split("la_wgmma_commit();")
-    assert ("la_wgmma_wait_prior();" in after) == overlap
-    assert after.count("la_wgmma_wait();") == 1
-    assert "la_wgmma_wait" not in loop
+    assert kernel_text.count("la_wgmma_commit();") == 1
+    assert kernel_text.count("la_wgmma_wait();") == 1
+    assert "la_wgmma_wait_prior();" not in kernel_text
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
@@ -293,11 +287,6 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(block_m=12), "block_m=12; expected a multiple of 8 up to 256"),
         (WgmmaDequantConfig(block_m=264), "block_m=264; expected a multiple of 8 up to 256"),
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
-        (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
-        (
-            WgmmaDequantConfig(stages=2, overlap_dot=True),
-            "overlap_dot=True with stages=2; .* at least 3 stages",
-        ),
     ],
     ids=str,
 )
