@@ -354,6 +354,7 @@ def decode_cases(
             cases.append(
                 (f"split_k_sum {config.split}", split_k_sum(config.split), sums, grid, True)
             )
+    cases += prefill_cases(rng)
     k, n = 48, 256
     codes = rng.integers(0, 1 << 4, (k, n))
     source = dtypes.pack(codes.ravel(), dtypes.i4)
@@ -368,6 +369,56 @@ def decode_cases(
         )
     )
     return cases + dequantize_cases(rng) + matmul_cases(rng)
+
+
+PREFILL_CASES = [
+    # (weight type, activation type, zero points, WgmmaDequantConfig fields, k-tiles)
+    (dtypes.i4, dtypes.f16, False, {"stages": 3}, 6),
+    (dtypes.u4, dtypes.bf16, True, {"block_m": 24, "units_k": 2, "depth": 2}, 5),
+]
+
+
+def prefill_cases(
+    rng: np.random.Generator,
+) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
+    """The prefill form of the packed-weight matmul (`ir.examples.wgmma_dequant_matmul`: wgmma
+    with A from registers, activations by TMA into a transposed ring) in the configurations of
+    `PREFILL_CASES`, with m past one row block and the ring wrapping."""
+    from ir.examples.packed_weights import pack_scales, pack_weights
+    from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+
+    cases = []
+    for weight, activation, zero_points, options, tiles in PREFILL_CASES:
+        config = WgmmaDequantConfig(**options)
+        m, n, k = config.block_m + 3, config.block_n, config.block_k * tiles
+        group = config.block_k
+        weights, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
+        scales = rng.uniform(0.5, 1.5, (k // group, n)) / 2 ** (weight.nbits - 1)
+        rows = [scales] + (
+            [rng.integers(0, 1 << weight.nbits, (k // group, n))] if zero_points else []
+        )
+        rows = [
+            pack_scales(activation.encode(row.astype(np.float32)).astype(np.uint16)) for row in rows
+        ]
+        a = activation.encode(rng.uniform(-1, 1, m * k).astype(np.float32) / 32)
+        arguments = [
+            m,
+            n,
+            k,
+            dtypes.pack(a, activation),
+            weights,
+            *rows,
+            np.zeros(m * n, np.uint16),
+        ]
+        program = wgmma_dequant_matmul(
+            weight, group, config, activation_dtype=activation, zero_points=zero_points
+        )
+        program = specialize(program, {"n": n, "k": k})
+        text = " ".join(f"{key}={value}" for key, value in options.items())
+        cases.append(
+            (f"prefill {weight} {activation} {text}", program, arguments, config.grid(m, n), True)
+        )
+    return cases
 
 
 MATMUL_CASES = [
