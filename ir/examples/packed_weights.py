@@ -135,6 +135,27 @@ def check_activation_options(program: str, activation_dtype: object, zero_points
         raise VerificationError(f"{program}: zero_points={zero_points!r}; expected True or False")
 
 
+def check_int_fields(program: str, config: object, names: tuple[str, ...], minimum: int) -> None:
+    """Check that each field `names` of `config` is an int (not a bool) >= `minimum`;
+    VerificationError naming `program`, the field and its value otherwise."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise VerificationError(f"{program}: {name}={value!r}; expected an int >= {minimum}")
+
+
+def check_group_size(program: str, group_size: object, block_k: int) -> None:
+    """Check that `group_size` is a positive int and a multiple of the k-tile `block_k` (one
+    scale row per k-tile); VerificationError naming `program` and the value otherwise."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise VerificationError(f"{program}: group_size={group_size!r}; expected a positive int")
+    if group_size % block_k:
+        raise VerificationError(
+            f"{program}: group_size={group_size} is not a multiple of the k-tile {block_k} "
+            "(16 * units_k); one scale row per k-tile is required"
+        )
+
+
 def unit_element_layout(nbits: int | None = None) -> RegisterLayout:
     """The (16, 64) unit of weights over one warp: eight mma B fragments side by side, each
     lane's elements in fragment order, or, given `nbits`, in the packed order of b-bit codes

@@ -72,6 +72,8 @@ from ir.examples.packed_weights import (
     UNIT_LANES,
     UNIT_N,
     check_activation_options,
+    check_group_size,
+    check_int_fields,
     check_weight_dtype,
     tile_layouts,
     tile_value_layout,
@@ -86,6 +88,8 @@ from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 from layout_algebra.symbolic import maximum, minimum
 
+PROGRAM = "register_dequant_matmul"
+"""The program's name in its error messages."""
 BLOCK_M = 16
 """Rows of A and C per row block: one mma m16 tile (`DequantConfig.units_m` per block)."""
 BLOCK_M_WEIGHTS_AS_A = 8
@@ -230,18 +234,9 @@ def transposed_accumulator_layout(warps: int, units_n: int, units_m: int = 1) ->
 
 
 def _check_config(group_size: int, config: DequantConfig) -> None:
-    for name in ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise VerificationError(
-                f"register_dequant_matmul: {name}={value!r}; expected an int >= 1"
-            )
-    for name in ("min_blocks_per_sm", "stream_k", "stages"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise VerificationError(
-                f"register_dequant_matmul: {name}={value!r}; expected an int >= 0"
-            )
+    positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll")
+    check_int_fields(PROGRAM, config, positive, 1)
+    check_int_fields(PROGRAM, config, ("min_blocks_per_sm", "stream_k", "stages"), 0)
     if config.stream_k and (config.split != 1 or not config.fused_sum):
         raise VerificationError(
             f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
@@ -268,15 +263,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         raise VerificationError(
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
         )
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise VerificationError(
-            f"register_dequant_matmul: group_size={group_size!r}; expected a positive int"
-        )
-    if group_size % config.block_k:
-        raise VerificationError(
-            f"register_dequant_matmul: group_size={group_size} is not a multiple of the k-tile "
-            f"{config.block_k} (16 * units_k); one scale row per k-tile is required"
-        )
+    check_group_size(PROGRAM, group_size, config.block_k)
     if config.late_scale and group_size != config.block_k:
         raise VerificationError(
             f"register_dequant_matmul: late_scale with group_size={group_size} and a k-tile of "

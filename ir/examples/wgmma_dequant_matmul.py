@@ -55,6 +55,8 @@ from ir.examples.packed_weights import (
     UNIT_LANES,
     UNIT_N,
     check_activation_options,
+    check_group_size,
+    check_int_fields,
     check_weight_dtype,
     tile_layouts,
     unit_scale_layout,
@@ -70,6 +72,8 @@ from layout_algebra.register import spatial
 from layout_algebra.shared import SharedLayout, row_swizzle
 from layout_algebra.symbolic import minimum
 
+PROGRAM = "wgmma_dequant_matmul"
+"""The program's name in its error messages."""
 WARPGROUP_WARPS = 4
 """Warps of a warpgroup: one ``wgmma`` instruction's 64 rows come 16 from each."""
 MAX_BLOCK_M = 256
@@ -118,21 +122,12 @@ class WgmmaDequantConfig:
 
     def check(self, group_size: int) -> None:
         """Raise VerificationError naming the first field (or `group_size`) out of range."""
-        for name in ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise VerificationError(
-                    f"wgmma_dequant_matmul: {name}={value!r}; expected an int >= 1"
-                )
-        stages, blocks = self.stages, self.min_blocks_per_sm
+        fields = ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll")
+        check_int_fields(PROGRAM, self, fields, 1)
+        check_int_fields(PROGRAM, self, ("min_blocks_per_sm",), 0)
+        stages = self.stages
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
-            raise VerificationError(
-                f"wgmma_dequant_matmul: stages={stages!r}; expected an int from 2 to 8"
-            )
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 0:
-            raise VerificationError(
-                f"wgmma_dequant_matmul: min_blocks_per_sm={blocks!r}; expected an int >= 0"
-            )
+            raise VerificationError(f"{PROGRAM}: stages={stages!r}; expected an int from 2 to 8")
         if self.block_m % 8 or self.block_m > MAX_BLOCK_M:
             raise VerificationError(
                 f"wgmma_dequant_matmul: block_m={self.block_m}; expected a multiple of 8 up "
@@ -142,15 +137,7 @@ class WgmmaDequantConfig:
             raise VerificationError(
                 f"wgmma_dequant_matmul: warpgroups={self.warpgroups}; a block has at most 8"
             )
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise VerificationError(
-                f"wgmma_dequant_matmul: group_size={group_size!r}; expected a positive int"
-            )
-        if group_size % self.block_k:
-            raise VerificationError(
-                f"wgmma_dequant_matmul: group_size={group_size} is not a multiple of the "
-                f"k-tile {self.block_k} (16 * units_k); one scale row per k-tile is required"
-            )
+        check_group_size(PROGRAM, group_size, self.block_k)
 
 
 def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
