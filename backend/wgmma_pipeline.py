@@ -15,9 +15,11 @@ nothing reads or overwrites what a dot still in flight uses:
   the in-place accumulation itself). Both operands come from shared memory: with A from
   registers (the dequantized weights of `ir.examples.wgmma_dequant_matmul`) a dot left in
   flight gave NaNs on the H200 once its loop ran 64 trips (correct at 4 and 8 trips, which
-  the compiler may unroll), ptxas warning of nothing; our reading is that the next
-  iteration's registers took A's while the wgmma still read them. Keeping A's registers for
-  that long needs a second set of them (an unrolled body), which this module does not make.
+  the compiler may unroll), ptxas warning of nothing. The PTX shows why: A's words are
+  registers of the loop body, so the next iteration's dequantization writes them (the same
+  PTX registers) before its ``wait_group 1``, while the wgmma may still read them, which the
+  PTX ISA leaves undefined. Keeping them for that long needs a second set of A registers (a
+  body unrolled twice, each copy with its own), which this module does not make.
 - **Shared memory.** Every store or copy into a tensor the dot reads, anywhere in the loop
   body, must miss the tiles of every dot instance that can still be in flight there, in any
   warpgroup. Counted in iterations back from the writer's (j = 0 is this iteration's dot, if
