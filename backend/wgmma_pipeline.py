@@ -18,8 +18,9 @@ nothing reads or overwrites what a dot still in flight uses:
   the compiler may unroll), ptxas warning of nothing. The PTX shows why: A's words are
   registers of the loop body, so the next iteration's dequantization writes them (the same
   PTX registers) before its ``wait_group 1``, while the wgmma may still read them, which the
-  PTX ISA leaves undefined. Keeping them for that long needs a second set of A registers (a
-  body unrolled twice, each copy with its own), which this module does not make.
+  PTX ISA leaves undefined. Such a dot stays in flight only in a loop unrolled into whole
+  groups of at least two copies (`in_flight_copies`): each copy's A is a set of registers of
+  its own, written again only after the wait of the iteration after it.
 - **Shared memory.** Every store or copy into a tensor the dot reads, anywhere in the loop
   body, must miss the tiles of every dot instance that can still be in flight there, in any
   warpgroup. Counted in iterations back from the writer's (j = 0 is this iteration's dot, if
@@ -37,8 +38,10 @@ nothing reads or overwrites what a dot still in flight uses:
   (`period`), so the footprints of the write at kt and of the read at kt - j are compared at
   every residue of one common period.
 
-Loops the lowering unrolls, dots under a branch or in a loop of more than one trip inside the
-k loop, and bodies with a second candidate dot are left synchronous.
+Dots under a branch or in a loop of more than one trip inside the k loop, and bodies with a
+second candidate dot, are left synchronous; so are loops the lowering unrolls, but for one case
+(`in_flight_copies`): a dot with A from registers in a loop unrolled into whole groups of
+copies, each copy's A a set of registers of its own.
 """
 
 from __future__ import annotations
@@ -226,10 +229,52 @@ def _apart(a: int, a_extent: int, b: int, b_extent: int) -> bool:
 def in_flight_dot(
     loop: ForRange, candidates: Mapping[int, tuple[LoadShared | None, LoadShared]]
 ) -> InFlightDot | None:
-    """The dot of `loop` that may stay in flight into the next iteration (see the module
-    docstring), or None. `candidates` are the wgmma candidates (`shared_operand_dots`)."""
+    """The dot of `loop`, written as a loop with its body once, that may stay in flight into
+    the next iteration (see the module docstring), or None. `candidates` are the wgmma
+    candidates (`shared_operand_dots`)."""
     if loop.unroll != 1:
         return None
+    return _qualifying_dot(loop, candidates, register_a=False)
+
+
+def in_flight_copies(
+    loop: ForRange,
+    copies: Sequence[Sequence[Instruction]],
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+) -> list[InFlightDot] | None:
+    """For a loop written with its body unrolled into `copies` (each an iteration, the loop
+    running whole groups of them: no remainder), whose dot takes A from registers: one
+    `InFlightDot` per copy when the loop's dot may stay in flight into the next iteration
+    (the module docstring's rules, on the body of one iteration), else None. Each copy's A
+    is its own set of registers, so the next iteration never writes the registers a dot in
+    flight reads: those of the copy before it are written again only after the wait of the
+    iteration between. `candidates` are those of the body as written (its loads, not the
+    copies', whose offsets hold k + j in place of k); a copy's dot is found by its id there
+    (a dot has no scalars, so a copy keeps the body's own)."""
+    if len(copies) < 2:
+        return None
+    found = _qualifying_dot(loop, candidates, register_a=True)
+    if found is None or candidates[id(found.dot)][0] is not None:
+        return None
+    flights = []
+    for body in copies:
+        located = _find_dot(body, candidates)
+        if located is None:
+            return None
+        _, items, index, _ = located
+        dot, assign = items[index], items[index + 1]
+        assert isinstance(dot, Dot) and isinstance(assign, Assign)
+        flights.append(InFlightDot(dot, assign, loop))
+    return flights
+
+
+def _qualifying_dot(
+    loop: ForRange,
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    register_a: bool,
+) -> InFlightDot | None:
+    """The checks of `in_flight_dot` on one iteration's body; a dot with A from registers
+    qualifies only with `register_a` (and an A that no `assign` of the loop writes over)."""
     body = loop.body
     located = _find_dot(body, candidates)
     if located is None:
@@ -238,7 +283,7 @@ def in_flight_dot(
     dot = items[index]
     assert isinstance(dot, Dot)
     a_load, b_load = candidates[id(dot)]
-    if a_load is None or index + 1 >= len(items):
+    if (a_load is None and not register_a) or index + 1 >= len(items):
         return None
     assign = items[index + 1]
     if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
@@ -250,13 +295,15 @@ def in_flight_dot(
         touched = (*instruction.operands(), *instruction.results())
         if any(tensor is dot.c or tensor is dot.out for tensor in touched):
             return None
+        if a_load is None and isinstance(instruction, Assign) and instruction.dst is dot.a:
+            return None  # A written over in place: one set of registers for every iteration
     # Barriers of the body itself: one under a branch or in an inner loop may not run.
     barriers = [(index,) for index, instruction in enumerate(body) if isinstance(instruction, Sync)]
     if not barriers:
         return None
     name = loop.var.name
     reads = {}
-    for load in (a_load, b_load):
+    for load in (b_load,) if a_load is None else (a_load, b_load):
         origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
         reads.setdefault(load.src.name, []).append(
             _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))

@@ -38,7 +38,7 @@ from backend.wgmma import (
     shared_operand_dots,
     shared_operand_dots_in,
 )
-from backend.wgmma_pipeline import InFlightDot, in_flight_dot
+from backend.wgmma_pipeline import InFlightDot, in_flight_copies, in_flight_dot
 from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
@@ -408,6 +408,18 @@ class LoweringContext:
             found = in_flight_dot(loop, self.wgmma_dots)
             if found is not None:
                 self.in_flight[id(found.dot)] = found
+
+    def find_in_flight_copies(
+        self, loop: instructions.ForRange, copies: Sequence[Sequence[Instruction]]
+    ) -> None:
+        """Note the dots of the `copies` of an unrolled loop's body (whole groups of them)
+        that may each stay in flight into the next copy (`in_flight_copies`), if any."""
+        if not self.wgmma_dots:
+            return
+        # Checked against the loads of the body as written (those of the candidates now):
+        # the copies' loads hold k + j in place of k.
+        for found in in_flight_copies(loop, copies, self.wgmma_dots) or ():
+            self.in_flight[id(found.dot)] = found
 
     def wgmma_tensors(self) -> set[str]:
         """The shared tensors a dot may read through wgmma descriptors."""

@@ -310,7 +310,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
         ):
             self.execute(instruction.body)
-        drain = self.drains.pop(id(instruction), None)
+        self.drain(instruction)
+
+    def drain(self, loop: instructions.ForRange) -> None:
+        """After `loop`: wait for its last wgmma dot where one was left in flight."""
+        drain = self.drains.pop(id(loop), None)
         if drain is not None:
             self.out.comment("the loop's last wgmma dot, still in flight")
             self.out.lines(emit_wgmma_drain(*drain))
@@ -381,6 +385,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         wide = any(is_wide(e) for e in (loop_var, start, stop, last))
         kind = "long long" if wide else "int"
         copies = [unrolled_copy(instruction, j) for j in range(unroll)]
+        if whole:
+            self.find_in_flight_copies(instruction, copies)
         with contextlib.ExitStack() as outer:
             if whole:
                 init = f"{kind} {name} = {self.c(start)}"
@@ -411,6 +417,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 header = f"for (; {name} < {self.c(stop)}; {name} += {step})"
                 with self.out.block(header), self.loop_scope(instruction, start, step, stop):
                     self.execute(instruction.body)
+        self.drain(instruction)
 
     def visit_if(self, instruction: instructions.If) -> None:
         with self.out.block(f"if ({self.c(instruction.cond)})"):

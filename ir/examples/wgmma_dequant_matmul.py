@@ -92,7 +92,13 @@ class WgmmaDequantConfig:
     block (the instruction's N side); `stages` shared stages of the activation ring (copied
     stages - 1 k-tiles ahead); `depth` k-tiles of packed weights in flight in registers;
     `unroll` copies of the loop body per generated iteration; `min_blocks_per_sm` the
-    occupancy asked of the compiler (0: none).
+    occupancy asked of the compiler (0: none). `overlap_dot` orders the loop so that a
+    k-tile's dot may still run while the next k-tile's weights are dequantized: the
+    activations stages - 2 k-tiles ahead, copied after the dot into the stage the dot of two
+    k-tiles back read, one barrier per k-tile, before the dot (at least 3 stages). On sm_90a
+    the lowering keeps each wgmma running into the next k-tile where the loop is unrolled
+    into whole groups (`unroll` >= 2 dividing K / BK): each copy's dequantized weights are
+    registers of their own (`backend.wgmma_pipeline.in_flight_copies`).
     """
 
     warpgroups: int = 1
@@ -103,6 +109,7 @@ class WgmmaDequantConfig:
     depth: int = 1
     unroll: int = 1
     min_blocks_per_sm: int = 0
+    overlap_dot: bool = False
 
     @property
     def warps(self) -> int:
@@ -128,6 +135,11 @@ class WgmmaDequantConfig:
         stages = self.stages
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
             raise VerificationError(f"{PROGRAM}: stages={stages!r}; expected an int from 2 to 8")
+        if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
+            raise VerificationError(
+                f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
+                "bool, True only with at least 3 stages"
+            )
         if self.block_m % 8 or self.block_m > MAX_BLOCK_M:
             raise VerificationError(
                 f"wgmma_dequant_matmul: block_m={self.block_m}; expected a multiple of 8 up "
@@ -269,14 +281,22 @@ def wgmma_dequant_matmul(
             for held, value in zip(slot, fetched):
                 b.assign(held, value)
 
-        for d in range(stages - 1):
+        # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
+        # (the copy then follows the dot, into the stage of the dot two k-tiles back).
+        ahead = stages - 2 if config.overlap_dot else stages - 1
+        for d in range(ahead):
             ahead_of(0, d, lambda t, d=d: copy_activations(t, d))
         in_flight = [fetch(minimum(d, tiles - 1)) for d in range(depth)]
         current = [b.register_tensor(x.dtype, x.layout, 0) for x in in_flight[0]]
         acc = b.register_tensor(f32, c_layout, 0.0)
         with b.for_range(0, tiles, unroll=config.unroll) as tile:
             stage = tile % stages
-            ahead_of(tile, stages - 1, lambda t: copy_activations(t, (tile + stages - 1) % stages))
+
+            def copy_ahead():
+                ahead_of(tile, ahead, lambda t: copy_activations(t, (tile + ahead) % stages))
+
+            if not config.overlap_dot:
+                copy_ahead()
             refill(current, in_flight[0])
             for d in range(depth - 1):
                 refill(in_flight[d], in_flight[d + 1])
@@ -289,10 +309,16 @@ def wgmma_dequant_matmul(
             weights = b.mul(weights, scale)
             renamed = b.view(weights, act, weight_layout)
             b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
+            if config.overlap_dot:
+                # Every thread is past its reads of the stage the copy after the dot fills.
+                b.sync()
             activations = b.load_shared(ring, activation_layout, [stage, 0, 0])
             b.assign(acc, b.dot(renamed, activations, acc))
-            # Every thread is past its reads of this stage before the next copy into it.
-            b.sync()
+            if config.overlap_dot:
+                copy_ahead()
+            else:
+                # Every thread is past its reads of this stage before the next copy into it.
+                b.sync()
         result = b.view(acc, f32, stored_layout)
         b.store_global(c_columns, b.cast(result, act), [col0, row0])
     return b.program()

@@ -375,6 +375,8 @@ PREFILL_CASES = [
     # (weight type, activation type, zero points, WgmmaDequantConfig fields, k-tiles)
     (dtypes.i4, dtypes.f16, False, {"stages": 3}, 6),
     (dtypes.u4, dtypes.bf16, True, {"block_m": 24, "units_k": 2, "depth": 2}, 5),
+    # Unrolled twice in the overlapped order: each copy's wgmma left in flight.
+    (dtypes.i4, dtypes.f16, False, {"units_k": 2, "unroll": 2, "overlap_dot": True}, 8),
 ]
 
 

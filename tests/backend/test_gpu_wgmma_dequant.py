@@ -2,12 +2,14 @@
 (marked `gpu`).
 
 For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
-(warpgroups, units, k-tile, rows per block, stages, register depth, unroll), and for bf16
-activations with zero points: the kernel against `ir.run_reference` within the tensor cores'
-rounding (wgmma sums each k16 step in its own order), rows of A past m left unwritten. On sm_90a
-the dot runs as ``wgmma`` with A from registers and the activations come by TMA; one case is
-compiled without TMA (``tma=False``: the ``cp.async`` fallback of the bulk copies) and one
-without wgmma (``wgmma=False``: ``mma.sync``), so the paths the lowering may take all run.
+(warpgroups, units, k-tile, rows per block, stages, register depth, unroll, the overlapped order
+whose wgmma stays in flight when unrolled), and for bf16 activations with zero points: the
+kernel against `ir.run_reference` within the tensor cores' rounding (wgmma sums each k16 step
+in its own order), rows of A past m left unwritten; loops of 48 k-tiles, which the compiler
+does not unroll whole. On sm_90a the dot runs as ``wgmma`` with A from registers and the
+activations come by TMA; one case is compiled without TMA (``tma=False``: the ``cp.async``
+fallback of the bulk copies) and one without wgmma (``wgmma=False``: ``mma.sync``), so the
+paths the lowering may take all run.
 
 Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
 """
@@ -46,6 +48,12 @@ CONFIGS = [
     WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2),
     WgmmaDequantConfig(block_m=40, units_k=2, stages=3, depth=2),
     WgmmaDequantConfig(warpgroups=2, block_m=16, stages=5),
+    # Unrolled twice in the overlapped order: each copy's wgmma stays in flight.
+    WgmmaDequantConfig(units_k=2, stages=4, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
+    WgmmaDequantConfig(block_m=24, units_k=4, stages=3, unroll=2, overlap_dot=True),
+    WgmmaDequantConfig(
+        warpgroups=2, block_m=32, units_k=1, stages=5, depth=2, unroll=2, overlap_dot=True
+    ),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -150,7 +158,12 @@ def test_activation_types_and_zero_points_match_the_interpreter(
 
 @pytest.mark.parametrize(
     "config",
-    [WgmmaDequantConfig(min_blocks_per_sm=2), WgmmaDequantConfig(block_m=32, stages=3, depth=2)],
+    [
+        WgmmaDequantConfig(min_blocks_per_sm=2),
+        WgmmaDequantConfig(block_m=32, stages=3, depth=2),
+        WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
+        WgmmaDequantConfig(units_k=1, stages=6, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
+    ],
     ids=str,
 )
 def test_a_long_k_loop_matches_the_interpreter(config: WgmmaDequantConfig) -> None:

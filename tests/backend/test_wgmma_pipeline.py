@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.lower.driver import lower
+from backend.lower.driver import lower, unrolled_copy
 from backend.wgmma import shared_operand_dots
 from backend.wgmma_pipeline import (
+    in_flight_copies,
     in_flight_dot,
     in_flight_offsets,
     period,
@@ -247,7 +248,7 @@ def test_a_loop_that_reads_the_accumulator_stays_synchronous():
     assert in_flight_dot(_loops(program)[0], candidates) is None
 
 
-def _register_a_program(reassigned: bool) -> Program:
+def _register_a_program(reassigned: bool, unroll: int = 1, overwrite: bool = False) -> Program:
     """A one-warpgroup k loop whose dot takes A from registers (a fresh load each iteration,
     or, `reassigned`, one tensor written over by `assign` each iteration) and B from a ring
     of 3 stages, one barrier before the dot."""
@@ -261,7 +262,10 @@ def _register_a_program(reassigned: bool) -> Program:
         b_ring = bld.shared_tensor(f16, wgmma_b_buffer(64, 64, 3))
         held = bld.register_tensor(f16, a_layout, 0.0)
         acc = bld.register_tensor(f32, c_layout, 0.0)
-        with bld.for_range(4) as kt:
+        with bld.for_range(0, 4, 1, unroll) as kt:
+            if overwrite:  # into the stage the dot of kt - 1 reads
+                tile = bld.register_tensor(f16, b_layout, 0.0)
+                bld.store_shared(b_ring, tile, [(kt + 2) % 3, 0, 0])
             fresh = bld.load_global(a_view, [0, kt * 64], a_layout)
             if reassigned:
                 bld.assign(held, fresh)
@@ -280,6 +284,36 @@ def test_a_register_a_operand_keeps_the_dot_synchronous(reassigned):
     candidates = shared_operand_dots(program)
     assert candidates and all(a is None for a, _ in candidates.values())
     assert in_flight_dot(_loops(program)[0], candidates) is None
+
+
+@pytest.mark.parametrize(
+    ("reassigned", "unroll", "overwrite", "expected"),
+    [(False, 2, False, 2), (True, 2, False, 0), (False, 4, False, 4), (False, 2, True, 0)],
+)
+def test_unrolled_copies_keep_a_register_a_dot_in_flight(reassigned, unroll, overwrite, expected):
+    """In a loop unrolled into whole groups, each copy's dot with A from registers stays in
+    flight (its own registers), unless A is one tensor written over in every iteration, or a
+    store reaches the stage the dot of the iteration before reads."""
+    program = _register_a_program(reassigned, unroll, overwrite)
+    (loop,) = _loops(program)
+    copies = [unrolled_copy(loop, j) for j in range(unroll)]
+    candidates = shared_operand_dots(program)
+    flights = in_flight_copies(loop, copies, candidates) or []
+    assert len(flights) == expected
+    for flight, body in zip(flights, copies):
+        assert any(flight.dot is item for item in body)  # each copy's own dot and assign
+        assert any(flight.assign is item for item in body)
+    assert in_flight_copies(loop, copies[:1], candidates) is None
+
+
+def test_the_unrolled_register_a_loop_waits_once_after_it():
+    kernel = lower(_register_a_program(False, 2), "sm_90a")
+    lines = _lines(kernel.source)
+    assert lines.count("la_wgmma_wait_prior();") == 2
+    assert lines.count("la_wgmma_wait();") == 1
+    assert lines.index("la_wgmma_wait();") > max(
+        i for i, line in enumerate(lines) if line == "la_wgmma_wait_prior();"
+    )
 
 
 def _lines(source: str) -> list[str]:

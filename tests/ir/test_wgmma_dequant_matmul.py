@@ -78,6 +78,8 @@ CASES = [
     (dtypes.u1, 32, WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2), 3, 1, 2),
     (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=32, stages=5, depth=3), 33, 1, 6),
     (dtypes.u5, 32, WgmmaDequantConfig(block_m=8, units_k=2, stages=4, depth=2), 9, 1, 4),
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, overlap_dot=True), 17, 1, 5),
+    (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=4, unroll=2, overlap_dot=True), 9, 1, 6),
 ]
 
 
@@ -153,6 +155,8 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
         depth=draw(st.integers(1, 3)),
         unroll=draw(st.sampled_from([1, 2])),
     )
+    if config.stages >= 3 and draw(st.booleans()):
+        config = replace(config, overlap_dot=True)
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
     k = config.block_k * draw(st.integers(1, 4))
@@ -257,14 +261,80 @@ def test_the_activations_come_by_tma_in_panels(
     assert any(isinstance(plan, WgmmaPlan) for plan in lowered.plans)
 
 
-def test_the_dot_waits_for_itself() -> None:
-    """A from registers keeps the wgmma synchronous (`backend.wgmma_pipeline`): one
-    ``wait_group 0`` after the calls of each k-tile, none left running."""
-    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128), "sm_90a", constants=LAYER)
+@pytest.mark.parametrize(
+    ("unroll", "overlap", "in_flight"), [(1, True, False), (2, False, False), (2, True, True)]
+)
+def test_the_dot_stays_in_flight_only_in_the_unrolled_overlapped_loop(
+    unroll: int, overlap: bool, in_flight: bool
+) -> None:
+    """A from registers: in the loop written once the wgmma waits for itself (``wait_group 0``
+    after each k-tile), and in the plain order too (its copy at the top of a k-tile fills the
+    stage the dot before still reads); unrolled twice (whole groups: K / BK even) in the
+    overlapped order each copy's dot runs on into the next copy (``wait_group 1``), with one
+    ``wait_group 0`` after the loop."""
+    config = WgmmaDequantConfig(units_k=2, unroll=unroll, overlap_dot=overlap)
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
     kernel_text = lowered.source.split('extern "C"')[1]
-    assert kernel_text.count("la_wgmma_commit();") == 1
-    assert kernel_text.count("la_wgmma_wait();") == 1
-    assert "la_wgmma_wait_prior();" not in kernel_text
+    assert kernel_text.count("la_wgmma_commit();") == unroll
+    waits = kernel_text.count("la_wgmma_wait();")
+    assert kernel_text.count("la_wgmma_wait_prior();") == (unroll if in_flight else 0)
+    assert waits == (1 if in_flight else unroll)
+
+
+def _ptx(source: str) -> list[str]:
+    from cuda.bindings import nvrtc
+
+    from backend.nvrtc import nvrtc_options
+
+    options = [option.encode() for option in nvrtc_options("sm_90a")]
+    _, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    _, size = nvrtc.nvrtcGetPTXSize(program)
+    text = b" " * size
+    nvrtc.nvrtcGetPTX(program, text)
+    return text.decode().splitlines()
+
+
+def _writes_in_flight(lines: list[str], copies: int) -> list[tuple[int, str]]:
+    """(line, register) of every write of a register that a wgmma may still read: the loop
+    body holds `copies` copies, each a group of wgmma calls and then a ``wait_group``. The
+    group of copy c is complete at the wait after copy c + 1's calls (for the last copy,
+    copy 0's wait of the next iteration), so its A words are busy from its first call to
+    there, cyclically over the loop."""
+    calls = [i for i, line in enumerate(lines) if "wgmma.mma_async" in line]
+    waits = [i for i, line in enumerate(lines) if "wgmma.wait_group" in line]
+    size = len(calls) // copies
+    groups = [calls[c * size : (c + 1) * size] for c in range(copies)]
+    wait_after = [min(w for w in waits if w > group[-1]) for group in groups]
+    found = []
+    for c, group in enumerate(groups):
+        words = set()
+        for call in group:
+            words |= set(re.search(r"\}, \{([^}]*)\}, %rd", lines[call]).group(1).split(", "))
+        for i, line in enumerate(lines):
+            written = re.match(r"\s*\{?\s*[a-z][\w.]*\s+(%r\d+)\s*,", line)
+            if not written or written.group(1) not in words:
+                continue
+            if c + 1 < copies:
+                busy = group[0] <= i <= wait_after[c + 1]
+            else:
+                busy = not wait_after[0] < i < group[0]
+            if busy:
+                found.append((i, written.group(1)))
+    return found
+
+
+def test_no_register_a_wgmma_in_flight_reads_a_register_written_after_it() -> None:
+    """The PTX of the kernel unrolled twice: no register A word of a copy's wgmma calls is
+    written while they may still read it. Read as one copy (the loop written once, the dot
+    in flight), the same PTX would break the rule everywhere: the check can fail."""
+    config = WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True)
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    assert "la_wgmma_wait_prior();" in lowered.source
+    lines = _ptx(lowered.source)
+    assert _writes_in_flight(lines, 2) == []
+    assert len(_writes_in_flight(lines, 1)) >= 16
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
@@ -287,6 +357,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(block_m=12), "block_m=12; expected a multiple of 8 up to 256"),
         (WgmmaDequantConfig(block_m=264), "block_m=264; expected a multiple of 8 up to 256"),
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
+        (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
+        (
+            WgmmaDequantConfig(stages=2, overlap_dot=True),
+            "overlap_dot=True with stages=2; .* at least 3 stages",
+        ),
     ],
     ids=str,
 )
