@@ -142,12 +142,12 @@ class WgmmaDequantConfig:
             )
         if self.block_m % 8 or self.block_m > MAX_BLOCK_M:
             raise VerificationError(
-                f"wgmma_dequant_matmul: block_m={self.block_m}; expected a multiple of 8 up "
-                f"to {MAX_BLOCK_M} (wgmma's N side)"
+                f"{PROGRAM}: block_m={self.block_m}; expected a multiple of 8 up to "
+                f"{MAX_BLOCK_M} (wgmma's N side)"
             )
         if self.warps * UNIT_LANES > 1024:
             raise VerificationError(
-                f"wgmma_dequant_matmul: warpgroups={self.warpgroups}; a block has at most 8"
+                f"{PROGRAM}: warpgroups={self.warpgroups}; a block has at most 8"
             )
         check_group_size(PROGRAM, group_size, self.block_k)
 
@@ -188,18 +188,14 @@ def wgmma_dequant_matmul(
         config = WgmmaDequantConfig()
     elif not isinstance(config, WgmmaDequantConfig):
         raise VerificationError(
-            f"wgmma_dequant_matmul: config={config!r}; expected a WgmmaDequantConfig or None"
+            f"{PROGRAM}: config={config!r}; expected a WgmmaDequantConfig or None"
         )
     weight_dtype = check_weight_dtype(weight_dtype)
     config.check(group_size)
-    check_activation_options("wgmma_dequant_matmul", activation_dtype, zero_points)
+    check_activation_options(PROGRAM, activation_dtype, zero_points)
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
-    nbits, warps, units_k, units_n = (
-        weight_dtype.nbits,
-        config.warps,
-        config.units_k,
-        config.units_n,
-    )
+    nbits, warps = weight_dtype.nbits, config.warps
+    units_k, units_n = config.units_k, config.units_n
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
     stages, depth = config.stages, config.depth
     code_layout, word_layout = tile_layouts(nbits, warps, units_k, units_n)
@@ -214,7 +210,7 @@ def wgmma_dequant_matmul(
         reduce_layout(decoded_layout, [1], keepdims=True),
     )
     row_words = UNIT_LANES * nbits
-    name = f"wgmma_dequant_matmul_{weight_dtype.name}"
+    name = f"{PROGRAM}_{weight_dtype.name}"
     name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
@@ -244,7 +240,6 @@ def wgmma_dequant_matmul(
         row0, col0 = b.block_y * block_m, b.block_x * block_n
         word_col0 = b.block_x * (warps * units_n * row_words)
         tiles_per_group = group_size // block_k
-
         panel = min(block_k, PANEL_K)
 
         def copy_activations(tile, stage):
