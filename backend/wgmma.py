@@ -84,6 +84,8 @@ PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
 PROXY_FENCE_MARK = "// la: async-proxy fence"
 """Where a barrier of a kernel with wgmma candidates gets `PROXY_FENCE` once some dot of the
 kernel has a plan (the lowering knows only at the end; without one the marks are dropped)."""
+WAIT_ALL = 'asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");'
+"""Waits for every wgmma of the warpgroup still in flight (needs no helper of `WGMMA_SOURCE`)."""
 SHARED_DECLARATION = "extern __shared__ __align__({alignment}) unsigned char la_smem[];"
 """The kernel's dynamic shared allocation, aligned to 16 bytes, or to `SWIZZLED_ALIGNMENT` when
 a dot runs as wgmma."""

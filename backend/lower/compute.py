@@ -33,7 +33,7 @@ from backend.tensor_core import (
     emit_mma,
     plan_mma,
 )
-from backend.wgmma import WARPGROUP_SIZE, emit_wgmma, plan_wgmma
+from backend.wgmma import WAIT_ALL, WARPGROUP_SIZE, emit_wgmma, plan_wgmma
 from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS
@@ -435,6 +435,12 @@ class ComputeLowering(LoweringContext):
                 instruction, (a_load, b_load), self.arch, group, (abstract[0], abstract[1])
             )
         if plan is None:
+            flight = self.in_flight.get(id(instruction))
+            if flight is not None and flight.loop.unroll > 1:
+                # A copy of an unrolled body whose dot was to stay in flight, but no plan:
+                # the copies before it may have left theirs running, and their registers are
+                # written again only after a wait this copy would have made.
+                self.out.line(WAIT_ALL)
             for load in loads:
                 self.write_deferred_load(load)
             return False

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import replace
 
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 from backend.bulk_copy import BulkTensorPlan
 from backend.lower import lower
 from backend.nvrtc import compile_cuda
-from backend.wgmma import WgmmaPlan
+from backend.wgmma import WAIT_ALL, WgmmaPlan, plan_wgmma
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import VerificationError
@@ -335,6 +336,25 @@ def test_no_register_a_wgmma_in_flight_reads_a_register_written_after_it() -> No
     lines = _ptx(lowered.source)
     assert _writes_in_flight(lines, 2) == []
     assert len(_writes_in_flight(lines, 1)) >= 16
+
+
+def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
+    """Should one copy's dot find no wgmma plan (it then runs on mma.sync), it first waits for
+    every wgmma still in flight: the copy before it wrote its registers expecting that wait."""
+    compute = importlib.import_module("backend.lower.compute")
+    calls = []
+
+    def every_other(*args, **kwargs):
+        calls.append(1)
+        return None if len(calls) % 2 == 0 else plan_wgmma(*args, **kwargs)
+
+    monkeypatch.setattr(compute, "plan_wgmma", every_other)
+    config = WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True)
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    loop = lowered.source.split('extern "C"')[1]
+    assert loop.count(WAIT_ALL) == 1
+    assert loop.count("la_wgmma_wait_prior();") == 1
+    assert loop.index("la_wgmma_wait_prior();") < loop.index(WAIT_ALL)
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
