@@ -7,8 +7,12 @@
 - Exact tables: the renaming `view` between the decode's A-fragment order and the warpgroup
   layout is the row permutation the module docstring states, and back for C^T.
 - The lowering on sm_90a: one ``wgmma`` plan with A from registers and the activations read by
-  K-major descriptors, every claim of it proved; NVRTC compiles the kernel (no GPU needed).
-  The GPU runs are in tests/backend/test_gpu_register_dequant.py and gpu_examples_main.
+  K-major descriptors, every claim of it proved; the activations by TMA in 64-wide panels, in
+  one swizzle mode for every stage; NVRTC compiles the kernel (no GPU needed). The wgmma waits
+  for itself, but in the overlapped order unrolled twice, where it stays in flight: the PTX
+  then writes no A word of a copy while its wgmma may still read it (a check that finds the
+  violations of the loop written once), and a copy without a plan waits for the others.
+  The GPU runs are in tests/backend/test_gpu_wgmma_dequant.py and gpu_examples_main.
 - Errors: every bad configuration field, group size and weight type names itself.
 """
 
