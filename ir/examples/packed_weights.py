@@ -35,6 +35,7 @@ Two implementations of the same weight permutation:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -50,6 +51,7 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
+from layout_algebra.symbolic import minimum
 
 FORMAT_VERSION = 2
 """The version of the packed layout; bumped whenever the bit placement changes (2: each lane's
@@ -154,6 +156,20 @@ def check_group_size(program: str, group_size: object, block_k: int) -> None:
             f"{program}: group_size={group_size} is not a multiple of the k-tile {block_k} "
             "(16 * units_k); one scale row per k-tile is required"
         )
+
+
+def tile_ahead(
+    b: ProgramBuilder, first: Any, d: int, end: Any, copy: Callable[[Any], None]
+) -> None:
+    """``copy(tile)`` of k-tile first + d where it is before `end` (d = 0 always is), for the
+    k loops of the programs reading packed weights. Under the guard the index equals its clamp
+    to the last tile of the range; written clamped, its bound shows the access in bounds, so it
+    needs no bounds check."""
+    if d == 0:
+        copy(first)
+    else:
+        with b.if_(first + d < end):
+            copy(minimum(first + d, end - 1))
 
 
 def unit_element_layout(nbits: int | None = None) -> RegisterLayout:

@@ -75,6 +75,7 @@ from ir.examples.packed_weights import (
     check_group_size,
     check_int_fields,
     check_weight_dtype,
+    tile_ahead,
     tile_layouts,
     tile_value_layout,
     unit_accumulator_scale_layouts,
@@ -398,14 +399,7 @@ def register_dequant_matmul(
             )  # fmt: skip
 
         def ahead_of(first, d, end, copy):
-            """``copy(tile)`` of k-tile first + d where it is before `end` (d = 0 always is).
-            Under the guard the index equals its clamp to the last tile of the range; written
-            clamped, its bound shows the access in bounds, so it needs no bounds check."""
-            if d == 0:
-                copy(first)
-            else:
-                with b.if_(first + d < end):
-                    copy(minimum(first + d, end - 1))
+            tile_ahead(b, first, d, end, copy)
 
         def accumulate(first, end, tile_m, tile_n):
             """The f32 product of row block `tile_m` and column block `tile_n` of C over the

@@ -58,6 +58,7 @@ from ir.examples.packed_weights import (
     check_group_size,
     check_int_fields,
     check_weight_dtype,
+    tile_ahead,
     tile_layouts,
     unit_scale_layout,
 )
@@ -263,14 +264,7 @@ def wgmma_dequant_matmul(
             return [words, *rows]
 
         def ahead_of(first, d, copy):
-            """``copy(tile)`` of k-tile first + d where it is a k-tile (d = 0 always is); under
-            the guard the index equals its clamp to the last k-tile, written clamped so that
-            its bound shows the access in bounds."""
-            if d == 0:
-                copy(first)
-            else:
-                with b.if_(first + d < tiles):
-                    copy(minimum(first + d, tiles - 1))
+            tile_ahead(b, first, d, tiles, copy)
 
         def refill(slot, fetched):
             for held, value in zip(slot, fetched):
