@@ -4,8 +4,9 @@
   `dot` defines (the f32 sums in k order, then one rounding), for weight types of 1 to 8 bits,
   f16 and bf16 activations with and without zero points, rows of A below, at and past one
   block, several k-tiles per scale group; a hypothesis property draws further configurations.
-- Exact tables: the renaming `view` between the decode's A-fragment order and the warpgroup
-  layout is the row permutation the module docstring states, and back for C^T.
+- Exact tables and a proof: the renaming `view` between the decode's A-fragment order and the
+  warpgroup layout is the row permutation the module docstring states (by table, and by the
+  solver, which refutes the unpermuted claim), and back for C^T.
 - The lowering on sm_90a: one ``wgmma`` plan with A from registers and the activations read by
   K-major descriptors, every claim of it proved; the activations by TMA in 64-wide panels, in
   one swizzle mode for every stage; NVRTC compiles the kernel (no GPU needed). The wgmma waits
@@ -53,6 +54,7 @@ from ir.testing.quantized_problems import (
     sequential_partials,
     with_tail,
 )
+from layout_algebra.function_layout import FunctionLayout
 from proofs import check_equivalent
 
 
@@ -196,6 +198,30 @@ def test_the_weight_view_renames_rows_by_the_stated_permutation(
     block, row = np.divmod(rest, 16)
     want = 256 * units_n * group + 64 * block + 16 * warp + row
     np.testing.assert_array_equal(renamed[..., 0], want)
+
+
+def renamed_rows(decoded, units_n: int) -> FunctionLayout:
+    """`decoded` with each row r = 64 u (4 g + w') + 16 j + r0 moved to 256 u g + 64 j + 16 w' +
+    r0 (u = `units_n`): the permutation the module docstring states, as a formula."""
+    block = 64 * units_n
+
+    def rows(t, i):
+        r, column = decoded.map(t, i)
+        group, warp = r // (4 * block), (r // block) % 4
+        return (4 * block * group + 64 * ((r % block) // 16) + 16 * warp + r % 16, column)
+
+    return FunctionLayout(decoded.shape, decoded.num_threads, decoded.local_size, rows)
+
+
+@pytest.mark.parametrize(("warpgroups", "units_n"), [(1, 1), (1, 2), (2, 1)])
+def test_the_renaming_is_proved_the_stated_permutation(warpgroups: int, units_n: int) -> None:
+    """The same claim for the solver: the warpgroup layout equals the decode's order with its
+    rows permuted; without the permutation the solver finds a register they disagree on."""
+    decoded = transposed_weight_layout(4 * warpgroups, 2, units_n)
+    renamed = wgmma_dot_layouts(128 * warpgroups, 256 * units_n * warpgroups, 8, 32)[0]
+    assert check_equivalent(renamed_rows(decoded, units_n), renamed).holds is True
+    refuted = check_equivalent(decoded, renamed)
+    assert refuted.holds is False and refuted.counterexample is not None
 
 
 def test_the_accumulator_view_renames_the_rows_back() -> None:
