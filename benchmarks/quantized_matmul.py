@@ -124,6 +124,16 @@ VARIANT_OPTIONS = {
     "wgmma_dequant": PREFILL_CONFIG,
 }
 """The ``quantized_matmul`` options of each variant that has some."""
+KERNELS = (
+    "register_dequant",
+    "mma",
+    "mma_ring",
+    "wgmma",
+    "wgmma_in_flight",
+    "wgmma_dequant",
+    "simt",
+)
+"""The kernels of ours that `--kernels` names."""
 BANDWIDTH = 4.4e12
 """Bytes per second: what cuBLAS's own GEMV reaches reading on an H200."""
 FLOP_RATE = 800e12
@@ -623,11 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     flush = flush_buffer(device)
     points: list[Point] = []
     variants = [name.strip() for name in options.kernels.split(",")]
-    known = {"simt", "mma", "mma_ring", "wgmma", "wgmma_in_flight", "wgmma_dequant"}
-    known.add("register_dequant")
-    unknown = sorted(set(variants) - known)
+    unknown = sorted(set(variants) - set(KERNELS))
     if unknown:
-        parser.error(f"--kernels takes {sorted(known)}, got {unknown}")
+        parser.error(f"--kernels takes {', '.join(KERNELS)}, got {unknown}")
     output = Path(options.output)
     for weight in weights:
         for k, n in shapes:

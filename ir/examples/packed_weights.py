@@ -137,13 +137,13 @@ def check_activation_options(program: str, activation_dtype: object, zero_points
         raise VerificationError(f"{program}: zero_points={zero_points!r}; expected True or False")
 
 
-def check_int_fields(program: str, config: object, names: tuple[str, ...], minimum: int) -> None:
-    """Check that each field `names` of `config` is an int (not a bool) >= `minimum`;
+def check_int_fields(program: str, config: object, names: tuple[str, ...], least: int) -> None:
+    """Check that each field `names` of `config` is an int (not a bool) >= `least`;
     VerificationError naming `program`, the field and its value otherwise."""
     for name in names:
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise VerificationError(f"{program}: {name}={value!r}; expected an int >= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise VerificationError(f"{program}: {name}={value!r}; expected an int >= {least}")
 
 
 def check_group_size(program: str, group_size: object, block_k: int) -> None:
