@@ -49,7 +49,9 @@ To compare configurations of the register-dequant kernel in one run, beside the 
 ``register_dequant`` points, the fastest where several record one; a point they lack is
 tuned), and ``--variants`` measures each configuration again with fields overridden
 (``"stages=3,depth=1;stages=4,depth=1"``: two variants), recorded as further
-``register_dequant`` points with their configurations.
+``register_dequant`` points with their configurations. For the other kernels with options,
+``--options`` may likewise hold several sets separated by ``;`` (``"units_k=2;block_m=32"``),
+each compiled and measured in the same run.
 
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
@@ -583,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         "--options",
         default="",
         help="option overrides for the variants that have options (mma_ring, wgmma, "
-        "wgmma_in_flight, wgmma_dequant), e.g. stages=3,block_n=256: integers, or true / false",
+        "wgmma_in_flight, wgmma_dequant), e.g. stages=3,block_n=256: integers, or true / "
+        "false; several sets separated by ';' are each measured beside the same peers",
     )
     parser.add_argument(
         "--configs-from",
@@ -600,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     options = parser.parse_args(argv)
     try:
-        overrides = parse_overrides(options.options)
+        option_sets = [parse_overrides(part) for part in options.options.split(";")]
         variant_overrides = [parse_overrides(part) for part in options.variants.split(";")]
     except ValueError as error:
         parser.error(str(error))
@@ -655,8 +658,9 @@ def main(argv: list[str] | None = None) -> int:
                     for operations in kernels:
                         points += run_point(operations, batches, flush, options.repeats, peers)
                 else:
-                    operations = {1: Operation(variant, problem, overrides=overrides)}
-                    points += run_point(operations, batches, flush, options.repeats, peers)
+                    for overrides in option_sets:
+                        operations = {1: Operation(variant, problem, overrides=overrides)}
+                        points += run_point(operations, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, space)
     print(table(points), end="")
