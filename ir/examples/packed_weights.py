@@ -47,6 +47,7 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.program import Program
+from ir.values import ArrayParam, GlobalTensor
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -170,6 +171,52 @@ def tile_ahead(
     else:
         with b.if_(first + d < end):
             copy(minimum(first + d, end - 1))
+
+
+def packed_operands(
+    b: ProgramBuilder, activation_dtype: DataType, zero_points: bool
+) -> tuple[ArrayParam, ArrayParam, ArrayParam, ArrayParam | None]:
+    """The array parameters a program reading packed weights takes after its ints, in order:
+    ``a`` (activation_dtype), ``packed`` (i32 words), ``scales`` and, with `zero_points`,
+    ``zeros`` (activation_dtype, `pack_scales` order); the last is None without."""
+    a = b.array_param("a", activation_dtype)
+    packed = b.array_param("packed", dtypes.i32)
+    scales = b.array_param("scales", activation_dtype)
+    zeros = b.array_param("zeros", activation_dtype) if zero_points else None
+    return a, packed, scales, zeros
+
+
+def packed_views(
+    b: ProgramBuilder,
+    operands: tuple[ArrayParam, ArrayParam, ArrayParam, ArrayParam | None],
+    nbits: int,
+    n: Any,
+    k: Any,
+    group_size: int,
+) -> tuple[GlobalTensor, GlobalTensor, GlobalTensor | None]:
+    """Global views of `packed_operands` for a (k, n) weight matrix of `nbits`-bit codes: the
+    words as the (K / 16, N / 64 * 32 * b) packed tensor, the scale rows and the zero-point
+    rows (None without) as (ceil(k / group_size), n)."""
+    _, packed, scales, zeros = operands
+    words_per_row = (n // UNIT_N) * UNIT_LANES * nbits
+    packed_view = b.global_view(
+        packed, dtypes.i32, GlobalLayout((k // UNIT_K, words_per_row), (words_per_row, 1))
+    )
+    groups = (k + group_size - 1) // group_size
+    rows = GlobalLayout((groups, n), (n, 1))
+    scale_view = b.global_view(scales, scales.dtype, rows)
+    zero_view = None if zeros is None else b.global_view(zeros, zeros.dtype, rows)
+    return packed_view, scale_view, zero_view
+
+
+def program_name(
+    program: str, weight_dtype: DataType, activation_dtype: DataType, zero_points: bool
+) -> str:
+    """A packed-weight program's kernel name: `program`, the weight type, the activation type
+    unless f16, and ``zp`` with zero points."""
+    name = f"{program}_{weight_dtype.name}"
+    name += "" if activation_dtype == dtypes.f16 else f"_{activation_dtype.name}"
+    return name + ("_zp" if zero_points else "")
 
 
 def unit_element_layout(nbits: int | None = None) -> RegisterLayout:

@@ -75,6 +75,9 @@ from ir.examples.packed_weights import (
     check_group_size,
     check_int_fields,
     check_weight_dtype,
+    packed_operands,
+    packed_views,
+    program_name,
     tile_ahead,
     tile_layouts,
     tile_value_layout,
@@ -338,8 +341,7 @@ def register_dequant_matmul(
         unit_load, unit_view = unit_accumulator_scale_layouts()
         accumulator_row_layouts = (warp_units * unit_load, warp_units * unit_view)
     row_words = UNIT_LANES * nbits
-    name = f"register_dequant_matmul_{weight_dtype.name}"
-    name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
+    name = program_name(PROGRAM, weight_dtype, act, zero_points)
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
             b.min_blocks_per_sm(config.min_blocks_per_sm)
@@ -348,10 +350,8 @@ def register_dequant_matmul(
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
-        a = b.array_param("a", act)
-        packed = b.array_param("packed", i32)
-        scales = b.array_param("scales", act)
-        zeros = b.array_param("zeros", act) if zero_points else None
+        operands = packed_operands(b, act, zero_points)
+        a = operands[0]
         stream = config.stream_k > 0
         fused = (split > 1 or stream) and config.fused_sum
         partial = b.array_param("partial", f32) if fused else None
@@ -365,16 +365,8 @@ def register_dequant_matmul(
             b.grid(blocks)
         else:
             b.grid(tiles_n, tiles_m, split)
-        words_per_row = (n // UNIT_N) * row_words
         a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
-        packed_view = b.global_view(
-            packed, i32, GlobalLayout((k // UNIT_K, words_per_row), (words_per_row, 1))
-        )
-        groups = (k + group_size - 1) // group_size
-        scale_view = b.global_view(scales, act, GlobalLayout((groups, n), (n, 1)))
-        zero_view = (
-            b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
-        )
+        packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
         stages = config.stages
         a_shared = b.shared_tensor(
             act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)

@@ -58,6 +58,9 @@ from ir.examples.packed_weights import (
     check_group_size,
     check_int_fields,
     check_weight_dtype,
+    packed_operands,
+    packed_views,
+    program_name,
     tile_ahead,
     tile_layouts,
     unit_scale_layout,
@@ -194,7 +197,7 @@ def wgmma_dequant_matmul(
     weight_dtype = check_weight_dtype(weight_dtype)
     config.check(group_size)
     check_activation_options(PROGRAM, activation_dtype, zero_points)
-    act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
+    act, f32 = activation_dtype, dtypes.f32
     nbits, warps = weight_dtype.nbits, config.warps
     units_k, units_n = config.units_k, config.units_n
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
@@ -211,31 +214,19 @@ def wgmma_dequant_matmul(
         reduce_layout(decoded_layout, [1], keepdims=True),
     )
     row_words = UNIT_LANES * nbits
-    name = f"{PROGRAM}_{weight_dtype.name}"
-    name += ("" if act == dtypes.f16 else f"_{act.name}") + ("_zp" if zero_points else "")
+    name = program_name(PROGRAM, weight_dtype, act, zero_points)
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
         if config.min_blocks_per_sm:
             b.min_blocks_per_sm(config.min_blocks_per_sm)
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k, multiple_of=block_k, constant=True)
-        a = b.array_param("a", act)
-        packed = b.array_param("packed", i32)
-        scales = b.array_param("scales", act)
-        zeros = b.array_param("zeros", act) if zero_points else None
+        operands = packed_operands(b, act, zero_points)
         c = b.array_param("c", act)
         b.grid(n // block_n, (m + block_m - 1) // block_m)
         tiles = k // block_k
-        words_per_row = (n // UNIT_N) * row_words
-        a_columns = b.global_view(a, act, GlobalLayout((k, m), (1, k)))  # A^T
-        packed_view = b.global_view(
-            packed, i32, GlobalLayout((k // UNIT_K, words_per_row), (words_per_row, 1))
-        )
-        groups = (k + group_size - 1) // group_size
-        scale_view = b.global_view(scales, act, GlobalLayout((groups, n), (n, 1)))
-        zero_view = (
-            b.global_view(zeros, act, GlobalLayout((groups, n), (n, 1))) if zero_points else None
-        )
+        a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
+        packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
         c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
         ring = b.shared_tensor(act, transposed_ring(stages, block_k, block_m))
         row0, col0 = b.block_y * block_m, b.block_x * block_n

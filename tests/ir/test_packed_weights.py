@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ir import dtypes, run_reference
+from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.packed_weights import (
@@ -27,6 +28,9 @@ from ir.examples.packed_weights import (
     pack_scales,
     pack_weights,
     pack_weights_program,
+    packed_operands,
+    packed_views,
+    program_name,
     scale_permutation,
     unit_accumulator_scale_layouts,
     unit_element_layout,
@@ -423,3 +427,32 @@ def test_pack_scales_moves_each_scale_to_its_lane(groups: int, units: int, seed:
 def test_pack_scales_refuses_a_bad_shape(shape: tuple[int, ...]) -> None:
     with pytest.raises(VerificationError, match=re.escape(f"packed scales: shape {shape}")):
         pack_scales(np.zeros(shape, np.float16))
+
+
+@pytest.mark.parametrize(
+    ("activation", "zero_points", "name"),
+    [
+        (dtypes.f16, False, "qmm_i4"),
+        (dtypes.bf16, False, "qmm_i4_bf16"),
+        (dtypes.bf16, True, "qmm_i4_bf16_zp"),
+    ],
+)
+def test_program_name_table(activation, zero_points, name) -> None:
+    assert program_name("qmm", dtypes.i4, activation, zero_points) == name
+
+
+def test_packed_operands_and_views_are_the_format_in_order() -> None:
+    """a, packed, scales (and zeros) in that order; the words viewed as the packed tensor of
+    `WeightFormat.shape`, the scale and zero-point rows as (groups, n)."""
+    with ProgramBuilder("views", 32) as b:
+        operands = packed_operands(b, dtypes.bf16, True)
+        views = packed_views(b, operands, 3, 256, 160, 64)
+    program = b.program()
+    assert [p.name for p in program.params] == ["a", "packed", "scales", "zeros"]
+    assert [p.dtype for p in program.params] == [dtypes.bf16, dtypes.i32, dtypes.bf16, dtypes.bf16]
+    packed, scales, zeros = (view.layout for view in views)
+    assert packed.shape == WeightFormat("u3", 160, 256).shape
+    assert scales.shape == zeros.shape == (3, 256) and scales.strides == (256, 1)
+    with ProgramBuilder("no_zeros", 32) as b:
+        operands = packed_operands(b, dtypes.f16, False)
+        assert operands[3] is None and packed_views(b, operands, 4, 64, 16, 16)[2] is None
