@@ -5,7 +5,9 @@ NumPy references of the kernels' arithmetic.
 weights); `sequential_partials` is the f32 sum in k order that the interpreter's `dot` defines
 (per split of k), `late_scaled_partials` the same for a kernel that scales each group's product,
 `ordered_sum` adds partial sums in order and rounds once. `with_tail` makes an output buffer
-followed by `TAIL` sentinel elements that no kernel may write.
+followed by `TAIL` sentinel elements that no kernel may write. `zero_point_problem(...)` draws
+the inputs of a kernel with f16 or bf16 activations and optional zero points
+(`ZeroPointProblem`), with its arguments in the packed format.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.elementwise import fused_multiply_add
+from ir.examples.packed_weights import pack_scales, pack_weights
 
 
 def exact_in_f16(dtype: DataType) -> bool:
@@ -105,3 +108,67 @@ def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
 def with_tail(size: int, dtype: type) -> np.ndarray:
     """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
     return np.full(size + TAIL, SENTINEL, dtype=dtype)
+
+
+@dataclass
+class ZeroPointProblem:
+    """The inputs of a packed-weight kernel with `activation` values and optional zero points,
+    as codes: `codes` (k, n) weight codes, `scales` and `zeros` (groups, n) codes of the
+    activation type (zeros all 0 without zero points), `a_codes` (m, k); and as values: `a`
+    (f32), `shifted` = W - Z (f32, exact: small integers) and `dequantized` = act((W - Z) *
+    S) rounded once (f32)."""
+
+    weight: DataType
+    zero_points: bool
+    codes: np.ndarray
+    scales: np.ndarray
+    zeros: np.ndarray
+    a_codes: np.ndarray
+    a: np.ndarray
+    shifted: np.ndarray
+    dequantized: np.ndarray
+
+    def arguments(self) -> list[np.ndarray]:
+        """a, the packed weights, the packed scales and (with zero points) the packed zeros."""
+        packed, _ = pack_weights(self.codes, self.weight)
+        rows = [self.scales] + ([self.zeros] if self.zero_points else [])
+        return [self.a_codes, packed, *(pack_scales(row) for row in rows)]
+
+
+def zero_point_problem(
+    weight: DataType,
+    activation: DataType,
+    zero_points: bool,
+    shape: tuple[int, int, int],
+    group_size: int,
+    rng: np.random.Generator,
+) -> ZeroPointProblem:
+    """Random inputs of shape (m, n, k): codes anywhere in the weight type, scales in [0.5, 1.5]
+    / 2^b, integer zero points below 2^b (b the weight bits), activations in [-1, 1]."""
+    m, n, k = shape
+    codes = rng.integers(0, 1 << weight.nbits, (k, n))
+    groups = k // group_size
+    scales = activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
+    zeros = activation.encode(
+        rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
+        if zero_points
+        else np.zeros((groups, n))
+    )
+    per_row = np.repeat(np.arange(groups), group_size)
+    values = weight.decode(codes).astype(np.float64)
+    scale_values = activation.decode(scales).astype(np.float64)[per_row]
+    zero_values = activation.decode(zeros).astype(np.float64)[per_row]
+    # W - Z is exact; the product is rounded once to the activation type.
+    dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
+    a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
+    return ZeroPointProblem(
+        weight,
+        zero_points,
+        codes,
+        scales,
+        zeros,
+        a_codes,
+        activation.decode(a_codes).astype(np.float32),
+        (values - zero_values).astype(np.float32),
+        dequantized.astype(np.float32),
+    )

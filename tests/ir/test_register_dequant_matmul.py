@@ -48,6 +48,7 @@ from ir.testing.quantized_problems import (
     ordered_sum,
     sequential_partials,
     with_tail,
+    zero_point_problem,
 )
 from layout_algebra.fragments import fragment
 from layout_algebra.register import replicate, spatial
@@ -354,23 +355,7 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     rng = np.random.default_rng(weight.nbits * 7 + m)
     group_size, n = 64, config.block_n
     k = config.block_k * config.split * max(2, group_size // config.block_k)
-    codes = rng.integers(0, 1 << weight.nbits, (k, n))
-    values = weight.decode(codes).astype(np.float64)
-    groups = k // group_size
-    scales = activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
-    zeros = activation.encode(
-        rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
-        if zero_points
-        else np.zeros((groups, n))
-    )
-    per_row = np.repeat(np.arange(groups), group_size)
-    scale_values = activation.decode(scales).astype(np.float64)[per_row]
-    zero_values = activation.decode(zeros).astype(np.float64)[per_row]
-    # W - Z is exact; the product is rounded once to the activation type.
-    dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
-    shifted = (values - zero_values).astype(np.float32)  # exact: small integers
-    a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
-    a = activation.decode(a_codes).astype(np.float32)
+    problem = zero_point_problem(weight, activation, zero_points, (m, n, k), group_size, rng)
     program = register_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=zero_points
     )
@@ -378,19 +363,17 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     workspace = ["partial", "counters"] if split > 1 else []
     names = ["m", "n", "k", "a", "packed", "scales"] + (["zeros"] if zero_points else [])
     assert [p.name for p in program.params] == names + workspace + ["c"]
-    packed, _ = pack_weights(codes, weight)
     c = np.zeros(m * n, dtype=np.uint16)
-    arguments = [m, n, k, a_codes, packed, pack_scales(scales)]
-    arguments += [pack_scales(zeros)] if zero_points else []
+    arguments = [m, n, k, *problem.arguments()]
     partial = np.zeros(split * m * n, dtype=np.float32)
     counters = np.zeros(config.tiles(m, n), dtype=np.int32)
     arguments += [partial, counters] if split > 1 else []
     run_reference(program, *arguments, c, grid=config.grid(m, n))
     if config.late_scale:
-        group_scales = activation.decode(scales).astype(np.float32)
-        partials = late_scaled_partials(a, shifted, group_scales, group_size, split)
+        group_scales = activation.decode(problem.scales).astype(np.float32)
+        partials = late_scaled_partials(problem.a, problem.shifted, group_scales, group_size, split)
     else:
-        partials = sequential_partials(a, dequantized.astype(np.float32), split)
+        partials = sequential_partials(problem.a, problem.dequantized, split)
     total = partials[0]
     for part in partials[1:]:
         total = total + part

@@ -53,6 +53,7 @@ from ir.testing.quantized_problems import (
     ordered_sum,
     sequential_partials,
     with_tail,
+    zero_point_problem,
 )
 from layout_algebra.function_layout import FunctionLayout
 from proofs import check_equivalent
@@ -123,30 +124,13 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     config = WgmmaDequantConfig(block_m=16, units_k=2, stages=3)
     rng = np.random.default_rng(weight.nbits)
     group_size, m, n, k = 64, 19, config.block_n, 128
-    codes = rng.integers(0, 1 << weight.nbits, (k, n))
-    groups = k // group_size
-    scales = activation.encode(rng.uniform(0.5, 1.5, (groups, n)) / 2**weight.nbits)
-    zeros = activation.encode(
-        rng.integers(0, 1 << weight.nbits, (groups, n)).astype(np.float64)
-        if zero_points
-        else np.zeros((groups, n))
-    )
-    per_row = np.repeat(np.arange(groups), group_size)
-    values = weight.decode(codes).astype(np.float64)
-    zero_values = activation.decode(zeros).astype(np.float64)[per_row]
-    scale_values = activation.decode(scales).astype(np.float64)[per_row]
-    dequantized = activation.decode(activation.encode((values - zero_values) * scale_values))
-    a_codes = activation.encode(rng.uniform(-1, 1, (m, k)))
-    a = activation.decode(a_codes).astype(np.float32)
+    problem = zero_point_problem(weight, activation, zero_points, (m, n, k), group_size, rng)
     program = wgmma_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=zero_points
     )
-    packed, _ = pack_weights(codes, weight)
-    arguments = [m, n, k, a_codes, packed, pack_scales(scales)]
-    arguments += [pack_scales(zeros)] if zero_points else []
     c = np.zeros(m * n, dtype=np.uint16)
-    run_reference(program, *arguments, c, grid=config.grid(m, n))
-    (total,) = sequential_partials(a, dequantized.astype(np.float32), 1)
+    run_reference(program, m, n, k, *problem.arguments(), c, grid=config.grid(m, n))
+    (total,) = sequential_partials(problem.a, problem.dequantized, 1)
     np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))
 
 
