@@ -86,6 +86,8 @@ PROXY_FENCE_MARK = "// la: async-proxy fence"
 kernel has a plan (the lowering knows only at the end; without one the marks are dropped)."""
 WAIT_ALL = 'asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");'
 """Waits for every wgmma of the warpgroup still in flight (needs no helper of `WGMMA_SOURCE`)."""
+ISSUES = ("sync", "in_flight", "chain", "chain_end")
+"""How `emit_wgmma` ends a dot: waiting for it, or left running in one of three ways."""
 SHARED_DECLARATION = "extern __shared__ __align__({alignment}) unsigned char la_smem[];"
 """The kernel's dynamic shared allocation, aligned to 16 bytes, or to `SWIZZLED_ALIGNMENT` when
 a dot runs as wgmma."""
@@ -514,7 +516,7 @@ def emit_wgmma(
     out: str,
     substitutions: tuple[Mapping[str, Expr], Mapping[str, Expr]],
     prefix: str,
-    in_flight: bool = False,
+    issue: str = "sync",
 ) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
     shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
@@ -522,11 +524,16 @@ def emit_wgmma(
     give each operand's original offsets for the fresh variables of its starts; `prefix` makes
     the local names unique. Requires `WGMMA_SOURCE`.
 
-    `in_flight` (`backend.wgmma_pipeline`): the calls accumulate into c's words in place and
-    the dot is left running: ``wait_group 1`` completes the previous one instead, `out` is not
-    written, and the loop's end waits (`emit_wgmma_drain`)."""
+    `issue` (one of `ISSUES`) says how the dot ends. "sync": it waits for its calls and
+    writes `out`. The others accumulate into c's words in place and leave `out` unwritten
+    (`backend.wgmma_pipeline`): "in_flight", a loop's dot left running, ``wait_group 1``
+    completing the previous iteration's (the loop's end waits: `emit_wgmma_drain`); "chain", a
+    link of a chain left running, no wait; "chain_end", the chain's last link, which waits
+    for every call of the chain."""
+    if issue not in ISSUES:
+        raise ValueError(f"emit_wgmma: issue={issue!r}; expected one of {ISSUES}")
     local = plan.c_layout.local_size
-    if in_flight:
+    if issue != "sync":
         acc = [f"{c}[{i}]" for i in range(local)]
         constraint = "+r"
         lines = ["{", pin_words(c, local)]
@@ -576,8 +583,9 @@ def emit_wgmma(
             outputs = ", ".join(f'"{constraint}"({acc[size * block + j]})' for j in range(size))
             lines.append(f'asm volatile("{text}" : {outputs} : {", ".join(inputs)});')
     lines.append("la_wgmma_commit();")
-    if in_flight:
-        lines += ["la_wgmma_wait_prior();", pin_words(c, local), "}"]
+    if issue != "sync":
+        wait = {"in_flight": "la_wgmma_wait_prior();", "chain": "", "chain_end": "la_wgmma_wait();"}
+        lines += [wait[issue], pin_words(c, local), "}"]
         return "\n".join(lines) + "\n"
     lines.append("la_wgmma_wait();")
     lines.append(pin)

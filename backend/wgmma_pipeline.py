@@ -38,10 +38,15 @@ nothing reads or overwrites what a dot still in flight uses:
   (`period`), so the footprints of the write at kt and of the read at kt - j are compared at
   every residue of one common period.
 
+**Chains.** Within one instruction list, consecutive dots into one accumulator (a k-tile's dot
+written as one dot per k16 step, each step's A dequantized just before it) need no wait
+between them: `dot_chains` finds them, and the lowering leaves each link running and waits
+once after the last, so the instructions between the links run beside the tensor cores.
+
 Dots under a branch or in a loop of more than one trip inside the k loop, and bodies with a
-second candidate dot, are left synchronous; so are loops the lowering unrolls, but for one case
-(`in_flight_copies`): a dot with A from registers in a loop unrolled into whole groups of
-copies, each copy's A a set of registers of its own.
+second candidate dot, are not kept in flight across iterations; neither are the dots of loops
+the lowering unrolls, but for one case (`in_flight_copies`): a dot with A from registers in a
+loop unrolled into whole groups of copies, each copy's A a set of registers of its own.
 """
 
 from __future__ import annotations
@@ -340,3 +345,103 @@ def _inner_vars(body: Sequence[Instruction]) -> set[str]:
         for instruction in items
         if isinstance(instruction, ForRange)
     }
+
+
+@dataclass(frozen=True)
+class ChainedDot:
+    """A dot of a chain (`dot_chains`): the dot, the ``assign(c, dot)`` its in-place
+    accumulation replaces, and whether it is the chain's last (the one that waits)."""
+
+    dot: Dot
+    assign: Assign
+    last: bool
+
+
+def dot_chains(
+    body: Sequence[Instruction],
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    uses: Mapping[int, int],
+) -> dict[int, ChainedDot]:
+    """The dots of one instruction list that run as one chain of wgmma groups: ``id(dot) ->
+    ChainedDot``. A chain is two or more candidate dots (`candidates`) of the list, each
+    ``assign(c, dot(a_i, b_i, c))`` into the same c, its result read by that assign alone
+    (`uses`, from `backend.wgmma.operand_uses`). Between one link's assign and the next dot,
+    no instruction may have a body (a loop or a branch), read or write c, write (``assign``)
+    the A registers of an earlier link, or store or copy into a shared tensor an earlier
+    link reads. The lowering then issues each link's wgmma calls accumulating into c's
+    registers in place and waits only after the last (``wait_group 0``): the instructions
+    between two links (the next k step's dequantization, say) run while the tensor cores
+    work on the links before. That keeps the IR's synchronous `dot`: the ``m64nNk16`` calls
+    of one shape accumulate in issue order into the same registers without a wait (the PTX
+    ISA's one exception to waiting before reusing them), nothing reads c or the elided
+    results before the wait, and no operand an unfinished call reads changes. Each link's A
+    are registers of their own: the list is written once, so no later link writes them."""
+    found: dict[int, ChainedDot] = {}
+    chain: list[tuple[Dot, Assign]] = []
+    # What the open chain's links read, which the instructions after them must leave alone:
+    # A registers (not to be written) and shared tensors (not to be stored into).
+    a_registers: set[int] = set()
+    shared: set[str] = set()
+
+    def close() -> None:
+        if len(chain) >= 2:
+            for index, (dot, assign) in enumerate(chain):
+                found[id(dot)] = ChainedDot(dot, assign, index == len(chain) - 1)
+        chain.clear()
+        a_registers.clear()
+        shared.clear()
+
+    index = 0
+    while index < len(body):
+        instruction = body[index]
+        link = _chain_link(body, index, candidates, uses)
+        if link is not None and (not chain or chain[0][0].c is link[0].c):
+            dot, assign = link
+            chain.append(link)
+            a_registers.add(id(dot.a))
+            shared.update(load.src.name for load in candidates[id(dot)] if load is not None)
+            index += 2
+            continue
+        if link is not None:
+            close()
+            continue  # the dot opens a chain of its own c
+        if chain and _breaks_chain(instruction, chain[0][0].c, a_registers, shared):
+            close()
+        index += 1
+    close()
+    return found
+
+
+def _chain_link(
+    body: Sequence[Instruction],
+    index: int,
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    uses: Mapping[int, int],
+) -> tuple[Dot, Assign] | None:
+    """``(dot, assign)`` when `body[index]` is a candidate dot followed by ``assign(c, dot)``
+    whose result nothing else reads."""
+    dot = body[index]
+    if not isinstance(dot, Dot) or id(dot) not in candidates or index + 1 >= len(body):
+        return None
+    assign = body[index + 1]
+    if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
+        return None
+    if uses.get(id(dot.out), 0) != 1:
+        return None
+    return dot, assign
+
+
+def _breaks_chain(
+    instruction: Instruction, c: object, a_registers: set[int], shared: set[str]
+) -> bool:
+    """Whether `instruction`, after a chain's links, touches what an unfinished link uses: c
+    at all, an A operand by writing it, a shared operand by storing or copying into it."""
+    if instruction.bodies():
+        return True
+    if any(tensor is c for tensor in (*instruction.operands(), *instruction.results())):
+        return True
+    if isinstance(instruction, Assign) and id(instruction.dst) in a_registers:
+        return True
+    if isinstance(instruction, (StoreShared, CopyAsync, CopyBulk)):
+        return instruction.dst.name in shared
+    return False

@@ -33,7 +33,7 @@ from backend.tensor_core import (
     emit_mma,
     plan_mma,
 )
-from backend.wgmma import WAIT_ALL, WARPGROUP_SIZE, emit_wgmma, plan_wgmma
+from backend.wgmma import WAIT_ALL, WARPGROUP_SIZE, emit_wgmma, emit_wgmma_drain, plan_wgmma
 from ir import dtypes, instructions
 from ir.dtypes import DataType
 from ir.elementwise import BINARY_OPS
@@ -441,6 +441,11 @@ class ComputeLowering(LoweringContext):
                 # the copies before it may have left theirs running, and their registers are
                 # written again only after a wait this copy would have made.
                 self.out.line(WAIT_ALL)
+            if self.chain_running is not None:
+                # A link of a chain without a plan: the links before it are still running
+                # into c, which this dot reads.
+                self.out.lines(emit_wgmma_drain(*self.chain_running))
+                self.chain_running = None
             for load in loads:
                 self.write_deferred_load(load)
             return False
@@ -454,10 +459,19 @@ class ComputeLowering(LoweringContext):
         for originals in substitutions:
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
+        link = self.chains.get(id(instruction))
+        issue = "sync"
         if flight is not None:
             self.elided_assigns.add(id(flight.assign))
             self.drains[id(flight.loop)] = (instruction.c.name, plan.c_layout.local_size)
             self.note("wgmma dot kept in flight", 1)
+            issue = "in_flight"
+        elif link is not None:
+            self.elided_assigns.add(id(link.assign))
+            self.note("wgmma chain's last dot" if link.last else "wgmma dot left running")
+            issue = "chain_end" if link.last else "chain"
+            running = (instruction.c.name, plan.c_layout.local_size)
+            self.chain_running = None if link.last else running
         self.out.lines(
             emit_wgmma(
                 plan,
@@ -467,7 +481,7 @@ class ComputeLowering(LoweringContext):
                 instruction.out.name,
                 (substitutions[0], substitutions[1]),
                 self.temporary("wg"),
-                in_flight=flight is not None,
+                issue,
             )
         )
         return True

@@ -38,7 +38,13 @@ from backend.wgmma import (
     shared_operand_dots,
     shared_operand_dots_in,
 )
-from backend.wgmma_pipeline import InFlightDot, in_flight_copies, in_flight_dot
+from backend.wgmma_pipeline import (
+    ChainedDot,
+    InFlightDot,
+    dot_chains,
+    in_flight_copies,
+    in_flight_dot,
+)
 from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
@@ -351,6 +357,10 @@ class LoweringContext:
         self.in_flight: dict[int, InFlightDot] = {}
         self.elided_assigns: set[int] = set()
         self.drains: dict[int, tuple[str, int]] = {}
+        # Chains of dots into one accumulator (`backend.wgmma_pipeline.dot_chains`), by
+        # id(dot), and the accumulator words a written link left running, until a wait.
+        self.chains: dict[int, ChainedDot] = {}
+        self.chain_running: tuple[str, int] | None = None
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
@@ -401,6 +411,12 @@ class LoweringContext:
         self.deferred_loads.update(
             id(load) for pair in found.values() for load in pair if load is not None
         )
+
+    def find_dot_chains(self, body: Sequence[Instruction]) -> None:
+        """Note the chains of dots of an instruction list about to be written (after its
+        wgmma candidates: `find_wgmma_dots`)."""
+        if self.wgmma_dots:
+            self.chains.update(dot_chains(body, self.wgmma_dots, self.operand_uses))
 
     def find_in_flight_dot(self, loop: instructions.ForRange) -> None:
         """Note the dot of `loop` that may stay in flight into its next iteration, if any."""

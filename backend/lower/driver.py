@@ -273,6 +273,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
 
     def execute(self, body: Sequence[Instruction]) -> None:
         self.find_wgmma_dots(body)
+        self.find_dot_chains(body)
         for instruction in body:
             self.current = instruction
             self.out.comment(format_instruction(instruction))

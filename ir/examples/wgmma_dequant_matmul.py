@@ -18,7 +18,7 @@ side, up to 256). Per block, for each k-tile:
     the group's scales
     view the weights in the warpgroup A layout (a renaming of rows, below), wait for the
     activation tile, dot, sync (every thread is past its reads of the stage before the next
-    copy into it)
+    copy into it); with `split_dot`, one k16 step at a time from the casts to the dot
     then C^T viewed back in the decode's accumulator order, cast, stored
 
 **The renaming.** A unit of the packed format is 64 columns of W for one warp: a lane holds four
@@ -102,7 +102,11 @@ class WgmmaDequantConfig:
     k-tiles back read, one barrier per k-tile, before the dot (at least 3 stages). On sm_90a
     the lowering keeps each wgmma running into the next k-tile where the loop is unrolled
     into whole groups (`unroll` >= 2 dividing K / BK): each copy's dequantized weights are
-    registers of their own (`backend.wgmma_pipeline.in_flight_copies`).
+    registers of their own (`backend.wgmma_pipeline.in_flight_copies`). `split_dot` loads,
+    dequantizes and multiplies the k-tile one k16 step at a time, a dot per step into the
+    same accumulator: on sm_90a the steps' wgmma calls form one chain
+    (`backend.wgmma_pipeline.dot_chains`), so each step's dequantization runs while the
+    tensor cores work on the steps before, and only the k-tile's last step is waited for.
     """
 
     warpgroups: int = 1
@@ -114,6 +118,7 @@ class WgmmaDequantConfig:
     unroll: int = 1
     min_blocks_per_sm: int = 0
     overlap_dot: bool = False
+    split_dot: bool = False
 
     @property
     def warps(self) -> int:
@@ -139,6 +144,8 @@ class WgmmaDequantConfig:
         stages = self.stages
         if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
             raise VerificationError(f"{PROGRAM}: stages={stages!r}; expected an int from 2 to 8")
+        if not isinstance(self.split_dot, bool):
+            raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
         if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
             raise VerificationError(
                 f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
@@ -202,11 +209,15 @@ def wgmma_dequant_matmul(
     units_k, units_n = config.units_k, config.units_n
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
     stages, depth = config.stages, config.depth
-    code_layout, word_layout = tile_layouts(nbits, warps, units_k, units_n)
+    # The k-tile's dot in `steps` dots of `step_units` k16 units each.
+    steps = units_k if config.split_dot else 1
+    step_units = units_k // steps
+    step_k = UNIT_K * step_units
+    code_layout, word_layout = tile_layouts(nbits, warps, step_units, units_n)
     code_layout = code_layout.permute(1, 0)  # the codes named as W^T
-    decoded_layout = transposed_weight_layout(warps, units_k, units_n)
+    decoded_layout = transposed_weight_layout(warps, step_units, units_n)
     weight_layout, activation_layout, c_layout = wgmma_dot_layouts(
-        UNIT_LANES * warps, block_n, block_m, block_k
+        UNIT_LANES * warps, block_n, block_m, step_k
     )
     stored_layout = transposed_accumulator_layout(warps, units_n, block_m // 8)
     scale_layouts = (
@@ -247,12 +258,17 @@ def wgmma_dequant_matmul(
         row_views = [scale_view] + ([zero_view] if zero_points else [])
 
         def fetch(tile):
-            """K-tile `tile`'s packed words, then its group's packed scale row (and zero-point
-            row): loaded `depth` k-tiles before they are used."""
+            """K-tile `tile`'s packed words (per step), then its group's packed scale row (and
+            zero-point row): loaded `depth` k-tiles before they are used."""
             group = tile // tiles_per_group
-            words = b.load_global(packed_view, [tile * units_k, word_col0], word_layout)
+            words = [
+                b.load_global(
+                    packed_view, [tile * units_k + j * step_units, word_col0], word_layout
+                )
+                for j in range(steps)
+            ]
             rows = [b.load_global(view, [group, col0], scale_layouts[0]) for view in row_views]
-            return [words, *rows]
+            return [*words, *rows]
 
         def ahead_of(first, d, copy):
             tile_ahead(b, first, d, tiles, copy)
@@ -281,19 +297,22 @@ def wgmma_dequant_matmul(
             for d in range(depth - 1):
                 refill(in_flight[d], in_flight[d + 1])
             ahead_of(tile, depth, lambda t: refill(in_flight[depth - 1], fetch(t)))
-            codes = b.view(current[0], weight_dtype, code_layout)
-            weights = b.cast(codes, act, decoded_layout)
-            scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[1:])
-            if zero_points:
-                weights = b.sub(weights, zero[0])
-            weights = b.mul(weights, scale)
-            renamed = b.view(weights, act, weight_layout)
-            b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
-            if config.overlap_dot:
-                # Every thread is past its reads of the stage the copy after the dot fills.
-                b.sync()
-            activations = b.load_shared(ring, activation_layout, [stage, 0, 0])
-            b.assign(acc, b.dot(renamed, activations, acc))
+            scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
+            for j in range(steps):
+                codes = b.view(current[j], weight_dtype, code_layout)
+                weights = b.cast(codes, act, decoded_layout)
+                if zero_points:
+                    weights = b.sub(weights, zero[0])
+                weights = b.mul(weights, scale)
+                renamed = b.view(weights, act, weight_layout)
+                if j == 0:
+                    b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
+                    if config.overlap_dot:
+                        # Every thread is past its reads of the stage the copy after the dot
+                        # fills.
+                        b.sync()
+                activations = b.load_shared(ring, activation_layout, [stage, j * step_k, 0])
+                b.assign(acc, b.dot(renamed, activations, acc))
             if config.overlap_dot:
                 copy_ahead()
             else:

@@ -3,13 +3,13 @@
 
 For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
 (warpgroups, units, k-tile, rows per block, stages, register depth, unroll, the overlapped order
-whose wgmma stays in flight when unrolled), and for bf16 activations with zero points: the
-kernel against `ir.run_reference` within the tensor cores' rounding (wgmma sums each k16 step
-in its own order), rows of A past m left unwritten; loops of 48 k-tiles, which the compiler
-does not unroll whole. On sm_90a the dot runs as ``wgmma`` with A from registers and the
-activations come by TMA; one case is compiled without TMA (``tma=False``: the ``cp.async``
-fallback of the bulk copies) and one without wgmma (``wgmma=False``: ``mma.sync``), so the
-paths the lowering may take all run.
+whose wgmma stays in flight when unrolled, the k-tile's dot split into a chain of k16 steps),
+and for bf16 activations with zero points: the kernel against `ir.run_reference` within the
+tensor cores' rounding (wgmma sums each k16 step in its own order), rows of A past m left
+unwritten; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dot runs
+as ``wgmma`` with A from registers and the activations come by TMA; one case is compiled without
+TMA (``tma=False``: the ``cp.async`` fallback of the bulk copies) and one without wgmma
+(``wgmma=False``: ``mma.sync``), so the paths the lowering may take all run.
 
 Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
 """
@@ -54,6 +54,10 @@ CONFIGS = [
     WgmmaDequantConfig(
         warpgroups=2, block_m=32, units_k=1, stages=5, depth=2, unroll=2, overlap_dot=True
     ),
+    # The k-tile's dot in k16 steps: one chain of wgmma groups, waited for once.
+    WgmmaDequantConfig(stages=4, min_blocks_per_sm=2, split_dot=True),
+    WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=8, stages=3, depth=2, split_dot=True),
+    WgmmaDequantConfig(block_m=16, units_k=2, stages=4, unroll=2, overlap_dot=True, split_dot=True),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -163,6 +167,8 @@ def test_activation_types_and_zero_points_match_the_interpreter(
         WgmmaDequantConfig(block_m=32, stages=3, depth=2),
         WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
         WgmmaDequantConfig(units_k=1, stages=6, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
+        WgmmaDequantConfig(min_blocks_per_sm=2, split_dot=True),
+        WgmmaDequantConfig(units_k=8, stages=3, unroll=2, split_dot=True),
     ],
     ids=str,
 )

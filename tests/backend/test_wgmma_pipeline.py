@@ -4,14 +4,17 @@ disjointness, which loops qualify, and the code the lowering writes for them."""
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.lower.driver import lower, unrolled_copy
-from backend.wgmma import shared_operand_dots
+from backend.wgmma import operand_uses, plan_wgmma, shared_operand_dots
 from backend.wgmma_pipeline import (
+    dot_chains,
     in_flight_copies,
     in_flight_dot,
     in_flight_offsets,
@@ -355,3 +358,127 @@ def test_ring_programs_compute_the_matmul_in_the_interpreter(stages, ahead):
     run_reference(_ring_program(stages, ahead), k, a, b, c, grid=(1, 1))
     reference = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=5e-2)
+
+
+# ------------------------------------------------------------------------------ chains of dots
+
+
+def _chain_program(between: str = "", links: int = 3) -> Program:
+    """One warpgroup, no loop: `links` k16 dots into one accumulator, A fresh from global
+    memory for each, B from one shared tile; `between` puts an instruction between the first
+    link and the second: "read_c" (reads the accumulator), "write_a" (assigns over the first
+    link's A), "store" (into the tile the links read), "loop" (a loop of one trip, empty of
+    all that), "other_c" (a dot into another accumulator)."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 16)
+    k = 16 * links
+    with ProgramBuilder("chain", 128) as bld:
+        a = bld.array_param("a", f16)
+        b = bld.array_param("b", f16)
+        c = bld.array_param("c", f32)
+        a_view = bld.global_view(a, f16, GlobalLayout((64, k), (k, 1)))
+        b_view = bld.global_view(b, f16, GlobalLayout((k, 64), (64, 1)))
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        tile = bld.shared_tensor(f16, wgmma_b_buffer(k, 64, 1))
+        whole = bld.load_global(b_view, [0, 0], wgmma_dot_layouts(128, 64, 64, k)[1])
+        bld.store_shared(tile, whole, [0, 0, 0])
+        bld.sync()
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        other = bld.register_tensor(f32, c_layout, 0.0)
+        firsts = []
+        for j in range(links):
+            weights = bld.load_global(a_view, [0, 16 * j], a_layout)
+            firsts.append(weights)
+            operand = bld.load_shared(tile, b_layout, [0, 16 * j, 0])
+            bld.assign(acc, bld.dot(weights, operand, acc))
+            if j == 0 and between == "read_c":
+                bld.store_global(c_view, acc, [0, 0])
+            elif j == 0 and between == "write_a":
+                bld.assign(weights, bld.load_global(a_view, [0, 0], a_layout))
+            elif j == 0 and between == "store":
+                bld.store_shared(tile, bld.register_tensor(f16, b_layout, 0.0), [0, 16, 0])
+            elif j == 0 and between == "loop":
+                with bld.for_range(0, 1):
+                    pass
+            elif j == 0 and between == "other_c":
+                again = bld.load_shared(tile, b_layout, [0, 0, 0])
+                bld.assign(other, bld.dot(weights, again, other))
+        bld.store_global(c_view, bld.add(acc, other), [0, 0])
+    return bld.program()
+
+
+@pytest.mark.parametrize(
+    ("between", "chained"),
+    [
+        ("", [0, 1, 2]),
+        ("read_c", [1, 2]),  # the first link must finish before c is read
+        ("write_a", [1, 2]),  # or before its A registers are written over
+        ("store", [1, 2]),  # or before the tile it reads changes
+        ("loop", [1, 2]),  # a body is not looked into
+        ("other_c", [1, 2]),  # a dot into another accumulator ends the chain
+    ],
+    ids=lambda value: str(value) or "plain",
+)
+def test_which_dots_chain(between, chained):
+    program = _chain_program(between)
+    candidates = shared_operand_dots(program)
+    chains = dot_chains(program.body, candidates, operand_uses(program))
+    dots = [item for item in program.body if item.op == "dot"]
+    links = [dot for dot in dots if dot.c is dots[0].c]
+    assert sorted(id(dot) for dot in chains.values() for dot in [dot.dot]) == sorted(
+        id(links[j]) for j in chained
+    )
+    assert [chains[id(links[j])].last for j in chained] == [False] * (len(chained) - 1) + [True]
+    for link in chains.values():  # each link's accumulation is its assign, in place
+        assert link.assign.dst is link.dot.c and link.assign.src is link.dot.out
+
+
+def test_a_chain_is_issued_in_place_and_waited_for_once():
+    """Three links: three commits, one ``wait_group 0`` after the last, no copy of c."""
+    lines = _lines(lower(_chain_program(), "sm_90a").source)
+    assert lines.count("la_wgmma_commit();") == 3
+    assert lines.count("la_wgmma_wait();") == 1
+    assert lines.index("la_wgmma_wait();") > max(
+        i for i, line in enumerate(lines) if line == "la_wgmma_commit();"
+    )
+    assert sum("done in place by the wgmma dot" in line for line in lines) == 3
+
+
+def test_a_broken_chain_waits_before_what_breaks_it():
+    """The accumulator read after the first link: that link waits for itself."""
+    lines = _lines(lower(_chain_program("read_c"), "sm_90a").source)
+    assert lines.count("la_wgmma_commit();") == 3
+    assert lines.count("la_wgmma_wait();") == 2
+
+
+def test_a_link_without_a_plan_waits_for_the_links_before_it(monkeypatch):
+    """Should the second link find no wgmma plan (it then runs on mma.sync, reading c), it
+    first waits for the first, which was left running."""
+    compute = importlib.import_module("backend.lower.compute")
+    calls = []
+
+    def all_but_the_second(*args, **kwargs):
+        calls.append(1)
+        return None if len(calls) == 2 else plan_wgmma(*args, **kwargs)
+
+    monkeypatch.setattr(compute, "plan_wgmma", all_but_the_second)
+    lines = _lines(lower(_chain_program(), "sm_90a").source)
+    assert lines.count("la_wgmma_commit();") == 2
+    first_commit = lines.index("la_wgmma_commit();")
+    assert lines.index("la_wgmma_wait();") > first_commit  # the drain before the fallback
+    assert lines.count("la_wgmma_wait();") == 2  # the drain, and the last link's own wait
+
+
+@pytest.mark.parametrize("between", ["", "read_c", "other_c"])
+def test_chain_programs_compute_the_matmul_in_the_interpreter(between):
+    """The program means the sequential sums, chained or not: against NumPy's."""
+    rng = np.random.default_rng(len(between))
+    links = 3
+    a = rng.integers(-4, 4, (64, 16 * links)).astype(np.float16)
+    b = rng.integers(-4, 4, (16 * links, 64)).astype(np.float16)
+    c = np.zeros(64 * 64, dtype=np.float32)
+    run_reference(_chain_program(between, links), a, b, c)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    if between == "other_c":
+        want += a[:, :16].astype(np.float32) @ b[:16].astype(np.float32)
+    np.testing.assert_array_equal(c.reshape(64, 64), want)

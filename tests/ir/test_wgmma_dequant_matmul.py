@@ -88,6 +88,8 @@ CASES = [
     (dtypes.u5, 32, WgmmaDequantConfig(block_m=8, units_k=2, stages=4, depth=2), 9, 1, 4),
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, overlap_dot=True), 17, 1, 5),
     (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=4, unroll=2, overlap_dot=True), 9, 1, 6),
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, split_dot=True), 18, 1, 3),
+    (dtypes.u6, 64, WgmmaDequantConfig(units_k=2, stages=4, depth=2, split_dot=True), 5, 1, 4),
 ]
 
 
@@ -148,6 +150,7 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
     )
     if config.stages >= 3 and draw(st.booleans()):
         config = replace(config, overlap_dot=True)
+    config = replace(config, split_dot=draw(st.booleans()))
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
     k = config.block_k * draw(st.integers(1, 4))
@@ -352,6 +355,46 @@ def test_no_register_a_wgmma_in_flight_reads_a_register_written_after_it() -> No
     assert len(_writes_in_flight(lines, 1)) >= 16
 
 
+def _writes_in_a_chain(lines: list[str], links: int) -> list[tuple[int, str]]:
+    """(line, register) of every write of a register A word that a chained wgmma call may
+    still read. The calls come in chains of `links` links, each link a group of calls; a
+    link's A words are busy from the link's first call to the ``wait_group`` after the
+    chain. Read as one link, a chain's words are all busy from its first call, so the later
+    links' dequantization (between the calls and the wait) counts as writes in flight."""
+    calls = [i for i, line in enumerate(lines) if "wgmma.mma_async" in line]
+    waits = [i for i, line in enumerate(lines) if "wgmma.wait_group" in line]
+    size = len(calls) // links
+    found = []
+    for first in range(0, len(calls), size * links):
+        chain = calls[first : first + size * links]
+        busy_from: dict[str, int] = {}  # register -> the first call of the link reading it
+        for start in range(0, len(chain), size):
+            for call in chain[start : start + size]:
+                words = re.search(r"\}, \{([^}]*)\}, %rd", lines[call]).group(1).split(", ")
+                for word in words:
+                    busy_from.setdefault(word, chain[start])
+        end = min(w for w in waits if w > chain[-1])
+        for i in range(chain[0] + 1, end):
+            written = re.match(r"\s*\{?\s*[a-z][\w.]*\s+(%r\d+)\s*,", lines[i])
+            if written and busy_from.get(written.group(1), end) < i:
+                found.append((i, written.group(1)))
+    return found
+
+
+def test_no_chained_wgmma_reads_a_register_written_after_it() -> None:
+    """The PTX of the k-tile split into a chain of four k16 links: no A word of a link is
+    written between its calls and the chain's wait. Read as one link (all four links' words
+    busy from the first call), the same PTX breaks the rule: the next links' dequantization
+    writes their words there, so the check can fail."""
+    config = WgmmaDequantConfig(split_dot=True)
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    lines = _ptx(lowered.source)
+    waits = [line for line in lines if "wgmma.wait_group" in line]
+    assert len(waits) == 1 and waits[0].strip().endswith("0;")
+    assert _writes_in_a_chain(lines, 4) == []
+    assert len(_writes_in_a_chain(lines, 1)) >= 16
+
+
 def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
     """Should one copy's dot find no wgmma plan (it then runs on mma.sync), it first waits for
     every wgmma still in flight: the copy before it wrote its registers expecting that wait."""
@@ -392,6 +435,7 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(block_m=264), "block_m=264; expected a multiple of 8 up to 256"),
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
         (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
+        (WgmmaDequantConfig(split_dot="yes"), "split_dot='yes'; expected a bool"),
         (
             WgmmaDequantConfig(stages=2, overlap_dot=True),
             "overlap_dot=True with stages=2; .* at least 3 stages",
