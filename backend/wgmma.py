@@ -34,8 +34,10 @@ every warpgroup (its four words are the operand).
 registers are pinned before and after (an empty ``asm`` that reads and writes each) so the
 compiler neither reads them while the tensor core writes them nor moves the copies across the
 wait. Shared memory written by threads (stores, ``cp.async``) reaches the tensor core through
-the async proxy, so a kernel with such dots issues ``fence.proxy.async.shared::cta`` before
-every barrier and before each dot (`PROXY_FENCE`). A swizzled descriptor XORs absolute address
+the async proxy, so a kernel whose threads write a tensor such a dot reads issues
+``fence.proxy.async.shared::cta`` before every barrier and before each dot (`PROXY_FENCE`);
+where only TMA copies (themselves async-proxy writes, seen after their barrier's wait) fill
+those tensors, it issues none. A swizzled descriptor XORs absolute address
 bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle's repeat
 (1024 bytes; `SWIZZLED_ALIGNMENT`) of a 1024-byte aligned allocation.
 
@@ -82,8 +84,9 @@ MAX_ORIGINS = 64
 PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
 """Makes a thread's shared-memory writes visible to the async proxy (wgmma's reads)."""
 PROXY_FENCE_MARK = "// la: async-proxy fence"
-"""Where a barrier of a kernel with wgmma candidates gets `PROXY_FENCE` once some dot of the
-kernel has a plan (the lowering knows only at the end; without one the marks are dropped)."""
+"""Where a barrier or a dot of a kernel with wgmma candidates gets `PROXY_FENCE`, once some dot
+of the kernel has a plan and the kernel's threads write a tensor the dots read (the lowering
+knows only at the end; otherwise the marks are dropped)."""
 WAIT_ALL = 'asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");'
 """Waits for every wgmma of the warpgroup still in flight (needs no helper of `WGMMA_SOURCE`)."""
 ISSUES = ("sync", "in_flight", "chain", "chain_end")
@@ -544,7 +547,7 @@ def emit_wgmma(
         lines += [f"float {name} = __uint_as_float({c}[{i}]);" for i, name in enumerate(acc)]
         pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
         lines.append(pin)
-    lines.append(PROXY_FENCE)
+    lines.append(PROXY_FENCE_MARK)
     if plan.a_descriptors is not None:
         lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
     lines.append(f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});")

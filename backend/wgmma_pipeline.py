@@ -196,12 +196,17 @@ def tiles_disjoint(
     read: Sequence[tuple[Expr, int]],
     loop_var: str,
     back: int,
+    trips: range | None = None,
 ) -> bool:
     """Whether the written tile at iteration value v and the read tile at v - `back` (on the
     loop variable's values, the step included in `back`) are disjoint for every integer v:
     at each residue of a common period, some dimension whose origins depend on the loop
-    variable alone separates their intervals."""
+    variable alone separates their intervals. With `trips`, the loop's values when known
+    (a constant range, at most `MAX_PERIOD` of them), a dimension without a period counts
+    too, compared at each value v of the range whose v - `back` is one as well (the origins
+    of a short loop may be simplified by its range, ``k % 4`` to ``k`` for k below 4)."""
     usable = []
+    aperiodic = []
     for (w, w_extent), (r, r_extent) in zip(write, read):
         if not (w.free_vars() | r.free_vars()) <= {loop_var}:
             continue
@@ -210,8 +215,19 @@ def tiles_disjoint(
             shifted = r.substitute({loop_var: _named(r, loop_var) - back})
         periods = [period(w, loop_var), period(shifted, loop_var)]
         if None in periods:
+            aperiodic.append((w, w_extent, shifted, r_extent))
             continue
         usable.append((w, w_extent, shifted, r_extent, math.lcm(*periods)))  # type: ignore[arg-type]
+    if trips is not None and len(trips) <= MAX_PERIOD and aperiodic:
+        dimensions = [entry[:4] for entry in usable] + aperiodic
+        return all(
+            any(
+                _apart(evaluate(w, {loop_var: v}), we, evaluate(r, {loop_var: v}), re)
+                for w, we, r, re in dimensions
+            )
+            for v in trips
+            if v - back in trips
+        )
     if not usable:
         return False
     common = math.lcm(*(entry[4] for entry in usable))
@@ -307,6 +323,9 @@ def _qualifying_dot(
     if not barriers:
         return None
     name = loop.var.name
+    trips = None
+    if loop.start.is_const and loop.stop.is_const:
+        trips = range(loop.start.value, loop.stop.value, loop.step)
     reads = {}
     for load in (b_load,) if a_load is None else (a_load, b_load):
         origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
@@ -331,7 +350,7 @@ def _qualifying_dot(
         write = _footprint(origin, shape, len(tensor.layout.shape))
         for back in in_flight_offsets(dot_position, position, barriers):
             for read in reads[tensor.name]:
-                if not tiles_disjoint(write, read, name, back * loop.step):
+                if not tiles_disjoint(write, read, name, back * loop.step, trips):
                     return None
     return InFlightDot(dot, assign, loop)
 

@@ -23,6 +23,9 @@ in this one process on the same random inputs:
     (the prefill form: the dequantized weights as ``wgmma``'s register A operand, the
     activations bulk-copied into a transposed ring), compiled for each (K, N) with the
     `PREFILL_CONFIG` fields (``--options`` overrides them);
+  - ``staged_dequant``: ``ir.examples.staged_dequant_matmul`` on the same packed weights (every
+    warp dequantizes a share of the k-tile into shared W^T tiles, which each warpgroup's
+    ``wgmma`` reads beside the activations), with the `STAGED_CONFIG` fields;
 - cuBLAS: ``torch.matmul`` of A and the dequantized f16 weights (K, N), ``f16(f32(W) * f32(S))``;
 - Humming (``humming-kernels``, ``humming.layer.HummingLayer``) for the signed integer types it
   names ``int<b>``, with group size 128, quantizing the same dequantized weights itself.
@@ -96,6 +99,7 @@ from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
 from ir.examples.register_dequant_matmul import DequantConfig
+from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 
 SHAPES = [(4096, 12288), (8192, 8192), (8192, 57344), (28672, 8192)]
@@ -119,11 +123,16 @@ loaded ahead), so that on sm_90a each k-tile's wgmma runs on into the next
 PREFILL_CONFIG = {"block_m": 64, "stages": 4, "min_blocks_per_sm": 2}
 """The ``wgmma_dequant`` variant's `WgmmaDequantConfig` fields: one warpgroup of 256 columns
 by 64 rows, four activation stages, two blocks per SM (128 accumulator registers a thread)."""
+STAGED_CONFIG = {"warpgroups": 4, "units_n": 4, "block_m": 128, "stages": 4}
+"""The ``staged_dequant`` variant's `StagedDequantConfig` fields: four warpgroups sharing the
+dequantization of 256 columns by 64 k (the other fields' defaults), 128 rows of A, four
+activation stages (160 KiB of shared memory, one block per SM)."""
 VARIANT_OPTIONS = {
     "mma_ring": RING_OPTIONS,
     "wgmma": WGMMA_OPTIONS,
     "wgmma_in_flight": IN_FLIGHT_OPTIONS,
     "wgmma_dequant": PREFILL_CONFIG,
+    "staged_dequant": STAGED_CONFIG,
 }
 """The ``quantized_matmul`` options of each variant that has some."""
 KERNELS = (
@@ -133,6 +142,7 @@ KERNELS = (
     "wgmma",
     "wgmma_in_flight",
     "wgmma_dequant",
+    "staged_dequant",
     "simt",
 )
 """The kernels of ours that `--kernels` names."""
@@ -275,7 +285,7 @@ class Operation:
         overrides: dict[str, int | bool] | None = None,
     ):
         self.variant, self.problem, self.decode = variant, problem, decode
-        self.prefill: WgmmaDequantConfig | None = None
+        self.prefill: WgmmaDequantConfig | StagedDequantConfig | None = None
         if variant == "register_dequant":
             if decode is None:
                 raise ValueError("the register_dequant kernel needs its DecodeMatmul")
@@ -285,9 +295,13 @@ class Operation:
         if self.options and overrides:
             self.options.update(overrides)
         self.launches = 1
-        if variant == "wgmma_dequant":
-            self.prefill = WgmmaDequantConfig(**self.options)
-            program = wgmma_dequant_matmul(problem.weight, GROUP_SIZE, self.prefill)
+        if variant in ("wgmma_dequant", "staged_dequant"):
+            if variant == "wgmma_dequant":
+                self.prefill = WgmmaDequantConfig(**self.options)
+                program = wgmma_dequant_matmul(problem.weight, GROUP_SIZE, self.prefill)
+            else:
+                self.prefill = StagedDequantConfig(**self.options)
+                program = staged_dequant_matmul(problem.weight, GROUP_SIZE, self.prefill)
             self.kernel = backend.compile(program, constants={"n": problem.n, "k": problem.k})
             return
         self.packed = pack_codes(problem.codes.reshape(-1), problem.weight.nbits)
@@ -579,14 +593,15 @@ def main(argv: list[str] | None = None) -> int:
         "registers), mma (mma.sync tensor cores), mma_ring (the same with a ring of swizzled "
         "stages, RING_OPTIONS), wgmma (its warpgroup form, WGMMA_OPTIONS), wgmma_in_flight (the "
         "same with its dot kept in flight, IN_FLIGHT_OPTIONS), wgmma_dequant (the prefill form "
-        "on the packed weights, PREFILL_CONFIG), simt (CUDA-core dot)",
+        "on the packed weights, PREFILL_CONFIG), staged_dequant (its form with the weights "
+        "dequantized into shared memory, STAGED_CONFIG), simt (CUDA-core dot)",
     )
     parser.add_argument(
         "--options",
         default="",
         help="option overrides for the variants that have options (mma_ring, wgmma, "
-        "wgmma_in_flight, wgmma_dequant), e.g. stages=3,block_n=256: integers, or true / "
-        "false; several sets separated by ';' are each measured beside the same peers",
+        "wgmma_in_flight, wgmma_dequant, staged_dequant), e.g. stages=3,block_n=256: integers, "
+        "or true / false; several sets separated by ';' are each measured beside the same peers",
     )
     parser.add_argument(
         "--configs-from",

@@ -437,6 +437,20 @@ class LoweringContext:
         for found in in_flight_copies(loop, copies, self.wgmma_dots) or ():
             self.in_flight[id(found.dot)] = found
 
+    def threads_write_wgmma_tensors(self) -> bool:
+        """Whether some instruction has the threads (the generic proxy) write a shared tensor
+        a dot may read through wgmma descriptors: a store, a ``cp.async`` copy, or a bulk copy
+        not written as TMA. Only then do the dots need proxy fences (`backend.wgmma`)."""
+        read = self.wgmma_tensors()
+        for instruction in self.program.walk():
+            if isinstance(instruction, (instructions.StoreShared, instructions.CopyAsync)):
+                if instruction.dst.name in read:
+                    return True
+            elif isinstance(instruction, instructions.CopyBulk):
+                if instruction.dst.name in read and instruction.dst.name not in self.bulk.tensors:
+                    return True
+        return False
+
     def wgmma_tensors(self) -> set[str]:
         """The shared tensors a dot may read through wgmma descriptors."""
         return {

@@ -85,15 +85,21 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
 
     def finished_source(self, includes_end: int) -> str:
         """The kernel's text, with what its wgmma dots need when any dot got a `WgmmaPlan`: the
-        helper functions (inserted at `includes_end`), the async-proxy fences at the barriers'
-        marks, and an allocation aligned to the swizzle repeat; else without the marks. With
+        helper functions (inserted at `includes_end`), the async-proxy fences at the marks of
+        the barriers and dots where threads write what the dots read
+        (`threads_write_wgmma_tensors`), and an allocation aligned to the swizzle repeat; else
+        without the marks. With
         bulk copies written as TMA, the allocation is aligned to their boxes' alignment too."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.out.text())
         else:
             self.out.insert(includes_end, WGMMA_SOURCE)
-            source = self.out.text().replace(PROXY_FENCE_MARK, PROXY_FENCE)
+            source = self.out.text()
+            if self.threads_write_wgmma_tensors():
+                source = source.replace(PROXY_FENCE_MARK, PROXY_FENCE)
+            else:
+                source = _drop_marks(source)
             alignment = max(alignment, SWIZZLED_ALIGNMENT)
         return source.replace(
             SHARED_DECLARATION.format(alignment=16),

@@ -50,18 +50,20 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
+from ir.examples.packed_prefill import (
+    WARPGROUP_WARPS,
+    RegisterRing,
+    check_prefill_fields,
+    declare_prefill,
+)
 from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
     check_activation_options,
     check_group_size,
-    check_int_fields,
     check_weight_dtype,
-    packed_operands,
-    packed_views,
     program_name,
-    tile_ahead,
     tile_layouts,
     unit_scale_layout,
 )
@@ -70,21 +72,11 @@ from ir.examples.register_dequant_matmul import (
     transposed_weight_layout,
 )
 from ir.program import Program
-from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import spatial
-from layout_algebra.shared import SharedLayout, row_swizzle
-from layout_algebra.symbolic import minimum
 
 PROGRAM = "wgmma_dequant_matmul"
 """The program's name in its error messages."""
-WARPGROUP_WARPS = 4
-"""Warps of a warpgroup: one ``wgmma`` instruction's 64 rows come 16 from each."""
-MAX_BLOCK_M = 256
-"""The widest ``wgmma`` N side: the most rows of A per block."""
-PANEL_K = 64
-"""Values of k per row of the activation ring: 128 bytes of 16-bit values, the widest swizzled
-row a ``wgmma`` descriptor and a TMA box take."""
 
 
 @dataclass(frozen=True)
@@ -139,11 +131,8 @@ class WgmmaDequantConfig:
     def check(self, group_size: int) -> None:
         """Raise VerificationError naming the first field (or `group_size`) out of range."""
         fields = ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll")
-        check_int_fields(PROGRAM, self, fields, 1)
-        check_int_fields(PROGRAM, self, ("min_blocks_per_sm",), 0)
+        check_prefill_fields(PROGRAM, self, fields, 2)
         stages = self.stages
-        if isinstance(stages, bool) or not isinstance(stages, int) or not 2 <= stages <= 8:
-            raise VerificationError(f"{PROGRAM}: stages={stages!r}; expected an int from 2 to 8")
         if not isinstance(self.split_dot, bool):
             raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
         if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
@@ -151,35 +140,7 @@ class WgmmaDequantConfig:
                 f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
                 "bool, True only with at least 3 stages"
             )
-        if self.block_m % 8 or self.block_m > MAX_BLOCK_M:
-            raise VerificationError(
-                f"{PROGRAM}: block_m={self.block_m}; expected a multiple of 8 up to "
-                f"{MAX_BLOCK_M} (wgmma's N side)"
-            )
-        if self.warps * UNIT_LANES > 1024:
-            raise VerificationError(
-                f"{PROGRAM}: warpgroups={self.warpgroups}; a block has at most 8"
-            )
         check_group_size(PROGRAM, group_size, self.block_k)
-
-
-def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
-    """`stages` (block_k, block_m) tiles of A^T in K-major panels of at most `PANEL_K` values of
-    k: in a stage, panel p holds k in [p PANEL_K, (p + 1) PANEL_K) for every token, each token's
-    values of it one row, 16-byte chunks XOR-swizzled by the row
-    (`layout_algebra.shared.row_swizzle` of 16-bit rows of min(block_k, PANEL_K)): element (s,
-    kk, t) at ``s block_m block_k + (kk // P) block_m P + swizzle(t P + kk % P)``, P the panel
-    width. That is the layout a ``wgmma`` descriptor reads for B (the 128-byte mode at P = 64),
-    and one TMA box per panel writes it."""
-    panel = min(block_k, PANEL_K)
-    if block_k % panel:
-        raise VerificationError(
-            f"transposed_ring: block_k={block_k}; expected a multiple of {PANEL_K} or at most it"
-        )
-    shape = (stages, block_k, block_m)
-    modes = (stages, block_k // panel, panel, block_m)
-    strides = (block_m * block_k, block_m * panel, 1, panel)
-    return SharedLayout(shape, modes, strides, row_swizzle(panel, 16))
 
 
 def wgmma_dequant_matmul(
@@ -227,76 +188,33 @@ def wgmma_dequant_matmul(
     row_words = UNIT_LANES * nbits
     name = program_name(PROGRAM, weight_dtype, act, zero_points)
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
-        if config.min_blocks_per_sm:
-            b.min_blocks_per_sm(config.min_blocks_per_sm)
-        m = b.int_param("m", lo=1)
-        n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
-        k = b.int_param("k", lo=block_k, multiple_of=block_k, constant=True)
-        operands = packed_operands(b, act, zero_points)
-        c = b.array_param("c", act)
-        b.grid(n // block_n, (m + block_m - 1) // block_m)
-        tiles = k // block_k
-        a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
-        packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
-        c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
-        ring = b.shared_tensor(act, transposed_ring(stages, block_k, block_m))
-        row0, col0 = b.block_y * block_m, b.block_x * block_n
+        tensors = declare_prefill(b, config, act, nbits, group_size, zero_points)
         word_col0 = b.block_x * (warps * units_n * row_words)
         tiles_per_group = group_size // block_k
-        panel = min(block_k, PANEL_K)
-
-        def copy_activations(tile, stage):
-            for first in range(0, block_k, panel):
-                b.copy_bulk(
-                    ring,
-                    a_columns,
-                    [tile * block_k + first, row0],
-                    [stage, first, 0],
-                    shape=(panel, block_m),
-                )
-
-        row_views = [scale_view] + ([zero_view] if zero_points else [])
 
         def fetch(tile):
             """K-tile `tile`'s packed words (per step), then its group's packed scale row (and
-            zero-point row): loaded `depth` k-tiles before they are used."""
-            group = tile // tiles_per_group
+            zero-point row)."""
             words = [
                 b.load_global(
-                    packed_view, [tile * units_k + j * step_units, word_col0], word_layout
+                    tensors.packed_view, [tile * units_k + j * step_units, word_col0], word_layout
                 )
                 for j in range(steps)
             ]
-            rows = [b.load_global(view, [group, col0], scale_layouts[0]) for view in row_views]
-            return [*words, *rows]
-
-        def ahead_of(first, d, copy):
-            tile_ahead(b, first, d, tiles, copy)
-
-        def refill(slot, fetched):
-            for held, value in zip(slot, fetched):
-                b.assign(held, value)
+            return [*words, *tensors.rows(b, tile // tiles_per_group, scale_layouts[0])]
 
         # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
         # (the copy then follows the dot, into the stage of the dot two k-tiles back).
         ahead = stages - 2 if config.overlap_dot else stages - 1
         for d in range(ahead):
-            ahead_of(0, d, lambda t, d=d: copy_activations(t, d))
-        in_flight = [fetch(minimum(d, tiles - 1)) for d in range(depth)]
-        current = [b.register_tensor(x.dtype, x.layout, 0) for x in in_flight[0]]
+            tensors.copy_ahead(b, 0, d)
+        registers = RegisterRing(b, fetch, tensors.tiles, depth)
         acc = b.register_tensor(f32, c_layout, 0.0)
-        with b.for_range(0, tiles, unroll=config.unroll) as tile:
+        with b.for_range(0, tensors.tiles, unroll=config.unroll) as tile:
             stage = tile % stages
-
-            def copy_ahead():
-                ahead_of(tile, ahead, lambda t: copy_activations(t, (tile + ahead) % stages))
-
             if not config.overlap_dot:
-                copy_ahead()
-            refill(current, in_flight[0])
-            for d in range(depth - 1):
-                refill(in_flight[d], in_flight[d + 1])
-            ahead_of(tile, depth, lambda t: refill(in_flight[depth - 1], fetch(t)))
+                tensors.copy_ahead(b, tile, ahead)
+            current = registers.advance(tile)
             scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
             for j in range(steps):
                 codes = b.view(current[j], weight_dtype, code_layout)
@@ -306,18 +224,18 @@ def wgmma_dequant_matmul(
                 weights = b.mul(weights, scale)
                 renamed = b.view(weights, act, weight_layout)
                 if j == 0:
-                    b.copy_bulk_wait(ring, [stage, 0, 0], shape=(block_k, block_m))
+                    b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
                     if config.overlap_dot:
                         # Every thread is past its reads of the stage the copy after the dot
                         # fills.
                         b.sync()
-                activations = b.load_shared(ring, activation_layout, [stage, j * step_k, 0])
+                activations = b.load_shared(tensors.ring, activation_layout, [stage, j * step_k, 0])
                 b.assign(acc, b.dot(renamed, activations, acc))
             if config.overlap_dot:
-                copy_ahead()
+                tensors.copy_ahead(b, tile, ahead)
             else:
                 # Every thread is past its reads of this stage before the next copy into it.
                 b.sync()
         result = b.view(acc, f32, stored_layout)
-        b.store_global(c_columns, b.cast(result, act), [col0, row0])
+        b.store_global(tensors.c_columns, b.cast(result, act), [tensors.col0, tensors.row0])
     return b.program()

@@ -5,9 +5,10 @@ NumPy references of the kernels' arithmetic.
 weights); `sequential_partials` is the f32 sum in k order that the interpreter's `dot` defines
 (per split of k), `late_scaled_partials` the same for a kernel that scales each group's product,
 `ordered_sum` adds partial sums in order and rounds once. `with_tail` makes an output buffer
-followed by `TAIL` sentinel elements that no kernel may write. `zero_point_problem(...)` draws
-the inputs of a kernel with f16 or bf16 activations and optional zero points
-(`ZeroPointProblem`), with its arguments in the packed format.
+followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
+prefill program of the packed weights in the interpreter against the sequential sum.
+`zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
+optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir import dtypes
+from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.elementwise import fused_multiply_add
 from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.program import Program
 
 
 def exact_in_f16(dtype: DataType) -> bool:
@@ -108,6 +110,30 @@ def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
 def with_tail(size: int, dtype: type) -> np.ndarray:
     """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
     return np.full(size + TAIL, SENTINEL, dtype=dtype)
+
+
+def check_prefill_program(
+    program: Program,
+    dtype: DataType,
+    group_size: int,
+    shape: tuple[int, int, int],
+    grid: tuple[int, ...],
+    seed: int,
+) -> None:
+    """Run `program`, a prefill program of the packed weights (``qmm(m, n, k, a, packed,
+    scales, c)``), on a random (m, n, k) `shape` of `dtype` codes in the interpreter over
+    `grid`: C must be, bit for bit, the f32 sums in k order rounded once, and nothing past C
+    written."""
+    m, n, k = shape
+    problem = make_problem(dtype, group_size, m, n, k, seed)
+    packed, _ = pack_weights(problem.codes, dtype)
+    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
+    c = with_tail(m * n, np.float16)
+    scales = pack_scales(problem.scales)
+    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=grid)
+    np.testing.assert_array_equal(c[m * n :], SENTINEL)
+    want = ordered_sum(sequential_partials(problem.a, problem.dequantized, 1))
+    np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
 
 
 @dataclass

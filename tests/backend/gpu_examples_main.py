@@ -372,26 +372,40 @@ def decode_cases(
 
 
 PREFILL_CASES = [
-    # (weight type, activation type, zero points, WgmmaDequantConfig fields, k-tiles)
-    (dtypes.i4, dtypes.f16, False, {"stages": 3}, 6),
-    (dtypes.u4, dtypes.bf16, True, {"block_m": 24, "units_k": 2, "depth": 2}, 5),
+    # (weight type, activation type, zero points, program, its config fields, k-tiles);
+    # "register": `wgmma_dequant_matmul`, "staged": `staged_dequant_matmul`.
+    (dtypes.i4, dtypes.f16, False, "register", {"stages": 3}, 6),
+    (dtypes.u4, dtypes.bf16, True, "register", {"block_m": 24, "units_k": 2, "depth": 2}, 5),
     # Unrolled twice in the overlapped order: each copy's wgmma left in flight.
-    (dtypes.i4, dtypes.f16, False, {"units_k": 2, "unroll": 2, "overlap_dot": True}, 8),
+    (dtypes.i4, dtypes.f16, False, "register", {"units_k": 2, "unroll": 2, "overlap_dot": True}, 8),
+    # The k-tile's dot as a chain of k16 steps, waited for once.
+    (dtypes.i4, dtypes.f16, False, "register", {"split_dot": True}, 6),
+    # The weights dequantized into shared tiles by every warp, the dot in flight.
+    (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
+    (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),
 ]
 
 
 def prefill_cases(
     rng: np.random.Generator,
 ) -> list[tuple[str, Program, list[Any], tuple[int, ...], bool]]:
-    """The prefill form of the packed-weight matmul (`ir.examples.wgmma_dequant_matmul`: wgmma
-    with A from registers, activations by TMA into a transposed ring) in the configurations of
-    `PREFILL_CASES`, with m past one row block and the ring wrapping."""
+    """The prefill forms of the packed-weight matmul (`ir.examples.wgmma_dequant_matmul`: wgmma
+    with A from registers, activations by TMA into a transposed ring;
+    `ir.examples.staged_dequant_matmul`: the weights dequantized into shared tiles, both
+    operands by descriptors) in the configurations of `PREFILL_CASES`, with m past one row
+    block and the rings wrapping."""
     from ir.examples.packed_weights import pack_scales, pack_weights
+    from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
     from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 
+    forms = {
+        "register": (WgmmaDequantConfig, wgmma_dequant_matmul),
+        "staged": (StagedDequantConfig, staged_dequant_matmul),
+    }
     cases = []
-    for weight, activation, zero_points, options, tiles in PREFILL_CASES:
-        config = WgmmaDequantConfig(**options)
+    for weight, activation, zero_points, form, options, tiles in PREFILL_CASES:
+        config_type, build = forms[form]
+        config = config_type(**options)
         m, n, k = config.block_m + 3, config.block_n, config.block_k * tiles
         group = config.block_k
         weights, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
@@ -412,13 +426,17 @@ def prefill_cases(
             *rows,
             np.zeros(m * n, np.uint16),
         ]
-        program = wgmma_dequant_matmul(
-            weight, group, config, activation_dtype=activation, zero_points=zero_points
-        )
+        program = build(weight, group, config, activation_dtype=activation, zero_points=zero_points)
         program = specialize(program, {"n": n, "k": k})
         text = " ".join(f"{key}={value}" for key, value in options.items())
         cases.append(
-            (f"prefill {weight} {activation} {text}", program, arguments, config.grid(m, n), True)
+            (
+                f"prefill {form} {weight} {activation} {text}",
+                program,
+                arguments,
+                config.grid(m, n),
+                True,
+            )
         )
     return cases
 

@@ -1,15 +1,18 @@
-"""The prefill form of the packed-weight matmul (`ir.examples.wgmma_dequant_matmul`) on the GPU
-(marked `gpu`).
+"""The prefill forms of the packed-weight matmul on the GPU (marked `gpu`):
+`ir.examples.wgmma_dequant_matmul` (the dequantized weights as wgmma's register operand) and
+`ir.examples.staged_dequant_matmul` (the dequantized weights staged in shared memory).
 
-For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations
-(warpgroups, units, k-tile, rows per block, stages, register depth, unroll, the overlapped order
-whose wgmma stays in flight when unrolled, the k-tile's dot split into a chain of k16 steps),
+For every weight type (u1..u8, i1..i8, f4e2m1, f6e3m2), in a rotation of configurations of each
+program (warpgroups, units, k-tile, rows per block, stages, register depth; for the register
+form unroll, the overlapped order whose wgmma stays in flight when unrolled, the k-tile's dot
+split into a chain of k16 steps; for the staged form the grid of warps over a k-tile's units),
 and for bf16 activations with zero points: the kernel against `ir.run_reference` within the
 tensor cores' rounding (wgmma sums each k16 step in its own order), rows of A past m left
-unwritten; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dot runs
-as ``wgmma`` with A from registers and the activations come by TMA; one case is compiled without
-TMA (``tma=False``: the ``cp.async`` fallback of the bulk copies) and one without wgmma
-(``wgmma=False``: ``mma.sync``), so the paths the lowering may take all run.
+unwritten; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dots
+run as ``wgmma`` (the staged form's from two shared tiles, in flight into the next k-tile) and
+the activations come by TMA; one case of each is compiled without TMA (``tma=False``: the
+``cp.async`` fallback of the bulk copies) and one without wgmma (``wgmma=False``:
+``mma.sync``), so the paths the lowering may take all run.
 
 Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
 """
@@ -26,6 +29,7 @@ import backend
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 
 pytestmark = pytest.mark.gpu
@@ -116,16 +120,54 @@ def _run(program, kernel, config, weight, activation, zero_points, seed, k=None)
     return None if error < tolerance else f"{weight} {activation} {config}: error {error:.2e}"
 
 
-def test_wgmma_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
-    count = max(len(WEIGHT_TYPES), len(CONFIGS))
-    jobs = [(WEIGHT_TYPES[i % len(WEIGHT_TYPES)], CONFIGS[i % len(CONFIGS)]) for i in range(count)]
+STAGED_CONFIGS = [
+    StagedDequantConfig(),
+    StagedDequantConfig(block_m=64, stages=3, depth=1),
+    StagedDequantConfig(warpgroups=2, units_n=4, k_warps=2, block_m=96, stages=5),
+    StagedDequantConfig(warpgroups=1, units_n=1, k_warps=4, block_m=40, depth=3),
+    StagedDequantConfig(warpgroups=2, units_n=2, units_k=8, k_warps=8, block_m=16),
+    StagedDequantConfig(units_n=8, k_warps=2, block_m=64, min_blocks_per_sm=1),
+    StagedDequantConfig(warpgroups=1, units_n=2, units_k=2, k_warps=2, block_m=8, stages=6),
+]
+
+FORMS = {
+    "register": (wgmma_dequant_matmul, CONFIGS),
+    "staged": (staged_dequant_matmul, STAGED_CONFIGS),
+}
+"""Each prefill form: its program and its rotation of configurations."""
+ACTIVATION_CONFIGS = {
+    "register": WgmmaDequantConfig(block_m=32, stages=3),
+    "staged": StagedDequantConfig(block_m=64),
+}
+LONG_CONFIGS = [
+    ("register", WgmmaDequantConfig(min_blocks_per_sm=2)),
+    ("register", WgmmaDequantConfig(block_m=32, stages=3, depth=2)),
+    ("register", WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, min_blocks_per_sm=2)),
+    (
+        "register",
+        WgmmaDequantConfig(units_k=1, stages=6, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
+    ),
+    ("register", WgmmaDequantConfig(min_blocks_per_sm=2, split_dot=True)),
+    ("register", WgmmaDequantConfig(units_k=8, stages=3, unroll=2, split_dot=True)),
+    ("staged", StagedDequantConfig()),
+    ("staged", STAGED_CONFIGS[2]),
+]
+"""(form, configuration) of the 48 k-tile runs."""
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_type_matches_the_interpreter(form: str) -> None:
+    build_program, configs = FORMS[form]
+    count = max(len(WEIGHT_TYPES), len(configs))
+    jobs = [
+        (WEIGHT_TYPES[i % len(WEIGHT_TYPES)], configs[i % len(configs)], {}) for i in range(count)
+    ]
     # The bulk copies' cp.async fallback, and mma.sync in place of wgmma, on one case each.
-    jobs += [(dtypes.i4, CONFIGS[1], {"tma": False}), (dtypes.u4, CONFIGS[2], {"wgmma": False})]
-    jobs = [job if len(job) == 3 else (*job, {}) for job in jobs]
+    jobs += [(dtypes.i4, configs[1], {"tma": False}), (dtypes.u4, configs[3], {"wgmma": False})]
 
     def build(job):
         weight, config, options = job
-        program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
+        program = build_program(weight, GROUP_SIZE, config)
         constants = {"n": config.block_n, "k": _k(config)}
         return program, backend.compile(program, constants=constants, **options)
 
@@ -139,6 +181,7 @@ def test_wgmma_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     assert not failures, failures
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize(
     ("weight", "activation", "zero_points"),
     [
@@ -149,10 +192,10 @@ def test_wgmma_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     ids=str,
 )
 def test_activation_types_and_zero_points_match_the_interpreter(
-    weight: DataType, activation: DataType, zero_points: bool
+    form: str, weight: DataType, activation: DataType, zero_points: bool
 ) -> None:
-    config = WgmmaDequantConfig(block_m=32, stages=3)
-    program = wgmma_dequant_matmul(
+    config = ACTIVATION_CONFIGS[form]
+    program = FORMS[form][0](
         weight, GROUP_SIZE, config, activation_dtype=activation, zero_points=zero_points
     )
     kernel = backend.compile(program, constants={"n": config.block_n, "k": _k(config)})
@@ -160,22 +203,12 @@ def test_activation_types_and_zero_points_match_the_interpreter(
     assert failure is None, failure
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        WgmmaDequantConfig(min_blocks_per_sm=2),
-        WgmmaDequantConfig(block_m=32, stages=3, depth=2),
-        WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
-        WgmmaDequantConfig(units_k=1, stages=6, unroll=2, overlap_dot=True, min_blocks_per_sm=2),
-        WgmmaDequantConfig(min_blocks_per_sm=2, split_dot=True),
-        WgmmaDequantConfig(units_k=8, stages=3, unroll=2, split_dot=True),
-    ],
-    ids=str,
-)
-def test_a_long_k_loop_matches_the_interpreter(config: WgmmaDequantConfig) -> None:
-    """48 k-tiles: a loop the compiler does not unroll whole, the ring wrapping many times."""
+@pytest.mark.parametrize(("form", "config"), LONG_CONFIGS, ids=str)
+def test_a_long_k_loop_matches_the_interpreter(form: str, config) -> None:
+    """48 k-tiles: a loop the compiler does not unroll whole, the rings (and the staged form's
+    three weight buffers) wrapping many times."""
     k = 48 * config.block_k
-    program = wgmma_dequant_matmul(dtypes.i4, GROUP_SIZE, config)
+    program = FORMS[form][0](dtypes.i4, GROUP_SIZE, config)
     kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
     failure = _run(program, kernel, config, dtypes.i4, dtypes.f16, False, 5, k=k)
     assert failure is None, failure

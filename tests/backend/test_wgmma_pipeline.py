@@ -137,6 +137,21 @@ def test_tiles_disjoint_on_a_ring():
     assert not tiles_disjoint(moving, [(K % 4, 1)], "kt", 1)
 
 
+@pytest.mark.parametrize(
+    ("write", "read", "back", "trips", "expected"),
+    [
+        (K, K, 1, None, False),  # no period, no range: unusable
+        (K, K, 1, range(4), True),  # k % 4 simplified to k in a loop of 4: every value apart
+        (3 - K, K, 1, range(4), False),  # k = 2 writes the tile k = 1 read
+        (3 - K, K, 1, range(2), True),  # ... which a loop of two never reaches
+        (K % 3, K % 3, 3, range(9), False),  # periodic dimensions keep their meaning
+    ],
+    ids=str,
+)
+def test_tiles_disjoint_over_a_known_range(write, read, back, trips, expected):
+    assert tiles_disjoint([(write, 1)], [(read, 1)], "kt", back, trips) is expected
+
+
 def _loops(program: Program) -> list[ForRange]:
     return [i for i in program.walk() if isinstance(i, ForRange)]
 

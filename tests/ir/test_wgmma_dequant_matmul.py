@@ -31,28 +31,24 @@ from hypothesis import strategies as st
 from backend.bulk_copy import BulkTensorPlan
 from backend.lower import lower
 from backend.nvrtc import compile_cuda
-from backend.wgmma import WAIT_ALL, WgmmaPlan, plan_wgmma
+from backend.wgmma import PROXY_FENCE, WAIT_ALL, WgmmaPlan, plan_wgmma
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
-from ir.examples.packed_weights import pack_scales, pack_weights
+from ir.examples.packed_prefill import transposed_ring
 from ir.examples.register_dequant_matmul import (
     transposed_accumulator_layout,
     transposed_weight_layout,
 )
 from ir.examples.wgmma_dequant_matmul import (
     WgmmaDequantConfig,
-    transposed_ring,
     wgmma_dequant_matmul,
 )
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
-    SENTINEL,
-    make_problem,
-    ordered_sum,
+    check_prefill_program,
     sequential_partials,
-    with_tail,
     zero_point_problem,
 )
 from layout_algebra.function_layout import FunctionLayout
@@ -64,16 +60,8 @@ def run_prefill(
 ) -> None:
     """Run the program in the interpreter: C bit for bit the sequential f32 formula of the
     dequantized weights, and nothing past C written."""
-    problem = make_problem(dtype, group_size, m, n, k, seed)
-    packed, _ = pack_weights(problem.codes, dtype)
     program = wgmma_dequant_matmul(dtype, group_size, config)
-    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
-    c = with_tail(m * n, np.float16)
-    scales = pack_scales(problem.scales)
-    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
-    np.testing.assert_array_equal(c[m * n :], SENTINEL)
-    want = ordered_sum(sequential_partials(problem.a, problem.dequantized, 1))
-    np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
+    check_prefill_program(program, dtype, group_size, (m, n, k), config.grid(m, n), seed)
 
 
 CASES = [
@@ -412,6 +400,16 @@ def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> No
     assert loop.count(WAIT_ALL) == 1
     assert loop.count("la_wgmma_wait_prior();") == 1
     assert loop.index("la_wgmma_wait_prior();") < loop.index(WAIT_ALL)
+
+
+def test_tiles_filled_by_tma_alone_need_no_proxy_fence(kernel) -> None:
+    """The activations reach the tensor cores' shared tiles by TMA (async-proxy writes, seen
+    after their barrier's wait): no ``fence.proxy.async``. Copied by the threads
+    (``cp.async``, without TMA) they need one before each barrier and each dot."""
+    assert PROXY_FENCE not in kernel.source.split('extern "C"')[1]
+    program = wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig())
+    threads_copy = lower(program, "sm_90a", constants=LAYER, tma=False).source
+    assert threads_copy.split('extern "C"')[1].count(PROXY_FENCE) == 3  # the barriers, the dot
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
