@@ -75,11 +75,14 @@ MAX_PERIOD = 4096
 @dataclass(frozen=True)
 class InFlightDot:
     """A dot kept in flight across iterations of `loop`: the dot, the ``assign(c, dot)``
-    after it that the in-place accumulation replaces, and the loop."""
+    after it that the in-place accumulation replaces, and the loop. `waits`: the dot's issue
+    completes the previous iteration's dots (``wait_group 1``); False for the later links of
+    a chain kept in flight (`in_flight_copies`), which wait for nothing."""
 
     dot: Dot
     assign: Assign
     loop: ForRange
+    waits: bool = True
 
 
 def period(expr: Expr, name: str) -> int | None:
@@ -262,30 +265,33 @@ def in_flight_copies(
     loop: ForRange,
     copies: Sequence[Sequence[Instruction]],
     candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    uses: Mapping[int, int] | None = None,
 ) -> list[InFlightDot] | None:
     """For a loop written with its body unrolled into `copies` (each an iteration, the loop
-    running whole groups of them: no remainder), whose dot takes A from registers: one
-    `InFlightDot` per copy when the loop's dot may stay in flight into the next iteration
-    (the module docstring's rules, on the body of one iteration), else None. Each copy's A
-    is its own set of registers, so the next iteration never writes the registers a dot in
-    flight reads: those of the copy before it are written again only after the wait of the
-    iteration between. `candidates` are those of the body as written (its loads, not the
+    running whole groups of them: no remainder), whose dot takes A from registers: the
+    `InFlightDot` of each dot of a copy when the loop's dot may stay in flight into the next
+    iteration (the module docstring's rules, on the body of one iteration), else None. Each
+    copy's A is its own set of registers, so the next iteration never writes the registers a
+    dot in flight reads: those of the copy before it are written again only after the wait of
+    the iteration between. `candidates` are those of the body as written (its loads, not the
     copies', whose offsets hold k + j in place of k); a copy's dot is found by its id there
-    (a dot has no scalars, so a copy keeps the body's own)."""
+    (a dot has no scalars, so a copy keeps the body's own).
+
+    With `uses` (`backend.wgmma.operand_uses`), the body's dot may also be a chain of dots
+    (`dot_chains`) at the top of the body, all with A from registers: the chain stays in
+    flight as one, from its first link to the first link of the next iteration, whose
+    ``wait_group 1`` completes it (every group but that link's own); the later links wait for
+    nothing. The rules then take the first link's position and every link's reads."""
     if len(copies) < 2:
         return None
-    found = _qualifying_dot(loop, candidates, register_a=True)
-    if found is None or candidates[id(found.dot)][0] is not None:
+    flights = _qualifying_links(loop, candidates, uses)
+    if flights is None or any(candidates[id(f.dot)][0] is not None for f in flights):
         return None
-    flights = []
     for body in copies:
-        located = _find_dot(body, candidates)
-        if located is None:
-            return None
-        _, items, index, _ = located
-        dot, assign = items[index], items[index + 1]
-        assert isinstance(dot, Dot) and isinstance(assign, Assign)
-        flights.append(InFlightDot(dot, assign, loop))
+        for flight in flights:
+            index = next((i for i, item in enumerate(body) if item is flight.dot), None)
+            if index is None or index + 1 >= len(body) or body[index + 1] is not flight.assign:
+                return None
     return flights
 
 
@@ -296,27 +302,75 @@ def _qualifying_dot(
 ) -> InFlightDot | None:
     """The checks of `in_flight_dot` on one iteration's body; a dot with A from registers
     qualifies only with `register_a` (and an A that no `assign` of the loop writes over)."""
-    body = loop.body
-    located = _find_dot(body, candidates)
+    located = _find_dot(loop.body, candidates)
     if located is None:
         return None
-    dot_position, items, index, values = located
-    dot = items[index]
-    assert isinstance(dot, Dot)
-    a_load, b_load = candidates[id(dot)]
-    if (a_load is None and not register_a) or index + 1 >= len(items):
+    a_load = candidates[id(located[1][located[2]])][0]
+    if a_load is None and not register_a:
         return None
-    assign = items[index + 1]
-    if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
+    flights = _checked_links(loop, candidates, [located])
+    return None if flights is None else flights[0]
+
+
+def _qualifying_links(
+    loop: ForRange,
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    uses: Mapping[int, int] | None,
+) -> list[InFlightDot] | None:
+    """The body's one candidate dot, or with `uses` its one chain of dots covering every
+    candidate of the body, checked by the rules (`_checked_links`)."""
+    body = loop.body
+    located = _find_dot(body, candidates)
+    if located is not None:
+        return _checked_links(loop, candidates, [located])
+    if uses is None:
         return None
+    links = dot_chains(body, candidates, uses)
+    dots = [item for _, item in _all(body) if isinstance(item, Dot) and id(item) in candidates]
+    if not links or {id(dot) for dot in dots} != set(links):
+        return None
+    chained = [((i,), body, i, {}) for i, item in enumerate(body) if id(item) in links]
+    return _checked_links(loop, candidates, chained)
+
+
+def _checked_links(
+    loop: ForRange,
+    candidates: Mapping[int, tuple[LoadShared | None, LoadShared]],
+    links: list[tuple[Position, Sequence[Instruction], int, dict[str, Expr]]],
+) -> list[InFlightDot] | None:
+    """`InFlightDot`s of the located dots `links` (one dot, or the links of a chain in order)
+    when they may stay in flight into the next iteration, from the first's position (see the
+    module docstring), else None: each followed by its ``assign(c, dot)``, nothing else in
+    the body touching c or a result, no ``assign`` over an A from registers, the body with a
+    barrier of its own, and every store or copy into a tensor a link reads missing the tiles
+    of the instances that may still run."""
+    body = loop.body
+    dots: list[Dot] = []
+    assigns: list[Assign] = []
+    for _, items, index, _ in links:
+        dot = items[index]
+        assert isinstance(dot, Dot)
+        if index + 1 >= len(items):
+            return None
+        assign = items[index + 1]
+        if not (isinstance(assign, Assign) and assign.dst is dot.c and assign.src is dot.out):
+            return None
+        dots.append(dot)
+        assigns.append(assign)
+    accumulator = dots[0].c
+    if any(dot.c is not accumulator for dot in dots):
+        return None
+    mine = {id(item) for item in (*dots, *assigns)}
+    results = {id(dot.out) for dot in dots}
+    register_as = {id(dot.a) for dot in dots if candidates[id(dot)][0] is None}
     everything = _all(body)
     for _, instruction in everything:
-        if instruction is dot or instruction is assign:
+        if id(instruction) in mine:
             continue
         touched = (*instruction.operands(), *instruction.results())
-        if any(tensor is dot.c or tensor is dot.out for tensor in touched):
+        if any(tensor is accumulator or id(tensor) in results for tensor in touched):
             return None
-        if a_load is None and isinstance(instruction, Assign) and instruction.dst is dot.a:
+        if isinstance(instruction, Assign) and id(instruction.dst) in register_as:
             return None  # A written over in place: one set of registers for every iteration
     # Barriers of the body itself: one under a branch or in an inner loop may not run.
     barriers = [(index,) for index, instruction in enumerate(body) if isinstance(instruction, Sync)]
@@ -326,12 +380,15 @@ def _qualifying_dot(
     trips = None
     if loop.start.is_const and loop.stop.is_const:
         trips = range(loop.start.value, loop.stop.value, loop.step)
-    reads = {}
-    for load in (b_load,) if a_load is None else (a_load, b_load):
-        origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
-        reads.setdefault(load.src.name, []).append(
-            _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))
-        )
+    reads: dict[str, list[list[tuple[Expr, int]]]] = {}
+    for dot, (_, _, _, values) in zip(dots, links):
+        a_load, b_load = candidates[id(dot)]
+        for load in (b_load,) if a_load is None else (a_load, b_load):
+            origin = [simplify(as_expr(o).substitute(values)) for o in load.offsets]
+            reads.setdefault(load.src.name, []).append(
+                _footprint(origin, load.out.layout.shape, len(load.src.layout.shape))
+            )
+    dot_position = links[0][0]
     for position, instruction in everything:
         if isinstance(instruction, StoreShared):
             tensor, origin, shape = (
@@ -348,11 +405,16 @@ def _qualifying_dot(
         if any(name_ in as_expr(o).free_vars() for o in origin for name_ in _inner_vars(body)):
             return None
         write = _footprint(origin, shape, len(tensor.layout.shape))
+        # A chain's instances complete at the first link of the next iteration: as a dot at
+        # that position (a write between the links meets the earlier links' reads at j = 0).
         for back in in_flight_offsets(dot_position, position, barriers):
             for read in reads[tensor.name]:
                 if not tiles_disjoint(write, read, name, back * loop.step, trips):
                     return None
-    return InFlightDot(dot, assign, loop)
+    return [
+        InFlightDot(dot, assign, loop, index == 0)
+        for index, (dot, assign) in enumerate(zip(dots, assigns))
+    ]
 
 
 def _inner_vars(body: Sequence[Instruction]) -> set[str]:

@@ -465,7 +465,7 @@ class ComputeLowering(LoweringContext):
             self.elided_assigns.add(id(flight.assign))
             self.drains[id(flight.loop)] = (instruction.c.name, plan.c_layout.local_size)
             self.note("wgmma dot kept in flight", 1)
-            issue = "in_flight"
+            issue = "in_flight" if flight.waits else "chain"
         elif link is not None:
             self.elided_assigns.add(id(link.assign))
             self.note("wgmma chain's last dot" if link.last else "wgmma dot left running")

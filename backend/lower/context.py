@@ -434,7 +434,7 @@ class LoweringContext:
             return
         # Checked against the loads of the body as written (those of the candidates now):
         # the copies' loads hold k + j in place of k.
-        for found in in_flight_copies(loop, copies, self.wgmma_dots) or ():
+        for found in in_flight_copies(loop, copies, self.wgmma_dots, self.operand_uses) or ():
             self.in_flight[id(found.dot)] = found
 
     def threads_write_wgmma_tensors(self) -> bool:

@@ -380,6 +380,15 @@ PREFILL_CASES = [
     (dtypes.i4, dtypes.f16, False, "register", {"units_k": 2, "unroll": 2, "overlap_dot": True}, 8),
     # The k-tile's dot as a chain of k16 steps, waited for once.
     (dtypes.i4, dtypes.f16, False, "register", {"split_dot": True}, 6),
+    # ... each copy's chain in flight into the next copy.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True},
+        8,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

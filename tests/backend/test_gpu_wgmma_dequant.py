@@ -62,6 +62,7 @@ CONFIGS = [
     WgmmaDequantConfig(stages=4, min_blocks_per_sm=2, split_dot=True),
     WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=8, stages=3, depth=2, split_dot=True),
     WgmmaDequantConfig(block_m=16, units_k=2, stages=4, unroll=2, overlap_dot=True, split_dot=True),
+    WgmmaDequantConfig(units_k=4, unroll=2, overlap_dot=True, split_dot=True, min_blocks_per_sm=2),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -149,6 +150,14 @@ LONG_CONFIGS = [
     ),
     ("register", WgmmaDequantConfig(min_blocks_per_sm=2, split_dot=True)),
     ("register", WgmmaDequantConfig(units_k=8, stages=3, unroll=2, split_dot=True)),
+    # The chain of each copy in flight into the next copy.
+    ("register", WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, split_dot=True)),
+    (
+        "register",
+        WgmmaDequantConfig(
+            units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, min_blocks_per_sm=2
+        ),
+    ),
     ("staged", StagedDequantConfig()),
     ("staged", STAGED_CONFIGS[2]),
 ]

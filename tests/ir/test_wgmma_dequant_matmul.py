@@ -268,20 +268,31 @@ def test_the_activations_come_by_tma_in_panels(
 
 
 @pytest.mark.parametrize(
-    ("unroll", "overlap", "in_flight"), [(1, True, False), (2, False, False), (2, True, True)]
+    ("unroll", "overlap", "in_flight", "split"),
+    [
+        (1, True, False, False),
+        (2, False, False, False),
+        (2, True, True, False),
+        (1, True, False, True),
+        (2, False, False, True),
+        (2, True, True, True),
+    ],
 )
 def test_the_dot_stays_in_flight_only_in_the_unrolled_overlapped_loop(
-    unroll: int, overlap: bool, in_flight: bool
+    unroll: int, overlap: bool, in_flight: bool, split: bool
 ) -> None:
     """A from registers: in the loop written once the wgmma waits for itself (``wait_group 0``
     after each k-tile), and in the plain order too (its copy at the top of a k-tile fills the
     stage the dot before still reads); unrolled twice (whole groups: K / BK even) in the
     overlapped order each copy's dot runs on into the next copy (``wait_group 1``), with one
-    ``wait_group 0`` after the loop."""
-    config = WgmmaDequantConfig(units_k=2, unroll=unroll, overlap_dot=overlap)
+    ``wait_group 0`` after the loop. Split into a chain of two k16 links (`split_dot`), the
+    same: a commit per link, the chain's wait after its last link or, in flight, after the
+    next copy's first."""
+    config = WgmmaDequantConfig(units_k=2, unroll=unroll, overlap_dot=overlap, split_dot=split)
     lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
     kernel_text = lowered.source.split('extern "C"')[1]
-    assert kernel_text.count("la_wgmma_commit();") == unroll
+    links = 2 if split else 1
+    assert kernel_text.count("la_wgmma_commit();") == unroll * links
     waits = kernel_text.count("la_wgmma_wait();")
     assert kernel_text.count("la_wgmma_wait_prior();") == (unroll if in_flight else 0)
     assert waits == (1 if in_flight else unroll)
@@ -304,28 +315,33 @@ def _ptx(source: str) -> list[str]:
 
 def _writes_in_flight(lines: list[str], copies: int) -> list[tuple[int, str]]:
     """(line, register) of every write of a register that a wgmma may still read: the loop
-    body holds `copies` copies, each a group of wgmma calls and then a ``wait_group``. The
-    group of copy c is complete at the wait after copy c + 1's calls (for the last copy,
-    copy 0's wait of the next iteration), so its A words are busy from its first call to
-    there, cyclically over the loop."""
+    body holds `copies` copies, each the wgmma calls of a dot (or of a chain of dots, with no
+    wait between them) and a ``wait_group`` after the first of them. The calls of copy c are
+    complete at the first wait after copy c + 1's first call (for the last copy, copy 0's
+    wait of the next iteration), so their A words are busy from copy c's first call to there,
+    cyclically over the loop: a word from the first call reading it (a chain's later links'
+    words are written after its first link is issued)."""
     calls = [i for i, line in enumerate(lines) if "wgmma.mma_async" in line]
     waits = [i for i, line in enumerate(lines) if "wgmma.wait_group" in line]
     size = len(calls) // copies
     groups = [calls[c * size : (c + 1) * size] for c in range(copies)]
-    wait_after = [min(w for w in waits if w > group[-1]) for group in groups]
+    wait_after = [min(w for w in waits if w > group[0]) for group in groups]
     found = []
     for c, group in enumerate(groups):
-        words = set()
+        first_read: dict[str, int] = {}  # each A word: the first call of the copy reading it
         for call in group:
-            words |= set(re.search(r"\}, \{([^}]*)\}, %rd", lines[call]).group(1).split(", "))
+            words = re.search(r"\}, \{([^}]*)\}, %rd", lines[call]).group(1).split(", ")
+            for word in words:
+                first_read.setdefault(word, call)
         for i, line in enumerate(lines):
             written = re.match(r"\s*\{?\s*[a-z][\w.]*\s+(%r\d+)\s*,", line)
-            if not written or written.group(1) not in words:
+            if not written or written.group(1) not in first_read:
                 continue
+            start = first_read[written.group(1)]
             if c + 1 < copies:
-                busy = group[0] <= i <= wait_after[c + 1]
+                busy = start <= i <= wait_after[c + 1]
             else:
-                busy = not wait_after[0] < i < group[0]
+                busy = not wait_after[0] < i < start
             if busy:
                 found.append((i, written.group(1)))
     return found
@@ -381,6 +397,21 @@ def test_no_chained_wgmma_reads_a_register_written_after_it() -> None:
     assert len(waits) == 1 and waits[0].strip().endswith("0;")
     assert _writes_in_a_chain(lines, 4) == []
     assert len(_writes_in_a_chain(lines, 1)) >= 16
+
+
+def test_a_chain_stays_in_flight_into_the_next_copy() -> None:
+    """The k-tile split into a chain of two k16 links, unrolled twice in the overlapped order:
+    each copy's chain runs on into the next copy, whose first link completes it (``wait_group
+    1``), one ``wait_group 0`` after the loop. In the PTX no A word of a chain is written
+    while its calls may still read it; read as one copy, the same PTX breaks that rule."""
+    config = WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, split_dot=True)
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    loop = lowered.source.split('extern "C"')[1]
+    assert loop.count("la_wgmma_commit();") == 4
+    assert loop.count("la_wgmma_wait_prior();") == 2 and loop.count("la_wgmma_wait();") == 1
+    lines = _ptx(lowered.source)
+    assert _writes_in_flight(lines, 2) == []
+    assert len(_writes_in_flight(lines, 1)) >= 16
 
 
 def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
