@@ -306,22 +306,74 @@ def test_a_register_a_operand_keeps_the_dot_synchronous(reassigned):
 
 @pytest.mark.parametrize(
     ("reassigned", "unroll", "overwrite", "expected"),
-    [(False, 2, False, 2), (True, 2, False, 0), (False, 4, False, 4), (False, 2, True, 0)],
+    [
+        (False, 2, False, True),
+        (True, 2, False, False),
+        (False, 4, False, True),
+        (False, 2, True, False),
+    ],
 )
 def test_unrolled_copies_keep_a_register_a_dot_in_flight(reassigned, unroll, overwrite, expected):
     """In a loop unrolled into whole groups, each copy's dot with A from registers stays in
     flight (its own registers), unless A is one tensor written over in every iteration, or a
-    store reaches the stage the dot of the iteration before reads."""
+    store reaches the stage the dot of the iteration before reads. The copies keep the body's
+    own dot and assign (they have no scalars), which the flight names."""
     program = _register_a_program(reassigned, unroll, overwrite)
     (loop,) = _loops(program)
     copies = [unrolled_copy(loop, j) for j in range(unroll)]
     candidates = shared_operand_dots(program)
-    flights = in_flight_copies(loop, copies, candidates) or []
-    assert len(flights) == expected
-    for flight, body in zip(flights, copies):
-        assert any(flight.dot is item for item in body)  # each copy's own dot and assign
-        assert any(flight.assign is item for item in body)
+    flights = in_flight_copies(loop, copies, candidates)
+    assert (flights is not None) is expected
+    for flight in flights or []:
+        assert flight.waits
+        for body in copies:  # each copy holds the dot and its assign
+            assert any(flight.dot is item for item in body)
+            assert any(flight.assign is item for item in body)
     assert in_flight_copies(loop, copies[:1], candidates) is None
+
+
+def _register_a_chain_program(unroll: int, read_c: bool = False) -> Program:
+    """`_register_a_program`'s loop with the k-tile's dot written as a chain of two k16 dots,
+    each A fresh from global memory; `read_c` stores the accumulator inside the loop."""
+    f16, f32 = dtypes.f16, dtypes.f32
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 16)
+    with ProgramBuilder("register_a_chain", 128) as bld:
+        a = bld.array_param("a", f16)
+        c = bld.array_param("c", f32)
+        a_view = bld.global_view(a, f16, GlobalLayout((64, 128), (128, 1)))
+        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
+        b_ring = bld.shared_tensor(f16, wgmma_b_buffer(32, 64, 3))
+        acc = bld.register_tensor(f32, c_layout, 0.0)
+        with bld.for_range(0, 4, 1, unroll) as kt:
+            bld.sync()
+            for j in range(2):
+                fresh = bld.load_global(a_view, [0, kt * 32 + 16 * j], a_layout)
+                b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, 16 * j, 0])
+                bld.assign(acc, bld.dot(fresh, b_tile, acc))
+            if read_c:
+                bld.store_global(c_view, acc, [0, 0])
+        bld.store_global(c_view, acc, [0, 0])
+    return bld.program()
+
+
+@pytest.mark.parametrize(
+    ("read_c", "with_uses", "expected"),
+    [(False, True, [True, False]), (False, False, None), (True, True, None)],
+)
+def test_a_chain_of_register_a_dots_stays_in_flight_as_one(read_c, with_uses, expected):
+    """Two chained dots per copy: both stay in flight, the first link completing the chain of
+    the copy before (it waits), the second waiting for nothing; not without the chains'
+    operand uses, nor when the loop reads the accumulator."""
+    program = _register_a_chain_program(2, read_c)
+    (loop,) = _loops(program)
+    copies = [unrolled_copy(loop, j) for j in range(2)]
+    candidates = shared_operand_dots(program)
+    uses = operand_uses(program) if with_uses else None
+    flights = in_flight_copies(loop, copies, candidates, uses)
+    if expected is None:
+        assert flights is None
+    else:
+        assert flights is not None and [flight.waits for flight in flights] == expected
 
 
 def test_the_unrolled_register_a_loop_waits_once_after_it():
