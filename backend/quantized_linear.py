@@ -22,10 +22,13 @@ is ``x @ dequantize() + bias``, computed by:
   `backend.autotune` for M's bucket (`m_bucket`), or of the configuration pinned by
   `set_decode_config`, built lazily, one per (M bucket, dtype, device), and kept on the module
   (`decode_ops`);
-- otherwise (CUDA with M > 64, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
-  dequantized for the call on the module's device: on CUDA by the tile program
-  `ir.examples.dequantize_weights` (compiled once per dtype and device, kept on the module),
-  on the CPU with torch operations; both give the same bits.
+- CUDA, M > 64: `backend.batch_matmul.BatchMatmul`, the fastest of dequantize-then-matmul
+  (the weight expanded by the tile program `ir.examples.dequantize_weights`, then cuBLAS) and
+  the prefill kernel `ir.examples.wgmma_dequant_matmul` on the packed weights, measured once
+  per (M bucket, dtype, device) by `backend.autotune` and remembered on disk (`batch_ops`);
+  dequantize-then-matmul is always a candidate, so the choice is never slower than it;
+- CPU: ``torch.matmul(x, dequantize(x.dtype))``, the weight dequantized with torch
+  operations (the same bits as the tile program's).
 
 Quantization (`quantize`, used by `from_weight` and `from_linear`): round to nearest with one
 scale per group of `group_size` rows of k and per column (see `quantize` for the exact rules):
@@ -396,6 +399,7 @@ class QuantizedLinear(torch.nn.Module):
             "bias", torch.zeros(out_features, dtype=dtype, device=device) if bias else None
         )
         self._decode_ops: dict[tuple[int, torch.dtype, torch.device], Any] = {}
+        self._batch_ops: dict[tuple[int, torch.dtype, torch.device], Any] = {}
         self._dequantize_kernels: dict[tuple[torch.dtype, torch.device], Any] = {}
         self.decode_config: DequantConfig | None = None
 
@@ -419,6 +423,12 @@ class QuantizedLinear(torch.nn.Module):
     def decode_ops(self) -> dict[tuple[int, torch.dtype, torch.device], Any]:
         """A copy of the decode operations built so far, by (M, dtype, device)."""
         return dict(self._decode_ops)
+
+    @property
+    def batch_ops(self) -> dict[tuple[int, torch.dtype, torch.device], Any]:
+        """A copy of the operations above the decode rows built so far, by (first M of the
+        bucket, dtype, device): each a `backend.batch_matmul.BatchMatmul`."""
+        return dict(self._batch_ops)
 
     def set_decode_config(self, config: DequantConfig | None) -> None:
         """Pin the decode kernel's configuration for every M bucket (no tuning), or with None go
@@ -700,6 +710,9 @@ class QuantizedLinear(torch.nn.Module):
         if x.is_cuda and 1 <= m <= DECODE_MAX_ROWS:
             rows = x.reshape(m, self.in_features).contiguous()
             out = self._decode(rows)[:, : self.out_features]
+        elif x.is_cuda and m > DECODE_MAX_ROWS:
+            rows = x.reshape(m, self.in_features).contiguous()
+            out = self._batch(rows)[:, : self.out_features]
         else:
             out = torch.matmul(x, self.dequantize(x.dtype))
         if self.bias is not None:
@@ -768,6 +781,23 @@ class QuantizedLinear(torch.nn.Module):
                 else:
                     operation = DecodeMatmul(problem, self.decode_config)
                 self._decode_ops[key] = operation
+            return operation(rows, self.packed_weight, scales, zeros)
+
+    def _batch(self, rows: torch.Tensor) -> torch.Tensor:
+        """The (m, N_pad) product for (m, K) CUDA rows, m > DECODE_MAX_ROWS, by the path tuned
+        for m's bucket (`backend.batch_matmul.BatchMatmul.tuned`)."""
+        from backend.autotune import m_bucket
+        from backend.batch_matmul import BatchMatmul
+
+        dtype = rows.dtype
+        scales = self.packed_scales.to(dtype)
+        zeros = None if self.packed_zeros is None else self.packed_zeros.to(dtype)
+        key = (m_bucket(rows.shape[0]).lo, dtype, rows.device)
+        with torch.cuda.device(rows.device):
+            operation = self._batch_ops.get(key)
+            if operation is None:
+                operation = BatchMatmul.tuned(self.decode_problem(dtype), key[0], progress=False)
+                self._batch_ops[key] = operation
             return operation(rows, self.packed_weight, scales, zeros)
 
     def extra_repr(self) -> str:

@@ -16,9 +16,11 @@ beside, on the same weights and rows:
   (`DecodeMatmul.tuned` for M), also above `DECODE_MAX_ROWS`, where `forward` does not take it
   yet: whether it should is what this column says.
 
-`forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS` (tuned per M
-bucket on its first call, then read from the kernel cache directory) and dequantize-then-
-matmul above it; every result is checked against cuBLAS fp16 before it is timed. Timing is the
+`forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS` and above it the
+path `backend.batch_matmul` measures fastest, dequantize-then-matmul or the prefill kernel
+(each tuned per M bucket on its first call, then read from the kernel cache directory); the
+`path` column names what it took. Every result is checked against cuBLAS fp16 before it is
+timed. Timing is the
 protocol of ``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read
 flush and a sleep kernel before each timed run, CUDA events, the median of `--repeats`).
 Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
@@ -38,6 +40,7 @@ import torch
 from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling script
 from records import write_record  # a sibling module of the benchmarks
 
+from backend.autotune import m_bucket
 from backend.decode_matmul import DecodeMatmul, relative_error
 from backend.errors import LaunchError
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
@@ -124,12 +127,17 @@ def measure(
             raise RuntimeError(f"{weight} {k}x{n} M={m}: timing {name}: {error}") from error
     humming = times.get("Humming")
     ours = times["forward"]
+    path = "decode kernel"
+    if m > DECODE_MAX_ROWS:
+        taken = layer.batch_ops[m_bucket(m).lo, torch.float16, x.device].path
+        path = " ".join(f"{name}={value}" for name, value in taken.items() if name != "path")
+        path = taken["path"] + (f" ({path})" if path else "")
     return Point(
         weight=weight.name,
         k=k,
         n=n,
         m=m,
-        path="decode kernel" if m <= DECODE_MAX_ROWS else "dequantize-then-matmul",
+        path=path,
         forward_us=ours,
         dequantize_matmul_us=times["dequantize-then-matmul"],
         torch_dequantize_matmul_us=times["torch dequantize-then-matmul"],

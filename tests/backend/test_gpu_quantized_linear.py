@@ -1,14 +1,15 @@
 """`backend.quantized_linear.QuantizedLinear` on the GPU (marked `gpu`).
 
 - `forward` at M = 1, 16, 40 and 64 (the decode kernel, `backend.decode_matmul.DecodeMatmul`;
-  40 rows end inside a row block) and M = 256 (dequantize, then `torch.matmul`) for i4, i8 and
-  u4 with zero points, in f16 and bf16 (bf16 where `register_dequant_matmul` takes an
-  activation dtype), against ``x @ dequantize() + bias``.
+  40 rows end inside a row block) and M = 256 (the path `backend.batch_matmul` tunes:
+  dequantize-then-matmul or the prefill kernel) for i4, i8 and u4 with zero points, in f16
+  and bf16 (bf16 where `register_dequant_matmul` takes an activation dtype), against ``x @
+  dequantize() + bias``; and every path of `backend.batch_matmul.BATCH_PATHS` on its own.
 - `dequantize` on the GPU (the `ir.examples.dequantize_weights` kernel) equals `dequantize` on
   the CPU and torch's on the GPU (`dequantize_with_torch`) bit for bit, in f16 and bf16.
 - Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 64
-  (`DECODE_MAX_ROWS`) and never for larger M, here through the autotuner (whose timing is its
-  own; the test times nothing).
+  (`DECODE_MAX_ROWS`) and never for larger M, which get batch operations instead, here through
+  the autotuner (whose timing is its own; the test times nothing).
 
 The layer is (K, N) = (1024, 1000): N is padded to 1024 at packing and the output sliced. The
 forward tests pin one decode configuration per weight type (`set_decode_config`; a cold tuning
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
+from backend.batch_matmul import BATCH_PATHS, BatchMatmul  # noqa: E402
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear  # noqa: E402
 
 IN_FEATURES, OUT_FEATURES, GROUP_SIZE = 1024, 1000, 128
@@ -128,6 +130,23 @@ def test_decode_kernels_are_built_for_small_m_only() -> None:
     module(_activations((256, IN_FEATURES), torch.float16, seed=3))
     module(_activations((0, IN_FEATURES), torch.float16, seed=4))
     assert len(module.decode_ops) == 4
+    assert set(module.batch_ops) == {(64, torch.float16, device), (256, torch.float16, device)}
     module(_activations((1, 1, IN_FEATURES), torch.float16, seed=5))
     assert module.decode_ops[1, torch.float16, device] is first
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("path", range(3), ids=lambda i: str(BATCH_PATHS[i]))
+@pytest.mark.parametrize("weight_dtype", [dtypes.i4, dtypes.u4], ids=str)
+def test_every_batch_path_matches_x_at_dequantize(weight_dtype: DataType, path: int) -> None:
+    """Each path above the decode rows, built on its own (not tuned), with zero points for u4,
+    at 200 rows (the prefill kernel's last row block partial): ``x @ dequantize()``."""
+    module = _cached_layer(weight_dtype, torch.float16)
+    operation = BatchMatmul(module.decode_problem(torch.float16), BATCH_PATHS[path])
+    x = _activations((200, IN_FEATURES), torch.float16, seed=path)
+    zeros = None if module.packed_zeros is None else module.packed_zeros
+    out = operation(x, module.packed_weight, module.packed_scales, zeros)[:, :OUT_FEATURES]
+    torch.cuda.synchronize()
+    expected = torch.matmul(x, module.dequantize(torch.float16)).float()
+    error = float((out.float() - expected).abs().max()) / float(expected.abs().max())
+    assert error < TOLERANCE[torch.float16], f"{weight_dtype} {operation}: error {error:.2e}"

@@ -1,0 +1,246 @@
+"""A quantized layer's matmul above the decode rows, as the fastest of dequantize-then-matmul and
+the prefill kernels on the packed weights, chosen by measurement.
+
+`BatchMatmul(problem, path)` compiles one way of computing, for a `DecodeProblem` (the layer's
+weight type, group size, K, N, activation type and zero points),
+
+    out (m, N) = a (m, K) @ dequantized,   dequantized = (W - Z) * S   (W * S without zero points)
+
+from the packed weights, scales and zero points (`ir.examples.packed_weights`), every launch
+included. A *path* is a mapping: ``{"path": "dequantize"}`` expands the weights to the
+activation type with `ir.examples.dequantize_weights` and multiplies with ``torch.matmul``
+(cuBLAS: two launches); ``{"path": "prefill", **fields}`` runs
+`ir.examples.wgmma_dequant_matmul` with those `WgmmaDequantConfig` fields (one launch: the
+weights dequantized in registers into the tensor cores). Both compute the same dequantized
+weights; the results differ by the order of the f32 sums.
+
+`BatchMatmul.tuned(problem, m)` builds the path the autotuner (`backend.autotune`) picks for the
+M bucket of `m` on the current GPU from `BATCH_PATHS`, each checked and timed on random inputs
+by `backend.decode_matmul.DecodeMeasure`; the choice is remembered in the kernel cache
+directory, so a second call (in this process or another) measures nothing. A path that does not
+fit the problem (a group size of 32 for the prefill kernel's 64-deep k-tiles, say) is pruned.
+Since dequantize-then-matmul is always among the candidates, the chosen path is never slower
+than it, up to the timing's noise. `backend.quantized_linear.QuantizedLinear` uses it above
+`DECODE_MAX_ROWS` rows on CUDA.
+
+torch is imported inside the functions that launch or measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+from backend.autotune import Scalar, TuningResult, autotune, m_bucket
+from backend.cache import CubinCache, RecordStore
+from backend.compile import CompiledKernel, compile
+from backend.decode_matmul import DecodeMeasure, DecodeProblem, decode_tuning_key
+from backend.device import current_arch
+from backend.errors import LaunchError
+from ir import dtypes
+from ir.errors import VerificationError
+from ir.examples.dequantize_weights import dequantize_weights_program
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+from ir.program import Program
+from ir.specialize import specialize
+
+NAMESPACE = "batch_matmul/1"
+"""The autotuner's namespace of the path choice (a new version is a new set of records)."""
+DEQUANTIZE = {"path": "dequantize"}
+"""Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
+BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
+    DEQUANTIZE,
+    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2},
+    {
+        "path": "prefill",
+        "block_m": 56,
+        "units_k": 4,
+        "stages": 4,
+        "unroll": 2,
+        "overlap_dot": True,
+        "split_dot": True,
+        "min_blocks_per_sm": 2,
+    },
+)
+"""The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
+prefill kernel in the two forms measured best on the H200 (benchmarks/results/
+quantized_matmul_notes.md, "Prefill, fifth part"): 64 rows, each k-tile waited for; 56 rows,
+the k-tile a chain of k16 steps kept in flight into the next."""
+DEQUANTIZE_WARPS = 4
+"""Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    import torch
+
+    return {dtypes.f16: torch.float16, dtypes.bf16: torch.bfloat16}[dtype]
+
+
+def batch_program(problem: DecodeProblem, path: Mapping[str, Scalar]) -> Program:
+    """The tile program of `path` for `problem`, specialized to its N and K: the dequantization
+    kernel, or the prefill matmul. Raises VerificationError (or the specialization's error)
+    when the path does not fit the problem, and for a path of another kind."""
+    fields = dict(path)
+    kind = fields.pop("path", None)
+    constants = {"n": problem.n, "k": problem.k}
+    if kind == "dequantize" and not fields:
+        program = dequantize_weights_program(
+            problem.weight_dtype,
+            problem.group_size,
+            problem.activation_dtype,
+            zero_points=problem.zero_points,
+            warps=DEQUANTIZE_WARPS,
+        )
+    elif kind == "prefill":
+        try:
+            config = WgmmaDequantConfig(**fields)  # type: ignore[arg-type]
+        except TypeError as error:
+            raise VerificationError(f"batch path {dict(path)!r}: {error}") from None
+        program = wgmma_dequant_matmul(
+            problem.weight_dtype,
+            problem.group_size,
+            config,
+            activation_dtype=problem.activation_dtype,
+            zero_points=problem.zero_points,
+        )
+    else:
+        raise VerificationError(
+            f"batch path {dict(path)!r}; expected {{'path': 'dequantize'}} or {{'path': "
+            "'prefill', ...WgmmaDequantConfig fields}"
+        )
+    return specialize(program, constants)
+
+
+class BatchMatmul:
+    """One compiled path of a problem's matmul (see the module docstring).
+
+    `BatchMatmul(problem, path, arch=None, cache=None)` compiles for `arch` (default: the
+    current GPU) through the CUBIN `cache`. Attributes: `problem`, `path`, `launches` (2 for
+    dequantize-then-matmul, 1 for the prefill kernel), `kernel`, and `tuning` (the
+    `TuningResult` when built by `tuned`, else None).
+    """
+
+    def __init__(
+        self,
+        problem: DecodeProblem,
+        path: Mapping[str, Scalar],
+        *,
+        arch: str | None = None,
+        cache: CubinCache | None = None,
+    ) -> None:
+        self._setup(problem, path, batch_program(problem, path), arch, cache)
+
+    def _setup(
+        self,
+        problem: DecodeProblem,
+        path: Mapping[str, Scalar],
+        program: Program,
+        arch: str | None,
+        cache: CubinCache | None,
+    ) -> None:
+        self.problem, self.path = problem, dict(path)
+        self.tuning: TuningResult[BatchMatmul] | None = None
+        chosen = current_arch() if arch is None else arch
+        self.kernel: CompiledKernel = compile(program, chosen, cache=cache)
+        self.prefill: WgmmaDequantConfig | None = None
+        if self.path["path"] == "prefill":
+            fields = {name: value for name, value in self.path.items() if name != "path"}
+            self.prefill = WgmmaDequantConfig(**fields)  # type: ignore[arg-type]
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches per call: the dequantization and cuBLAS, or the prefill kernel."""
+        return 1 if self.prefill is not None else 2
+
+    @classmethod
+    def tuned(
+        cls,
+        problem: DecodeProblem,
+        m: int,
+        *,
+        measure: Callable[[BatchMatmul], float] | None = None,
+        store: RecordStore | None = None,
+        cache: CubinCache | None = None,
+        arch: str | None = None,
+        gpu_name: str | None = None,
+        workers: int | None = None,
+        progress: bool | TextIO = True,
+    ) -> BatchMatmul:
+        """The path the autotuner picks for `m`'s bucket (measured at the bucket's smallest
+        batch). `measure(operation) -> microseconds` defaults to ``DecodeMeasure(problem,
+        bucket.lo)`` on the current GPU; `gpu_name` defaults to the current GPU's name and
+        `arch` to its architecture (give both and a `measure` to tune without a GPU); `store`,
+        `cache`, `workers` and `progress` as `DecodeMatmul.tuned`. Raises `TuningError` when
+        no path can be measured."""
+        bucket = m_bucket(m)
+        if gpu_name is None:
+            import torch
+
+            gpu_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
+        arch = current_arch() if arch is None else arch
+
+        def build(path: dict[str, Scalar], program: Program) -> BatchMatmul:
+            operation = cls.__new__(cls)
+            operation._setup(problem, path, program, arch, cache)
+            return operation
+
+        result = autotune(
+            NAMESPACE,
+            decode_tuning_key(problem, bucket.lo, gpu_name=gpu_name, arch=arch),
+            [dict(path) for path in BATCH_PATHS],
+            construct=lambda path: batch_program(problem, path),
+            build=build,
+            measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,
+            store=store,
+            workers=workers,
+            progress=progress,
+        )
+        operation = result.built
+        operation.tuning = result
+        return operation
+
+    def __call__(self, a: Any, packed: Any, scales: Any, zeros: Any = None, out: Any = None) -> Any:
+        """``a @ dequantized`` as an (m, N) tensor of a's dtype, written into `out` when given
+        (contiguous, (m, N), a's dtype and device), else new. `a` is (m, K), f16 or bf16 as the
+        problem's activations; `packed`, `scales` and `zeros` (with zero points only) as
+        `DecodeMatmul` takes them. Raises LaunchError for a wrong argument."""
+        import torch
+
+        p = self.problem
+        act = _torch_dtype(p.activation_dtype)
+        if not isinstance(a, torch.Tensor) or a.ndim != 2 or a.shape[1] != p.k or a.dtype != act:
+            raise LaunchError(
+                f"BatchMatmul: a of {getattr(a, 'dtype', type(a).__name__)} and shape "
+                f"{tuple(getattr(a, 'shape', ()))}; expected {act} of shape (m, {p.k})"
+            )
+        if (zeros is None) == p.zero_points:
+            raise LaunchError(
+                f"BatchMatmul: zeros {'missing' if zeros is None else 'given'}; the problem "
+                f"{'has' if p.zero_points else 'has no'} zero points"
+            )
+        m = a.shape[0]
+        if out is None:
+            out = torch.empty((m, p.n), dtype=act, device=a.device)
+        elif tuple(out.shape) != (m, p.n) or out.dtype != act or not out.is_contiguous():
+            raise LaunchError(
+                f"BatchMatmul: out of {out.dtype} and shape {tuple(out.shape)}; expected a "
+                f"contiguous {act} tensor of shape ({m}, {p.n})"
+            )
+        extra = () if zeros is None else (zeros,)
+        with torch.cuda.device(a.device):
+            if self.prefill is None:
+                weights = torch.empty((p.k, p.n), dtype=act, device=a.device)
+                self.kernel(p.n, p.k, packed, scales, *extra, weights)
+                torch.matmul(a, weights, out=out)
+            else:
+                grid = self.prefill.grid(m, p.n)
+                self.kernel(m, p.n, p.k, a.contiguous(), packed, scales, *extra, out, grid=grid)
+        return out
+
+    def __repr__(self) -> str:
+        p = self.problem
+        return (
+            f"BatchMatmul({p.weight_dtype} g{p.group_size} K={p.k} N={p.n} "
+            f"{p.activation_dtype}{' zero points' if p.zero_points else ''}, {self.path}, "
+            f"arch={self.kernel.arch!r})"
+        )

@@ -1,0 +1,104 @@
+"""`backend.batch_matmul`: the paths above the decode rows and their tuned choice, without a GPU.
+
+- Exact tables: the tile program of each path (the dequantization kernel, the prefill matmul
+  with its configuration) and the launches it takes.
+- Tuning: the fastest path wins (a fake measure, NVRTC compiling for sm_90a); a warm second
+  tuning measures nothing and builds the recorded choice; a path that does not fit the problem
+  (the prefill kernel's 64-deep k-tiles at group size 32) is pruned, and dequantize-then-matmul
+  remains.
+- Errors: a path of another kind, or with a field no configuration has, names itself.
+The GPU runs (results against torch, `QuantizedLinear` above the decode rows) are in
+tests/backend/test_gpu_quantized_linear.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.batch_matmul import BATCH_PATHS, DEQUANTIZE, BatchMatmul, batch_program
+from backend.cache import RecordStore
+from backend.decode_matmul import DecodeProblem
+from ir import dtypes
+from ir.errors import VerificationError
+
+PROBLEM = DecodeProblem(dtypes.i4, 128, 256, 256)
+"""A small layer: K = 256 (two groups), N = 256 (one column block)."""
+
+
+def test_each_path_is_its_program() -> None:
+    dequantize = batch_program(PROBLEM, DEQUANTIZE)
+    assert dequantize.name == "dequantize_i4_weights"
+    prefill = batch_program(PROBLEM, BATCH_PATHS[1])
+    assert prefill.name.startswith("wgmma_dequant_matmul")
+    assert [p.name for p in prefill.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
+    assert {p.name: p.value for p in prefill.params if p.name in ("n", "k")} == {
+        "n": 256,
+        "k": 256,
+    }
+
+
+def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
+    """Tune `problem` at M = 256 for sm_90a with a fake measure: `times` by a path's
+    description (``dequantize``, ``prefill64``, ``prefill56``); returns the operation and the
+    descriptions measured."""
+    measured = []
+
+    def measure(operation: BatchMatmul) -> float:
+        path = operation.path
+        name = path["path"] if path["path"] == "dequantize" else f"prefill{path['block_m']}"
+        measured.append(name)
+        return times[name]
+
+    operation = BatchMatmul.tuned(
+        problem,
+        256,
+        measure=measure,
+        store=RecordStore(tmp_path),
+        arch="sm_90a",
+        gpu_name="a test GPU",
+        progress=False,
+    )
+    return operation, measured
+
+
+def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
+    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill56": 65.0}
+    operation, measured = _tune(tmp_path, times)
+    assert sorted(measured) == ["dequantize", "prefill56", "prefill64"]
+    assert operation.path == dict(BATCH_PATHS[2]) and operation.launches == 1
+    assert operation.tuning is not None and not operation.tuning.from_cache
+    again, measured = _tune(tmp_path, {})  # a measure would fail: none is asked
+    assert measured == [] and again.path == operation.path and again.tuning.from_cache
+
+
+def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
+    times = {"dequantize": 50.0, "prefill64": 70.0, "prefill56": 65.0}
+    operation, _ = _tune(tmp_path, times)
+    assert operation.path == DEQUANTIZE and operation.launches == 2
+    assert operation.prefill is None
+
+
+def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
+    """Group size 32: the prefill kernel's k-tiles of 64 would span two groups."""
+    problem = DecodeProblem(dtypes.i4, 32, 256, 256)
+    with pytest.raises(VerificationError, match="group_size=32"):
+        batch_program(problem, BATCH_PATHS[1])
+    operation, measured = _tune(tmp_path, {"dequantize": 90.0}, problem)
+    assert measured == ["dequantize"] and operation.path == DEQUANTIZE
+    statuses = sorted(trial.status for trial in operation.tuning.trials)
+    assert statuses == ["measured", "pruned", "pruned"]
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ({"path": "cublas"}, "expected {'path': 'dequantize'}"),
+        ({"path": "dequantize", "block_m": 64}, "expected {'path': 'dequantize'}"),
+        ({"path": "prefill", "tiles": 3}, "unexpected keyword argument 'tiles'"),
+        ({"path": "prefill", "block_m": 12}, "block_m=12"),
+    ],
+    ids=str,
+)
+def test_a_bad_path_is_refused(path, message) -> None:
+    with pytest.raises(VerificationError, match=message):
+        batch_program(PROBLEM, path)
