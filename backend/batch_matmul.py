@@ -20,8 +20,8 @@ by `backend.decode_matmul.DecodeMeasure`; the choice is remembered in the kernel
 directory, so a second call (in this process or another) measures nothing. A path that does not
 fit the problem (a group size of 32 for the prefill kernel's 64-deep k-tiles, say) is pruned.
 Since dequantize-then-matmul is always among the candidates, the chosen path is never slower
-than it, up to the timing's noise. `backend.quantized_linear.QuantizedLinear` uses it above
-`DECODE_MAX_ROWS` rows on CUDA.
+than it, up to the timing's noise. `backend.quantized_linear.QuantizedLinear` uses it on CUDA
+from `DECODE_MAX_ROWS` to `BATCH_MAX_ROWS` rows.
 
 torch is imported inside the functions that launch or measure.
 """

@@ -16,13 +16,13 @@ beside, on the same weights and rows:
   (`DecodeMatmul.tuned` for M), also above `DECODE_MAX_ROWS`, where `forward` does not take it
   yet: whether it should is what this column says.
 
-`forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS` and above it the
-path `backend.batch_matmul` measures fastest, dequantize-then-matmul or the prefill kernel
-(each tuned per M bucket on its first call, then read from the kernel cache directory); the
-`path` column names what it took. Every result is checked against cuBLAS fp16 before it is
-timed. Timing is the
-protocol of ``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read
-flush and a sleep kernel before each timed run, CUDA events, the median of `--repeats`).
+`forward` takes the register-dequant decode kernel for M <= `DECODE_MAX_ROWS`, up to
+`BATCH_MAX_ROWS` the path `backend.batch_matmul` measures fastest, dequantize-then-matmul or the
+prefill kernel (each tuned per M bucket on its first call, then read from the kernel cache
+directory), and dequantize-then-matmul above; the `path` column names what it took. Every
+result is checked against cuBLAS fp16 before it is timed. Timing is the protocol of
+``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read flush and a
+sleep kernel before each timed run, CUDA events, the median of `--repeats`).
 Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
 
     python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
@@ -43,7 +43,7 @@ from records import write_record  # a sibling module of the benchmarks
 from backend.autotune import m_bucket
 from backend.decode_matmul import DecodeMatmul, relative_error
 from backend.errors import LaunchError
-from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear
+from backend.quantized_linear import BATCH_MAX_ROWS, DECODE_MAX_ROWS, QuantizedLinear
 from backend.timing import flush_buffer, median_us
 from ir import dtypes
 from ir.dtypes import DataType
@@ -128,7 +128,9 @@ def measure(
     humming = times.get("Humming")
     ours = times["forward"]
     path = "decode kernel"
-    if m > DECODE_MAX_ROWS:
+    if m > BATCH_MAX_ROWS:
+        path = "dequantize-then-matmul"
+    elif m > DECODE_MAX_ROWS:
         taken = layer.batch_ops[m_bucket(m).lo, torch.float16, x.device].path
         path = " ".join(f"{name}={value}" for name, value in taken.items() if name != "path")
         path = taken["path"] + (f" ({path})" if path else "")

@@ -1,10 +1,11 @@
 """`backend.quantized_linear.QuantizedLinear` on the GPU (marked `gpu`).
 
 - `forward` at M = 1, 16, 40 and 64 (the decode kernel, `backend.decode_matmul.DecodeMatmul`;
-  40 rows end inside a row block) and M = 256 (the path `backend.batch_matmul` tunes:
-  dequantize-then-matmul or the prefill kernel) for i4, i8 and u4 with zero points, in f16
-  and bf16 (bf16 where `register_dequant_matmul` takes an activation dtype), against ``x @
-  dequantize() + bias``; and every path of `backend.batch_matmul.BATCH_PATHS` on its own.
+  40 rows end inside a row block) and M = 256 (up to `BATCH_MAX_ROWS`: the path
+  `backend.batch_matmul` tunes, dequantize-then-matmul or the prefill kernel) for i4, i8 and
+  u4 with zero points, in f16 and bf16 (bf16 where `register_dequant_matmul` takes an
+  activation dtype), against ``x @ dequantize() + bias``; and every path of
+  `backend.batch_matmul.BATCH_PATHS` on its own.
 - `dequantize` on the GPU (the `ir.examples.dequantize_weights` kernel) equals `dequantize` on
   the CPU and torch's on the GPU (`dequantize_with_torch`) bit for bit, in f16 and bf16.
 - Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 64
