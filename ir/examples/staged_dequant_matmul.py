@@ -9,11 +9,14 @@ the rows it multiplies, so a block's 256 rows of W^T are dequantized by one warp
 tokens, and its single warp per scheduler issues the dequantization at one instruction every
 few cycles while the tensor cores wait. Here the dequantization and the multiplication are
 decoupled through shared memory: every warp of the block dequantizes a share of the k-tile's
-units (the packed format's k16 x n64 pieces) and stores them as W^T into one of `buffers`
+units (the packed format's k16 x n64 pieces) and stores them as W^T into one of `BUFFERS`
 K-major swizzled tiles; after one barrier each warpgroup's ``wgmma`` reads its 64-row slice of
 that tile and the block's (BK, block_m) activation tile, both by descriptors, for up to 256
 tokens. A weight is dequantized once per block_m tokens instead of once per 64, by four
-warps per scheduler instead of one. Per block, for each k-tile:
+warps per scheduler instead of one. Measured on the H200 it is nonetheless slower than the
+register form at every benchmark shape (benchmarks/results/quantized_matmul_notes.md, "Prefill,
+fifth part"): each warpgroup reads the whole activation tile from shared memory, whose
+bandwidth the k-tile then outlasts. Per block, for each k-tile:
 
     take this k-tile's packed words (a warp's units) and its group's scale row (and zero
     points) from the register ring of `depth` k-tiles, and load those of the k-tile `depth`
