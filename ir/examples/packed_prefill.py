@@ -19,8 +19,11 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.packed_weights import (
+    UNIT_K,
     UNIT_LANES,
+    check_activation_options,
     check_int_fields,
+    check_weight_dtype,
     packed_operands,
     packed_views,
     tile_ahead,
@@ -38,6 +41,32 @@ MAX_BLOCK_M = 256
 PANEL_K = 64
 """Values of k per row of the activation ring: 128 bytes of 16-bit values, the widest swizzled
 row a ``wgmma`` descriptor and a TMA box take."""
+
+
+class PrefillTile:
+    """What the prefill programs' configurations compute alike from their fields
+    (``warpgroups``, ``units_k``, ``block_m``, and the ``block_n`` each defines): the warps of
+    a block, the k-tile, and the launch grid."""
+
+    warpgroups: int
+    units_k: int
+    block_m: int
+
+    @property
+    def block_n(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def warps(self) -> int:
+        return WARPGROUP_WARPS * self.warpgroups
+
+    @property
+    def block_k(self) -> int:
+        return UNIT_K * self.units_k
+
+    def grid(self, m: int, n: int) -> tuple[int, int, int]:
+        """The launch grid for C of shape (m, n)."""
+        return (n // self.block_n, -(-m // self.block_m), 1)
 
 
 def check_prefill_fields(
@@ -60,6 +89,29 @@ def check_prefill_fields(
         )
     if config.warpgroups * WARPGROUP_WARPS * UNIT_LANES > 1024:
         raise VerificationError(f"{program}: warpgroups={config.warpgroups}; a block has at most 8")
+
+
+def checked_arguments(
+    program: str,
+    config: Any,
+    config_type: type,
+    weight_dtype: Any,
+    group_size: Any,
+    activation_dtype: Any,
+    zero_points: Any,
+) -> tuple[Any, DataType]:
+    """A prefill program's `config` (None: ``config_type()``) and weight type, checked with its
+    group size, activation type and zero points; VerificationError naming the first bad one."""
+    if config is None:
+        config = config_type()
+    elif not isinstance(config, config_type):
+        raise VerificationError(
+            f"{program}: config={config!r}; expected a {config_type.__name__} or None"
+        )
+    weight_dtype = check_weight_dtype(weight_dtype)
+    config.check(group_size)
+    check_activation_options(program, activation_dtype, zero_points)
+    return config, weight_dtype
 
 
 def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:

@@ -54,18 +54,16 @@ from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import (
     PANEL_K,
-    WARPGROUP_WARPS,
+    PrefillTile,
     RegisterRing,
     check_prefill_fields,
+    checked_arguments,
     declare_prefill,
 )
 from ir.examples.packed_weights import (
-    UNIT_K,
     UNIT_LANES,
     UNIT_N,
-    check_activation_options,
     check_group_size,
-    check_weight_dtype,
     program_name,
     unit_element_layout,
     unit_scale_layout,
@@ -85,7 +83,7 @@ may still read while the dot stays in flight."""
 
 
 @dataclass(frozen=True)
-class StagedDequantConfig:
+class StagedDequantConfig(PrefillTile):
     """The tile parameters of `staged_dequant_matmul`.
 
     `warpgroups` per block (all dequantize, then each multiplies its slice of W^T's rows);
@@ -107,20 +105,8 @@ class StagedDequantConfig:
     min_blocks_per_sm: int = 0
 
     @property
-    def warps(self) -> int:
-        return WARPGROUP_WARPS * self.warpgroups
-
-    @property
     def block_n(self) -> int:
         return UNIT_N * self.units_n
-
-    @property
-    def block_k(self) -> int:
-        return UNIT_K * self.units_k
-
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The launch grid for C of shape (m, n)."""
-        return (n // self.block_n, -(-m // self.block_m), 1)
 
     def check(self, group_size: int) -> None:
         """Raise VerificationError naming the first field (or `group_size`) out of range."""
@@ -195,15 +181,15 @@ def staged_dequant_matmul(
     default `StagedDequantConfig`), with the parameters of
     `ir.examples.wgmma_dequant_matmul.wgmma_dequant_matmul`. With `zero_points` the
     dequantized weight is ``(W - Z) * S``."""
-    if config is None:
-        config = StagedDequantConfig()
-    elif not isinstance(config, StagedDequantConfig):
-        raise VerificationError(
-            f"{PROGRAM}: config={config!r}; expected a StagedDequantConfig or None"
-        )
-    weight_dtype = check_weight_dtype(weight_dtype)
-    config.check(group_size)
-    check_activation_options(PROGRAM, activation_dtype, zero_points)
+    config, weight_dtype = checked_arguments(
+        PROGRAM,
+        config,
+        StagedDequantConfig,
+        weight_dtype,
+        group_size,
+        activation_dtype,
+        zero_points,
+    )
     act, f32 = activation_dtype, dtypes.f32
     nbits, threads = weight_dtype.nbits, UNIT_LANES * config.warps
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k

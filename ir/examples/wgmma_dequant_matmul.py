@@ -51,18 +51,17 @@ from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import (
-    WARPGROUP_WARPS,
+    PrefillTile,
     RegisterRing,
     check_prefill_fields,
+    checked_arguments,
     declare_prefill,
 )
 from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
-    check_activation_options,
     check_group_size,
-    check_weight_dtype,
     program_name,
     tile_layouts,
     unit_scale_layout,
@@ -80,7 +79,7 @@ PROGRAM = "wgmma_dequant_matmul"
 
 
 @dataclass(frozen=True)
-class WgmmaDequantConfig:
+class WgmmaDequantConfig(PrefillTile):
     """The tile parameters of `wgmma_dequant_matmul`.
 
     `warpgroups` per block (each owns 256 * `units_n` columns of N: its four warps one unit of
@@ -113,20 +112,8 @@ class WgmmaDequantConfig:
     split_dot: bool = False
 
     @property
-    def warps(self) -> int:
-        return WARPGROUP_WARPS * self.warpgroups
-
-    @property
     def block_n(self) -> int:
         return UNIT_N * self.warps * self.units_n
-
-    @property
-    def block_k(self) -> int:
-        return UNIT_K * self.units_k
-
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The launch grid for C of shape (m, n)."""
-        return (n // self.block_n, -(-m // self.block_m), 1)
 
     def check(self, group_size: int) -> None:
         """Raise VerificationError naming the first field (or `group_size`) out of range."""
@@ -156,15 +143,9 @@ def wgmma_dequant_matmul(
     `a`, the scales, the zero points and `c` of `activation_dtype` (f16 or bf16), `packed` the
     i32 weights of `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of
     `pack_scales`. With `zero_points` the dequantized weight is ``(W - Z) * S``."""
-    if config is None:
-        config = WgmmaDequantConfig()
-    elif not isinstance(config, WgmmaDequantConfig):
-        raise VerificationError(
-            f"{PROGRAM}: config={config!r}; expected a WgmmaDequantConfig or None"
-        )
-    weight_dtype = check_weight_dtype(weight_dtype)
-    config.check(group_size)
-    check_activation_options(PROGRAM, activation_dtype, zero_points)
+    config, weight_dtype = checked_arguments(
+        PROGRAM, config, WgmmaDequantConfig, weight_dtype, group_size, activation_dtype, zero_points
+    )
     act, f32 = activation_dtype, dtypes.f32
     nbits, warps = weight_dtype.nbits, config.warps
     units_k, units_n = config.units_k, config.units_n
