@@ -76,14 +76,30 @@ def _torch_dtype(dtype: Any) -> Any:
     return {dtypes.f16: torch.float16, dtypes.bf16: torch.bfloat16}[dtype]
 
 
+def prefill_config(path: Mapping[str, Scalar]) -> WgmmaDequantConfig | None:
+    """The `WgmmaDequantConfig` of a prefill path, None for dequantize-then-matmul. Raises
+    VerificationError for a path of another kind or a field no configuration has."""
+    fields = dict(path)
+    kind = fields.pop("path", None)
+    if kind == "dequantize" and not fields:
+        return None
+    if kind == "prefill":
+        try:
+            return WgmmaDequantConfig(**fields)  # type: ignore[arg-type]
+        except TypeError as error:
+            raise VerificationError(f"batch path {dict(path)!r}: {error}") from None
+    raise VerificationError(
+        f"batch path {dict(path)!r}; expected {{'path': 'dequantize'}} or {{'path': "
+        "'prefill', ...WgmmaDequantConfig fields}"
+    )
+
+
 def batch_program(problem: DecodeProblem, path: Mapping[str, Scalar]) -> Program:
     """The tile program of `path` for `problem`, specialized to its N and K: the dequantization
     kernel, or the prefill matmul. Raises VerificationError (or the specialization's error)
     when the path does not fit the problem, and for a path of another kind."""
-    fields = dict(path)
-    kind = fields.pop("path", None)
-    constants = {"n": problem.n, "k": problem.k}
-    if kind == "dequantize" and not fields:
+    config = prefill_config(path)
+    if config is None:
         program = dequantize_weights_program(
             problem.weight_dtype,
             problem.group_size,
@@ -91,11 +107,7 @@ def batch_program(problem: DecodeProblem, path: Mapping[str, Scalar]) -> Program
             zero_points=problem.zero_points,
             warps=DEQUANTIZE_WARPS,
         )
-    elif kind == "prefill":
-        try:
-            config = WgmmaDequantConfig(**fields)  # type: ignore[arg-type]
-        except TypeError as error:
-            raise VerificationError(f"batch path {dict(path)!r}: {error}") from None
+    else:
         program = wgmma_dequant_matmul(
             problem.weight_dtype,
             problem.group_size,
@@ -103,11 +115,7 @@ def batch_program(problem: DecodeProblem, path: Mapping[str, Scalar]) -> Program
             activation_dtype=problem.activation_dtype,
             zero_points=problem.zero_points,
         )
-    else:
-        raise VerificationError(
-            f"batch path {dict(path)!r}; expected {{'path': 'dequantize'}} or {{'path': "
-            "'prefill', ...WgmmaDequantConfig fields}"
-        )
+    constants = {"n": problem.n, "k": problem.k}
     return specialize(program, constants)
 
 
@@ -142,10 +150,7 @@ class BatchMatmul:
         self.tuning: TuningResult[BatchMatmul] | None = None
         chosen = current_arch() if arch is None else arch
         self.kernel: CompiledKernel = compile(program, chosen, cache=cache)
-        self.prefill: WgmmaDequantConfig | None = None
-        if self.path["path"] == "prefill":
-            fields = {name: value for name, value in self.path.items() if name != "path"}
-            self.prefill = WgmmaDequantConfig(**fields)  # type: ignore[arg-type]
+        self.prefill = prefill_config(path)
 
     @property
     def launches(self) -> int:

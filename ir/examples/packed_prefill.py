@@ -21,9 +21,7 @@ from ir.errors import VerificationError
 from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
-    check_activation_options,
     check_int_fields,
-    check_weight_dtype,
     packed_operands,
     packed_views,
     tile_ahead,
@@ -51,10 +49,7 @@ class PrefillTile:
     warpgroups: int
     units_k: int
     block_m: int
-
-    @property
-    def block_n(self) -> int:
-        raise NotImplementedError
+    block_n: int
 
     @property
     def warps(self) -> int:
@@ -89,29 +84,6 @@ def check_prefill_fields(
         )
     if config.warpgroups * WARPGROUP_WARPS * UNIT_LANES > 1024:
         raise VerificationError(f"{program}: warpgroups={config.warpgroups}; a block has at most 8")
-
-
-def checked_arguments(
-    program: str,
-    config: Any,
-    config_type: type,
-    weight_dtype: Any,
-    group_size: Any,
-    activation_dtype: Any,
-    zero_points: Any,
-) -> tuple[Any, DataType]:
-    """A prefill program's `config` (None: ``config_type()``) and weight type, checked with its
-    group size, activation type and zero points; VerificationError naming the first bad one."""
-    if config is None:
-        config = config_type()
-    elif not isinstance(config, config_type):
-        raise VerificationError(
-            f"{program}: config={config!r}; expected a {config_type.__name__} or None"
-        )
-    weight_dtype = check_weight_dtype(weight_dtype)
-    config.check(group_size)
-    check_activation_options(program, activation_dtype, zero_points)
-    return config, weight_dtype
 
 
 def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:

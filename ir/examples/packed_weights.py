@@ -159,6 +159,31 @@ def check_group_size(program: str, group_size: object, block_k: int) -> None:
         )
 
 
+def checked_arguments(
+    program: str,
+    config: Any,
+    config_type: type,
+    check_config: Callable[[Any], None],
+    weight_dtype: object,
+    activation_dtype: object,
+    zero_points: object,
+) -> tuple[Any, DataType]:
+    """A packed-weight program's `config` (None: ``config_type()``) and weight type, checked:
+    the config's type, the weight type (`check_weight_dtype`), the config's fields
+    (`check_config(config)`), then the activation options (`check_activation_options`);
+    VerificationError naming the first bad one."""
+    if config is None:
+        config = config_type()
+    elif not isinstance(config, config_type):
+        raise VerificationError(
+            f"{program}: config={config!r}; expected a {config_type.__name__} or None"
+        )
+    weight_dtype = check_weight_dtype(weight_dtype)
+    check_config(config)
+    check_activation_options(program, activation_dtype, zero_points)
+    return config, weight_dtype
+
+
 def tile_ahead(
     b: ProgramBuilder, first: Any, d: int, end: Any, copy: Callable[[Any], None]
 ) -> None:

@@ -71,10 +71,9 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
-    check_activation_options,
     check_group_size,
     check_int_fields,
-    check_weight_dtype,
+    checked_arguments,
     packed_operands,
     packed_views,
     program_name,
@@ -295,15 +294,15 @@ def register_dequant_matmul(
     packed like the scales: the subtraction of two integer-valued codes is exact, so it equals
     the code of ``f32(W - Z) * f32(S)`` rounded once.
     """
-    if config is None:
-        config = DequantConfig()
-    elif not isinstance(config, DequantConfig):
-        raise VerificationError(
-            f"register_dequant_matmul: config={config!r}; expected a DequantConfig or None"
-        )
-    weight_dtype = check_weight_dtype(weight_dtype)
-    _check_config(group_size, config)
-    check_activation_options("register_dequant_matmul", activation_dtype, zero_points)
+    config, weight_dtype = checked_arguments(
+        PROGRAM,
+        config,
+        DequantConfig,
+        lambda checked: _check_config(group_size, checked),
+        weight_dtype,
+        activation_dtype,
+        zero_points,
+    )
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
     # With the late scale (no zero points), a float's bias moves from its cast to the scales.
     late_float = config.late_scale and not zero_points

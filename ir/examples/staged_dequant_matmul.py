@@ -57,13 +57,13 @@ from ir.examples.packed_prefill import (
     PrefillTile,
     RegisterRing,
     check_prefill_fields,
-    checked_arguments,
     declare_prefill,
 )
 from ir.examples.packed_weights import (
     UNIT_LANES,
     UNIT_N,
     check_group_size,
+    checked_arguments,
     program_name,
     unit_element_layout,
     unit_scale_layout,
@@ -185,8 +185,8 @@ def staged_dequant_matmul(
         PROGRAM,
         config,
         StagedDequantConfig,
+        lambda checked: checked.check(group_size),
         weight_dtype,
-        group_size,
         activation_dtype,
         zero_points,
     )

@@ -54,7 +54,6 @@ from ir.examples.packed_prefill import (
     PrefillTile,
     RegisterRing,
     check_prefill_fields,
-    checked_arguments,
     declare_prefill,
 )
 from ir.examples.packed_weights import (
@@ -62,6 +61,7 @@ from ir.examples.packed_weights import (
     UNIT_LANES,
     UNIT_N,
     check_group_size,
+    checked_arguments,
     program_name,
     tile_layouts,
     unit_scale_layout,
@@ -144,7 +144,13 @@ def wgmma_dequant_matmul(
     i32 weights of `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of
     `pack_scales`. With `zero_points` the dequantized weight is ``(W - Z) * S``."""
     config, weight_dtype = checked_arguments(
-        PROGRAM, config, WgmmaDequantConfig, weight_dtype, group_size, activation_dtype, zero_points
+        PROGRAM,
+        config,
+        WgmmaDequantConfig,
+        lambda checked: checked.check(group_size),
+        weight_dtype,
+        activation_dtype,
+        zero_points,
     )
     act, f32 = activation_dtype, dtypes.f32
     nbits, warps = weight_dtype.nbits, config.warps

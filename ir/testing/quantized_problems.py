@@ -6,7 +6,8 @@ weights); `sequential_partials` is the f32 sum in k order that the interpreter's
 (per split of k), `late_scaled_partials` the same for a kernel that scales each group's product,
 `ordered_sum` adds partial sums in order and rounds once. `with_tail` makes an output buffer
 followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
-prefill program of the packed weights in the interpreter against the sequential sum.
+prefill program of the packed weights in the interpreter against the sequential sum, and
+`check_zero_point_program` does so with zero points and f16 or bf16 activations.
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
 optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
@@ -198,3 +199,25 @@ def zero_point_problem(
         (values - zero_values).astype(np.float32),
         dequantized.astype(np.float32),
     )
+
+
+def check_zero_point_program(
+    program: Program,
+    weight: DataType,
+    activation: DataType,
+    zero_points: bool,
+    shape: tuple[int, int, int],
+    group_size: int,
+    grid: tuple[int, ...],
+    seed: int,
+) -> None:
+    """Run `program` (``qmm(m, n, k, a, packed, scales, [zeros,] c)`` with `activation`
+    operands) on a `zero_point_problem` of (m, n, k) `shape` in the interpreter over `grid`:
+    C = A @ act((W - Z) * S), every output the f32 sum in k order rounded once."""
+    m, n, k = shape
+    rng = np.random.default_rng(seed)
+    problem = zero_point_problem(weight, activation, zero_points, shape, group_size, rng)
+    c = np.zeros(m * n, dtype=np.uint16)
+    run_reference(program, m, n, k, *problem.arguments(), c, grid=grid)
+    (total,) = sequential_partials(problem.a, problem.dequantized, 1)
+    np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))

@@ -266,12 +266,20 @@ def test_a_loop_that_reads_the_accumulator_stays_synchronous():
     assert in_flight_dot(_loops(program)[0], candidates) is None
 
 
-def _register_a_program(reassigned: bool, unroll: int = 1, overwrite: bool = False) -> Program:
+def _register_a_program(
+    reassigned: bool,
+    unroll: int = 1,
+    overwrite: bool = False,
+    links: int = 1,
+    read_c: bool = False,
+) -> Program:
     """A one-warpgroup k loop whose dot takes A from registers (a fresh load each iteration,
     or, `reassigned`, one tensor written over by `assign` each iteration) and B from a ring
-    of 3 stages, one barrier before the dot."""
+    of 3 stages, one barrier before the dot. With `links`, the k-tile's dot is written as a
+    chain of that many dots (each A fresh); `read_c` stores the accumulator inside the loop."""
     f16, f32 = dtypes.f16, dtypes.f32
-    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
+    step = 64 // links
+    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, step)
     with ProgramBuilder("register_a", 128) as bld:
         a = bld.array_param("a", f16)
         c = bld.array_param("c", f32)
@@ -284,12 +292,17 @@ def _register_a_program(reassigned: bool, unroll: int = 1, overwrite: bool = Fal
             if overwrite:  # into the stage the dot of kt - 1 reads
                 tile = bld.register_tensor(f16, b_layout, 0.0)
                 bld.store_shared(b_ring, tile, [(kt + 2) % 3, 0, 0])
-            fresh = bld.load_global(a_view, [0, kt * 64], a_layout)
+            fresh = [
+                bld.load_global(a_view, [0, kt * 64 + step * j], a_layout) for j in range(links)
+            ]
             if reassigned:
-                bld.assign(held, fresh)
+                bld.assign(held, fresh[0])
             bld.sync()
-            b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, 0, 0])
-            bld.assign(acc, bld.dot(held if reassigned else fresh, b_tile, acc))
+            for j in range(links):
+                b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, step * j, 0])
+                bld.assign(acc, bld.dot(held if reassigned else fresh[j], b_tile, acc))
+            if read_c:
+                bld.store_global(c_view, acc, [0, 0])
         bld.store_global(c_view, acc, [0, 0])
     return bld.program()
 
@@ -332,30 +345,6 @@ def test_unrolled_copies_keep_a_register_a_dot_in_flight(reassigned, unroll, ove
     assert in_flight_copies(loop, copies[:1], candidates) is None
 
 
-def _register_a_chain_program(unroll: int, read_c: bool = False) -> Program:
-    """`_register_a_program`'s loop with the k-tile's dot written as a chain of two k16 dots,
-    each A fresh from global memory; `read_c` stores the accumulator inside the loop."""
-    f16, f32 = dtypes.f16, dtypes.f32
-    a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 16)
-    with ProgramBuilder("register_a_chain", 128) as bld:
-        a = bld.array_param("a", f16)
-        c = bld.array_param("c", f32)
-        a_view = bld.global_view(a, f16, GlobalLayout((64, 128), (128, 1)))
-        c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
-        b_ring = bld.shared_tensor(f16, wgmma_b_buffer(32, 64, 3))
-        acc = bld.register_tensor(f32, c_layout, 0.0)
-        with bld.for_range(0, 4, 1, unroll) as kt:
-            bld.sync()
-            for j in range(2):
-                fresh = bld.load_global(a_view, [0, kt * 32 + 16 * j], a_layout)
-                b_tile = bld.load_shared(b_ring, b_layout, [kt % 3, 16 * j, 0])
-                bld.assign(acc, bld.dot(fresh, b_tile, acc))
-            if read_c:
-                bld.store_global(c_view, acc, [0, 0])
-        bld.store_global(c_view, acc, [0, 0])
-    return bld.program()
-
-
 @pytest.mark.parametrize(
     ("read_c", "with_uses", "expected"),
     [(False, True, [True, False]), (False, False, None), (True, True, None)],
@@ -364,7 +353,7 @@ def test_a_chain_of_register_a_dots_stays_in_flight_as_one(read_c, with_uses, ex
     """Two chained dots per copy: both stay in flight, the first link completing the chain of
     the copy before (it waits), the second waiting for nothing; not without the chains'
     operand uses, nor when the loop reads the accumulator."""
-    program = _register_a_chain_program(2, read_c)
+    program = _register_a_program(False, unroll=2, links=2, read_c=read_c)
     (loop,) = _loops(program)
     copies = [unrolled_copy(loop, j) for j in range(2)]
     candidates = shared_operand_dots(program)

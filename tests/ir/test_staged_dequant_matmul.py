@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -26,7 +25,7 @@ from backend.bulk_copy import BulkTensorPlan
 from backend.lower import lower
 from backend.nvrtc import compile_cuda
 from backend.wgmma import PROXY_FENCE, WgmmaPlan
-from ir import dtypes, run_reference
+from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.register_dequant_matmul import transposed_weight_layout
@@ -40,8 +39,7 @@ from ir.examples.staged_dequant_matmul import (
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
-    sequential_partials,
-    zero_point_problem,
+    check_zero_point_program,
 )
 from ir.verifier import verify
 
@@ -87,16 +85,14 @@ def test_zero_points_and_bf16_activations_equal_numpy(
 ) -> None:
     """C = A @ act((W - Z) * S) with the f32 sums in k order, every code and output exact."""
     config = StagedDequantConfig(warpgroups=1, units_n=1, block_m=16)
-    rng = np.random.default_rng(weight.nbits)
     group_size, m, n, k = 64, 19, config.block_n, 128
-    problem = zero_point_problem(weight, activation, True, (m, n, k), group_size, rng)
     program = staged_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=True
     )
-    c = np.zeros(m * n, dtype=np.uint16)
-    run_reference(program, m, n, k, *problem.arguments(), c, grid=config.grid(m, n))
-    (total,) = sequential_partials(problem.a, problem.dequantized, 1)
-    np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))
+    grid = config.grid(m, n)
+    check_zero_point_program(
+        program, weight, activation, True, (m, n, k), group_size, grid, weight.nbits
+    )
 
 
 @st.composite
