@@ -34,12 +34,13 @@ from typing import Any, TextIO
 from backend.autotune import Scalar, TuningResult, autotune, m_bucket
 from backend.cache import CubinCache, RecordStore
 from backend.compile import CompiledKernel, compile
-from backend.decode_matmul import DecodeMeasure, DecodeProblem, decode_tuning_key
+from backend.decode_matmul import DecodeMeasure, DecodeProblem, TileCounters, decode_tuning_key
 from backend.device import current_arch
 from backend.errors import LaunchError
 from ir import dtypes
 from ir.errors import VerificationError
 from ir.examples.dequantize_weights import dequantize_weights_program
+from ir.examples.packed_prefill import PrefillTile
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 from ir.program import Program
 from ir.specialize import specialize
@@ -92,6 +93,20 @@ def prefill_config(path: Mapping[str, Scalar]) -> WgmmaDequantConfig | None:
         f"batch path {dict(path)!r}; expected {{'path': 'dequantize'}} or {{'path': "
         "'prefill', ...WgmmaDequantConfig fields}"
     )
+
+
+def split_workspace(
+    config: PrefillTile, m: int, n: int, device: Any, counters: TileCounters
+) -> tuple[Any, ...]:
+    """The arguments a prefill launch of `config` for C of shape (m, n) takes between the
+    weights and C: none without a split; else a new f32 (split, m, n) partial-sum workspace
+    and the zeroed tile counters from `counters` (on `device`)."""
+    if config.split == 1:
+        return ()
+    import torch
+
+    partial = torch.empty((config.split, m, n), dtype=torch.float32, device=device)
+    return partial, counters(config.tiles(m, n), device)
 
 
 def batch_program(problem: DecodeProblem, path: Mapping[str, Scalar]) -> Program:
@@ -151,6 +166,7 @@ class BatchMatmul:
         chosen = current_arch() if arch is None else arch
         self.kernel: CompiledKernel = compile(program, chosen, cache=cache)
         self.prefill = prefill_config(path)
+        self._counters = TileCounters()
 
     @property
     def launches(self) -> int:
@@ -238,8 +254,20 @@ class BatchMatmul:
                 self.kernel(p.n, p.k, packed, scales, *extra, weights)
                 torch.matmul(a, weights, out=out)
             else:
-                grid = self.prefill.grid(m, p.n)
-                self.kernel(m, p.n, p.k, a.contiguous(), packed, scales, *extra, out, grid=grid)
+                config = self.prefill
+                workspace = split_workspace(config, m, p.n, a.device, self._counters)
+                self.kernel(
+                    m,
+                    p.n,
+                    p.k,
+                    a.contiguous(),
+                    packed,
+                    scales,
+                    *extra,
+                    *workspace,
+                    out,
+                    grid=config.grid(m, p.n),
+                )
         return out
 
     def __repr__(self) -> str:

@@ -248,6 +248,25 @@ def _torch_dtype(dtype: DataType) -> Any:
     return {dtypes.f16: torch.float16, dtypes.bf16: torch.bfloat16}[dtype]
 
 
+class TileCounters:
+    """The i32 tile counters of an operation's fused split-k sums (`ir.examples.split_sum`):
+    one zeroed buffer per device, grown when a launch needs more tiles. Every launch leaves
+    its counters zero, so a buffer is zeroed once, when it is made."""
+
+    def __init__(self) -> None:
+        self._held: dict[Any, Any] = {}
+
+    def __call__(self, tiles: int, device: Any) -> Any:
+        """`tiles` zeroed counters on `device` (a view of the held buffer)."""
+        import torch
+
+        held = self._held.get(device)
+        if held is None or held.numel() < tiles:
+            held = torch.zeros(tiles, dtype=torch.int32, device=device)
+            self._held[device] = held
+        return held[:tiles]
+
+
 class DecodeMatmul:
     """The compiled decode matmul of one problem and configuration (see the module docstring).
 
@@ -296,7 +315,7 @@ class DecodeMatmul:
         self.reduce_kernel: CompiledKernel | None = None
         if programs.reduce is not None:
             self.reduce_kernel = build("reduce", programs.reduce, None)
-        self._counters: dict[Any, Any] = {}
+        self._counters = TileCounters()
 
     @property
     def launches(self) -> int:
@@ -304,16 +323,8 @@ class DecodeMatmul:
         return 1 if self.reduce_kernel is None else 2
 
     def counters(self, m: int, device: Any) -> Any:
-        """The zeroed i32 tile counters of a fused split-k sum for `m` rows on `device`: one
-        buffer per device, grown as m grows (every launch leaves its counters zero)."""
-        import torch
-
-        tiles = self.config.tiles(m, self.problem.n)
-        held = self._counters.get(device)
-        if held is None or held.numel() < tiles:
-            held = torch.zeros(tiles, dtype=torch.int32, device=device)
-            self._counters[device] = held
-        return held[:tiles]
+        """The zeroed i32 tile counters of a fused split-k sum for `m` rows on `device`."""
+        return self._counters(self.config.tiles(m, self.problem.n), device)
 
     @property
     def arch(self) -> str:

@@ -84,10 +84,12 @@ from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.autotune import m_bucket
+from backend.batch_matmul import split_workspace
 from backend.decode_matmul import (
     DecodeMatmul,
     DecodeMeasure,
     DecodeProblem,
+    TileCounters,
     decode_programs,
     prepare_all,
     relative_error,
@@ -286,6 +288,7 @@ class Operation:
     ):
         self.variant, self.problem, self.decode = variant, problem, decode
         self.prefill: WgmmaDequantConfig | StagedDequantConfig | None = None
+        self.counters = TileCounters()  # of a split prefill kernel's sums
         if variant == "register_dequant":
             if decode is None:
                 raise ValueError("the register_dequant kernel needs its DecodeMatmul")
@@ -336,8 +339,9 @@ class Operation:
         block_m, block_n = self.block
         grid = (math.ceil(p.n / block_n), math.ceil(m / block_m))
         if self.prefill is not None:
-            args = (m, p.n, p.k, a, p.packed_units(), p.packed_scales())
-            return functools.partial(self.kernel, *args, out, grid=grid), out
+            workspace = split_workspace(self.prefill, m, p.n, a.device, self.counters)
+            args = (m, p.n, p.k, a, p.packed_units(), p.packed_scales(), *workspace)
+            return functools.partial(self.kernel, *args, out, grid=self.prefill.grid(m, p.n)), out
         args = (m, p.n, p.k, a, self.packed, p.scales)
         return functools.partial(self.kernel, *args, out, grid=grid), out
 
@@ -673,9 +677,17 @@ def main(argv: list[str] | None = None) -> int:
                     for operations in kernels:
                         points += run_point(operations, batches, flush, options.repeats, peers)
                 else:
-                    for overrides in option_sets:
-                        operations = {1: Operation(variant, problem, overrides=overrides)}
-                        points += run_point(operations, batches, flush, options.repeats, peers)
+                    # Each option set's kernel compiled in a thread (NVRTC needs no GPU).
+                    with ThreadPoolExecutor() as pool:
+                        built = list(
+                            pool.map(
+                                functools.partial(Operation, variant, problem),
+                                [None] * len(option_sets),
+                                option_sets,
+                            )
+                        )
+                    for operation in built:
+                        points += run_point({1: operation}, batches, flush, options.repeats, peers)
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, space)
     print(table(points), end="")

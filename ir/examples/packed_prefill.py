@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
@@ -26,6 +27,7 @@ from ir.examples.packed_weights import (
     packed_views,
     tile_ahead,
 )
+from ir.examples.split_sum import add_parts_last, sum_layout
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout
@@ -43,13 +45,16 @@ row a ``wgmma`` descriptor and a TMA box take."""
 
 class PrefillTile:
     """What the prefill programs' configurations compute alike from their fields
-    (``warpgroups``, ``units_k``, ``block_m``, and the ``block_n`` each defines): the warps of
-    a block, the k-tile, and the launch grid."""
+    (``warpgroups``, ``units_k``, ``block_m``, ``split``, and the ``block_n`` each defines):
+    the warps of a block, the k-tile, the launch grid and the output tiles."""
 
     warpgroups: int
     units_k: int
     block_m: int
     block_n: int
+    split: int = 1
+    """Blocks along k (grid z) that each compute a part of an output tile: 1 where the
+    configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -61,7 +66,11 @@ class PrefillTile:
 
     def grid(self, m: int, n: int) -> tuple[int, int, int]:
         """The launch grid for C of shape (m, n)."""
-        return (n // self.block_n, -(-m // self.block_m), 1)
+        return (n // self.block_n, -(-m // self.block_m), self.split)
+
+    def tiles(self, m: int, n: int) -> int:
+        """Output tiles of C of shape (m, n): the counters a split-k sum needs."""
+        return (n // self.block_n) * -(-m // self.block_m)
 
 
 def check_prefill_fields(
@@ -107,14 +116,17 @@ def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
 
 @dataclass(frozen=True)
 class PrefillTensors:
-    """What `declare_prefill` declared: the int parameters `m`, `n`, `k` and the k-tiles, the
-    views of A^T, of the packed words, scale rows and zero-point rows (None without), of C^T,
-    the activation ring, and the block's first row of A and column of N."""
+    """What `declare_prefill` declared: the int parameters `m`, `n`, `k`; `tiles`, the
+    k-tiles of the block's part of k, from k-tile `tile0`; the views of A^T, of the packed
+    words, scale rows and zero-point rows (None without), of C^T; the activation ring; the
+    block's first row of A and column of N; and with a split, the views of the split-k sum
+    (`SplitSum`; None without)."""
 
     m: Expr
     n: Expr
     k: Expr
     tiles: Expr
+    tile0: Expr | int
     a_columns: GlobalTensor
     packed_view: GlobalTensor
     scale_view: GlobalTensor
@@ -123,6 +135,7 @@ class PrefillTensors:
     ring: SharedTensor
     row0: Expr
     col0: Expr
+    split_sum: SplitSum | None
 
     def rows(self, b: ProgramBuilder, group: Any, layout: RegisterLayout) -> list[RegisterTensor]:
         """Row `group` of the scale view, then of the zero-point view (if any), from the
@@ -138,8 +151,47 @@ class PrefillTensors:
             first,
             d,
             self.tiles,
-            lambda t: copy_activations(b, self.ring, self.a_columns, t, stage, self.row0),
+            lambda t: copy_activations(
+                b, self.ring, self.a_columns, self.tile0 + t, stage, self.row0
+            ),
         )
+
+    def store(self, b: ProgramBuilder, result: RegisterTensor, act: DataType) -> None:
+        """Store `result`, the block's f32 (block_n, block_m) tile of C^T: as `act` into C
+        without a split; else into the block's slot of the partial sums, the last of the
+        tile's blocks adding them up into C (`ir.examples.split_sum`)."""
+        if self.split_sum is None:
+            b.store_global(self.c_columns, b.cast(result, act), [self.col0, self.row0])
+            return
+        sums = self.split_sum
+        b.store_global(sums.part_columns, result, [b.block_z, self.col0, self.row0])
+        block_n, block_m = result.layout.shape
+        add_parts_last(
+            b,
+            parts=sums.parts,
+            out=sums.out,
+            counters=sums.counters,
+            tile=b.block_y * sums.tiles_n + b.block_x,
+            origin=(self.row0, self.col0),
+            count=sums.count,
+            layout=sum_layout(block_m, block_n, b.num_threads),
+            out_dtype=act,
+        )
+
+
+@dataclass(frozen=True)
+class SplitSum:
+    """The views a split prefill program's fused split-k sum uses: `part_columns` the (count,
+    n, m) f32 partial sums as C^T tiles (where blocks store their parts), `parts` the same
+    memory as (count, m, n), `out` C as (m, n), `counters` the (tiles,) i32 tile counters;
+    `count` parts a tile, `tiles_n` tiles along N."""
+
+    part_columns: GlobalTensor
+    parts: GlobalTensor
+    out: GlobalTensor
+    counters: GlobalTensor
+    count: int
+    tiles_n: Expr
 
 
 def declare_prefill(
@@ -151,33 +203,56 @@ def declare_prefill(
     zero_points: bool,
 ) -> PrefillTensors:
     """The parameters ``qmm(m, n, k, a, packed, scales, [zeros,] c)`` of a prefill program of
-    `config` (its ``block_m``, ``block_n``, ``block_k``, ``stages``, ``min_blocks_per_sm``),
-    its grid ``(n // block_n, ceil(m / block_m))``, the views it reads and writes (A and C
-    transposed) and its activation ring."""
-    act, block_m, block_n, block_k = (
+    `config` (its ``block_m``, ``block_n``, ``block_k``, ``stages``, ``min_blocks_per_sm``,
+    ``split``), with ``split`` > 1 ``qmm(m, n, k, a, packed, scales, [zeros,] partial,
+    counters, c)`` (an f32 (split, m, n) workspace and `PrefillTile.tiles` i32 counters, zero
+    before the launch and left zero after it); its grid ``(n // block_n, ceil(m / block_m),
+    split)``, block z taking the z-th of `split` equal parts of k; the views it reads and
+    writes (A and C transposed) and its activation ring."""
+    act, block_m, block_n, block_k, split = (
         activation_dtype,
         config.block_m,
         config.block_n,
         config.block_k,
+        config.split,
     )
     if config.min_blocks_per_sm:
         b.min_blocks_per_sm(config.min_blocks_per_sm)
     m = b.int_param("m", lo=1)
     n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
-    k = b.int_param("k", lo=block_k, multiple_of=block_k, constant=True)
+    k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
     operands = packed_operands(b, act, zero_points)
+    if split > 1:
+        partial = b.array_param("partial", dtypes.f32)
+        counters = b.array_param("counters", dtypes.i32)
     c = b.array_param("c", act)
-    b.grid(n // block_n, (m + block_m - 1) // block_m)
+    tiles_n, tiles_m = n // block_n, (m + block_m - 1) // block_m
+    if split > 1:
+        b.grid(tiles_n, tiles_m, split)
+    else:
+        b.grid(tiles_n, tiles_m)
     a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
     packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
     c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
+    split_sum = None
+    if split > 1:
+        split_sum = SplitSum(
+            b.global_view(partial, dtypes.f32, GlobalLayout((split, n, m), (m * n, 1, n))),
+            b.global_view(partial, dtypes.f32, GlobalLayout((split, m, n), (m * n, n, 1))),
+            b.global_view(c, act, GlobalLayout((m, n), (n, 1))),
+            b.global_view(counters, dtypes.i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
+            split,
+            tiles_n,
+        )
     ring = b.shared_tensor(act, transposed_ring(config.stages, block_k, block_m))
     row0, col0 = b.block_y * block_m, b.block_x * block_n
+    tiles = k // (block_k * split)
     return PrefillTensors(
         m,
         n,
         k,
-        k // block_k,
+        tiles,
+        b.block_z * tiles if split > 1 else 0,
         a_columns,
         packed_view,
         scale_view,
@@ -186,6 +261,7 @@ def declare_prefill(
         ring,
         row0,
         col0,
+        split_sum,
     )
 
 

@@ -83,6 +83,7 @@ from ir.examples.packed_weights import (
     unit_accumulator_scale_layouts,
     unit_scale_layout,
 )
+from ir.examples.split_sum import add_parts_last, sum_layout
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
@@ -504,21 +505,17 @@ def register_dequant_matmul(
             parts = b.global_view(partial, f32, GlobalLayout((slots, m, n), (m * n, n, 1)))
             counter_view = b.global_view(counters, i32, GlobalLayout((tiles_n * tiles_m,), (1,)))
             tile_index = (row0 // block_m) * tiles_n + col0 // block_n
-            ticket = b.atomic_add(counter_view, [tile_index])
-            with b.if_(ticket.eq(count - 1)):
-                # Each thread adds 16-byte vectors of 4 columns, 2 rows apart, one part at a
-                # time (f32 adds in slot order, as split_k_sum's).
-                sum_layout = (
-                    local(block_m // 2, 1).spatial(2, 16 * warps).local(1, 4 * config.units_n)
-                )
-                total = b.load_global(parts, [0, row0, col0], sum_layout.unsqueeze(0))
-                with b.for_range(1, count) as part:
-                    term = b.load_global(parts, [part, row0, col0], sum_layout.unsqueeze(0))
-                    b.assign(total, b.add(total, term))
-                total = b.view(total, f32, sum_layout)
-                b.store_global(out_view, b.cast(total, act), [row0, col0])
-                zero = b.register_tensor(i32, replicate(UNIT_LANES * warps).reshape(1), 0)
-                b.store_global(counter_view, zero, [tile_index])
+            add_parts_last(
+                b,
+                parts=parts,
+                out=out_view,
+                counters=counter_view,
+                tile=tile_index,
+                origin=(row0, col0),
+                count=count,
+                layout=sum_layout(block_m, block_n, UNIT_LANES * warps),
+                out_dtype=act,
+            )
 
         if not stream:
             tiles_per_split = k_tiles // split

@@ -208,12 +208,13 @@ def staged_dequant_matmul(
         tiles_per_group = group_size // block_k
 
         def fetch(tile):
-            """K-tile `tile`'s packed words, then its group's packed scale row (and zero-point
-            row)."""
+            """The packed words of k-tile `tile` of the block's part of k, then its group's
+            packed scale row (and zero-point row)."""
+            k_tile = tensors.tile0 + tile
             words = b.load_global(
-                tensors.packed_view, [tile * config.units_k, word_col0], word_layout
+                tensors.packed_view, [k_tile * config.units_k, word_col0], word_layout
             )
-            group = tile // tiles_per_group
+            group = k_tile // tiles_per_group
             return [words, *tensors.rows(b, group, scale_layout)]
 
         # Activations stages - 2 k-tiles ahead: the copy follows the dot, into the stage the
@@ -240,5 +241,5 @@ def staged_dequant_matmul(
             staged = b.load_shared(buffers, weight_layout, [buffer, 0, 0])
             b.assign(acc, b.dot(staged, activations, acc))
             tensors.copy_ahead(b, tile, ahead)
-        b.store_global(tensors.c_columns, b.cast(acc, act), [tensors.col0, tensors.row0])
+        tensors.store(b, acc, act)
     return b.program()

@@ -19,7 +19,9 @@ side, up to 256). Per block, for each k-tile:
     view the weights in the warpgroup A layout (a renaming of rows, below), wait for the
     activation tile, dot, sync (every thread is past its reads of the stage before the next
     copy into it); with `split_dot`, one k16 step at a time from the casts to the dot
-    then C^T viewed back in the decode's accumulator order, cast, stored
+    then C^T viewed back in the decode's accumulator order, cast, stored; with `split`, the
+    f32 partial sums stored in the block's slot instead, and the last block of the tile adds
+    the slots in order into C (`ir.examples.split_sum`)
 
 **The renaming.** A unit of the packed format is 64 columns of W for one warp: a lane holds four
 m16 A fragments of W^T, rows 16 j .. 16 j + 15 of its warp's 64 (j = 0 .. 3). A ``wgmma``
@@ -36,9 +38,12 @@ within the tensor cores' rounding.
 Tile: ``block_n = 256 * units_n * warpgroups`` columns of N, `block_m` rows of M (a multiple of
 8 up to 256), ``BK = 16 * units_k``. Registers per thread: ``2 * units_n * block_m`` f32
 accumulators (128 at the default 64 rows) besides the weights. `n` and `k` are compile-time
-constants and the program declares its grid ``(n // block_n, ceil(m / block_m))``; `k` a
-multiple of BK and `group_size` of BK (one scale row per k-tile); rows of A past m read zeros
-and rows of C past m are not written.
+constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)``; `k`
+a multiple of BK * split and `group_size` of BK (one scale row per k-tile); rows of A past m
+read zeros and rows of C past m are not written. With `split` > 1 the parameters are ``qmm(m,
+n, k, a, packed, scales, [zeros,] partial, counters, c)``: `partial` an f32 (split, m, n)
+workspace, `counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch
+and left zero after it.
 """
 
 from __future__ import annotations
@@ -98,6 +103,10 @@ class WgmmaDequantConfig(PrefillTile):
     same accumulator: on sm_90a the steps' wgmma calls form one chain
     (`backend.wgmma_pipeline.dot_chains`), so each step's dequantization runs while the
     tensor cores work on the steps before, and only the k-tile's last step is waited for.
+    `split` blocks along k (grid z) each compute the product over one of `split` equal parts
+    of k; the last of a tile's blocks to finish adds the parts in order
+    (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
+    keeps every SM busy.
     """
 
     warpgroups: int = 1
@@ -110,6 +119,7 @@ class WgmmaDequantConfig(PrefillTile):
     min_blocks_per_sm: int = 0
     overlap_dot: bool = False
     split_dot: bool = False
+    split: int = 1
 
     @property
     def block_n(self) -> int:
@@ -117,7 +127,7 @@ class WgmmaDequantConfig(PrefillTile):
 
     def check(self, group_size: int) -> None:
         """Raise VerificationError naming the first field (or `group_size`) out of range."""
-        fields = ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll")
+        fields = ("warpgroups", "units_n", "units_k", "block_m", "depth", "unroll", "split")
         check_prefill_fields(PROGRAM, self, fields, 2)
         stages = self.stages
         if not isinstance(self.split_dot, bool):
@@ -138,11 +148,13 @@ def wgmma_dequant_matmul(
     activation_dtype: DataType = dtypes.f16,
     zero_points: bool = False,
 ) -> Program:
-    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] c)`` for `config` (None: the
-    default `WgmmaDequantConfig`), the parameters of `register_dequant_matmul` without split:
-    `a`, the scales, the zero points and `c` of `activation_dtype` (f16 or bf16), `packed` the
-    i32 weights of `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of
-    `pack_scales`. With `zero_points` the dequantized weight is ``(W - Z) * S``."""
+    """The program ``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)`` for
+    `config` (None: the default `WgmmaDequantConfig`), the parameters of
+    `register_dequant_matmul` with its fused split-k sum: `a`, the scales, the zero points and
+    `c` of `activation_dtype` (f16 or bf16), `packed` the i32 weights of
+    `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of `pack_scales`,
+    `partial` and `counters` with ``config.split`` > 1 only. With `zero_points` the
+    dequantized weight is ``(W - Z) * S``."""
     config, weight_dtype = checked_arguments(
         PROGRAM,
         config,
@@ -180,15 +192,18 @@ def wgmma_dequant_matmul(
         tiles_per_group = group_size // block_k
 
         def fetch(tile):
-            """K-tile `tile`'s packed words (per step), then its group's packed scale row (and
-            zero-point row)."""
+            """The packed words (per step) of k-tile `tile` of the block's part of k, then its
+            group's packed scale row (and zero-point row)."""
+            k_tile = tensors.tile0 + tile
             words = [
                 b.load_global(
-                    tensors.packed_view, [tile * units_k + j * step_units, word_col0], word_layout
+                    tensors.packed_view,
+                    [k_tile * units_k + j * step_units, word_col0],
+                    word_layout,
                 )
                 for j in range(steps)
             ]
-            return [*words, *tensors.rows(b, tile // tiles_per_group, scale_layouts[0])]
+            return [*words, *tensors.rows(b, k_tile // tiles_per_group, scale_layouts[0])]
 
         # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
         # (the copy then follows the dot, into the stage of the dot two k-tiles back).
@@ -223,6 +238,5 @@ def wgmma_dequant_matmul(
             else:
                 # Every thread is past its reads of this stage before the next copy into it.
                 b.sync()
-        result = b.view(acc, f32, stored_layout)
-        b.store_global(tensors.c_columns, b.cast(result, act), [tensors.col0, tensors.row0])
+        tensors.store(b, b.view(acc, f32, stored_layout), act)
     return b.program()

@@ -7,13 +7,15 @@ weights); `sequential_partials` is the f32 sum in k order that the interpreter's
 `ordered_sum` adds partial sums in order and rounds once. `with_tail` makes an output buffer
 followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
 prefill program of the packed weights in the interpreter against the sequential sum, and
-`check_zero_point_program` does so with zero points and f16 or bf16 activations.
+`check_zero_point_program` does so with zero points and f16 or bf16 activations, both with
+k split over the grid's z blocks where the program has a split-k sum (`split_workspace`).
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
 optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,19 +124,38 @@ def check_prefill_program(
     seed: int,
 ) -> None:
     """Run `program`, a prefill program of the packed weights (``qmm(m, n, k, a, packed,
-    scales, c)``), on a random (m, n, k) `shape` of `dtype` codes in the interpreter over
-    `grid`: C must be, bit for bit, the f32 sums in k order rounded once, and nothing past C
-    written."""
+    scales, [partial, counters,] c)``), on a random (m, n, k) `shape` of `dtype` codes in the
+    interpreter over `grid` (its z extent the split of k): C must be, bit for bit, the f32 sums
+    in k order of each part of k, added in order and rounded once, nothing past C written, and
+    the tile counters left zero."""
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
-    assert [p.name for p in program.params] == ["m", "n", "k", "a", "packed", "scales", "c"]
+    split, workspace = split_workspace(program, m * n, grid)
     c = with_tail(m * n, np.float16)
     scales = pack_scales(problem.scales)
-    run_reference(program, m, n, k, problem.a, packed, scales, c, grid=grid)
+    run_reference(program, m, n, k, problem.a, packed, scales, *workspace, c, grid=grid)
     np.testing.assert_array_equal(c[m * n :], SENTINEL)
-    want = ordered_sum(sequential_partials(problem.a, problem.dequantized, 1))
+    for counters in workspace[1:]:
+        np.testing.assert_array_equal(counters, 0)
+    want = ordered_sum(sequential_partials(problem.a, problem.dequantized, split))
     np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
+
+
+def split_workspace(
+    program: Program, size: int, grid: tuple[int, ...]
+) -> tuple[int, list[np.ndarray]]:
+    """(split, workspace) of a prefill program over `grid` for C of `size` elements: split 1
+    and none when its parameters end in ``c`` after the weights; else the grid's z extent, an
+    f32 partial-sum workspace of split * `size` values and the zeroed i32 counters of the
+    grid's x * y tiles (its parameters then end in ``partial, counters, c``)."""
+    names = [p.name for p in program.params]
+    if names[-3:] != ["partial", "counters", "c"]:
+        assert names[-1] == "c" and "partial" not in names, names
+        return 1, []
+    split = grid[2]
+    tiles = grid[0] * grid[1]
+    return split, [np.zeros(split * size, np.float32), np.zeros(tiles, np.int32)]
 
 
 @dataclass
@@ -211,13 +232,15 @@ def check_zero_point_program(
     grid: tuple[int, ...],
     seed: int,
 ) -> None:
-    """Run `program` (``qmm(m, n, k, a, packed, scales, [zeros,] c)`` with `activation`
-    operands) on a `zero_point_problem` of (m, n, k) `shape` in the interpreter over `grid`:
-    C = A @ act((W - Z) * S), every output the f32 sum in k order rounded once."""
+    """Run `program` (``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)``
+    with `activation` operands) on a `zero_point_problem` of (m, n, k) `shape` in the
+    interpreter over `grid`: C = A @ act((W - Z) * S), every output the f32 sums in k order of
+    each part of k (`split_workspace`), added in order and rounded once."""
     m, n, k = shape
     rng = np.random.default_rng(seed)
     problem = zero_point_problem(weight, activation, zero_points, shape, group_size, rng)
+    split, workspace = split_workspace(program, m * n, grid)
     c = np.zeros(m * n, dtype=np.uint16)
-    run_reference(program, m, n, k, *problem.arguments(), c, grid=grid)
-    (total,) = sequential_partials(problem.a, problem.dequantized, 1)
+    run_reference(program, m, n, k, *problem.arguments(), *workspace, c, grid=grid)
+    total = functools.reduce(np.add, sequential_partials(problem.a, problem.dequantized, split))
     np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))

@@ -389,6 +389,16 @@ PREFILL_CASES = [
         {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True},
         8,
     ),
+    # k split over grid z: each block's f32 part, the tile's last block adding them up.
+    (dtypes.i4, dtypes.f16, False, "register", {"block_m": 24, "units_k": 2, "split": 3}, 6),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True, "split": 2},
+        8,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),
@@ -426,6 +436,12 @@ def prefill_cases(
             pack_scales(activation.encode(row.astype(np.float32)).astype(np.uint16)) for row in rows
         ]
         a = activation.encode(rng.uniform(-1, 1, m * k).astype(np.float32) / 32)
+        workspace = []
+        if config.split > 1:
+            workspace = [
+                np.zeros(config.split * m * n, np.float32),
+                np.zeros(config.tiles(m, n), np.int32),
+            ]
         arguments = [
             m,
             n,
@@ -433,6 +449,7 @@ def prefill_cases(
             dtypes.pack(a, activation),
             weights,
             *rows,
+            *workspace,
             np.zeros(m * n, np.uint16),
         ]
         program = build(weight, group, config, activation_dtype=activation, zero_points=zero_points)

@@ -6,6 +6,8 @@
   tuning measures nothing and builds the recorded choice; a path that does not fit the problem
   (the prefill kernel's 64-deep k-tiles at group size 32) is pruned, and dequantize-then-matmul
   remains.
+- The split prefill kernel's launch: its workspace (the f32 parts and the tile counters,
+  zeroed once and reused, regrown for more tiles) and its parameters.
 - Errors: a path of another kind, or with a field no configuration has, names itself.
 The GPU runs (results against torch, `QuantizedLinear` above the decode rows) are in
 tests/backend/test_gpu_quantized_linear.py.
@@ -15,11 +17,18 @@ from __future__ import annotations
 
 import pytest
 
-from backend.batch_matmul import BATCH_PATHS, DEQUANTIZE, BatchMatmul, batch_program
+from backend.batch_matmul import (
+    BATCH_PATHS,
+    DEQUANTIZE,
+    BatchMatmul,
+    batch_program,
+    split_workspace,
+)
 from backend.cache import RecordStore
-from backend.decode_matmul import DecodeProblem
+from backend.decode_matmul import DecodeProblem, TileCounters
 from ir import dtypes
-from ir.errors import VerificationError
+from ir.errors import SpecializationError, VerificationError
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig
 
 PROBLEM = DecodeProblem(dtypes.i4, 128, 256, 256)
 """A small layer: K = 256 (two groups), N = 256 (one column block)."""
@@ -102,3 +111,30 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 def test_a_bad_path_is_refused(path, message) -> None:
     with pytest.raises(VerificationError, match=message):
         batch_program(PROBLEM, path)
+
+
+def test_a_split_path_takes_the_parts_and_the_counters_before_c() -> None:
+    program = batch_program(PROBLEM, {"path": "prefill", "block_m": 64, "split": 2})
+    names = [p.name for p in program.params]
+    assert names == ["m", "n", "k", "a", "packed", "scales", "partial", "counters", "c"]
+    # K = 256 is four k-tiles: eight parts do not fit it (the tuner prunes such a path).
+    with pytest.raises(SpecializationError, match="constant k .* = 256 is outside"):
+        batch_program(PROBLEM, {"path": "prefill", "block_m": 64, "split": 8})
+
+
+def test_the_split_workspace_and_its_counters() -> None:
+    """Without a split no workspace; with one, f32 (split, m, n) parts and one zeroed counter
+    per output tile, the counters one buffer per device, reused while large enough."""
+    torch = pytest.importorskip("torch")
+    counters = TileCounters()
+    assert split_workspace(WgmmaDequantConfig(), 100, 512, "cpu", counters) == ()
+    config = WgmmaDequantConfig(block_m=64, split=3)
+    partial, tiles = split_workspace(config, 100, 512, "cpu", counters)
+    assert partial.shape == (3, 100, 512) and partial.dtype == torch.float32
+    assert tiles.shape == (config.tiles(100, 512),) == (4,) and tiles.dtype == torch.int32
+    assert not tiles.any()
+    fewer = counters(3, "cpu")
+    assert fewer.data_ptr() == tiles.data_ptr() and fewer.shape == (3,)
+    more = counters(9, "cpu")
+    assert more.shape == (9,) and not more.any()
+    assert counters(4, "cpu").data_ptr() == more.data_ptr()

@@ -8,7 +8,8 @@ form unroll, the overlapped order whose wgmma stays in flight when unrolled, the
 split into a chain of k16 steps; for the staged form the grid of warps over a k-tile's units),
 and for bf16 activations with zero points: the kernel against `ir.run_reference` within the
 tensor cores' rounding (wgmma sums each k16 step in its own order), rows of A past m left
-unwritten; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dots
+unwritten; with k split over grid z, the tile counters left zero and a second launch the same
+bits; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dots
 run as ``wgmma`` (the staged form's from two shared tiles, in flight into the next k-tile) and
 the activations come by TMA; one case of each is compiled without TMA (``tma=False``: the
 ``cp.async`` fallback of the bulk copies) and one without wgmma (``wgmma=False``:
@@ -63,6 +64,18 @@ CONFIGS = [
     WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=8, stages=3, depth=2, split_dot=True),
     WgmmaDequantConfig(block_m=16, units_k=2, stages=4, unroll=2, overlap_dot=True, split_dot=True),
     WgmmaDequantConfig(units_k=4, unroll=2, overlap_dot=True, split_dot=True, min_blocks_per_sm=2),
+    # k split over grid z, the parts added by the tile's last block.
+    WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, split=2),
+    WgmmaDequantConfig(block_m=24, units_k=2, stages=3, depth=2, split=4),
+    WgmmaDequantConfig(
+        block_m=56,
+        units_k=4,
+        unroll=2,
+        overlap_dot=True,
+        split_dot=True,
+        min_blocks_per_sm=2,
+        split=2,
+    ),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -106,15 +119,31 @@ def _run(program, kernel, config, weight, activation, zero_points, seed, k=None)
     grid = config.grid(m, n)
     expected = np.zeros((m, n), dtype=np.uint16)
     args = [m, n, k, a, packed.view(np.uint8).reshape(-1), *extras]
-    run_reference(program, *args, expected, grid=grid)
+    # With a split: the f32 parts and the zeroed tile counters.
+    workspace = []
+    if config.split > 1:
+        workspace = [
+            np.zeros(config.split * m * n, np.float32),
+            np.zeros(config.tiles(m, n), np.int32),
+        ]
+    run_reference(program, *args, *workspace, expected, grid=grid)
     out = _device(activation.encode(np.full((m + 1, n), SENTINEL)), activation)
     device_args = [m, n, k, _device(a, activation), _device(packed)]
     device_args += [_device(x, activation) for x in extras]
+    device_args += [_device(x) for x in workspace]
     kernel(*device_args, out, grid=grid)
     torch.cuda.synchronize()
     result = out.float().cpu().numpy().astype(np.float64)
     if not np.all(result[m] == SENTINEL):
         return f"{weight} {config}: a row past m was written"
+    if workspace:
+        if device_args[-1].count_nonzero().item():
+            return f"{weight} {config}: a tile counter was left nonzero"
+        # The parts are added in slot order whichever block comes last: the same bits again.
+        again = torch.empty_like(out)
+        kernel(*device_args, again, grid=grid)
+        if not torch.equal(again[:m].view(torch.int16), out[:m].view(torch.int16)):
+            return f"{weight} {config}: a second launch gave other bits"
     want = activation.decode(expected).astype(np.float64)
     error = float(np.abs(result[:m] - want).max()) / max(1.0, float(np.abs(want).max()))
     tolerance = 2e-3 if activation == dtypes.f16 else 1.6e-2
@@ -156,6 +185,13 @@ LONG_CONFIGS = [
         "register",
         WgmmaDequantConfig(
             units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, min_blocks_per_sm=2
+        ),
+    ),
+    ("register", WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, split=4)),
+    (
+        "register",
+        WgmmaDequantConfig(
+            units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, split=2
         ),
     ),
     ("staged", StagedDequantConfig()),

@@ -77,6 +77,19 @@ CASES = [
     (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=4, unroll=2, overlap_dot=True), 9, 1, 6),
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, split_dot=True), 18, 1, 3),
     (dtypes.u6, 64, WgmmaDequantConfig(units_k=2, stages=4, depth=2, split_dot=True), 5, 1, 4),
+    # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
+    (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(
+            block_m=8, units_k=2, stages=4, unroll=2, overlap_dot=True, split_dot=True, split=2
+        ),
+        11,
+        1,
+        8,
+    ),
 ]
 
 
@@ -98,19 +111,21 @@ def test_wgmma_dequant_matmul_equals_numpy(
 
 
 @pytest.mark.parametrize(
-    ("weight", "activation", "zero_points"),
+    ("weight", "activation", "zero_points", "split"),
     [
-        (dtypes.u4, dtypes.bf16, True),
-        (dtypes.u2, dtypes.f16, True),
-        (dtypes.i8, dtypes.bf16, False),
+        (dtypes.u4, dtypes.bf16, True, 1),
+        (dtypes.u2, dtypes.f16, True, 1),
+        (dtypes.i8, dtypes.bf16, False, 1),
+        (dtypes.u4, dtypes.bf16, True, 2),
     ],
     ids=str,
 )
 def test_zero_points_and_bf16_activations_equal_numpy(
-    weight: DataType, activation: DataType, zero_points: bool
+    weight: DataType, activation: DataType, zero_points: bool, split: int
 ) -> None:
-    """C = A @ act((W - Z) * S) with the f32 sums in k order, every code and output exact."""
-    config = WgmmaDequantConfig(block_m=16, units_k=2, stages=3)
+    """C = A @ act((W - Z) * S) with the f32 sums in k order (per part of k, added in order),
+    every code and output exact."""
+    config = WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=split)
     group_size, m, n, k = 64, 19, config.block_n, 128
     program = wgmma_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=zero_points
@@ -135,10 +150,11 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
     )
     if config.stages >= 3 and draw(st.booleans()):
         config = replace(config, overlap_dot=True)
-    config = replace(config, split_dot=draw(st.booleans()))
+    split = draw(st.sampled_from([1, 1, 2, 3]))
+    config = replace(config, split_dot=draw(st.booleans()), split=split)
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
-    k = config.block_k * draw(st.integers(1, 4))
+    k = config.block_k * split * draw(st.integers(1, 4 // split + 1))
     return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, config.block_n, k
 
 
@@ -396,12 +412,14 @@ def test_no_chained_wgmma_reads_a_register_written_after_it() -> None:
     assert len(_writes_in_a_chain(lines, 1)) >= 16
 
 
-def test_a_chain_stays_in_flight_into_the_next_copy() -> None:
+@pytest.mark.parametrize("split", [1, 2])
+def test_a_chain_stays_in_flight_into_the_next_copy(split: int) -> None:
     """The k-tile split into a chain of two k16 links, unrolled twice in the overlapped order:
     each copy's chain runs on into the next copy, whose first link completes it (``wait_group
     1``), one ``wait_group 0`` after the loop. In the PTX no A word of a chain is written
-    while its calls may still read it; read as one copy, the same PTX breaks that rule."""
-    config = WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, split_dot=True)
+    while its calls may still read it; read as one copy, the same PTX breaks that rule. The
+    same with k split over two blocks (each block's k-tiles offset by its part)."""
+    config = WgmmaDequantConfig(units_k=2, unroll=2, overlap_dot=True, split_dot=True, split=split)
     lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
     loop = lowered.source.split('extern "C"')[1]
     assert loop.count("la_wgmma_commit();") == 4
@@ -409,6 +427,47 @@ def test_a_chain_stays_in_flight_into_the_next_copy() -> None:
     lines = _ptx(lowered.source)
     assert _writes_in_flight(lines, 2) == []
     assert len(_writes_in_flight(lines, 1)) >= 16
+
+
+def _k_loop(source: str) -> str:
+    """The text of the kernel's k loop, from its ``for`` to its closing brace."""
+    kernel_text = source.split('extern "C"')[1]
+    start = kernel_text.index("for (int k0 = 0;")
+    depth, end = 0, start
+    for end in range(kernel_text.index("{", start), len(kernel_text)):
+        depth += {"{": 1, "}": -1}.get(kernel_text[end], 0)
+        if depth == 0:
+            break
+    return kernel_text[start : end + 1]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        WgmmaDequantConfig(block_m=64, min_blocks_per_sm=2),
+        WgmmaDequantConfig(
+            block_m=56, unroll=2, overlap_dot=True, split_dot=True, min_blocks_per_sm=2
+        ),
+    ],
+    ids=["waited", "chain-in-flight"],
+)
+def test_a_split_kernel_runs_the_same_k_loop_on_its_part_of_k(config: WgmmaDequantConfig) -> None:
+    """Split in two along k, the kernel's k loop covers half the k-tiles and, besides the
+    offset of its k-tiles by the block's part, the same statements: no bounds check added,
+    the same wgmma calls and waits. After it, each block stores its f32 part and takes one
+    ticket on its tile's counter; the unsplit kernel stores C and takes none."""
+    whole = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    split = replace(config, split=2)
+    halves = lower(wgmma_dequant_matmul(dtypes.i4, 128, split), "sm_90a", constants=LAYER)
+    loops = [_k_loop(lowered.source) for lowered in (whole, halves)]
+    trips = 4096 // config.block_k
+    assert f"k0 < {trips};" in loops[0] and f"k0 < {trips // 2};" in loops[1]
+    for text in ("if (", "la_wgmma_wait", "wgmma.mma_async", "la_tma_load_2d", "__syncthreads"):
+        assert loops[0].count(text) == loops[1].count(text), text
+    assert "block_z" not in loops[0] and "block_z * 32" in loops[1]
+    assert "atomicAdd" not in whole.source
+    assert halves.source.split('extern "C"')[1].count("atomicAdd") == 1
+    compile_cuda(halves.source, "sm_90a")
 
 
 def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
@@ -462,6 +521,7 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
         (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
         (WgmmaDequantConfig(split_dot="yes"), "split_dot='yes'; expected a bool"),
+        (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
         (
             WgmmaDequantConfig(stages=2, overlap_dot=True),
             "overlap_dot=True with stages=2; .* at least 3 stages",
