@@ -52,6 +52,7 @@ DEQUANTIZE = {"path": "dequantize"}
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
     {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2},
+    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, "split": 2},
     {
         "path": "prefill",
         "block_m": 56,
@@ -64,9 +65,11 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     },
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
-prefill kernel in the two forms measured best on the H200 (benchmarks/results/
-quantized_matmul_notes.md, "Prefill, fifth part"): 64 rows, each k-tile waited for; 56 rows,
-the k-tile a chain of k16 steps kept in flight into the next."""
+prefill kernel in the forms measured best on the H200 (benchmarks/results/
+quantized_matmul_notes.md, "Prefill, fifth part" and "sixth part"): 64 rows, each k-tile
+waited for; the same with k split in two (for layers with fewer tiles than the GPU has block
+slots, such as 8192 x 8192 and 28672 x 8192 at 256 rows); 56 rows, the k-tile a chain of k16
+steps kept in flight into the next."""
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""
 

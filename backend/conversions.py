@@ -211,6 +211,22 @@ LA_FN la_u32 la_encode_f16(float value)
 #endif
 }
 
+/* Two f32 values, as bit patterns, to the word of their f16 codes (`low`'s in bits 0..15),
+   as la_encode_f16 gives them: from sm_80 one paired conversion, then each NaN half (the
+   hardware's is positive) given the canonical code with its input's sign. */
+LA_FN la_u32 la_encode_f16x2(la_u32 low, la_u32 high)
+{
+#if defined(LA_DEVICE_CODE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const __half2 pair = __floats2half2_rn(__uint_as_float(low), __uint_as_float(high));
+    const la_u32 packed = *(const la_u32*)&pair;
+    const la_u32 nan = __hneu2_mask(pair, pair);  /* 0xFFFF in each NaN half */
+    const la_u32 canonical = (__byte_perm(low, high, 0x7632) & 0x80008000u) | 0x7E007E00u;
+    return (packed & ~nan) | (canonical & nan);
+#else
+    return la_encode_f16(la_bits_to_float(low)) | (la_encode_f16(la_bits_to_float(high)) << 16);
+#endif
+}
+
 LA_FN la_u32 la_encode_bf16(float value)
 {
 #ifdef LA_DEVICE_CODE

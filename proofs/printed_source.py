@@ -11,7 +11,10 @@ the registers and run on the threads the IR asks for. The checks, per access:
   offset), ``pointer + (ADDR)`` followed by ``)``, ``,`` or `` :``; for one element,
   ``pointer)[ADDR]`` (a typed index; ``pointer[ADDR]`` for a scratch copy) or
   ``la_load_bits(pointer, ADDR, `` / ``la_store_bits(pointer, ADDR, `` (a bit offset). A printed
-  ``ADDR + 1`` or another tensor's pointer matches no line;
+  ``ADDR + 1`` or another tensor's pointer matches no line. An element printed through a base
+  pointer (`Access.base`: name, offset, index) needs the pointer's declaration, ``NAME =
+  ((T*)pointer) + (OFFSET);``, a use ``NAME[INDEX]``, and the offset plus the index
+  simplifying to the proved expression;
 - "lanes": a vector load unpacks lane j of the loaded vector into register ``local_index + j``
   of the instruction's result, and a vector store packs registers ``local_index ..`` in lane
   order (the lane expressions of `backend.cuda_codegen` and the register words of
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from backend.cuda_codegen import VECTOR_TYPES, pack_expression, unpack_expressions
 from backend.lower import Access, registers
 from backend.lower.context import c_text
+from layout_algebra.symbolic import as_expr, simplify
 
 INDENT = "    "
 """One level of indentation of the generated source (`backend.cuda_codegen.CodeWriter`)."""
@@ -81,6 +85,8 @@ def address_pattern(access: Access) -> re.Pattern[str]:
 
 def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | None]:
     """(the lines using the access's address, None) or ([], what is missing)."""
+    if access.base is not None:
+        return _check_base(access, source)
     lines = source.matching(address_pattern(access))
     if lines:
         return lines, None
@@ -88,6 +94,28 @@ def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | 
         f"no line of the source uses {access.pointer} at the proved address "
         f"{c_text(access.expr)} (units of {access.unit_bits} bits)"
     )
+
+
+def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str | None]:
+    """`check_text` of an element printed through a base pointer."""
+    assert access.base is not None
+    name, offset, index = access.base
+    difference = simplify(as_expr(offset) + index - access.expr)
+    if difference.op != "const" or difference.value != 0:
+        return [], (
+            f"the base pointer {name}'s offset {c_text(offset)} plus {index} is not the proved "
+            f"address {c_text(access.expr)}"
+        )
+    declaration = re.compile(
+        rf"\* const {re.escape(name)} = \(\(\w[\w ]*\*\){re.escape(access.pointer)}\) "
+        rf"\+ \({re.escape(c_text(offset))}\);"
+    )
+    if not source.matching(declaration):
+        return [], f"no line declares {name} as {access.pointer} plus the offset {c_text(offset)}"
+    lines = source.matching(re.compile(rf"(?<![\w.]){re.escape(name)}\[{index}\]"))
+    if lines:
+        return lines, None
+    return [], f"no line of the source uses {name}[{index}]"
 
 
 def check_guard(access: Access, source: PrintedSource, lines: Sequence[int]) -> str | None:

@@ -238,6 +238,13 @@ class ComputeLowering(LoweringContext):
                 for line in lines:
                     self.out.line(line)
             return
+        if x.dtype == dtypes.f32 and out.dtype == dtypes.f16 and not exponent and size % 2 == 0:
+            # A word of two f16 codes from two f32 values, one paired conversion.
+            self.note("convert f32 -> f16 in pairs", size)
+            for j in range(size // 2):
+                low, high = (self.broadcast_read(out, x, i) for i in (2 * j, 2 * j + 1))
+                self.out.line(f"{self.word(out, j)} = la_encode_f16x2({low}, {high});")
+            return
         blind = out.name in self.nan_blind
         codes = [
             convert_expression(x.dtype, out.dtype, self.broadcast_read(out, x, i), blind, exponent)

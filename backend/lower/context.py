@@ -127,6 +127,9 @@ class Access:
     for a staged dot's scratch copies, with `step` the k of a scratch read); `pointer` is the C
     name the address is added to in the source; `guard` is the condition on the thread under
     which the access runs (the primary replica of a store or copy), None for every thread.
+    `base`, for an element printed through a base pointer (`MemoryLowering.element_base`):
+    (its C name, the expression it adds to `pointer`, the constant index printed from it),
+    whose sum is `expr`.
     """
 
     instruction: Instruction
@@ -146,6 +149,7 @@ class Access:
     count: Expr | None = None
     guard: Expr | None = None
     step: int | None = None
+    base: tuple[str, Expr, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -390,6 +394,10 @@ class LoweringContext:
         self.temporaries = 0
         # 32-bit words the kernel reads from its constant-memory table, by value: their index.
         self.constant_words: dict[int, int] = {}
+        # A tile being stored element by element through one base pointer: (its C name, the
+        # offset it adds, each register's constant index from it) by the tile's id
+        # (`element_base`).
+        self.element_bases: dict[int, tuple[str, Expr, list[int]]] = {}
         self.shared_base: dict[str, int] = {}
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
@@ -565,6 +573,7 @@ class LoweringContext:
         unit_bits: int,
         mask: Expr | None,
         count: Expr | None = None,
+        base: tuple[str, Expr, int] | None = None,
     ) -> None:
         assert self.current is not None
         self.accesses.append(
@@ -586,6 +595,7 @@ class LoweringContext:
                 pointer=tile.pointer,
                 guard=self.guard,
                 step=tile.step,
+                base=base,
             )
         )
 

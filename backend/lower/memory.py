@@ -4,7 +4,8 @@ barriers.
 Every access of a tile goes through one skeleton (`MemoryLowering.vector_runs`): runs of
 `width` registers move as one vector where the access map allows it, and a run that may leave
 the tensor's shape is guarded by its mask, with an element-by-element (or zero-filling) path
-for the runs that do.
+for the runs that do. Stores to global memory element by element address their elements from
+one base pointer per thread where the layout allows (`MemoryLowering.element_base`).
 """
 
 from __future__ import annotations
@@ -315,14 +316,21 @@ class MemoryLowering(LoweringContext):
         return f"({self.c(mask)} ? (la_u32){load} : {fill})"
 
     def store_element(self, pointer: str, tile: Tile, i: int, code: str, mask: Expr | None) -> None:
-        """Write `code` as register i's element at `pointer` (skipped where `mask` is false)."""
+        """Write `code` as register i's element at `pointer` (skipped where `mask` is false;
+        through the tile's base pointer where `element_base` made one)."""
         address, unit = self.element_address(tile, i)
-        self.record(tile, i, 1, address, unit, mask)
         bits = tile.element_bits
-        if bits % 8 == 0:
-            statement = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}] = {code};"
+        base = self.element_bases.get(id(tile))
+        if base is not None:
+            name, first, steps = base
+            self.record(tile, i, 1, address, unit, mask, base=(name, first, steps[i]))
+            statement = f"{name}[{steps[i]}] = {code};"
         else:
-            statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
+            self.record(tile, i, 1, address, unit, mask)
+            if bits % 8 == 0:
+                statement = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}] = {code};"
+            else:
+                statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
         if mask is None or is_true(mask):
             self.out.line(statement)
         else:
@@ -510,16 +518,43 @@ class MemoryLowering(LoweringContext):
         self, src: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
     ) -> None:
         """Store every register of `src` into a tile, as `load_tile` loads; only the primary
-        replica stores."""
+        replica stores. Element by element in global memory, through one base pointer of the
+        thread's tile (`element_base`)."""
         with self.primary_replica(src.layout):
-            self.vector_runs(
-                tile,
-                width,
-                masked,
-                lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
-                lambda first: self.store_elements(src, pointer, tile, first, width, masked),
-                outside=lambda first: None,
-            )
+            if width == 1:
+                self.element_base(pointer, tile)
+            try:
+                self.vector_runs(
+                    tile,
+                    width,
+                    masked,
+                    lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
+                    lambda first: self.store_elements(src, pointer, tile, first, width, masked),
+                    outside=lambda first: None,
+                )
+            finally:
+                self.element_bases.pop(id(tile), None)
+
+    def element_base(self, pointer: str, tile: Tile) -> None:
+        """Where `tile` lies in global memory in whole-byte elements and each register's
+        element offset is the first register's plus a constant (an affine layout, register
+        coordinates ``map(t, 0) + map(0, i)``): declare a pointer to the thread's first element
+        once, so that each element's access is that pointer and a constant index, not its own
+        (64-bit) address arithmetic; `store_element` then writes through it."""
+        bits = tile.element_bits
+        if not isinstance(tile.memory, GlobalLayout) or bits not in (8, 16, 32):
+            return
+        first = tile.offset(self.thread, 0)
+        steps = []
+        for i in range(tile.register.local_size):
+            step = simplify(tile.offset(self.thread, i) - first)
+            if step.op != "const":
+                return
+            steps.append(step.value)
+        name = self.temporary("base")
+        kind = _unsigned(bits)
+        self.out.line(f"{kind}* const {name} = (({kind}*){pointer}) + ({self.c(first)});")
+        self.element_bases[id(tile)] = (name, first, steps)
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src

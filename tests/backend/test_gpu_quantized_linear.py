@@ -137,7 +137,7 @@ def test_decode_kernels_are_built_for_small_m_only() -> None:
     torch.cuda.synchronize()
 
 
-@pytest.mark.parametrize("path", range(3), ids=lambda i: str(BATCH_PATHS[i]))
+@pytest.mark.parametrize("path", range(len(BATCH_PATHS)), ids=lambda i: str(BATCH_PATHS[i]))
 @pytest.mark.parametrize("weight_dtype", [dtypes.i4, dtypes.u4], ids=str)
 def test_every_batch_path_matches_x_at_dequantize(weight_dtype: DataType, path: int) -> None:
     """Each path above the decode rows, built on its own (not tuned), with zero points for u4,

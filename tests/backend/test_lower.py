@@ -9,6 +9,8 @@ test_lower_emulated.py and compiled in test_compile.py.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 
@@ -26,6 +28,7 @@ from ir.errors import VerificationError
 from ir.examples.vector_add import vector_add
 from ir.instructions import CopyAsync, LoadGlobal, LoadShared, StoreGlobal, StoreShared
 from ir.program import Program
+from ir.specialize import specialize
 from ir.testing import program_cases
 from layout_algebra import (
     GlobalLayout,
@@ -546,3 +549,59 @@ def test_every_register_of_a_memory_access_is_addressed(case: object) -> None:
         else:
             continue
         assert set(registers) == set(range(size))
+
+
+# ------------------------------------------------------------------ element stores, paired casts
+
+
+def _column_major_store(n: int | None) -> str:
+    """The source of a program that casts an f32 (16, 32) tile to f16 and stores it into a
+    column-major view, rows `n` apart (a thread's 2 x 2 elements: consecutive registers `n`
+    elements apart, so stored one by one); `n` a compile-time constant, or a runtime int."""
+    with ProgramBuilder("column_store", 128) as b:
+        stride = b.int_param("n", lo=16, constant=n is not None)
+        x, y = b.array_param("x", dtypes.f32), b.array_param("y", dtypes.f16)
+        source = b.global_view(x, dtypes.f32, GlobalLayout((16, 32), (32, 1)))
+        values = b.load_global(source, [0, 0], spatial(8, 16).local(2, 2))
+        columns = b.global_view(y, dtypes.f16, GlobalLayout((16, 32), (1, stride)))
+        b.store_global(columns, b.cast(values, dtypes.f16), [0, 0])
+    program = b.program()
+    if n is not None:
+        program = specialize(program, {"n": n})
+    return lower(program, "sm_90a").source.split('extern "C"')[1]
+
+
+def test_element_stores_go_through_one_base_pointer() -> None:
+    """With a constant stride, each register's element lies at a constant index from the
+    thread's first: one base pointer, then the indices 0, n, 1, n + 1 (element (r, c) of the
+    thread's 2 x 2 at r + c n), each store under its own bounds check."""
+    source = _column_major_store(48)
+    declarations = re.findall(r"unsigned short\* const (la_base\d+) = ", source)
+    assert len(declarations) == 1
+    indices = re.findall(rf"{declarations[0]}\[(\d+)\] = ", source)
+    assert indices == ["0", "48", "1", "49"]
+
+
+def test_element_stores_of_a_runtime_stride_address_each_element() -> None:
+    """A runtime stride leaves the registers' distances symbolic: no base pointer, each
+    store its own address."""
+    source = _column_major_store(None)
+    assert "la_base" not in source
+    assert source.count("((unsigned short*)") == 4
+
+
+def test_f32_to_f16_casts_in_pairs() -> None:
+    """An f32 -> f16 cast writes each output word from two values, one paired conversion; an
+    odd count keeps the per-element path."""
+    source = _column_major_store(48)
+    assert source.count("la_encode_f16x2(") == 2
+    assert "la_encode_f16(" not in source
+    with ProgramBuilder("odd_cast", 32) as b:
+        x, y = b.array_param("x", dtypes.f32), b.array_param("y", dtypes.f16)
+        layout = spatial(32).local(3)
+        values = b.load_global(b.global_view(x, dtypes.f32, GlobalLayout((96,), (1,))), [0], layout)
+        b.store_global(
+            b.global_view(y, dtypes.f16, GlobalLayout((96,), (1,))), b.cast(values, dtypes.f16), [0]
+        )
+    odd = lower(b.program(), "sm_90a").source.split('extern "C"')[1]
+    assert "la_encode_f16x2(" not in odd and odd.count("la_encode_f16(") == 3

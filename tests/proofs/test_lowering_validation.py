@@ -388,3 +388,53 @@ def test_an_access_naming_another_tensor_is_refused() -> None:
     wrong = dataclasses.replace(load, pointer="g1")
     result = validate_access(wrong, kernel.source, rlimit=RLIMIT)
     assert result.holds is False and result.counterexample["claim"] == "pointer"
+
+
+def _column_store_kernel():
+    """A kernel storing an f16 tile into a column-major view of constant stride 48: its
+    elements go through one base pointer (`MemoryLowering.element_base`)."""
+    with ProgramBuilder("column_store", 128) as b:
+        x, y = b.array_param("x", dtypes.f16), b.array_param("y", dtypes.f16)
+        values = b.load_global(
+            b.global_view(x, dtypes.f16, GlobalLayout((16, 32), (32, 1))),
+            [0, 0],
+            spatial(8, 16).local(2, 2),
+        )
+        b.store_global(
+            b.global_view(y, dtypes.f16, GlobalLayout((16, 32), (1, 48))), values, [0, 0]
+        )
+    return lower(b.program())
+
+
+def test_elements_stored_through_a_base_pointer_are_proved() -> None:
+    kernel = _column_store_kernel()
+    based = [a for a in kernel.accesses if a.base is not None]
+    assert [a.base[2] for a in based] == [0, 48, 1, 49]
+    report = validate_lowering(kernel, rlimit=RLIMIT)
+    assert all(result.holds is True for _, result in report.results)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("index", "no line of the source uses la_base"),
+        ("declaration", "no line declares la_base"),
+        ("record", "plus 48 is not the proved address"),
+    ],
+)
+def test_a_base_pointer_printed_wrong_is_refused(edit: str, message: str) -> None:
+    """An index off by one, a base pointer declared at another offset, or a record whose base
+    and index do not add up to its proved address: each is refused."""
+    kernel = _column_store_kernel()
+    access = next(a for a in kernel.accesses if a.base is not None and a.base[2] == 48)
+    name, offset, _ = access.base
+    source = kernel.source
+    if edit == "index":
+        source = source.replace(f"{name}[48]", f"{name}[47]")
+    elif edit == "declaration":
+        source = source.replace(f"+ ({c_text(offset)});", f"+ ({c_text(offset)} + 1);")
+    else:
+        access = dataclasses.replace(access, expr=access.expr + 1)
+    result = validate_access(access, source, rlimit=RLIMIT)
+    assert result.holds is False and result.counterexample["claim"] == "text"
+    assert message in result.counterexample["reason"]
