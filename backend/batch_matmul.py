@@ -11,8 +11,9 @@ included. A *path* is a mapping: ``{"path": "dequantize"}`` expands the weights 
 activation type with `ir.examples.dequantize_weights` and multiplies with ``torch.matmul``
 (cuBLAS: two launches); ``{"path": "prefill", **fields}`` runs
 `ir.examples.wgmma_dequant_matmul` with those `WgmmaDequantConfig` fields (one launch: the
-weights dequantized in registers into the tensor cores). Both compute the same dequantized
-weights; the results differ by the order of the f32 sums.
+weights dequantized in registers into the tensor cores; with ``split``, k split over blocks,
+the launch also takes an f32 workspace and the operation's tile counters, `split_workspace`).
+Both compute the same dequantized weights; the results differ by the order of the f32 sums.
 
 `BatchMatmul.tuned(problem, m)` builds the path the autotuner (`backend.autotune`) picks for the
 M bucket of `m` on the current GPU from `BATCH_PATHS`, each checked and timed on random inputs
