@@ -394,10 +394,6 @@ class LoweringContext:
         self.temporaries = 0
         # 32-bit words the kernel reads from its constant-memory table, by value: their index.
         self.constant_words: dict[int, int] = {}
-        # A tile being stored element by element through one base pointer: (its C name, the
-        # offset it adds, each register's constant index from it) by the tile's id
-        # (`element_base`).
-        self.element_bases: dict[int, tuple[str, Expr, list[int]]] = {}
         self.shared_base: dict[str, int] = {}
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.

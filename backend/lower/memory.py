@@ -120,6 +120,12 @@ def _narrow(width: int, divisor: int, element_bits: int) -> int:
     return 1
 
 
+ElementBase = tuple[str, Expr, list[int]]
+"""A thread's base pointer of a tile stored element by element (`MemoryLowering.element_base`):
+its C name, the element offset it adds to the tensor's pointer, and each register's constant
+index from it."""
+
+
 def _unsigned(bits: int) -> str:
     return {8: "unsigned char", 16: "unsigned short", 32: "unsigned int"}[bits]
 
@@ -315,15 +321,22 @@ class MemoryLowering(LoweringContext):
             return load
         return f"({self.c(mask)} ? (la_u32){load} : {fill})"
 
-    def store_element(self, pointer: str, tile: Tile, i: int, code: str, mask: Expr | None) -> None:
+    def store_element(
+        self,
+        pointer: str,
+        tile: Tile,
+        i: int,
+        code: str,
+        mask: Expr | None,
+        base: ElementBase | None = None,
+    ) -> None:
         """Write `code` as register i's element at `pointer` (skipped where `mask` is false;
-        through the tile's base pointer where `element_base` made one)."""
+        through `base`, the thread's base pointer of the tile, when given)."""
         address, unit = self.element_address(tile, i)
         bits = tile.element_bits
-        base = self.element_bases.get(id(tile))
         if base is not None:
-            name, first, steps = base
-            self.record(tile, i, 1, address, unit, mask, base=(name, first, steps[i]))
+            name, offset, steps = base
+            self.record(tile, i, 1, address, unit, mask, base=(name, offset, steps[i]))
             statement = f"{name}[{steps[i]}] = {code};"
         else:
             self.record(tile, i, 1, address, unit, mask)
@@ -424,16 +437,17 @@ class MemoryLowering(LoweringContext):
         first: int,
         width: int,
         masked: bool,
+        base: ElementBase | None = None,
     ) -> None:
         """Store registers first .. first + width - 1 of `src` one by one (skipped out of
-        bounds)."""
+        bounds), through `base` when given."""
         masks = [
             tile.inside(self.thread, i, 1) if masked else None for i in range(first, first + width)
         ]
         self.note_elements("store", tile, width, masks)
         for i, mask in zip(range(first, first + width), masks):
             if mask is None or not is_false(mask):
-                self.store_element(pointer, tile, i, self.element(src, i), mask)
+                self.store_element(pointer, tile, i, self.element(src, i), mask, base)
 
     def note_elements(self, verb: str, tile: Tile, width: int, masks: list[Expr | None]) -> None:
         """Note `width` element moves: native ones (whole 1-, 2- or 4-byte elements, each
@@ -521,40 +535,37 @@ class MemoryLowering(LoweringContext):
         replica stores. Element by element in global memory, through one base pointer of the
         thread's tile (`element_base`)."""
         with self.primary_replica(src.layout):
-            if width == 1:
-                self.element_base(pointer, tile)
-            try:
-                self.vector_runs(
-                    tile,
-                    width,
-                    masked,
-                    lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
-                    lambda first: self.store_elements(src, pointer, tile, first, width, masked),
-                    outside=lambda first: None,
-                )
-            finally:
-                self.element_bases.pop(id(tile), None)
+            base = self.element_base(pointer, tile) if width == 1 else None
+            self.vector_runs(
+                tile,
+                width,
+                masked,
+                lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
+                lambda first: self.store_elements(src, pointer, tile, first, width, masked, base),
+                outside=lambda first: None,
+            )
 
-    def element_base(self, pointer: str, tile: Tile) -> None:
+    def element_base(self, pointer: str, tile: Tile) -> ElementBase | None:
         """Where `tile` lies in global memory in whole-byte elements and each register's
         element offset is the first register's plus a constant (an affine layout, register
         coordinates ``map(t, 0) + map(0, i)``): declare a pointer to the thread's first element
         once, so that each element's access is that pointer and a constant index, not its own
-        (64-bit) address arithmetic; `store_element` then writes through it."""
+        (64-bit) address arithmetic; `store_element` then writes through it. None (nothing
+        declared) for any other tile."""
         bits = tile.element_bits
         if not isinstance(tile.memory, GlobalLayout) or bits not in (8, 16, 32):
-            return
+            return None
         first = tile.offset(self.thread, 0)
         steps = []
         for i in range(tile.register.local_size):
             step = simplify(tile.offset(self.thread, i) - first)
             if step.op != "const":
-                return
+                return None
             steps.append(step.value)
         name = self.temporary("base")
         kind = _unsigned(bits)
         self.out.line(f"{kind}* const {name} = (({kind}*){pointer}) + ({self.c(first)});")
-        self.element_bases[id(tile)] = (name, first, steps)
+        return name, first, steps
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src

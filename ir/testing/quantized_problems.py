@@ -8,7 +8,7 @@ weights); `sequential_partials` is the f32 sum in k order that the interpreter's
 followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
 prefill program of the packed weights in the interpreter against the sequential sum, and
 `check_zero_point_program` does so with zero points and f16 or bf16 activations, both with
-k split over the grid's z blocks where the program has a split-k sum (`split_workspace`).
+k split over the grid's z blocks where the program has a split-k sum (`reference_workspace`).
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
 optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
@@ -131,7 +131,7 @@ def check_prefill_program(
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
-    split, workspace = split_workspace(program, m * n, grid)
+    split, workspace = reference_workspace(program, m * n, grid)
     c = with_tail(m * n, np.float16)
     scales = pack_scales(problem.scales)
     run_reference(program, m, n, k, problem.a, packed, scales, *workspace, c, grid=grid)
@@ -142,7 +142,7 @@ def check_prefill_program(
     np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
 
 
-def split_workspace(
+def reference_workspace(
     program: Program, size: int, grid: tuple[int, ...]
 ) -> tuple[int, list[np.ndarray]]:
     """(split, workspace) of a prefill program over `grid` for C of `size` elements: split 1
@@ -235,12 +235,15 @@ def check_zero_point_program(
     """Run `program` (``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)``
     with `activation` operands) on a `zero_point_problem` of (m, n, k) `shape` in the
     interpreter over `grid`: C = A @ act((W - Z) * S), every output the f32 sums in k order of
-    each part of k (`split_workspace`), added in order and rounded once."""
+    each part of k (`reference_workspace`), added in order and rounded once; the tile counters
+    left zero."""
     m, n, k = shape
     rng = np.random.default_rng(seed)
     problem = zero_point_problem(weight, activation, zero_points, shape, group_size, rng)
-    split, workspace = split_workspace(program, m * n, grid)
+    split, workspace = reference_workspace(program, m * n, grid)
     c = np.zeros(m * n, dtype=np.uint16)
     run_reference(program, m, n, k, *problem.arguments(), *workspace, c, grid=grid)
+    for counters in workspace[1:]:
+        np.testing.assert_array_equal(counters, 0)
     total = functools.reduce(np.add, sequential_partials(problem.a, problem.dequantized, split))
     np.testing.assert_array_equal(c.reshape(m, n), activation.encode(total))

@@ -416,6 +416,7 @@ def prefill_cases(
     from ir.examples.packed_weights import pack_scales, pack_weights
     from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
     from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+    from ir.testing.quantized_problems import reference_workspace
 
     forms = {
         "register": (WgmmaDequantConfig, wgmma_dequant_matmul),
@@ -436,12 +437,9 @@ def prefill_cases(
             pack_scales(activation.encode(row.astype(np.float32)).astype(np.uint16)) for row in rows
         ]
         a = activation.encode(rng.uniform(-1, 1, m * k).astype(np.float32) / 32)
-        workspace = []
-        if config.split > 1:
-            workspace = [
-                np.zeros(config.split * m * n, np.float32),
-                np.zeros(config.tiles(m, n), np.int32),
-            ]
+        program = build(weight, group, config, activation_dtype=activation, zero_points=zero_points)
+        # With a split: the f32 parts and the zeroed tile counters.
+        _, workspace = reference_workspace(program, m * n, config.grid(m, n))
         arguments = [
             m,
             n,
@@ -452,7 +450,6 @@ def prefill_cases(
             *workspace,
             np.zeros(m * n, np.uint16),
         ]
-        program = build(weight, group, config, activation_dtype=activation, zero_points=zero_points)
         program = specialize(program, {"n": n, "k": k})
         text = " ".join(f"{key}={value}" for key, value in options.items())
         cases.append(

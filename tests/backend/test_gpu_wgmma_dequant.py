@@ -32,6 +32,7 @@ from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+from ir.testing.quantized_problems import reference_workspace
 
 pytestmark = pytest.mark.gpu
 
@@ -120,12 +121,7 @@ def _run(program, kernel, config, weight, activation, zero_points, seed, k=None)
     expected = np.zeros((m, n), dtype=np.uint16)
     args = [m, n, k, a, packed.view(np.uint8).reshape(-1), *extras]
     # With a split: the f32 parts and the zeroed tile counters.
-    workspace = []
-    if config.split > 1:
-        workspace = [
-            np.zeros(config.split * m * n, np.float32),
-            np.zeros(config.tiles(m, n), np.int32),
-        ]
+    _, workspace = reference_workspace(program, m * n, grid)
     run_reference(program, *args, *workspace, expected, grid=grid)
     out = _device(activation.encode(np.full((m + 1, n), SENTINEL)), activation)
     device_args = [m, n, k, _device(a, activation), _device(packed)]
