@@ -12,7 +12,8 @@ activation type with `ir.examples.dequantize_weights` and multiplies with ``torc
 (cuBLAS: two launches); ``{"path": "prefill", **fields}`` runs
 `ir.examples.wgmma_dequant_matmul` with those `WgmmaDequantConfig` fields (one launch: the
 weights dequantized in registers into the tensor cores; with ``split``, k split over blocks,
-the launch also takes an f32 workspace and the operation's tile counters, `split_workspace`).
+the launch also takes an f32 workspace and the operation's tile counters, `split_workspace`;
+likewise with ``stream_k``).
 Both compute the same dequantized weights; the results differ by the order of the f32 sums.
 
 `BatchMatmul.tuned(problem, m)` builds the path the autotuner (`backend.autotune`) picks for the
@@ -100,16 +101,18 @@ def prefill_config(path: Mapping[str, Scalar]) -> WgmmaDequantConfig | None:
 
 
 def split_workspace(
-    config: PrefillTile, m: int, n: int, device: Any, counters: TileCounters
+    config: PrefillTile, m: int, n: int, k: int, device: Any, counters: TileCounters
 ) -> tuple[Any, ...]:
-    """The arguments a prefill launch of `config` for C of shape (m, n) takes between the
-    weights and C: none without a split; else a new f32 (split, m, n) partial-sum workspace
-    and the zeroed tile counters from `counters` (on `device`)."""
-    if config.split == 1:
+    """The arguments a prefill launch of `config` for C of shape (m, n) and K = `k` takes
+    between the weights and C: none without a split or stream-K; else a new f32
+    (`PrefillTile.partial_slots`, m, n) partial-sum workspace and the zeroed tile counters
+    from `counters` (on `device`)."""
+    slots = config.partial_slots(m, n, k)
+    if not slots:
         return ()
     import torch
 
-    partial = torch.empty((config.split, m, n), dtype=torch.float32, device=device)
+    partial = torch.empty((slots, m, n), dtype=torch.float32, device=device)
     return partial, counters(config.tiles(m, n), device)
 
 
@@ -259,7 +262,7 @@ class BatchMatmul:
                 torch.matmul(a, weights, out=out)
             else:
                 config = self.prefill
-                workspace = split_workspace(config, m, p.n, a.device, self._counters)
+                workspace = split_workspace(config, m, p.n, p.k, a.device, self._counters)
                 self.kernel(
                     m,
                     p.n,
@@ -270,7 +273,7 @@ class BatchMatmul:
                     *extra,
                     *workspace,
                     out,
-                    grid=config.grid(m, p.n),
+                    grid=config.grid(m, p.n, p.k),
                 )
         return out
 

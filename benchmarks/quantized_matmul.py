@@ -339,9 +339,10 @@ class Operation:
         block_m, block_n = self.block
         grid = (math.ceil(p.n / block_n), math.ceil(m / block_m))
         if self.prefill is not None:
-            workspace = split_workspace(self.prefill, m, p.n, a.device, self.counters)
+            workspace = split_workspace(self.prefill, m, p.n, p.k, a.device, self.counters)
             args = (m, p.n, p.k, a, p.packed_units(), p.packed_scales(), *workspace)
-            return functools.partial(self.kernel, *args, out, grid=self.prefill.grid(m, p.n)), out
+            grid = self.prefill.grid(m, p.n, p.k)
+            return functools.partial(self.kernel, *args, out, grid=grid), out
         args = (m, p.n, p.k, a, self.packed, p.scales)
         return functools.partial(self.kernel, *args, out, grid=grid), out
 

@@ -11,8 +11,9 @@ registers (`RegisterRing`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ir import dtypes
@@ -28,6 +29,7 @@ from ir.examples.packed_weights import (
     tile_ahead,
 )
 from ir.examples.split_sum import add_parts_last, sum_layout
+from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout
@@ -45,8 +47,9 @@ row a ``wgmma`` descriptor and a TMA box take."""
 
 class PrefillTile:
     """What the prefill programs' configurations compute alike from their fields
-    (``warpgroups``, ``units_k``, ``block_m``, ``split``, and the ``block_n`` each defines):
-    the warps of a block, the k-tile, the launch grid and the output tiles."""
+    (``warpgroups``, ``units_k``, ``block_m``, ``split``, ``stream_k``, and the ``block_n``
+    each defines): the warps of a block, the k-tile, the launch grid, the output tiles and the
+    partial-sum slots."""
 
     warpgroups: int
     units_k: int
@@ -55,6 +58,9 @@ class PrefillTile:
     split: int = 1
     """Blocks along k (grid z) that each compute a part of an output tile: 1 where the
     configuration has no such field."""
+    stream_k: int = 0
+    """Persistent blocks sharing every tile's k-tiles (`ir.examples.stream_k`): 0 (none) where
+    the configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -64,13 +70,30 @@ class PrefillTile:
     def block_k(self) -> int:
         return UNIT_K * self.units_k
 
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The launch grid for C of shape (m, n)."""
+    def grid(self, m: int, n: int, k: int | None = None) -> tuple[int, int, int]:
+        """The launch grid for C of shape (m, n) (with `stream_k`, for K = `k`, required)."""
+        if self.stream_k:
+            if k is None:
+                raise VerificationError(f"{type(self).__name__}.grid: a stream_k grid needs k")
+            return (min(self.stream_k, self.iterations(m, n, k)), 1, 1)
         return (n // self.block_n, -(-m // self.block_m), self.split)
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of C of shape (m, n): the counters a split-k sum needs."""
         return (n // self.block_n) * -(-m // self.block_m)
+
+    def iterations(self, m: int, n: int, k: int) -> int:
+        """W: k-tile iterations of all output tiles of C (m, n) for K = `k`."""
+        return self.tiles(m, n) * (k // self.block_k)
+
+    def partial_slots(self, m: int, n: int, k: int) -> int:
+        """The (slots, m, n) f32 partial sums a launch for C (m, n) and K = `k` takes: `split`
+        slots with a split, `ir.examples.stream_k.stream_k_slots` with `stream_k`, else 0 (no
+        workspace)."""
+        if self.stream_k:
+            work = self.iterations(m, n, k)
+            return stream_k_slots(k // self.block_k, work, min(self.stream_k, work))
+        return self.split if self.split > 1 else 0
 
 
 def check_prefill_fields(
@@ -80,7 +103,12 @@ def check_prefill_fields(
     ints >= 1, ``min_blocks_per_sm`` >= 0, ``stages`` from `least_stages` to 8, ``block_m`` a
     multiple of 8 up to `MAX_BLOCK_M`, ``warpgroups`` at most 8 (1024 threads)."""
     check_int_fields(program, config, positive, 1)
-    check_int_fields(program, config, ("min_blocks_per_sm",), 0)
+    check_int_fields(program, config, ("min_blocks_per_sm", "stream_k"), 0)
+    if config.stream_k and config.split != 1:
+        raise VerificationError(
+            f"{program}: stream_k={config.stream_k} with split={config.split}; stream-K "
+            "shares the k-tiles of every tile itself, so it requires split 1"
+        )
     stages = config.stages
     if isinstance(stages, bool) or not isinstance(stages, int) or not least_stages <= stages <= 8:
         raise VerificationError(
@@ -115,27 +143,47 @@ def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
 
 
 @dataclass(frozen=True)
+class TilePart:
+    """The part of an output tile a block computes, for the fused sum: `tile` the tile's index
+    (row-major over the tile grid), `slot` the block's slot among the tile's parts, `count`
+    the parts (an int with a split of k; with stream-K an expression, 1 for a tile the block
+    computes whole)."""
+
+    tile: Expr
+    slot: Expr
+    count: Expr | int
+
+
+@dataclass(frozen=True)
 class PrefillTensors:
-    """What `declare_prefill` declared: the int parameters `m`, `n`, `k`; `tiles`, the
-    k-tiles of the block's part of k, from k-tile `tile0`; the views of A^T, of the packed
-    words, scale rows and zero-point rows (None without), of C^T; the activation ring; the
-    block's first row of A and column of N; and with a split, the views of the split-k sum
-    (`SplitSum`; None without)."""
+    """What `declare_prefill` declared: the int parameters `m`, `n`, `k`; the k loop's range
+    ``[first, end)`` and `tile0`, such that index i of the loop is k-tile ``tile0 + i`` of K
+    (with a split, the loop counts the block's part of k from 0; with stream-K it runs over
+    the segment's k-tiles of K); the output tile's column block `tile_n`, its first row of A
+    `row0` and first column of N `col0`; the views of A^T, of the packed words, scale rows and
+    zero-point rows (None without), of C^T; the activation ring; with a split or stream-K, the
+    views of the fused sum (`SplitSum`) and the tile's part (`TilePart`), else None; with
+    stream-K, the launch's `StreamKLaunch`, whose `segments` give these per segment (the tile
+    fields are then those of the block's grid position, unused)."""
 
     m: Expr
     n: Expr
     k: Expr
-    tiles: Expr
+    first: Expr | int
+    end: Expr
     tile0: Expr | int
+    tile_n: Expr
+    row0: Expr
+    col0: Expr
     a_columns: GlobalTensor
     packed_view: GlobalTensor
     scale_view: GlobalTensor
     zero_view: GlobalTensor | None
     c_columns: GlobalTensor
     ring: SharedTensor
-    row0: Expr
-    col0: Expr
     split_sum: SplitSum | None
+    part: TilePart | None
+    stream: StreamKLaunch | None
 
     def rows(self, b: ProgramBuilder, group: Any, layout: RegisterLayout) -> list[RegisterTensor]:
         """Row `group` of the scale view, then of the zero-point view (if any), from the
@@ -143,14 +191,23 @@ class PrefillTensors:
         views = [self.scale_view] + ([] if self.zero_view is None else [self.zero_view])
         return [b.load_global(view, [group, self.col0], layout) for view in views]
 
-    def copy_ahead(self, b: ProgramBuilder, first: Any, d: int) -> None:
-        """Copy k-tile ``first + d`` of A^T, where it exists, into its stage of the ring."""
-        stage = (first + d) % self.ring.layout.shape[0]
+    def stage(self, tile: Any, d: int = 0) -> Any:
+        """The ring stage of the k loop's index ``tile + d``: its place from `first`, modulo
+        the stages."""
+        stages = self.ring.layout.shape[0]
+        if isinstance(self.first, int) and self.first == 0:
+            return (tile + d) % stages
+        return (tile + d - self.first) % stages
+
+    def copy_ahead(self, b: ProgramBuilder, tile: Any, d: int) -> None:
+        """Copy the k-tile of the k loop's index ``tile + d`` of A^T, where the index is
+        before `end`, into its stage of the ring."""
+        stage = self.stage(tile, d)
         tile_ahead(
             b,
-            first,
+            tile,
             d,
-            self.tiles,
+            self.end,
             lambda t: copy_activations(
                 b, self.ring, self.a_columns, self.tile0 + t, stage, self.row0
             ),
@@ -158,40 +215,91 @@ class PrefillTensors:
 
     def store(self, b: ProgramBuilder, result: RegisterTensor, act: DataType) -> None:
         """Store `result`, the block's f32 (block_n, block_m) tile of C^T: as `act` into C
-        without a split; else into the block's slot of the partial sums, the last of the
-        tile's blocks adding them up into C (`ir.examples.split_sum`)."""
-        if self.split_sum is None:
-            b.store_global(self.c_columns, b.cast(result, act), [self.col0, self.row0])
-            return
+        when the block computes the whole tile; else into the block's slot of the partial sums,
+        the last of the tile's blocks adding them up into C (`ir.examples.split_sum`)."""
+        part = self.part
+        if part is None:
+            self._store_whole(b, result, act)
+        elif isinstance(part.count, int):
+            self._store_part(b, result, act, part)
+        else:
+            with b.if_(part.count.eq(1)):
+                self._store_whole(b, result, act)
+            with b.if_(part.count > 1):
+                self._store_part(b, result, act, part)
+
+    def _store_whole(self, b: ProgramBuilder, result: RegisterTensor, act: DataType) -> None:
+        b.store_global(self.c_columns, b.cast(result, act), [self.col0, self.row0])
+
+    def _store_part(
+        self, b: ProgramBuilder, result: RegisterTensor, act: DataType, part: TilePart
+    ) -> None:
         sums = self.split_sum
-        b.store_global(sums.part_columns, result, [b.block_z, self.col0, self.row0])
+        assert sums is not None
+        b.store_global(sums.part_columns, result, [part.slot, self.col0, self.row0])
         block_n, block_m = result.layout.shape
         add_parts_last(
             b,
             parts=sums.parts,
             out=sums.out,
             counters=sums.counters,
-            tile=b.block_y * sums.tiles_n + b.block_x,
+            tile=part.tile,
             origin=(self.row0, self.col0),
-            count=sums.count,
+            count=part.count,
             layout=sum_layout(block_m, block_n, b.num_threads),
             out_dtype=act,
         )
 
+    @contextmanager
+    def segments(self, b: ProgramBuilder) -> Iterator[PrefillTensors]:
+        """With stream-K: a loop over the block's segments (`ir.examples.stream_k`), its body
+        run with these tensors for each segment's tile, k-tiles and part."""
+        launch = self.stream
+        assert launch is not None
+        schedule = stream_k_segments(
+            b,
+            tiles=launch.tiles_n * launch.tiles_m,
+            k_tiles=launch.k_tiles,
+            work=launch.work,
+            blocks=launch.blocks,
+        )
+        with schedule as segment:
+            tile_m, tile_n = segment.tile // launch.tiles_n, segment.tile % launch.tiles_n
+            yield replace(
+                self,
+                first=segment.first,
+                end=segment.end,
+                tile_n=tile_n,
+                row0=tile_m * launch.block_m,
+                col0=tile_n * launch.block_n,
+                part=TilePart(segment.tile, segment.slot, segment.count),
+            )
+
 
 @dataclass(frozen=True)
 class SplitSum:
-    """The views a split prefill program's fused split-k sum uses: `part_columns` the (count,
-    n, m) f32 partial sums as C^T tiles (where blocks store their parts), `parts` the same
-    memory as (count, m, n), `out` C as (m, n), `counters` the (tiles,) i32 tile counters;
-    `count` parts a tile, `tiles_n` tiles along N."""
+    """The views a prefill program's fused sum uses: `part_columns` the (slots, n, m) f32
+    partial sums as C^T tiles (where blocks store their parts), `parts` the same memory as
+    (slots, m, n), `out` C as (m, n), `counters` the (tiles,) i32 tile counters."""
 
     part_columns: GlobalTensor
     parts: GlobalTensor
     out: GlobalTensor
     counters: GlobalTensor
-    count: int
+
+
+@dataclass(frozen=True)
+class StreamKLaunch:
+    """A stream-K launch's shape: `tiles_n` x `tiles_m` output tiles of `block_n` x `block_m`,
+    `k_tiles` k-tiles each, `work` iterations in all, `blocks` persistent blocks."""
+
     tiles_n: Expr
+    tiles_m: Expr
+    block_n: int
+    block_m: int
+    k_tiles: Expr
+    work: Expr
+    blocks: Expr
 
 
 def declare_prefill(
@@ -204,11 +312,12 @@ def declare_prefill(
 ) -> PrefillTensors:
     """The parameters ``qmm(m, n, k, a, packed, scales, [zeros,] c)`` of a prefill program of
     `config` (its ``block_m``, ``block_n``, ``block_k``, ``stages``, ``min_blocks_per_sm``,
-    ``split``), with ``split`` > 1 ``qmm(m, n, k, a, packed, scales, [zeros,] partial,
-    counters, c)`` (an f32 (split, m, n) workspace and `PrefillTile.tiles` i32 counters, zero
-    before the launch and left zero after it); its grid ``(n // block_n, ceil(m / block_m),
-    split)``, block z taking the z-th of `split` equal parts of k; the views it reads and
-    writes (A and C transposed) and its activation ring."""
+    ``split``, ``stream_k``), with ``split`` > 1 or ``stream_k`` ``qmm(m, n, k, a, packed,
+    scales, [zeros,] partial, counters, c)`` (an f32 (`PrefillTile.partial_slots`, m, n)
+    workspace and `PrefillTile.tiles` i32 counters, zero before the launch and left zero
+    after it); its grid: ``(n // block_n, ceil(m / block_m), split)``, block z taking the z-th
+    of `split` equal parts of k, or with stream-K ``min(stream_k, W)`` persistent blocks; the
+    views it reads and writes (A and C transposed) and its activation ring."""
     act, block_m, block_n, block_k, split = (
         activation_dtype,
         config.block_m,
@@ -222,28 +331,38 @@ def declare_prefill(
     n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
     k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
     operands = packed_operands(b, act, zero_points)
-    if split > 1:
+    fused = split > 1 or config.stream_k > 0
+    if fused:
         partial = b.array_param("partial", dtypes.f32)
         counters = b.array_param("counters", dtypes.i32)
     c = b.array_param("c", act)
     tiles_n, tiles_m = n // block_n, (m + block_m - 1) // block_m
-    if split > 1:
+    k_tiles = k // block_k
+    stream = None
+    if config.stream_k:
+        work = tiles_n * tiles_m * k_tiles
+        blocks = stream_k_blocks(config.stream_k, work)
+        stream = StreamKLaunch(tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks)
+        slots = stream_k_slots(k_tiles, work, blocks)
+        b.grid(blocks)
+    elif split > 1:
+        slots = split
         b.grid(tiles_n, tiles_m, split)
     else:
         b.grid(tiles_n, tiles_m)
     a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
     packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
     c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
-    split_sum = None
-    if split > 1:
+    split_sum = part = None
+    if fused:
         split_sum = SplitSum(
-            b.global_view(partial, dtypes.f32, GlobalLayout((split, n, m), (m * n, 1, n))),
-            b.global_view(partial, dtypes.f32, GlobalLayout((split, m, n), (m * n, n, 1))),
+            b.global_view(partial, dtypes.f32, GlobalLayout((slots, n, m), (m * n, 1, n))),
+            b.global_view(partial, dtypes.f32, GlobalLayout((slots, m, n), (m * n, n, 1))),
             b.global_view(c, act, GlobalLayout((m, n), (n, 1))),
             b.global_view(counters, dtypes.i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
-            split,
-            tiles_n,
         )
+    if split > 1:
+        part = TilePart(b.block_y * tiles_n + b.block_x, b.block_z, split)
     ring = b.shared_tensor(act, transposed_ring(config.stages, block_k, block_m))
     row0, col0 = b.block_y * block_m, b.block_x * block_n
     tiles = k // (block_k * split)
@@ -251,17 +370,21 @@ def declare_prefill(
         m,
         n,
         k,
+        0,
         tiles,
         b.block_z * tiles if split > 1 else 0,
+        b.block_x,
+        row0,
+        col0,
         a_columns,
         packed_view,
         scale_view,
         zero_view,
         c_columns,
         ring,
-        row0,
-        col0,
         split_sum,
+        part,
+        stream,
     )
 
 
@@ -290,19 +413,20 @@ def copy_activations(
 class RegisterRing:
     """The packed operands of the next `depth` k-tiles held in registers: `fetch(tile)` loads
     a k-tile's list of tensors (its packed words, then its group's scale row and zero points),
-    issued `depth` k-tiles before `current` holds them. Made before the k loop (the first
-    `depth` k-tiles' loads); `advance(tile)` at the top of the loop body moves k-tile `tile`
-    into `current` and loads k-tile ``tile + depth``."""
+    issued `depth` k-tiles before `current` holds them. Made before the k loop over the
+    k-tiles ``[first, end)`` (the first `depth` k-tiles' loads); `advance(tile)` at the top of
+    the loop body moves k-tile `tile` into `current` and loads k-tile ``tile + depth``."""
 
     def __init__(
         self,
         b: ProgramBuilder,
         fetch: Callable[[Any], Sequence[RegisterTensor]],
-        tiles: Any,
+        first: Any,
+        end: Any,
         depth: int,
     ):
-        self.b, self.fetch, self.tiles, self.depth = b, fetch, tiles, depth
-        self.in_flight = [list(fetch(minimum(d, tiles - 1))) for d in range(depth)]
+        self.b, self.fetch, self.end, self.depth = b, fetch, end, depth
+        self.in_flight = [list(fetch(minimum(first + d, end - 1))) for d in range(depth)]
         self.current = [b.register_tensor(x.dtype, x.layout, 0) for x in self.in_flight[0]]
 
     def _refill(self, slot: Sequence[RegisterTensor], fetched: Sequence[RegisterTensor]) -> None:
@@ -311,12 +435,10 @@ class RegisterRing:
 
     def advance(self, tile: Any) -> list[RegisterTensor]:
         """In the k loop's body: k-tile `tile`'s tensors into `current` (returned), and the
-        loads of k-tile ``tile + depth`` where it exists."""
+        loads of k-tile ``tile + depth`` where it is before `end`."""
         self._refill(self.current, self.in_flight[0])
         for d in range(self.depth - 1):
             self._refill(self.in_flight[d], self.in_flight[d + 1])
         last = self.in_flight[self.depth - 1]
-        tile_ahead(
-            self.b, tile, self.depth, self.tiles, lambda t: self._refill(last, self.fetch(t))
-        )
+        tile_ahead(self.b, tile, self.depth, self.end, lambda t: self._refill(last, self.fetch(t)))
         return self.current

@@ -84,13 +84,14 @@ from ir.examples.packed_weights import (
     unit_scale_layout,
 )
 from ir.examples.split_sum import add_parts_last, sum_layout
+from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
-from layout_algebra.symbolic import maximum, minimum
+from layout_algebra.symbolic import minimum
 
 PROGRAM = "register_dequant_matmul"
 """The program's name in its error messages."""
@@ -196,8 +197,7 @@ class DequantConfig:
         """Partial-sum slots a `stream_k` launch needs (the most blocks one tile's iterations
         can span): ``(K / block_k - 1) // (W // G) + 2``, G its grid's blocks."""
         work = self.iterations(m, n, k)
-        blocks = min(self.stream_k, work)
-        return (k // self.block_k - 1) // (work // blocks) + 2
+        return stream_k_slots(k // self.block_k, work, min(self.stream_k, work))
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of C of shape (m, n): the counters a fused split-k sum needs."""
@@ -360,7 +360,7 @@ def register_dequant_matmul(
         tiles_n, tiles_m = n // block_n, (m + block_m - 1) // block_m
         k_tiles = k // block_k
         work = tiles_n * tiles_m * k_tiles
-        blocks = minimum(config.stream_k, work) if stream else None
+        blocks = stream_k_blocks(config.stream_k, work) if stream else None
         if stream:
             b.grid(blocks)
         else:
@@ -531,31 +531,21 @@ def register_dequant_matmul(
             else:
                 combine(acc, row0, col0, b.block_z, split, split)
             return b.program()
-        # Stream-K: block g takes the iterations [g W // G, (g + 1) W // G) of the W k-tile
-        # iterations of all tiles (tile t's are t K_T .. (t + 1) K_T - 1); with G <= W each
-        # block has at least one. Iteration i lies in block ((i + 1) G - 1) // W.
-        g = b.block_x
-        start, stop = g * work // blocks, (g + 1) * work // blocks
-        slots = (k_tiles - 1) // (work // blocks) + 2
+        # Stream-K (`ir.examples.stream_k`): the k loop per segment of the block's share.
+        slots = stream_k_slots(k_tiles, work, blocks)
         if config.programmatic_launch:
             b.wait_prior_grid()  # before the tile loop: the wait belongs to the top level
-        with b.for_range(start // k_tiles, (stop - 1) // k_tiles + 1) as t:
-            # t < tiles_n * tiles_m; written clamped, its bound shows the tile inside C.
-            clamped = minimum(t, tiles_n * tiles_m - 1)
-            tile_m, tile_n = clamped // tiles_n, clamped % tiles_n
+        segments = stream_k_segments(
+            b, tiles=tiles_n * tiles_m, k_tiles=k_tiles, work=work, blocks=blocks
+        )
+        with segments as segment:
+            tile_m, tile_n = segment.tile // tiles_n, segment.tile % tiles_n
             row0, col0 = tile_m * block_m, tile_n * block_n
-            base = t * k_tiles
-            # The tile's k-tiles this block takes (at least one), written so that their bounds
-            # show them within [0, K_T] (the loads need no bounds checks).
-            first = maximum(start - base, 0)
-            end = maximum(minimum(stop - base, k_tiles), 1)
-            acc = accumulate(first, end, tile_m, tile_n)
-            first_block = ((base + 1) * blocks - 1) // work
-            count = ((base + k_tiles) * blocks - 1) // work - first_block + 1
-            with b.if_(count.eq(1)):
+            acc = accumulate(segment.first, segment.end, tile_m, tile_n)
+            with b.if_(segment.count.eq(1)):
                 b.store_global(c_tile(c, act), b.cast(acc, act), origin(row0, col0))
-            with b.if_(count > 1):
-                combine(acc, row0, col0, g - first_block, count, slots)
+            with b.if_(segment.count > 1):
+                combine(acc, row0, col0, segment.slot, segment.count, slots)
         if config.late_trigger:
             b.launch_dependents()
     return b.program()

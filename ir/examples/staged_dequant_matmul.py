@@ -208,8 +208,8 @@ def staged_dequant_matmul(
         tiles_per_group = group_size // block_k
 
         def fetch(tile):
-            """The packed words of k-tile `tile` of the block's part of k, then its group's
-            packed scale row (and zero-point row)."""
+            """The packed words of the k-tile of loop index `tile`, then its group's packed
+            scale row (and zero-point row)."""
             k_tile = tensors.tile0 + tile
             words = b.load_global(
                 tensors.packed_view, [k_tile * config.units_k, word_col0], word_layout
@@ -221,11 +221,11 @@ def staged_dequant_matmul(
         # dot of two k-tiles back read.
         ahead = stages - 2
         for d in range(ahead):
-            tensors.copy_ahead(b, 0, d)
-        registers = RegisterRing(b, fetch, tensors.tiles, depth)
+            tensors.copy_ahead(b, tensors.first, d)
+        registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
         acc = b.register_tensor(f32, c_layout, 0.0)
-        with b.for_range(0, tensors.tiles) as tile:
-            stage, buffer = tile % stages, tile % BUFFERS
+        with b.for_range(tensors.first, tensors.end) as tile:
+            stage, buffer = tensors.stage(tile), tile % BUFFERS
             current = registers.advance(tile)
             codes = b.view(current[0], weight_dtype, code_layout)
             weights = b.cast(codes, act, decoded_layout)

@@ -107,6 +107,13 @@ class WgmmaDequantConfig(PrefillTile):
     of k; the last of a tile's blocks to finish adds the parts in order
     (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
     keeps every SM busy.
+    `stream_k` (0: none): persistent blocks, ``min(stream_k, W)`` of them for the W k-tile
+    iterations of all output tiles, each taking an equal share in tile order
+    (`ir.examples.stream_k`): the k loop runs once per tile the share touches, on that tile's
+    k-tiles of it; a tile one block covers is stored by it, the others go through the same
+    ordered fused sum as a split, their parts in k order (`PrefillTile.partial_slots`
+    slots). So a layer whose tiles leave a partial wave keeps every block slot busy to the
+    end (with ``min_blocks_per_sm`` B, ask for B times the SMs). Requires split 1.
     """
 
     warpgroups: int = 1
@@ -120,6 +127,7 @@ class WgmmaDequantConfig(PrefillTile):
     overlap_dot: bool = False
     split_dot: bool = False
     split: int = 1
+    stream_k: int = 0
 
     @property
     def block_n(self) -> int:
@@ -187,56 +195,71 @@ def wgmma_dequant_matmul(
     row_words = UNIT_LANES * nbits
     name = program_name(PROGRAM, weight_dtype, act, zero_points)
     with ProgramBuilder(name, UNIT_LANES * warps) as b:
-        tensors = declare_prefill(b, config, act, nbits, group_size, zero_points)
-        word_col0 = b.block_x * (warps * units_n * row_words)
+        declared = declare_prefill(b, config, act, nbits, group_size, zero_points)
         tiles_per_group = group_size // block_k
 
-        def fetch(tile):
-            """The packed words (per step) of k-tile `tile` of the block's part of k, then its
-            group's packed scale row (and zero-point row)."""
-            k_tile = tensors.tile0 + tile
-            words = [
-                b.load_global(
-                    tensors.packed_view,
-                    [k_tile * units_k + j * step_units, word_col0],
-                    word_layout,
-                )
-                for j in range(steps)
-            ]
-            return [*words, *tensors.rows(b, k_tile // tiles_per_group, scale_layouts[0])]
+        def product(tensors):
+            """The f32 (block_n, block_m) tile of C^T of `tensors`' output tile over its
+            k-tiles, in the accumulator layout."""
+            word_col0 = tensors.tile_n * (warps * units_n * row_words)
 
-        # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
-        # (the copy then follows the dot, into the stage of the dot two k-tiles back).
-        ahead = stages - 2 if config.overlap_dot else stages - 1
-        for d in range(ahead):
-            tensors.copy_ahead(b, 0, d)
-        registers = RegisterRing(b, fetch, tensors.tiles, depth)
-        acc = b.register_tensor(f32, c_layout, 0.0)
-        with b.for_range(0, tensors.tiles, unroll=config.unroll) as tile:
-            stage = tile % stages
-            if not config.overlap_dot:
-                tensors.copy_ahead(b, tile, ahead)
-            current = registers.advance(tile)
-            scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
-            for j in range(steps):
-                codes = b.view(current[j], weight_dtype, code_layout)
-                weights = b.cast(codes, act, decoded_layout)
-                if zero_points:
-                    weights = b.sub(weights, zero[0])
-                weights = b.mul(weights, scale)
-                renamed = b.view(weights, act, weight_layout)
-                if j == 0:
-                    b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
-                    if config.overlap_dot:
-                        # Every thread is past its reads of the stage the copy after the dot
-                        # fills.
-                        b.sync()
-                activations = b.load_shared(tensors.ring, activation_layout, [stage, j * step_k, 0])
-                b.assign(acc, b.dot(renamed, activations, acc))
-            if config.overlap_dot:
-                tensors.copy_ahead(b, tile, ahead)
-            else:
-                # Every thread is past its reads of this stage before the next copy into it.
+            def fetch(tile):
+                """The packed words (per step) of the k-tile of loop index `tile`, then its
+                group's packed scale row (and zero-point row)."""
+                k_tile = tensors.tile0 + tile
+                words = [
+                    b.load_global(
+                        tensors.packed_view,
+                        [k_tile * units_k + j * step_units, word_col0],
+                        word_layout,
+                    )
+                    for j in range(steps)
+                ]
+                return [*words, *tensors.rows(b, k_tile // tiles_per_group, scale_layouts[0])]
+
+            # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
+            # (the copy then follows the dot, into the stage of the dot two k-tiles back).
+            ahead = stages - 2 if config.overlap_dot else stages - 1
+            for d in range(ahead):
+                tensors.copy_ahead(b, tensors.first, d)
+            registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
+            acc = b.register_tensor(f32, c_layout, 0.0)
+            with b.for_range(tensors.first, tensors.end, unroll=config.unroll) as tile:
+                stage = tensors.stage(tile)
+                if not config.overlap_dot:
+                    tensors.copy_ahead(b, tile, ahead)
+                current = registers.advance(tile)
+                scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
+                for j in range(steps):
+                    codes = b.view(current[j], weight_dtype, code_layout)
+                    weights = b.cast(codes, act, decoded_layout)
+                    if zero_points:
+                        weights = b.sub(weights, zero[0])
+                    weights = b.mul(weights, scale)
+                    renamed = b.view(weights, act, weight_layout)
+                    if j == 0:
+                        b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
+                        if config.overlap_dot:
+                            # Every thread is past its reads of the stage the copy after the
+                            # dot fills.
+                            b.sync()
+                    activations = b.load_shared(
+                        tensors.ring, activation_layout, [stage, j * step_k, 0]
+                    )
+                    b.assign(acc, b.dot(renamed, activations, acc))
+                if config.overlap_dot:
+                    tensors.copy_ahead(b, tile, ahead)
+                else:
+                    # Every thread is past its reads of this stage before the next copy into
+                    # it.
+                    b.sync()
+            return b.view(acc, f32, stored_layout)
+
+        if declared.stream is None:
+            declared.store(b, product(declared), act)
+        else:
+            with declared.segments(b) as tensors:
+                tensors.store(b, product(tensors), act)
+                # The next segment's first copies fill stages this one's last dots read.
                 b.sync()
-        tensors.store(b, b.view(acc, f32, stored_layout), act)
     return b.program()

@@ -8,7 +8,10 @@ weights); `sequential_partials` is the f32 sum in k order that the interpreter's
 followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
 prefill program of the packed weights in the interpreter against the sequential sum, and
 `check_zero_point_program` does so with zero points and f16 or bf16 activations, both with
-k split over the grid's z blocks where the program has a split-k sum (`reference_workspace`).
+k split over the grid's z blocks where the program has a split-k sum (`reference_workspace`;
+`launch_workspace` is a launch's from its configuration, stream-K's too).
+`stream_k_parts` lists the k ranges a stream-K launch computes each output tile in, and
+`check_stream_k_prefill` runs a stream-K prefill program against them.
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
 optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -142,6 +146,74 @@ def check_prefill_program(
     np.testing.assert_array_equal(c[: m * n].reshape(m, n).view(np.uint16), want.view(np.uint16))
 
 
+def stream_k_parts(config: Any, m: int, n: int, k: int) -> list[list[range]]:
+    """Per output tile of a `stream_k` launch of `config` (row-major over the tile grid), the
+    k-tile ranges of its parts in block order: block g of G = min(stream_k, W) takes the
+    iterations [g W // G, (g + 1) W // G) of the W = tiles * K_T, tile t's from t * K_T."""
+    k_tiles = k // config.block_k
+    work = config.tiles(m, n) * k_tiles
+    blocks = min(config.stream_k, work)
+    parts: list[list[range]] = [[] for _ in range(config.tiles(m, n))]
+    for g in range(blocks):
+        start, stop = g * work // blocks, (g + 1) * work // blocks
+        for i in range(start, stop):
+            tile, local_tile = divmod(i, k_tiles)
+            if not parts[tile] or parts[tile][-1].stop != local_tile or i == start:
+                parts[tile].append(range(local_tile, local_tile + 1))
+            else:
+                last = parts[tile][-1]
+                parts[tile][-1] = range(last.start, local_tile + 1)
+    return parts
+
+
+def check_stream_k_prefill(
+    program: Program,
+    config: Any,
+    dtype: DataType,
+    group_size: int,
+    shape: tuple[int, int, int],
+    seed: int,
+) -> None:
+    """Run `program`, a prefill program of the packed weights with `config`'s ``stream_k``
+    (``qmm(m, n, k, a, packed, scales, partial, counters, c)``), on a random (m, n, k) `shape`
+    of `dtype` codes in the interpreter: each (block_m, block_n) tile of C must be, bit for
+    bit, the f32 sums in k order of its parts (`stream_k_parts`), added in order and rounded
+    once; nothing past C or past the workspace's slots written, the counters left zero."""
+    m, n, k = shape
+    problem = make_problem(dtype, group_size, m, n, k, seed)
+    packed, _ = pack_weights(problem.codes, dtype)
+    assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
+    slots = config.partial_slots(m, n, k)
+    partial = with_tail(slots * m * n, np.float32)
+    counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
+    c = with_tail(m * n, np.float16)
+    arguments = [problem.a, packed, pack_scales(problem.scales), partial, counters, c]
+    run_reference(program, m, n, k, *arguments, grid=config.grid(m, n, k))
+    np.testing.assert_array_equal(partial[slots * m * n :], SENTINEL)
+    np.testing.assert_array_equal(counters, 0)
+    np.testing.assert_array_equal(c[m * n :], SENTINEL)
+    out = c[: m * n].reshape(m, n)
+    tiles_n, bm, bn, bk = n // config.block_n, config.block_m, config.block_n, config.block_k
+    for tile, ranges in enumerate(stream_k_parts(config, m, n, k)):
+        assert ranges and ranges[0].start == 0 and ranges[-1].stop == k // bk
+        assert len(ranges) <= slots
+        rows = slice((tile // tiles_n) * bm, (tile // tiles_n + 1) * bm)
+        cols = slice((tile % tiles_n) * bn, (tile % tiles_n + 1) * bn)
+        parts = [
+            sequential_partials(
+                problem.a[rows, span.start * bk : span.stop * bk],
+                problem.dequantized[span.start * bk : span.stop * bk, cols],
+                1,
+            )[0]
+            for span in ranges
+        ]
+        np.testing.assert_array_equal(
+            out[rows, cols].view(np.uint16),
+            ordered_sum(parts).view(np.uint16),
+            err_msg=f"tile {tile}",
+        )
+
+
 def reference_workspace(
     program: Program, size: int, grid: tuple[int, ...]
 ) -> tuple[int, list[np.ndarray]]:
@@ -149,13 +221,32 @@ def reference_workspace(
     and none when its parameters end in ``c`` after the weights; else the grid's z extent, an
     f32 partial-sum workspace of split * `size` values and the zeroed i32 counters of the
     grid's x * y tiles (its parameters then end in ``partial, counters, c``)."""
-    names = [p.name for p in program.params]
-    if names[-3:] != ["partial", "counters", "c"]:
-        assert names[-1] == "c" and "partial" not in names, names
+    if not has_workspace(program):
         return 1, []
     split = grid[2]
     tiles = grid[0] * grid[1]
     return split, [np.zeros(split * size, np.float32), np.zeros(tiles, np.int32)]
+
+
+def launch_workspace(program: Program, config: Any, m: int, n: int, k: int) -> list[np.ndarray]:
+    """The workspace a launch of `program`, a prefill program of `config` (a
+    ``PrefillTile``), takes for C (m, n) and K = `k`: none without; else the f32 partial sums
+    of ``config.partial_slots`` slots (a split's or stream-K's) and the zeroed i32 counters of
+    its ``config.tiles``."""
+    if not has_workspace(program):
+        return []
+    slots = config.partial_slots(m, n, k)
+    return [np.zeros(slots * m * n, np.float32), np.zeros(config.tiles(m, n), np.int32)]
+
+
+def has_workspace(program: Program) -> bool:
+    """Whether a prefill program's parameters end in ``partial, counters, c`` (a fused sum)
+    rather than in ``c`` alone."""
+    names = [p.name for p in program.params]
+    if names[-3:] == ["partial", "counters", "c"]:
+        return True
+    assert names[-1] == "c" and "partial" not in names, names
+    return False
 
 
 @dataclass

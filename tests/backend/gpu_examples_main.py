@@ -399,6 +399,16 @@ PREFILL_CASES = [
         {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True, "split": 2},
         8,
     ),
+    # Stream-K: persistent blocks sharing both tiles' k-tiles, parts added in k order.
+    (dtypes.i4, dtypes.f16, False, "register", {"block_m": 24, "units_k": 2, "stream_k": 5}, 6),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True, "stream_k": 3},
+        8,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),
@@ -416,7 +426,7 @@ def prefill_cases(
     from ir.examples.packed_weights import pack_scales, pack_weights
     from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
     from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
-    from ir.testing.quantized_problems import reference_workspace
+    from ir.testing.quantized_problems import launch_workspace
 
     forms = {
         "register": (WgmmaDequantConfig, wgmma_dequant_matmul),
@@ -438,8 +448,8 @@ def prefill_cases(
         ]
         a = activation.encode(rng.uniform(-1, 1, m * k).astype(np.float32) / 32)
         program = build(weight, group, config, activation_dtype=activation, zero_points=zero_points)
-        # With a split: the f32 parts and the zeroed tile counters.
-        _, workspace = reference_workspace(program, m * n, config.grid(m, n))
+        # With a split or stream-K: the f32 parts and the zeroed tile counters.
+        workspace = launch_workspace(program, config, m, n, k)
         arguments = [
             m,
             n,
@@ -457,7 +467,7 @@ def prefill_cases(
                 f"prefill {form} {weight} {activation} {text}",
                 program,
                 arguments,
-                config.grid(m, n),
+                config.grid(m, n, k),
                 True,
             )
         )

@@ -8,12 +8,12 @@ form unroll, the overlapped order whose wgmma stays in flight when unrolled, the
 split into a chain of k16 steps; for the staged form the grid of warps over a k-tile's units),
 and for bf16 activations with zero points: the kernel against `ir.run_reference` within the
 tensor cores' rounding (wgmma sums each k16 step in its own order), rows of A past m left
-unwritten; with k split over grid z, the tile counters left zero and a second launch the same
-bits; loops of 48 k-tiles, which the compiler does not unroll whole. On sm_90a the dots
-run as ``wgmma`` (the staged form's from two shared tiles, in flight into the next k-tile) and
-the activations come by TMA; one case of each is compiled without TMA (``tma=False``: the
-``cp.async`` fallback of the bulk copies) and one without wgmma (``wgmma=False``:
-``mma.sync``), so the paths the lowering may take all run.
+unwritten; with k split over grid z or over stream-K's persistent blocks, the tile counters
+left zero and a second launch the same bits; loops of 48 k-tiles, which the compiler does not
+unroll whole. On sm_90a the dots run as ``wgmma`` (the staged form's from two shared tiles, in
+flight into the next k-tile) and the activations come by TMA; one case of each is compiled
+without TMA (``tma=False``: the ``cp.async`` fallback of the bulk copies) and one without wgmma
+(``wgmma=False``: ``mma.sync``), so the paths the lowering may take all run.
 
 Kernels compile in a thread pool first (NVRTC needs no GPU), then run.
 """
@@ -32,7 +32,7 @@ from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
-from ir.testing.quantized_problems import reference_workspace
+from ir.testing.quantized_problems import launch_workspace
 
 pytestmark = pytest.mark.gpu
 
@@ -77,6 +77,8 @@ CONFIGS = [
         min_blocks_per_sm=2,
         split=2,
     ),
+    # Stream-K: 3 persistent blocks for 2 tiles of 4 k-tiles, each tile in two parts.
+    WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, stream_k=3),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -117,11 +119,11 @@ def _run(program, kernel, config, weight, activation, zero_points, seed, k=None)
     if zero_points:
         extras.append(activation.encode(rng.integers(0, 1 << weight.nbits, (groups, n))))
     extras = [pack_scales(x) for x in extras]
-    grid = config.grid(m, n)
+    grid = config.grid(m, n, k)
     expected = np.zeros((m, n), dtype=np.uint16)
     args = [m, n, k, a, packed.view(np.uint8).reshape(-1), *extras]
-    # With a split: the f32 parts and the zeroed tile counters.
-    _, workspace = reference_workspace(program, m * n, grid)
+    # With a split or stream-K: the f32 parts and the zeroed tile counters.
+    workspace = launch_workspace(program, config, m, n, k)
     run_reference(program, *args, *workspace, expected, grid=grid)
     out = _device(activation.encode(np.full((m + 1, n), SENTINEL)), activation)
     device_args = [m, n, k, _device(a, activation), _device(packed)]
@@ -188,6 +190,13 @@ LONG_CONFIGS = [
         "register",
         WgmmaDequantConfig(
             units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, split=2
+        ),
+    ),
+    ("register", WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, stream_k=5)),
+    (
+        "register",
+        WgmmaDequantConfig(
+            units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, stream_k=7
         ),
     ),
     ("staged", StagedDequantConfig()),

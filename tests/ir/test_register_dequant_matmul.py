@@ -47,6 +47,7 @@ from ir.testing.quantized_problems import (
     make_problem,
     ordered_sum,
     sequential_partials,
+    stream_k_parts,
     with_tail,
     zero_point_problem,
 )
@@ -122,25 +123,6 @@ def run_dequant(
 # ------------------------------------------------------------------------------ stream-K
 
 
-def stream_k_segments(config: DequantConfig, m: int, n: int, k: int) -> list[list[range]]:
-    """Per output tile (row-major over the tile grid), the k-tile ranges of its segments in
-    block order: block g of G = min(stream_k, W) takes iterations [g W // G, (g + 1) W // G)."""
-    k_tiles = k // config.block_k
-    work = config.tiles(m, n) * k_tiles
-    blocks = min(config.stream_k, work)
-    segments: list[list[range]] = [[] for _ in range(config.tiles(m, n))]
-    for g in range(blocks):
-        start, stop = g * work // blocks, (g + 1) * work // blocks
-        for i in range(start, stop):
-            tile, local_tile = divmod(i, k_tiles)
-            if not segments[tile] or segments[tile][-1].stop != local_tile or i == start:
-                segments[tile].append(range(local_tile, local_tile + 1))
-            else:
-                last = segments[tile][-1]
-                segments[tile][-1] = range(last.start, local_tile + 1)
-    return segments
-
-
 def run_stream_k(
     dtype: DataType, group_size: int, config: DequantConfig, m: int, n: int, k: int, seed: int
 ) -> None:
@@ -164,7 +146,7 @@ def run_stream_k(
     values = dtype.decode(problem.codes).astype(np.float16)
     tiles_n = n // config.block_n
     bk = config.block_k
-    for tile, ranges in enumerate(stream_k_segments(config, m, n, k)):
+    for tile, ranges in enumerate(stream_k_parts(config, m, n, k)):
         assert ranges and ranges[0].start == 0 and ranges[-1].stop == k // bk
         assert len(ranges) <= slots
         rows = slice((tile // tiles_n) * config.block_m, (tile // tiles_n + 1) * config.block_m)
@@ -208,12 +190,12 @@ def test_stream_k_grid_and_slots_table(
     k_tiles=st.integers(1, 9),
 )
 @settings(max_examples=200)
-def test_stream_k_segments_cover_each_tile_in_order_within_the_slots(
+def test_stream_k_parts_cover_each_tile_in_order_within_the_slots(
     stream_k: int, row_tiles: int, column_tiles: int, k_tiles: int
 ) -> None:
     config = DequantConfig(warps=1, stream_k=stream_k)
     m, n, k = 16 * row_tiles, 64 * column_tiles, config.block_k * k_tiles
-    segments = stream_k_segments(config, m, n, k)
+    segments = stream_k_parts(config, m, n, k)
     for ranges in segments:
         assert [r for span in ranges for r in span] == list(range(k_tiles))
         assert 1 <= len(ranges) <= config.stream_k_slots(m, n, k)

@@ -48,7 +48,9 @@ from ir.examples.wgmma_dequant_matmul import (
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
+    check_stream_k_prefill,
     check_zero_point_program,
+    stream_k_parts,
 )
 from layout_algebra.function_layout import FunctionLayout
 from proofs import check_equivalent
@@ -134,6 +136,89 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     check_zero_point_program(
         program, weight, activation, zero_points, (m, n, k), group_size, grid, weight.nbits
     )
+
+
+STREAM_K_CASES = [
+    # (weight type, group size, config, m, column blocks, k-tiles): tiles shared by blocks.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5), 20, 2, 5),
+    (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=4, stages=4, stream_k=3), 9, 1, 8),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            block_m=8,
+            units_k=2,
+            stages=4,
+            depth=2,
+            unroll=2,
+            overlap_dot=True,
+            split_dot=True,
+            stream_k=3,
+        ),
+        9,
+        1,
+        7,
+    ),  # fmt: skip
+    # More blocks than iterations: one k-tile each, every tile in K_T parts.
+    (dtypes.i2, 64, WgmmaDequantConfig(block_m=8, units_k=4, stages=2, stream_k=99), 5, 1, 3),
+    # As many blocks as tiles' worth: each tile whole in one block, stored without the sum.
+    (dtypes.i8, 64, WgmmaDequantConfig(block_m=8, units_k=4, stages=3, stream_k=1000), 16, 2, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "group_size", "config", "m", "column_blocks", "tiles"),
+    STREAM_K_CASES,
+    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(STREAM_K_CASES)],
+)
+def test_stream_k_equals_the_sum_of_its_parts_in_k_order(
+    dtype: DataType,
+    group_size: int,
+    config: WgmmaDequantConfig,
+    m: int,
+    column_blocks: int,
+    tiles: int,
+) -> None:
+    n, k = config.block_n * column_blocks, config.block_k * tiles
+    program = wgmma_dequant_matmul(dtype, group_size, config)
+    check_stream_k_prefill(program, config, dtype, group_size, (m, n, k), seed=m + n + k)
+
+
+@pytest.mark.parametrize(
+    ("stream_k", "m", "n", "k", "grid", "slots"),
+    [
+        (264, 256, 12288, 4096, (264, 1, 1), 3),  # 192 tiles of 64 k-tiles: 46 or 47 each
+        (264, 256, 8192, 8192, (264, 1, 1), 4),  # 128 tiles of 128: 62 or 63 each
+        (1000, 8, 256, 256, (4, 1, 1), 5),  # W = 1 tile * 4 k-tiles: one each
+        (3, 65, 512, 1024, (3, 1, 1), 2),  # 4 tiles of 16: 21 or 22 each
+    ],
+)
+def test_stream_k_grid_and_slots_table(
+    stream_k: int, m: int, n: int, k: int, grid: tuple[int, int, int], slots: int
+) -> None:
+    config = WgmmaDequantConfig(stream_k=stream_k)
+    assert config.grid(m, n, k) == grid
+    assert config.partial_slots(m, n, k) == slots
+    assert WgmmaDequantConfig(split=3).partial_slots(m, n, k) == 3
+    assert WgmmaDequantConfig().partial_slots(m, n, k) == 0
+
+
+@given(
+    stream_k=st.integers(1, 300),
+    row_tiles=st.integers(1, 5),
+    column_tiles=st.integers(1, 6),
+    k_tiles=st.integers(1, 70),
+)
+@settings(max_examples=200)
+def test_stream_k_parts_cover_each_tile_within_the_slots(
+    stream_k: int, row_tiles: int, column_tiles: int, k_tiles: int
+) -> None:
+    """Every tile's parts are its k-tiles in order, no more of them than the slots."""
+    config = WgmmaDequantConfig(block_m=16, stream_k=stream_k)
+    m, n, k = 16 * row_tiles, config.block_n * column_tiles, config.block_k * k_tiles
+    for ranges in stream_k_parts(config, m, n, k):
+        assert [r for span in ranges for r in span] == list(range(k_tiles))
+        assert 1 <= len(ranges) <= config.partial_slots(m, n, k)
 
 
 @st.composite
@@ -429,16 +514,21 @@ def test_a_chain_stays_in_flight_into_the_next_copy(split: int) -> None:
     assert len(_writes_in_flight(lines, 1)) >= 16
 
 
-def _k_loop(source: str) -> str:
-    """The text of the kernel's k loop, from its ``for`` to its closing brace."""
+def _innermost_loop(source: str, head: str) -> str:
+    """The text of the kernel's loop whose header starts with `head`, to its closing brace."""
     kernel_text = source.split('extern "C"')[1]
-    start = kernel_text.index("for (int k0 = 0;")
+    start = kernel_text.index(head)
     depth, end = 0, start
     for end in range(kernel_text.index("{", start), len(kernel_text)):
         depth += {"{": 1, "}": -1}.get(kernel_text[end], 0)
         if depth == 0:
             break
     return kernel_text[start : end + 1]
+
+
+def _k_loop(source: str) -> str:
+    """The text of the kernel's k loop, from its ``for`` to its closing brace."""
+    return _innermost_loop(source, "for (int k0 = 0;")
 
 
 @pytest.mark.parametrize(
@@ -468,6 +558,27 @@ def test_a_split_kernel_runs_the_same_k_loop_on_its_part_of_k(config: WgmmaDequa
     assert "atomicAdd" not in whole.source
     assert halves.source.split('extern "C"')[1].count("atomicAdd") == 1
     compile_cuda(halves.source, "sm_90a")
+
+
+def test_a_stream_k_kernel_runs_the_same_k_loop_per_segment() -> None:
+    """With stream-K, the k loop sits in the loop over the block's tiles and runs from the
+    segment's first k-tile to its last: the same statements as the unsplit kernel's (no
+    bounds check added, the same wgmma calls, waits, copies and barriers). After it, a tile
+    the block owns whole is stored, a shared one goes through one ticket; the kernel
+    compiles."""
+    config = WgmmaDequantConfig(block_m=64, min_blocks_per_sm=2)
+    whole = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    streamed = replace(config, stream_k=264)
+    segments = lower(wgmma_dequant_matmul(dtypes.i4, 128, streamed), "sm_90a", constants=LAYER)
+    loops = [
+        _innermost_loop(whole.source, "for (int k0 = 0;"),
+        _innermost_loop(segments.source, "for (long long k1 ="),
+    ]
+    for text in ("if (", "la_wgmma_wait", "wgmma.mma_async", "la_tma_load_2d", "__syncthreads"):
+        assert loops[0].count(text) == loops[1].count(text), text
+    kernel_text = segments.source.split('extern "C"')[1]
+    assert kernel_text.count("atomicAdd") == 1
+    compile_cuda(segments.source, "sm_90a")
 
 
 def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
@@ -522,6 +633,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
         (WgmmaDequantConfig(split_dot="yes"), "split_dot='yes'; expected a bool"),
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
+        (WgmmaDequantConfig(stream_k=-1), "stream_k=-1; expected an int >= 0"),
+        (
+            WgmmaDequantConfig(stream_k=8, split=2),
+            "stream_k=8 with split=2; stream-K .* requires split 1",
+        ),
         (
             WgmmaDequantConfig(stages=2, overlap_dot=True),
             "overlap_dot=True with stages=2; .* at least 3 stages",
@@ -544,6 +660,11 @@ def test_bad_group_size_is_refused(group_size: object) -> None:
 def test_bad_weight_dtype_is_refused(dtype: DataType) -> None:
     with pytest.raises(VerificationError, match=f"packed weights: {dtype} is not a weight type"):
         wgmma_dequant_matmul(dtype)
+
+
+def test_a_stream_k_grid_needs_k() -> None:
+    with pytest.raises(VerificationError, match="WgmmaDequantConfig.grid: a stream_k grid needs k"):
+        WgmmaDequantConfig(stream_k=4).grid(1, 256)
 
 
 def test_a_config_of_another_kind_is_refused() -> None:

@@ -5,7 +5,7 @@ bijections onto their tiles (every weight, every word, held exactly once), prove
 cross-checked by enumerating the whole domain; layouts that are not bijections are refuted,
 with the solver's counterexample re-evaluated here. Then `validate_lowering` proves every
 address and every tensor-core claim of the decode kernel, `split_k_sum` and the packing
-program at a decoding layer's shape.
+program at a decoding layer's shape, and of the prefill kernel with stream-K.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ir.examples.register_dequant_matmul import (
     register_dequant_matmul,
     split_k_sum,
 )
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.register import replicate, spatial
 from proofs import check_bijective, check_injective
@@ -156,6 +157,16 @@ def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
     names = [claim.name for claim, _ in report.plan_results]
     assert {"mma operand a", "mma operand b", "mma accumulator c"} <= set(names)
     assert any(name.startswith("ldmatrix") for name in names)
+
+
+def test_stream_k_prefill_kernel_lowering_validates() -> None:
+    """The prefill kernel with stream-K: the loop over a block's tiles, each tile's k-tiles
+    from the segment's first, the bulk copies and wgmma operands of its k loop, every access
+    and claim proved."""
+    prefill_config = WgmmaDequantConfig(block_m=64, min_blocks_per_sm=2, stream_k=264)
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, prefill_config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
 def test_split_k_sum_lowering_validates() -> None:
