@@ -38,12 +38,13 @@ within the tensor cores' rounding.
 Tile: ``block_n = 256 * units_n * warpgroups`` columns of N, `block_m` rows of M (a multiple of
 8 up to 256), ``BK = 16 * units_k``. Registers per thread: ``2 * units_n * block_m`` f32
 accumulators (128 at the default 64 rows) besides the weights. `n` and `k` are compile-time
-constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)``; `k`
-a multiple of BK * split and `group_size` of BK (one scale row per k-tile); rows of A past m
-read zeros and rows of C past m are not written. With `split` > 1 the parameters are ``qmm(m,
-n, k, a, packed, scales, [zeros,] partial, counters, c)``: `partial` an f32 (split, m, n)
-workspace, `counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch
-and left zero after it.
+constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)`` (with
+`stream_k`, ``min(stream_k, W)`` blocks); `k` a multiple of BK * split and `group_size` of BK
+(one scale row per k-tile); rows of A past m read zeros and rows of C past m are not written.
+With `split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a, packed, scales, [zeros,]
+partial, counters, c)``: `partial` an f32 (`PrefillTile.partial_slots`, m, n) workspace,
+`counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch and left
+zero after it.
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def wgmma_dequant_matmul(
     `register_dequant_matmul` with its fused split-k sum: `a`, the scales, the zero points and
     `c` of `activation_dtype` (f16 or bf16), `packed` the i32 weights of
     `ir.examples.packed_weights.pack_weights`, the scales (and zero points) of `pack_scales`,
-    `partial` and `counters` with ``config.split`` > 1 only. With `zero_points` the
-    dequantized weight is ``(W - Z) * S``."""
+    `partial` and `counters` with ``config.split`` > 1 or ``config.stream_k`` only. With
+    `zero_points` the dequantized weight is ``(W - Z) * S``."""
     config, weight_dtype = checked_arguments(
         PROGRAM,
         config,
