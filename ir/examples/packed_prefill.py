@@ -195,6 +195,8 @@ class PrefillTensors:
         """The ring stage of the k loop's index ``tile + d``: its place from `first`, modulo
         the stages."""
         stages = self.ring.layout.shape[0]
+        # From 0 (no stream-K), written without the offset: the symbolic layer does not fold
+        # ``x - 0`` away everywhere, and those kernels keep their source.
         if isinstance(self.first, int) and self.first == 0:
             return (tile + d) % stages
         return (tile + d - self.first) % stages

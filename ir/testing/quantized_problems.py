@@ -11,7 +11,7 @@ prefill program of the packed weights in the interpreter against the sequential 
 k split over the grid's z blocks where the program has a split-k sum (`reference_workspace`;
 `launch_workspace` is a launch's from its configuration, stream-K's too).
 `stream_k_parts` lists the k ranges a stream-K launch computes each output tile in, and
-`check_stream_k_prefill` runs a stream-K prefill program against them.
+`check_stream_k_program` runs a stream-K program (decode or prefill) against them.
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
 optional zero points (`ZeroPointProblem`), with its arguments in the packed format.
 """
@@ -166,24 +166,25 @@ def stream_k_parts(config: Any, m: int, n: int, k: int) -> list[list[range]]:
     return parts
 
 
-def check_stream_k_prefill(
+def check_stream_k_program(
     program: Program,
     config: Any,
     dtype: DataType,
     group_size: int,
     shape: tuple[int, int, int],
     seed: int,
+    slots: int,
 ) -> None:
-    """Run `program`, a prefill program of the packed weights with `config`'s ``stream_k``
-    (``qmm(m, n, k, a, packed, scales, partial, counters, c)``), on a random (m, n, k) `shape`
-    of `dtype` codes in the interpreter: each (block_m, block_n) tile of C must be, bit for
-    bit, the f32 sums in k order of its parts (`stream_k_parts`), added in order and rounded
+    """Run `program`, a packed-weight program with `config`'s ``stream_k`` (``qmm(m, n, k, a,
+    packed, scales, partial, counters, c)``, `slots` partial-sum slots), on a random (m, n, k)
+    `shape` of `dtype` codes in the interpreter: each (block_m, block_n) tile of C must be, bit
+    for bit, the f32 sums in k order of its parts (`stream_k_parts`; each scaled per group
+    with the configuration's ``late_scale``, where it has one), added in order and rounded
     once; nothing past C or past the workspace's slots written, the counters left zero."""
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
-    slots = config.partial_slots(m, n, k)
     partial = with_tail(slots * m * n, np.float32)
     counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
     c = with_tail(m * n, np.float16)
@@ -193,20 +194,23 @@ def check_stream_k_prefill(
     np.testing.assert_array_equal(counters, 0)
     np.testing.assert_array_equal(c[m * n :], SENTINEL)
     out = c[: m * n].reshape(m, n)
+    values = dtype.decode(problem.codes).astype(np.float16)
     tiles_n, bm, bn, bk = n // config.block_n, config.block_m, config.block_n, config.block_k
     for tile, ranges in enumerate(stream_k_parts(config, m, n, k)):
         assert ranges and ranges[0].start == 0 and ranges[-1].stop == k // bk
         assert len(ranges) <= slots
         rows = slice((tile // tiles_n) * bm, (tile // tiles_n + 1) * bm)
         cols = slice((tile % tiles_n) * bn, (tile % tiles_n + 1) * bn)
-        parts = [
-            sequential_partials(
-                problem.a[rows, span.start * bk : span.stop * bk],
-                problem.dequantized[span.start * bk : span.stop * bk, cols],
-                1,
-            )[0]
-            for span in ranges
-        ]
+        parts = []
+        for span in ranges:
+            ks = slice(span.start * bk, span.stop * bk)
+            a = problem.a[rows, ks]
+            if getattr(config, "late_scale", False):
+                scales = problem.scales[span.start * bk // group_size :, cols]
+                (part,) = late_scaled_partials(a, values[ks, cols], scales, group_size, 1)
+            else:
+                (part,) = sequential_partials(a, problem.dequantized[ks, cols], 1)
+            parts.append(part)
         np.testing.assert_array_equal(
             out[rows, cols].view(np.uint16),
             ordered_sum(parts).view(np.uint16),

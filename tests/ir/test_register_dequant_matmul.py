@@ -43,6 +43,7 @@ from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     SENTINEL,
     TAIL,
+    check_stream_k_program,
     late_scaled_partials,
     make_problem,
     ordered_sum,
@@ -129,42 +130,9 @@ def run_stream_k(
     """Run the stream-K kernel in the interpreter: each tile is the f16 of its segments' f32
     partial sums (each a sum in k order from zero, scaled per group with `late_scale`) added
     in block order, bit for bit; the workspace's tail and the counters end untouched and 0."""
-    problem = make_problem(dtype, group_size, m, n, k, seed)
-    packed, _ = pack_weights(problem.codes, dtype)
     program = register_dequant_matmul(dtype, group_size, config)
-    assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
     slots = config.stream_k_slots(m, n, k)
-    partial = with_tail(slots * m * n, np.float32)
-    counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
-    c = with_tail(m * n, np.float16)
-    arguments = [problem.a, packed, pack_scales(problem.scales), partial, counters, c]
-    run_reference(program, m, n, k, *arguments, grid=config.grid(m, n, k))
-    np.testing.assert_array_equal(partial[slots * m * n :], SENTINEL)
-    np.testing.assert_array_equal(counters, 0)
-    np.testing.assert_array_equal(c[m * n :], SENTINEL)
-    out = c[: m * n].reshape(m, n)
-    values = dtype.decode(problem.codes).astype(np.float16)
-    tiles_n = n // config.block_n
-    bk = config.block_k
-    for tile, ranges in enumerate(stream_k_parts(config, m, n, k)):
-        assert ranges and ranges[0].start == 0 and ranges[-1].stop == k // bk
-        assert len(ranges) <= slots
-        rows = slice((tile // tiles_n) * config.block_m, (tile // tiles_n + 1) * config.block_m)
-        cols = slice((tile % tiles_n) * config.block_n, (tile % tiles_n + 1) * config.block_n)
-        parts = []
-        for span in ranges:
-            ks = slice(span.start * bk, span.stop * bk)
-            a = problem.a[rows, ks]
-            if config.late_scale:
-                scales = problem.scales[span.start * bk // group_size :, cols]
-                (part,) = late_scaled_partials(a, values[ks, cols], scales, group_size, 1)
-            else:
-                (part,) = sequential_partials(a, problem.dequantized[ks, cols], 1)
-            parts.append(part)
-        got = out[rows, cols]
-        np.testing.assert_array_equal(
-            got.view(np.uint16), ordered_sum(parts).view(np.uint16), err_msg=f"tile {tile}"
-        )
+    check_stream_k_program(program, config, dtype, group_size, (m, n, k), seed, slots)
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ from ir.examples.wgmma_dequant_matmul import (
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
-    check_stream_k_prefill,
+    check_stream_k_program,
     check_zero_point_program,
     stream_k_parts,
 )
@@ -181,7 +181,8 @@ def test_stream_k_equals_the_sum_of_its_parts_in_k_order(
 ) -> None:
     n, k = config.block_n * column_blocks, config.block_k * tiles
     program = wgmma_dequant_matmul(dtype, group_size, config)
-    check_stream_k_prefill(program, config, dtype, group_size, (m, n, k), seed=m + n + k)
+    slots = config.partial_slots(m, n, k)
+    check_stream_k_program(program, config, dtype, group_size, (m, n, k), m + n + k, slots)
 
 
 @pytest.mark.parametrize(
