@@ -68,6 +68,8 @@ from layout_algebra.symbolic import (
     simplify,
     var,
 )
+from layout_algebra.symbolic.expr import is_negation
+from layout_algebra.symbolic.printing import to_c
 
 THREAD_NAME = "la_thread"
 """The C variable (and symbolic variable) of the thread index, threadIdx.x."""
@@ -217,13 +219,22 @@ def primary_condition(layout: RegisterLayout, thread: Expr) -> Expr | None:
     return simplify(condition)
 
 
+def fits_int(expr: Expr) -> bool:
+    """Whether the value of `expr` stays within the C int range (by its bounds)."""
+    low, high = expr.bounds()
+    return low is not None and high is not None and C_INT_MIN <= low and high <= C_INT_MAX
+
+
 def is_wide(expr: Expr) -> bool:
     """Whether `expr` or any of its sub-expressions may leave the C int range (by bounds)."""
-    for node in expr.nodes():
-        low, high = node.bounds()
-        if low is None or high is None or low < C_INT_MIN or high > C_INT_MAX:
-            return True
-    return False
+    return not all(fits_int(node) for node in expr.nodes())
+
+
+def loop_counter_type(*values: Expr) -> str:
+    """The C type of a loop's counter given its variable and the expressions of its bounds:
+    ``int`` when all their values fit one (`fits_int`; `c_text` then prints the bounds as
+    ints, however they are computed), else ``long long``."""
+    return "int" if all(fits_int(value) for value in values) else "long long"
 
 
 def is_true(expr: Expr) -> bool:
@@ -326,14 +337,49 @@ class Tile:
 
 
 def c_text(expr: Expr | int) -> str:
-    """C text of a scalar expression, printed over the 64-bit copies of its variables
-    (``la_w_<name>``) when it or a sub-expression may leave the C int range (`is_wide`)."""
+    """C text of a scalar expression, with the value of `Expr.evaluate` wherever its variables
+    lie within their bounds.
+
+    An expression all of whose sub-expressions stay in the C int range (`is_wide`) prints as
+    itself, in int. In any other, each operation whose value may leave that range is computed
+    in 64 bits: one of its operands is 64-bit, where none is the first (a variable as its
+    64-bit copy ``la_w_<name>``, any other operand as ``(long long)(...)``). An
+    operation whose value fits but which reads a 64-bit operand is cast back, ``(int)(...)``:
+    a value that fits is an int however it was computed, so C keeps what stays the same
+    across a loop in a 32-bit register.
+    """
     expr = as_expr(expr)
-    if is_wide(expr):
-        expr = expr.substitute(
-            {node.name: var(WIDE_PREFIX + node.name, node.lo, node.hi) for node in expr.variables()}
-        )
-    return expr.to_c()
+    if not is_wide(expr):
+        return expr.to_c()
+    atoms: dict[Expr, str] = {}
+    wide: dict[Expr, bool] = {}
+
+    def visit(node: Expr) -> None:
+        if node in wide:
+            return
+        for arg in node.args:
+            visit(arg)
+        if not node.args:
+            wide[node] = not fits_int(node)
+            if wide[node] and node.op == "var":
+                atoms[node] = WIDE_PREFIX + node.name
+        elif not fits_int(node):
+            if not any(wide[arg] for arg in node.args):
+                widened = node.args[1 if node.op == "select" or is_negation(node) else 0]
+                atoms[widened] = (
+                    WIDE_PREFIX + widened.name
+                    if widened.op == "var"
+                    else f"(long long)({to_c(widened, atoms)})"
+                )
+            wide[node] = True
+        elif any(wide[arg] for arg in node.args) and not node.is_boolean:
+            atoms[node] = f"(int)({to_c(node, atoms)})"
+            wide[node] = False
+        else:
+            wide[node] = False
+
+    visit(expr)
+    return to_c(expr, atoms)
 
 
 class LoweringContext:

@@ -44,7 +44,7 @@ from backend.lower.context import (
     THREAD_NAME,
     WIDE_PREFIX,
     LoweredKernel,
-    is_wide,
+    loop_counter_type,
 )
 from backend.lower.memory import MemoryLowering
 from backend.tensor_core import (
@@ -305,8 +305,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         """``for (k = start; k < stop; k += step)`` around the body written once."""
         loop_var = instruction.var
         name = loop_var.name
-        wide = is_wide(loop_var) or is_wide(instruction.start) or is_wide(instruction.stop)
-        kind = "long long" if wide else "int"
+        kind = loop_counter_type(loop_var, instruction.start, instruction.stop)
         header = (
             f"for ({kind} {name} = {self.c(instruction.start)}; {name} < "
             f"{self.c(instruction.stop)}; {name} += {instruction.step})"
@@ -389,8 +388,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         name, group = loop_var.name, unroll * step
         reach = (unroll - 1) * step
         last = simplify(stop - reach)
-        wide = any(is_wide(e) for e in (loop_var, start, stop, last))
-        kind = "long long" if wide else "int"
+        kind = loop_counter_type(loop_var, start, stop, last)
         copies = [unrolled_copy(instruction, j) for j in range(unroll)]
         if whole:
             self.find_in_flight_copies(instruction, copies)

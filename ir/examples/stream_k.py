@@ -69,7 +69,7 @@ def stream_k_segments(
         first_block = ((base + 1) * blocks - 1) // work
         yield StreamKSegment(
             tile=minimum(t, tiles - 1),
-            first=maximum(start - base, 0),
+            first=minimum(maximum(start - base, 0), k_tiles - 1),
             end=maximum(minimum(stop - base, k_tiles), 1),
             slot=g - first_block,
             count=((base + k_tiles) * blocks - 1) // work - first_block + 1,

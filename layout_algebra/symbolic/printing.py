@@ -10,7 +10,7 @@ the operands non-negative); the backend prints it into CUDA sources, so it must 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from layout_algebra.symbolic.bounds import interval_of
@@ -36,9 +36,13 @@ _OperatorPrinter = Callable[[Expr, Operator, list[_Printed]], _Printed]
 """A printer of one operator node, given its record and its operands' printed forms."""
 
 
-def to_c(expr: Expr) -> str:
-    """`Expr.to_c()`: the expression as C source text (see the method for the rules)."""
-    return _print(expr, _c_operator, {})[0]
+def to_c(expr: Expr, atoms: Mapping[Expr, str] | None = None) -> str:
+    """`Expr.to_c()`: the expression as C source text (see the method for the rules).
+
+    `atoms` maps sub-expressions to C text printed in their place as a whole operand (it must
+    be a primary expression, such as a name, a call or a parenthesised cast): how the backend
+    prints parts of an expression in another C type (`backend.lower.context.c_text`)."""
+    return _print(expr, _c_operator, {}, atoms or {})[0]
 
 
 def to_python(expr: Expr) -> str:
@@ -86,12 +90,20 @@ def _leaf(node: Expr) -> _Printed:
     return str(node.value), ATOM if node.value >= 0 else UNARY, ""
 
 
-def _print(node: Expr, print_operator: _OperatorPrinter, memo: dict[int, _Printed]) -> _Printed:
-    """The printed form of a node (memoised per node): a leaf, unary minus (`0 - x`), or what
-    `print_operator(node, record, operands)` makes of the operands' printed forms."""
+def _print(
+    node: Expr,
+    print_operator: _OperatorPrinter,
+    memo: dict[int, _Printed],
+    atoms: Mapping[Expr, str] | None = None,
+) -> _Printed:
+    """The printed form of a node (memoised per node): its text in `atoms`, a leaf, unary minus
+    (`0 - x`), or what `print_operator(node, record, operands)` makes of the operands' printed
+    forms."""
     done = memo.get(id(node))
+    if done is None and atoms and node in atoms:
+        done = memo[id(node)] = (atoms[node], ATOM, "")
     if done is None:
-        args = [_print(arg, print_operator, memo) for arg in node.args]
+        args = [_print(arg, print_operator, memo, atoms) for arg in node.args]
         if not args:
             done = _leaf(node)
         elif is_negation(node):

@@ -62,7 +62,7 @@ def _body(source: str, entry: str) -> str:
 
 def test_a_declared_grid_removes_the_bounds_check() -> None:
     without = _body(lower(doubled(grid=False), constants={"n": 1024}).source, "doubled")
-    assert "if (la_w_block_x * 128 + la_w_la_thread * 4 + 3 < 1024) {" in without
+    assert "if (la_w_block_x * 128 + la_thread * 4 + 3 < 1024) {" in without
     assert "? (la_u32)" in without  # the element-by-element fallback
     lowered = lower(doubled(grid=True), constants={"n": 1024})
     body = _body(lowered.source, "doubled")
@@ -74,7 +74,7 @@ def test_a_declared_grid_removes_the_bounds_check() -> None:
 def test_the_grid_bounds_the_block_index_in_the_source() -> None:
     """n <= 2^20: block_x <= 8191, so its addresses fit a C int even with n unknown."""
     without = _body(lower(doubled(grid=False, constant=False)).source, "doubled")
-    assert "if (la_w_block_x * 128 + la_w_la_thread * 4 + 3 < la_w_n) {" in without
+    assert "if (la_w_block_x * 128 + la_thread * 4 + 3 < n) {" in without
     body = _body(lower(doubled(grid=True, constant=False)).source, "doubled")
     assert "if (block_x * 128 + la_thread * 4 + 3 < n) {" in body
     assert "la_w_block_x *" not in body

@@ -119,20 +119,20 @@ def test_vector_width_follows_stride_and_origin_divisibility(
 
 def test_vector_add_source_has_a_16_byte_load_under_a_tail_mask() -> None:
     source = lower(vector_add()).source
-    assert "if (la_w_block_x * 1024 + la_w_la_thread * 8 + 7 < la_w_n) {" in source
+    assert "if (la_w_block_x * 1024 + la_thread * 8 + 7 < n) {" in source
     assert (
-        "const uint4 la_v1 = *(const uint4*)(g0 + (la_w_block_x * 2048 + la_w_la_thread * 16));"
+        "const uint4 la_v1 = *(const uint4*)(g0 + (la_w_block_x * 2048 + la_thread * 16));"
         in source
     )
     # A thread's eight f16 elements are four words: the vector's words as they are.
     assert "r0[0] = la_v1.x;" in source and "r0[3] = la_v1.w;" in source
     # The tail: element by element into the high half of word 3, each under its own check.
     assert (
-        "r0[3] = (r0[3] & 0xFFFFu) | ((la_u32)((la_w_block_x * 1024 + la_w_la_thread * 8 + 7 "
-        "< la_w_n ? (la_u32)((const unsigned short*)g0)[la_w_block_x * 1024 + la_w_la_thread * 8 "
+        "r0[3] = (r0[3] & 0xFFFFu) | ((la_u32)((la_w_block_x * 1024 + la_thread * 8 + 7 "
+        "< n ? (la_u32)((const unsigned short*)g0)[la_w_block_x * 1024 + la_thread * 8 "
         "+ 7] : 0u)) << 16);" in source
     )
-    assert "*(uint4*)(g2 + (la_w_block_x * 2048 + la_w_la_thread * 16)) = make_uint4(" in source
+    assert "*(uint4*)(g2 + (la_w_block_x * 2048 + la_thread * 16)) = make_uint4(" in source
 
 
 def test_vector_add_accesses_table() -> None:
@@ -275,7 +275,7 @@ def test_copy_async_at_the_tensor_end_zero_fills_with_src_size() -> None:
         b.copy_async(buffer, view, [0, b.block_x * 32])
     kernel = lower(b.program())
     source = kernel.source
-    assert "if (la_w_block_x * 32 + (la_w_la_thread & 3) * 8 + 7 < la_w_n) {" in source
+    assert "if (la_w_block_x * 32 + (la_thread & 3) * 8 + 7 < n) {" in source
     assert "la_cp_async_16(s0 + (la_thread * 16), g0 + (" in source
     assert "la_cp_async_zfill_16(s0 + (la_thread * 16), (la_count1 > 0 ? g0 + (" in source
     (filled,) = [a for a in kernel.accesses if a.count is not None]
@@ -359,13 +359,13 @@ def test_declared_divisors_give_vector_accesses_in_the_quantized_matmul() -> Non
     ints = {p.name: p.multiple_of for p in kernel.params if isinstance(p, KernelIntParam)}
     assert ints == {"m": 1, "n": 8, "k": 8}
     a_copy = (
-        "la_cp_async_16(s0 + (la_thread * 16), g0 + ((la_w_block_y * 64 + (la_w_la_thread >> 2))"
-        " * la_w_k * 2 + la_w_k0 * 64 + (la_w_la_thread & 3) * 16));"
+        "la_cp_async_16(s0 + (la_thread * 16), g0 + ((la_w_block_y * 64 + (la_thread >> 2))"
+        " * k * 2 + la_w_k0 * 64 + (la_thread & 3) * 16));"
     )
     assert a_copy in kernel.source
     weight_load = (
-        "const unsigned int la_v3 = *(const unsigned int*)(g1 + ((la_w_k0 * 32 + "
-        "(la_w_la_thread >> 3)) * (la_w_n >> 1) + la_w_block_x * 32 + (la_w_la_thread & 7) * 4));"
+        "const unsigned int la_v3 = *(const unsigned int*)(g1 + ((long long)(k0 * 32 + "
+        "(la_thread >> 3)) * (n >> 1) + la_w_block_x * 32 + (la_thread & 7) * 4));"
     )
     assert weight_load in kernel.source
     global_copies = [
