@@ -220,9 +220,22 @@ def primary_condition(layout: RegisterLayout, thread: Expr) -> Expr | None:
 
 
 def fits_int(expr: Expr) -> bool:
-    """Whether the value of `expr` stays within the C int range (by its bounds)."""
+    """Whether the value of `expr` stays within the C int range (by its bounds), and for a
+    `//` or `%` that `Expr.to_c` prints with Python's floor semantics (an operand of unknown
+    sign) the values its formula computes on the way, which exceed the operands by up to twice
+    the divisor."""
     low, high = expr.bounds()
-    return low is not None and high is not None and C_INT_MIN <= low and high <= C_INT_MAX
+    if low is None or high is None or low < C_INT_MIN or high > C_INT_MAX:
+        return False
+    if expr.op not in ("//", "%"):
+        return True
+    (x_low, x_high), (y_low, y_high) = (arg.bounds() for arg in expr.args)
+    if x_low is not None and x_low >= 0 and y_low is not None and y_low >= 1:
+        return True
+    if None in (x_low, x_high, y_low, y_high):
+        return False
+    reach = max(-x_low, x_high) + 2 * max(-y_low, y_high) + 1
+    return reach <= C_INT_MAX
 
 
 def is_wide(expr: Expr) -> bool:

@@ -573,7 +573,7 @@ def test_a_stream_k_kernel_runs_the_same_k_loop_per_segment() -> None:
     segments = lower(wgmma_dequant_matmul(dtypes.i4, 128, streamed), "sm_90a", constants=LAYER)
     loops = [
         _innermost_loop(whole.source, "for (int k0 = 0;"),
-        _innermost_loop(segments.source, "for (long long k1 ="),
+        _innermost_loop(segments.source, "for (int k1 ="),
     ]
     for text in ("if (", "la_wgmma_wait", "wgmma.mma_async", "la_tma_load_2d", "__syncthreads"):
         assert loops[0].count(text) == loops[1].count(text), text
