@@ -59,7 +59,8 @@ each compiled and measured in the same run.
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
-        [--batches 1,16,256,4096] [--tune-batches 1,16] [--kernels register_dequant,mma]
+        [--batches 1,16,256,4096] [--shapes 4096x12288,8192x8192] [--tune-batches 1,16]
+        [--kernels register_dequant,mma]
         [--space full|compact] [--configs-from FILES] [--variants "stages=3,depth=1"]
         [--output benchmarks/results]
 """
@@ -567,6 +568,14 @@ def parse_overrides(text: str) -> dict[str, int | bool]:
     return overrides
 
 
+def parse_shape(text: str) -> tuple[int, int]:
+    """(K, N) of a ``--shapes`` entry written ``KxN`` (``4096x12288``)."""
+    parts = text.strip().lower().split("x")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ValueError(f"--shapes entry {text!r}: expected KxN with positive integers")
+    return int(parts[0]), int(parts[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -575,6 +584,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30, help="timed runs per kernel (>= 30)")
     parser.add_argument(
         "--batches", default=None, help="batches M, comma-separated (default: 1,16,256,4096)"
+    )
+    parser.add_argument(
+        "--shapes",
+        default=None,
+        help="weight shapes KxN, comma-separated (default: the four layers of SHAPES)",
     )
     parser.add_argument(
         "--tune-batches",
@@ -639,13 +653,18 @@ def main(argv: list[str] | None = None) -> int:
     if options.configs_from:
         recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
         space = f"recorded configurations ({options.space} where tuned)"
+    shapes = QUICK_SHAPES if options.quick else SHAPES
+    if options.shapes:
+        try:
+            shapes = [parse_shape(text) for text in options.shapes.split(",")]
+        except ValueError as error:
+            parser.error(str(error))
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
     weights = [dtypes.from_name(name.strip()) for name in options.weights.split(",")]
-    shapes = QUICK_SHAPES if options.quick else SHAPES
     batches = QUICK_BATCHES if options.quick else BATCHES
     if options.batches:
         batches = [int(m) for m in options.batches.split(",")]

@@ -1,0 +1,54 @@
+"""The quantized-matmul benchmark's command line, on the CPU: ``--shapes`` and ``--options``
+are parsed, and bad entries are refused before any GPU is looked for."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+_spec = importlib.util.spec_from_file_location(
+    "quantized_matmul_benchmark", BENCHMARKS / "quantized_matmul.py"
+)
+benchmark = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = benchmark
+# The benchmark imports its sibling modules (matmul, records) by their names.
+sys.path.insert(0, str(BENCHMARKS))
+try:
+    _spec.loader.exec_module(benchmark)
+finally:
+    sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [("4096x12288", (4096, 12288)), (" 8192X57344 ", (8192, 57344)), ("1x1", (1, 1))],
+)
+def test_parse_shape(text: str, shape: tuple[int, int]) -> None:
+    assert benchmark.parse_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["4096", "12x", "x8", "0x8", "-4x8", "4x8x2", "ax b"])
+def test_a_bad_shape_is_refused_by_name(text: str) -> None:
+    with pytest.raises(ValueError, match=f"--shapes entry {text!r}: expected KxN"):
+        benchmark.parse_shape(text)
+
+
+def test_the_command_line_refuses_a_bad_shape_before_looking_for_a_gpu(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["--shapes", "4096x12288,12x"])
+    assert exit_info.value.code == 2
+    assert "--shapes entry '12x'" in capsys.readouterr().err
+
+
+def test_option_sets_parse_integers_and_booleans() -> None:
+    assert benchmark.parse_overrides("block_m=56,split_dot=true,stream_k=0") == {
+        "block_m": 56,
+        "split_dot": True,
+        "stream_k": 0,
+    }
+    with pytest.raises(ValueError, match="expected an integer, true or false"):
+        benchmark.parse_overrides("block_m=wide")
