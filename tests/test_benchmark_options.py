@@ -1,5 +1,6 @@
 """The quantized-matmul benchmark's command line, on the CPU: ``--shapes`` and ``--options``
-are parsed, and bad entries are refused before any GPU is looked for."""
+are parsed, and bad entries are refused before any GPU is looked for (skipped without torch,
+which the benchmark imports)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("torch", reason="the benchmark imports torch")
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 _spec = importlib.util.spec_from_file_location(
