@@ -8,9 +8,9 @@ Property: on a small program and on random programs of `ir.testing`, declaring a
 changes nothing `ir.run_reference` computes, bit for bit.
 Differential against NVRTC (no GPU): `backend.nvrtc.cubin_registers` reads the register
 counts ptxas reports in NVRTC's log (``--ptxas-options=-v``) for each kernel of a CUBIN; the
-decoding kernel `register_dequant_matmul` (i2, split 4, 128 threads) uses more than 96 registers
-a thread without an occupancy and at most 96 with five blocks an SM (65536 registers /
-(5 * 128 threads), rounded down to the allocation unit of 8); bytes that are no CUBIN raise
+decoding kernel `register_dequant_matmul` (i2, split 4, 128 threads) uses more than 80 registers
+a thread without an occupancy and at most 80 with six blocks an SM (65536 registers /
+(6 * 128 threads), rounded down to the allocation unit of 8); bytes that are no CUBIN raise
 `CompilationError`.
 """
 
