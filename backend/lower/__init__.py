@@ -34,9 +34,11 @@ How each part of the IR becomes C++:
   fast conversions and mma operands take words, and f16/bf16 add, sub and mul run on pairs.
 - Every written instruction records the path it took (`report`: vector widths, element-by-element
   fallbacks, fast or codec conversions, mma, ldmatrix), `LoweredKernel.report`.
-- Scalars (parameters, block indices, loop variables) are C ints; an expression whose value or
-  intermediate values may leave the int range (by the bounds of its variables) is printed over
-  64-bit copies of the variables (``la_w_<name>``).
+- Scalars (parameters, block indices, loop variables) are C ints; in an expression, each
+  operation whose value may leave the int range (by the bounds of its variables) is computed in
+  64 bits (a variable through its 64-bit copy ``la_w_<name>``), and one whose value fits but
+  reads a 64-bit operand is cast back to int (`context.c_text`). A loop counts in an int when
+  its bounds' values fit.
 - Addresses come from the layouts: element i of thread t of a tile at `origin` of a memory
   tensor lives at ``memory.offset(origin + register.map(t, i))``, built with t the symbolic
   thread index, simplified (`layout_algebra.symbolic.simplify`) and printed with `to_c`.
