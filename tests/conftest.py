@@ -5,7 +5,8 @@ REQUIRE_GPU=1 is set, in which case a missing device fails them.
 
 Tests that compile host code (the CPU emulation of generated kernels, the conversion functions,
 the C text of symbolic expressions) take the fixture `c_compiler` (gcc, else cc) or
-`cxx_compiler` (g++): the compiler's path. Without one they skip, unless the environment
+`cxx_compiler` (g++): the compiler's path; `run_c` compiles a C program with the first and
+returns the integers it prints. Without one they skip, unless the environment
 variable REQUIRE_COMPILER=1 is set (CI sets it), in which case a missing compiler fails them.
 
 Kernels the tests compile go to a temporary kernel cache made for the session (removed at its
@@ -18,7 +19,10 @@ import atexit
 import functools
 import os
 import shutil
+import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -104,3 +108,24 @@ def c_compiler() -> str:
 def cxx_compiler() -> str:
     """Path of the host C++ compiler g++ (see the module docstring for a missing one)."""
     return find_compiler(("g++",), "C++")
+
+
+@pytest.fixture
+def run_c(tmp_path: Path, c_compiler: str) -> Callable[..., list[int]]:
+    """``run_c(program, flags=("-std=c99",))``: compile the C `program` with the host C
+    compiler and run it; the integers it prints, one a line. A compiler error fails the test
+    with the compiler's message."""
+
+    def run(program: str, flags: Sequence[str] = ("-std=c99",)) -> list[int]:
+        source, binary = tmp_path / "program.c", tmp_path / "program"
+        source.write_text(program)
+        command = [c_compiler, *flags, "-o", str(binary), str(source)]
+        built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if built.returncode != 0:
+            pytest.fail(f"{' '.join(command)} failed:\n{built.stderr}")
+        output = subprocess.run(
+            [str(binary)], check=True, capture_output=True, text=True, timeout=60
+        )
+        return [int(line) for line in output.stdout.split()]
+
+    return run

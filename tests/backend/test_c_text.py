@@ -14,9 +14,7 @@ in the wrong width gives a wrong value) and run at values at and between their b
 from __future__ import annotations
 
 import random
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -84,9 +82,9 @@ def value_or_none(expr: Expr, env: dict[str, int]) -> int | None:
         return None
 
 
-def run_c(cases: list[tuple[str, dict[str, int]]], directory: Path, compiler: str) -> list[int]:
-    """Compile one C program computing each printed expression with the variables as ints and
-    their 64-bit copies declared as the kernels declare them; its results."""
+def c_program(cases: list[tuple[str, dict[str, int]]]) -> str:
+    """One C program computing each printed expression with the variables as ints and their
+    64-bit copies declared as the kernels declare them, printing the results."""
     parameters = ", ".join(f"int {name}" for name in VARIABLES)
     copies = " ".join(f"const long long {WIDE_PREFIX}{name} = {name};" for name in VARIABLES)
     lines = ["#include <stdio.h>"]
@@ -97,18 +95,11 @@ def run_c(cases: list[tuple[str, dict[str, int]]], directory: Path, compiler: st
         arguments = ", ".join(f"(int){env[name]}LL" for name in VARIABLES)
         lines.append(f'  printf("%lld\\n", e{index}({arguments}));')
     lines.append("  return 0;\n}")
-    source = directory / "c_text.c"
-    source.write_text("\n".join(lines) + "\n")
-    binary = directory / "c_text"
-    flags = ["-O0", "-std=c99", "-fwrapv", "-Wno-unused-variable"]
-    subprocess.run(
-        [compiler, *flags, "-o", str(binary), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    run = subprocess.run([str(binary)], check=True, capture_output=True, text=True, timeout=60)
-    return [int(line) for line in run.stdout.split()]
+    return "\n".join(lines) + "\n"
+
+
+C_FLAGS = ("-O0", "-std=c99", "-fwrapv", "-Wno-unused-variable")
+"""Signed overflow wraps, so a sub-expression computed in the wrong width gives a wrong value."""
 
 
 # ---------------------------------------------------------------------------------------- exact
@@ -177,7 +168,7 @@ def test_int_expressions_print_as_themselves_and_fitting_wide_ones_are_cast(
 # -------------------------------------------------------------------------------- differential
 
 
-def test_c_text_computes_what_evaluate_computes(tmp_path: Path, c_compiler: str) -> None:
+def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]]) -> None:
     generator = random.Random(20261203)
     cases: list[tuple[str, dict[str, int]]] = []
     expected: list[int] = []
@@ -195,4 +186,4 @@ def test_c_text_computes_what_evaluate_computes(tmp_path: Path, c_compiler: str)
                 expected.append(value)
     # Most expressions need 64 bits somewhere, so the widths are what is tested.
     assert wide > expressions // 5
-    assert run_c(cases, tmp_path, c_compiler) == expected
+    assert run_c(c_program(cases), C_FLAGS) == expected

@@ -12,9 +12,7 @@ from __future__ import annotations
 import operator
 import pickle
 import random
-import subprocess
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -334,11 +332,9 @@ def test_to_sympy_agrees_with_evaluate(tree: tuple[Expr, Reference], env: dict[s
         assert result == expected
 
 
-def compile_and_run_c(
-    cases: list[tuple[str, dict[str, int]]], directory: Path, compiler: str
-) -> list[int]:
-    """Compile one C program that prints each C expression under its environment with the C
-    `compiler`; its output."""
+def c_program(cases: list[tuple[str, dict[str, int]]]) -> str:
+    """One C program that prints each C expression under its environment (a function per
+    case, the tree variables as its `long long` parameters)."""
     parameters = ", ".join(f"long long {name}" for name in TREE_RANGES)
     lines = ["#include <stdio.h>"]
     for index, (text, _) in enumerate(cases):
@@ -348,20 +344,10 @@ def compile_and_run_c(
         arguments = ", ".join(str(env[name]) for name in TREE_RANGES)
         lines.append(f'  printf("%lld\\n", e{index}({arguments}));')
     lines.append("  return 0;\n}")
-    source = directory / "expressions.c"
-    source.write_text("\n".join(lines) + "\n")
-    binary = directory / "expressions"
-    subprocess.run(
-        [compiler, "-O0", "-std=c99", "-o", str(binary), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    run = subprocess.run([str(binary)], check=True, capture_output=True, text=True, timeout=60)
-    return [int(line) for line in run.stdout.split()]
+    return "\n".join(lines) + "\n"
 
 
-def test_c_text_computes_what_evaluate_computes(tmp_path: Path, c_compiler: str) -> None:
+def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]]) -> None:
     generator = random.Random(20240611)
     cases: list[tuple[str, dict[str, int]]] = []
     expected: list[int] = []
@@ -386,4 +372,4 @@ def test_c_text_computes_what_evaluate_computes(tmp_path: Path, c_compiler: str)
             for printed in (expression, simplify(expression)):
                 cases.append((printed.to_c(), env))
                 expected.append(int(value))
-    assert compile_and_run_c(cases, tmp_path, c_compiler) == expected
+    assert run_c(c_program(cases), ("-O0", "-std=c99")) == expected
