@@ -27,9 +27,9 @@ by 64 columns of b bits, 128 * units_k * b bytes, and an SM holds about `RESIDEN
 warps of such a kernel (64K registers at about 128 per thread), so:
 - units_k: the powers of two with 16 * 128 * units_k * b in the window, i.e. units_k * b in
   [16, 32] (b = 8: 2, 4; b = 4: 4, 8; b = 2: 8, 16; b = 1: 16, 32), as far as the group size
-  allows (a k-tile never spans two groups: at group size 128, units_k <= 8); and below 8
-  bits the k-tile of the group itself (the late scale's) up to twice the window's top (b = 5,
-  6, 7: units_k 8 at group size 128), since the late scale saves a multiply per weight pair;
+  allows (a k-tile never spans two groups: at group size 128, units_k <= 8); and the k-tile
+  of the group itself (the late scale's) up to twice the window's top (b = 5, 6, 7, 8:
+  units_k 8 at group size 128), since the late scale saves a multiply per weight pair;
 - depth (k-tiles loaded ahead in the register ring): 1, and 2 where twice the bytes stay in
   the window;
 - warps in {2, 4, 8} (1 only when N fits no other), one unit of 64 columns each;
@@ -37,7 +37,8 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   `MAX_WAVES` full waves (every SM holding 16 warps), with at least `MIN_TILES_PER_SPLIT`
   k-tiles per block;
 - where the k-tile is the group, each point with and without `late_scale` (the scales
-  applied to the mma products instead of the weights: fewer instructions, more registers);
+  applied to the mma products instead of the weights: fewer instructions, more registers),
+  with it alone where that k-tile is past the window's top;
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
@@ -56,7 +57,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 11 to 172 candidates at 1 to 8 bits (15 to 172 at
+For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (15 to 188 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -531,8 +532,8 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     """The k16 steps per k-tile tried at `nbits`-bit weights: the powers of two u with
     16 * 128 * u * b bytes in `IN_FLIGHT_BYTES` (u * b in [16, 32]) whose k-tile divides K and
     the group size; when the group size or K allows none, the largest power of two below the
-    window that fits; and below 8 bits the group's own k-tile (group_size / 16, where the late
-    scale applies) when it divides K and its bytes are at most twice the window's top.
+    window that fits; and the group's own k-tile (group_size / 16, where the late scale
+    applies) when it divides K and its bytes are at most twice the window's top.
     Requires: K and the group size multiples of 16.
     """
 
@@ -546,8 +547,7 @@ def units_k_choices(nbits: int, k: int, group_size: int) -> tuple[int, ...]:
     # u = 1 always fits (K and the group size are multiples of 16): never empty.
     choices = window or (max(u for u in powers if u < low and fits(u)),)
     group_units = group_size // UNIT_K
-    # At 8 bits the loop streams at the roofline's bytes already (89 % at M = 1): no gain.
-    late = nbits < 8 and group_units in powers and group_units > max(choices)
+    late = group_units in powers and group_units > max(choices)
     if late and group_units <= 2 * high and fits(group_units):
         choices += (group_units,)
     return choices
@@ -650,8 +650,11 @@ def decode_search_space(
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
                 blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
-                # Scaling the products instead of the weights needs the k-tile to be the group.
+                # Scaling the products instead of the weights needs the k-tile to be the group;
+                # a k-tile past the window's top is there for the late scale alone.
                 lates = (False, True) if UNIT_K * units_k == group_size else (False,)
+                if _warp_tile_bytes(problem.weight_dtype.nbits) * units_k > IN_FLIGHT_BYTES[1]:
+                    lates = lates[-1:]
                 depths = depth_choices(problem.weight_dtype.nbits, units_k)
                 if compact:
                     lates, depths = lates[-1:], (1,)

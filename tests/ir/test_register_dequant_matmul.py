@@ -203,6 +203,14 @@ CASES = [
     (dtypes.i2, 128, DequantConfig(warps=1, units_k=8, split=2, late_scale=True), 17, 1, 2),
     (dtypes.u4, 64, DequantConfig(units_k=4, depth=2, late_scale=True), 5, 1, 3),
     (dtypes.f4e2m1, 32, DequantConfig(warps=2, units_n=2, units_k=2, late_scale=True), 16, 1, 3),
+    (
+        dtypes.i8,
+        128,
+        DequantConfig(warps=1, units_k=8, units_m=2, late_scale=True, weights_as_a=True),
+        16,
+        1,
+        2,
+    ),
     # A float's bias moved from its cast to the scales (weight_exponent).
     (dtypes.f6e3m2, 64, DequantConfig(warps=1, units_k=4, late_scale=True), 5, 2, 2),
     # C^T = W^T A^T, 8 rows of A per block: m of one, several and a partial row block.
