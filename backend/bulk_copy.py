@@ -35,6 +35,19 @@ bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule
 `sync` separates a wait on a tile from the next bulk copy into it keeps every thread's parity
 one phase behind at most.
 
+Releases (`ir.instructions.CopyBulkRelease`): a tensor the program releases has a second
+barrier per slot of each stage, the slot's *free* barrier, initialised with an arrival count
+of its warps (of its threads where the block is not whole warps). A release of a tile: each
+warp synchronises its lanes (``__syncwarp``: their reads of the slot are done) and its lane 0
+arrives on the free barrier of each slot of the tile, with release semantics; where the
+thread count is not a multiple of 32, every thread arrives. A copy into the slot: thread 0
+first waits on the slot's free barrier for the phase of parity ``(free_phases >> i) & 1``
+(acquire) and flips that bit. The mask starts at all ones: a fresh barrier counts its phase
+before the first as complete, so each slot's first copy does not wait. The IR's release rule
+(one release between two copies into a slot, nothing but a release standing in for it) keeps
+the phases in step. Where the tensor's copies fall back to ``cp.async``, a release is a
+barrier of the block.
+
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
 launch's int arguments, in the box's order (`backend.kernel.KernelTensorMapParam`), cached per
@@ -96,6 +109,12 @@ static __device__ __forceinline__ void la_mbarrier_expect(unsigned long long* ba
                  ::"r"(address), "r"(bytes) : "memory");
 }
 
+static __device__ __forceinline__ void la_mbarrier_arrive(unsigned long long* barrier)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(barrier);
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(address) : "memory");
+}
+
 static __device__ __forceinline__ bool la_mbarrier_try_wait(unsigned long long* barrier,
                                                             unsigned parity)
 {
@@ -154,7 +173,8 @@ class BulkTensorPlan:
     (`stages`: the leading extents, () for one stage). Slot j of stage s is written at byte
     ``slot_starts[j] + s * stage_bytes`` of the tensor, with the box's swizzle; its barrier is
     ``s * len(slots) + j``. `checked`: the (origin, box) of every stage's every slot, each found
-    by `derive_box`."""
+    by `derive_box`. `released`: the program releases the tensor's tiles
+    (`ir.instructions.CopyBulkRelease`), so each slot has a free barrier as well."""
 
     tensor: SharedTensor
     box: TmaBox
@@ -163,6 +183,7 @@ class BulkTensorPlan:
     slots: tuple[tuple[int, ...], ...]
     slot_starts: tuple[int, ...]
     checked: tuple[tuple[tuple[int, ...], TmaBox], ...]
+    released: bool = False
 
     @property
     def count(self) -> int:
@@ -282,11 +303,12 @@ def _boxes(
 def _tensor_plan(
     tensor: SharedTensor,
     copies: list[instructions.CopyBulk],
-    waits: list[instructions.CopyBulkWait],
+    waits: list[instructions.CopyBulkWait | instructions.CopyBulkRelease],
     divisor: Callable[[Expr | int], int],
 ) -> BulkTensorPlan | None:
     """The plan of `tensor`'s bulk copies, or None where one of them does not qualify
-    (`divisor` as `plan_bulk_copies`'s)."""
+    (`divisor` as `plan_bulk_copies`'s); `waits`: its waits and releases, each a union of
+    whole slots."""
     bits = tensor.dtype.nbits
     shapes = {copy.shape for copy in copies}
     orders = {unit_stride_order(copy.src.layout.strides) for copy in copies}
@@ -334,8 +356,9 @@ def _tensor_plan(
             return None
         if box.start != slot_starts[slot] + stage * stage_bytes:
             return None
+    released = any(isinstance(wait, instructions.CopyBulkRelease) for wait in waits)
     plan = BulkTensorPlan(
-        tensor, first, stages, stage_bytes, tuple(slots), slot_starts, tuple(checked)
+        tensor, first, stages, stage_bytes, tuple(slots), slot_starts, tuple(checked), released
     )
     for wait in waits:
         origin = _constant_origin(wait.offsets[lead:])
@@ -358,13 +381,13 @@ def plan_bulk_copies(
     if arch is None or arch_number(arch) < BULK_COPY_ARCH:
         return NO_BULK_COPIES
     copies: dict[str, list[instructions.CopyBulk]] = {}
-    waits: dict[str, list[instructions.CopyBulkWait]] = {}
+    waits: dict[str, list[instructions.CopyBulkWait | instructions.CopyBulkRelease]] = {}
     tensors: dict[str, SharedTensor] = {}
     for instruction in program.walk():
         if isinstance(instruction, instructions.CopyBulk):
             copies.setdefault(instruction.dst.name, []).append(instruction)
             tensors[instruction.dst.name] = instruction.dst
-        elif isinstance(instruction, instructions.CopyBulkWait):
+        elif isinstance(instruction, (instructions.CopyBulkWait, instructions.CopyBulkRelease)):
             waits.setdefault(instruction.dst.name, []).append(instruction)
     plans = {}
     for name, tensor in tensors.items():

@@ -43,10 +43,12 @@ written as one dot per k16 step, each step's A dequantized just before it) need 
 between them: `dot_chains` finds them, and the lowering leaves each link running and waits
 once after the last, so the instructions between the links run beside the tensor cores.
 
-Dots under a branch or in a loop of more than one trip inside the k loop, and bodies with a
-second candidate dot, are not kept in flight across iterations; neither are the dots of loops
-the lowering unrolls, but for one case (`in_flight_copies`): a dot with A from registers in a
-loop unrolled into whole groups of copies, each copy's A a set of registers of its own.
+Dots under a branch or in a loop of more than one trip inside the k loop, bodies with a
+second candidate dot, and bodies that release a bulk-copied tile (`CopyBulkRelease`: every
+warp's reads of it are done there) are not kept in flight across iterations; neither are
+the dots of loops the lowering unrolls, but for one case (`in_flight_copies`): a dot with A
+from registers in a loop unrolled into whole groups of copies, each copy's A a set of
+registers of its own.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from ir.instructions import (
     Assign,
     CopyAsync,
     CopyBulk,
+    CopyBulkRelease,
     Dot,
     ForRange,
     Instruction,
@@ -364,6 +367,8 @@ def _checked_links(
     results = {id(dot.out) for dot in dots}
     register_as = {id(dot.a) for dot in dots if candidates[id(dot)][0] is None}
     everything = _all(body)
+    if any(isinstance(instruction, CopyBulkRelease) for _, instruction in everything):
+        return None  # a release needs every dot of its iteration complete
     for _, instruction in everything:
         if id(instruction) in mine:
             continue
@@ -523,6 +528,6 @@ def _breaks_chain(
         return True
     if isinstance(instruction, Assign) and id(instruction.dst) in a_registers:
         return True
-    if isinstance(instruction, (StoreShared, CopyAsync, CopyBulk)):
+    if isinstance(instruction, (StoreShared, CopyAsync, CopyBulk, CopyBulkRelease)):
         return instruction.dst.name in shared
     return False

@@ -52,6 +52,7 @@ from ir.instructions import (
     CopyAsyncCommit,
     CopyAsyncWait,
     CopyBulk,
+    CopyBulkRelease,
     CopyBulkWait,
     Dot,
     Fma,
@@ -652,22 +653,38 @@ class ProgramBuilder:
         """Wait for the bulk copy into the tile `shape` at `offsets` (default 0) of `dst`
         (`ir.instructions.CopyBulkWait`); `shape` defaults to the tile of the last `copy_bulk`
         into `dst` built so far."""
+        self._emit(CopyBulkWait(dst, *self._bulk_tile("copy_bulk_wait", dst, offsets, shape)))
+
+    def _bulk_tile(
+        self,
+        op: str,
+        dst: SharedTensor,
+        offsets: Sequence[ExprLike] | None,
+        shape: Sequence[int] | None,
+    ) -> tuple[tuple[Expr, ...], tuple[int, ...]]:
+        """The (offsets, shape) of the tile of `dst` a wait or release names; `shape` defaults
+        to the tile of the last `copy_bulk` into `dst`."""
         if not isinstance(dst, SharedTensor):
-            raise VerificationError(f"copy_bulk_wait waits on a SharedTensor, got {dst!r}")
+            raise VerificationError(f"{op} names a tile of a SharedTensor, got {dst!r}")
         if shape is None:
             if dst.name not in self._bulk_shapes:
                 raise VerificationError(
-                    f"copy_bulk_wait({dst.name}): no copy_bulk into {dst.name} before it; give "
-                    "the tile's shape"
+                    f"{op}({dst.name}): no copy_bulk into {dst.name} before it; give the "
+                    "tile's shape"
                 )
             shape = self._bulk_shapes[dst.name]
-        self._emit(
-            CopyBulkWait(
-                dst,
-                self._shared_offsets(dst, offsets, "copy_bulk_wait offsets"),
-                tuple(shape),
-            )
-        )
+        return self._shared_offsets(dst, offsets, f"{op} offsets"), tuple(shape)
+
+    def copy_bulk_release(
+        self,
+        dst: SharedTensor,
+        offsets: Sequence[ExprLike] | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> None:
+        """Release the tile `shape` at `offsets` (default 0) of `dst` to the next bulk copy
+        into it (`ir.instructions.CopyBulkRelease`); `shape` defaults to the tile of the last
+        `copy_bulk` into `dst` built so far."""
+        self._emit(CopyBulkRelease(dst, *self._bulk_tile("copy_bulk_release", dst, offsets, shape)))
 
     def sync(self) -> None:
         """A barrier of all the block's threads."""

@@ -27,6 +27,8 @@ Memory (tile shape = the register layout's shape, padded with leading 1s to the 
                    the tile `shape`, asynchronously, by the block as a whole (Hopper's tensor
                    memory accelerator where the lowering can use it)
     CopyBulkWait   wait for the bulk copy into a tile; every thread then sees its elements
+    CopyBulkRelease     every thread is done with a bulk-copied tile: the next bulk copy into
+                   it may start without a block barrier
     Sync                block-wide barrier (also makes completed copies visible to all threads)
     WaitPriorGrid       wait for the kernels launched before this one (programmatic launch)
     LaunchDependents    let the kernels launched after this one start (programmatic launch)
@@ -386,7 +388,8 @@ class CopyBulk(Instruction):
     completed on an mbarrier. The written elements stay pending until a `CopyBulkWait` on the
     same tile; copy groups (`CopyAsyncCommit`, `CopyAsyncWait`) do not cover it. A tile may not
     be bulk-copied into again after a wait on it until a `Sync` has passed (the phase of the
-    barrier the next copy completes must not overtake a thread still waiting on the last).
+    barrier the next copy completes must not overtake a thread still waiting on the last), or,
+    in a shared tensor the program releases (`CopyBulkRelease`), until a release of the tile.
     """
 
     op: ClassVar[str] = "copy_bulk"
@@ -403,6 +406,26 @@ class CopyBulkWait(Instruction):
     elements are then visible to every thread, with no `Sync`."""
 
     op: ClassVar[str] = "copy_bulk_wait"
+    dst: SharedTensor
+    offsets: Offsets
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class CopyBulkRelease(Instruction):
+    """Every thread is past its reads of the tile `shape` at `offsets` of `dst`, waited for by
+    a `CopyBulkWait`: the next `CopyBulk` into it may be issued with no `Sync` in between, and
+    no thread touches the tile until that copy's wait.
+
+    In a shared tensor that has releases, every bulk copy into a tile but the first needs one
+    release since the copy before it (a `Sync` does not stand in for it): on sm_90a the
+    lowering gives each barrier slot of the tensor a second mbarrier that every warp arrives
+    on at a release and that the thread issuing the next copy into the slot waits on, so a
+    warp waits for no other warp but that one thread, and only for the warps still reading
+    the slot.
+    """
+
+    op: ClassVar[str] = "copy_bulk_release"
     dst: SharedTensor
     offsets: Offsets
     shape: tuple[int, ...]

@@ -29,7 +29,10 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
   covered by a `copy_async_wait`, or while a `copy_bulk` into it is in flight (not yet covered
   by a `copy_bulk_wait` on its tile, after which every thread sees it); a `copy_bulk_wait` on a
   tile with no bulk copy in flight; a `copy_bulk` into a tile waited for, or written by a
-  thread, since the last `sync`;
+  thread, since the last `sync`; in a shared tensor the program releases
+  (`copy_bulk_release`), a `copy_bulk` into a tile copied before and not released since (a
+  `sync` does not stand in for the release there), a release of a tile not copied and waited
+  for since its last release, and any access to a released tile before its next copy;
 - shared memory read by a thread other than the one that wrote it with no `sync` in between, and
   shared memory overwritten after another thread read it with no `sync` in between (a copy
   issued without a layout, and any access through a replicated layout, count as made by several
@@ -213,6 +216,10 @@ class _SharedState:
         # Bulk copies: elements in flight, and elements waited for since the last sync.
         self.bulk = np.zeros(size, dtype=bool)
         self.bulk_waited = np.zeros(size, dtype=bool)
+        # Releases (`copy_bulk_release`): elements bulk-copied at least once, and elements
+        # released since their last bulk copy.
+        self.copied = np.zeros(size, dtype=bool)
+        self.released = np.zeros(size, dtype=bool)
 
     def mark(
         self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray, distinct: bool
@@ -472,9 +479,20 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"{state.tensor.name} (copy_bulk_wait on its tile first)"
             )
 
+    def check_not_released(self, state: _SharedState, elements: np.ndarray, verb: str) -> None:
+        """Any of `elements` released and not bulk-copied into since is an error."""
+        released = state.released[elements]
+        if released.any():
+            bad = int(elements[released][0])
+            raise self.error(
+                f"shared memory {verb} after its release: element {bad} of "
+                f"{state.tensor.name} belongs to the next bulk copy into it"
+            )
+
     def read_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
         """Check that the tile's threads may read `elements` now; record them as readers."""
         self.check_no_bulk(state, elements, "read")
+        self.check_not_released(state, elements, "read")
         pending = state.pending[elements] >= 0
         if pending.any():
             bad = int(elements[pending][0])
@@ -497,6 +515,7 @@ class BlockInterpreter(InstructionVisitor[None]):
     def write_shared(self, state: _SharedState, elements: np.ndarray, key: TileKey) -> None:
         """Check that the tile's threads may overwrite `elements` now; record them as writers."""
         self.check_no_bulk(state, elements, "written")
+        self.check_not_released(state, elements, "written")
         pending = state.pending[elements] >= 0
         if pending.any():
             bad = int(elements[pending][0])
@@ -575,6 +594,18 @@ class BlockInterpreter(InstructionVisitor[None]):
         state = self.shared[dst.name]
         targets = self.shared_access(dst, instruction.dst_offsets, shape)
         self.check_no_bulk(state, targets, "written")
+        if dst.name in self.run.released_tensors:
+            unreleased = state.copied[targets] & ~state.released[targets]
+            if unreleased.any():
+                bad = int(targets[unreleased][0])
+                raise self.error(
+                    f"bulk copy into a tile not released since its last bulk copy: element "
+                    f"{bad} of {dst.name}; in a shared tensor with releases, copy_bulk_release "
+                    "must come between a tile's uses and the next copy_bulk into it (a sync "
+                    "does not stand in for it)"
+                )
+            state.released[targets] = False
+            state.copied[targets] = True
         waited = state.bulk_waited[targets]
         if waited.any():
             bad = int(targets[waited][0])
@@ -607,6 +638,23 @@ class BlockInterpreter(InstructionVisitor[None]):
         state.bulk[elements] = False
         state.bulk_waited[elements] = True
         state.writer[elements] = _CLEAN  # visible to every thread: no sync needed
+
+    def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> None:
+        dst = instruction.dst
+        state = self.shared[dst.name]
+        elements = self.shared_access(dst, instruction.offsets, instruction.shape).ravel()
+        self.check_no_bulk(state, elements, "released")
+        unused = ~state.copied[elements] | state.released[elements]
+        if unused.any():
+            bad = int(elements[unused][0])
+            raise self.error(
+                f"release of a tile not bulk-copied into since its last release: element {bad} "
+                f"of {dst.name}"
+            )
+        # Every thread is past its reads: the next copy may overwrite the tile.
+        state.reader[elements] = _CLEAN
+        state.bulk_waited[elements] = False
+        state.released[elements] = True
 
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
         self.committed += 1
@@ -777,6 +825,12 @@ class _Run:
                 self.streams[param.name] = array.reshape(-1).view(np.uint8)
         self.stores: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
         self.layouts: dict[tuple[GlobalLayout, tuple[int, ...]], BoundView] = {}
+        # Shared tensors with releases: their bulk copies follow the release rules.
+        self.released_tensors = {
+            instruction.dst.name
+            for instruction in program.walk()
+            if isinstance(instruction, instructions.CopyBulkRelease)
+        }
 
     def bound_layout(self, layout: GlobalLayout, env: Mapping[str, int]) -> BoundView:
         """`layout`'s extents and strides at the values of `env` (ZeroDivisionError when one

@@ -103,6 +103,12 @@ class _LinePrinter(InstructionVisitor[str]):
             f"shape={instruction.shape})"
         )
 
+    def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> str:
+        return (
+            f"copy_bulk_release({instruction.dst.name}, {_offsets(instruction.offsets)}, "
+            f"shape={instruction.shape})"
+        )
+
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> str:
         return f"{instruction.op}()"
 

@@ -272,10 +272,10 @@ class _InstructionChecker(InstructionVisitor[None]):
         _check_copy_bulk(instruction)
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
-        dst = _check_shared(instruction, instruction.dst, "destination")
-        _check_offsets(instruction, instruction.offsets, len(dst.shape), "offsets")
-        _check_tile_shape(instruction, instruction.shape)
-        _check_tile_fits(instruction, instruction.shape, instruction.offsets, dst)
+        _check_bulk_tile(instruction)
+
+    def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> None:
+        _check_bulk_tile(instruction)
 
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
         pass
@@ -461,6 +461,14 @@ def _check_tile_shape(instruction: Instruction, shape: object) -> None:
         or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in shape)
     ):
         raise _fail(instruction, f"tile shape {shape!r}; expected a tuple of positive ints")
+
+
+def _check_bulk_tile(instruction: instructions.CopyBulkWait | instructions.CopyBulkRelease) -> None:
+    """The checks of a tile a bulk copy wait or release names."""
+    dst = _check_shared(instruction, instruction.dst, "destination")
+    _check_offsets(instruction, instruction.offsets, len(dst.shape), "offsets")
+    _check_tile_shape(instruction, instruction.shape)
+    _check_tile_fits(instruction, instruction.shape, instruction.offsets, dst)
 
 
 def _check_copy_bulk(instruction: instructions.CopyBulk) -> None:

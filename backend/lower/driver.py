@@ -205,10 +205,18 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         for name, plan in self.bulk.tensors.items():
             out.line(f"__shared__ unsigned long long la_bar_{name}[{plan.count}];")
             out.line(f"unsigned la_phases_{name} = 0u;")
+            if plan.released:
+                out.line(f"__shared__ unsigned long long la_free_{name}[{plan.count}];")
+                out.line(f"unsigned la_free_phases_{name} = ~0u;")
+        # A free barrier counts one arrival per warp (per thread if the block is not whole
+        # warps).
+        arrivals = self.threads // WARP_SIZE if self.threads % WARP_SIZE == 0 else self.threads
         with out.block(f"if ({THREAD_NAME} == 0)"):
             for name, plan in self.bulk.tensors.items():
                 with out.block(f"for (int la_i = 0; la_i < {plan.count}; ++la_i)"):
                     out.line(f"la_mbarrier_init(&la_bar_{name}[la_i], 1u);")
+                    if plan.released:
+                        out.line(f"la_mbarrier_init(&la_free_{name}[la_i], {arrivals}u);")
             out.line("la_mbarrier_init_fence();")
         out.line("__syncthreads();")
 

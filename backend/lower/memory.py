@@ -43,6 +43,7 @@ from layout_algebra.access import compose
 from layout_algebra.auto import auto_local_spatial
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.register import RegisterLayout, local, pad_layout, replicate
 from layout_algebra.shared import SharedLayout, shared_strides
 from layout_algebra.symbolic import (
@@ -827,8 +828,17 @@ class MemoryLowering(LoweringContext):
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
-            # Shared memory the block touched before the barrier preceding this copy is done
-            # with before the async proxy writes it.
+            if plan.released:
+                # Every warp has released the slot's last copy (the first copy passes).
+                index = self.temporary("barrier")
+                free = f"la_free_phases_{dst.name}"
+                self.out.line(f"const unsigned {index} = (unsigned)(({stage}) * {slots} + {slot});")
+                self.out.line(
+                    f"la_mbarrier_wait(&la_free_{dst.name}[{index}], ({free} >> {index}) & 1u);"
+                )
+                self.out.line(f"{free} ^= 1u << {index};")
+            # Shared memory the block touched before the barrier (or release) preceding this
+            # copy is done with before the async proxy writes it.
             self.out.line("la_proxy_fence_shared();")
             self.out.line(f"la_mbarrier_expect({barrier}, {plan.box.nbytes}u);")
             self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
@@ -862,6 +872,28 @@ class MemoryLowering(LoweringContext):
                 )
                 self.out.line(f"{phases} ^= 1u << {index};")
         self.note("bulk copy wait on its barrier")
+
+    def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> None:
+        """Each warp's lane 0, once its lanes are past their reads, arrives on the free barrier
+        of each slot of the tile (every thread where the block is not whole warps); where the
+        copies fell back to ``cp.async``, a barrier of the block (`backend.bulk_copy`)."""
+        dst = instruction.dst
+        plan = self.bulk.tensors.get(dst.name)
+        if plan is None:
+            self.visit_sync(instructions.Sync())
+            self.note("bulk copy release: a barrier")
+            return
+        lead = len(plan.stages)
+        origin = tuple(o.value for o in instruction.offsets[lead:])
+        stage = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
+        whole_warps = self.threads % WARP_SIZE == 0
+        if whole_warps:
+            self.out.line("__syncwarp();")
+        arrive = f"if (({THREAD_NAME} & {WARP_SIZE - 1}) == 0) " if whole_warps else ""
+        for slot in plan.covered(origin, instruction.shape):
+            index = f"({stage}) * {len(plan.slots)} + {slot}"
+            self.out.line(f"{arrive}la_mbarrier_arrive(&la_free_{dst.name}[{index}]);")
+        self.note("bulk copy release: an arrival per warp on its free barriers")
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
         if self.wgmma_dots:

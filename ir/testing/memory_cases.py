@@ -237,7 +237,9 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     """Global -> shared -> registers in another layout -> global, for one masked tile.
 
     The tile reaches shared memory through registers (`store_shared`), by `copy_async` (+
-    commit and wait) or by `copy_bulk` (+ its wait); a `sync` precedes the read back.
+    commit and wait) or by `copy_bulk` (+ its wait); a `sync` precedes the read back. In the
+    "bulk_released" form the bulk-copied tile is read back and stored once, released
+    (`copy_bulk_release`) and copied again, so the read back stores the same values twice.
     """
     num_threads = draw_threads(draw)
     first = draw(register_layouts(num_threads, 2))
@@ -251,7 +253,7 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         )
     )
     dtype = draw(st.sampled_from(CASE_DTYPES))
-    how = draw(st.sampled_from(("registers", "async", "bulk")))
+    how = draw(st.sampled_from(("registers", "async", "bulk", "bulk_released")))
     tile = first.shape
     m = draw(st.integers(1, tile[0]))
     n = draw(st.integers(1, tile[1]))
@@ -271,6 +273,13 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
             b.copy_async_commit()
             b.copy_async_wait(0)
         elif how == "bulk":
+            b.copy_bulk(buffer, source, [0, 0])
+            b.copy_bulk_wait(buffer)
+        elif how == "bulk_released":
+            b.copy_bulk(buffer, source, [0, 0])
+            b.copy_bulk_wait(buffer)
+            b.store_global(b.global_view(out, dtype, view), b.load_shared(buffer, second), [0, 0])
+            b.copy_bulk_release(buffer)
             b.copy_bulk(buffer, source, [0, 0])
             b.copy_bulk_wait(buffer)
         else:

@@ -32,6 +32,7 @@ INSTRUCTION_NAMES = (
     "CopyAsyncWait",
     "CopyBulk",
     "CopyBulkWait",
+    "CopyBulkRelease",
     "Sync",
     "WaitPriorGrid",
     "LaunchDependents",
