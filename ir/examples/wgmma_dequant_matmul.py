@@ -18,7 +18,8 @@ side, up to 256). Per block, for each k-tile:
     the group's scales
     view the weights in the warpgroup A layout (a renaming of rows, below), wait for the
     activation tile, dot, sync (every thread is past its reads of the stage before the next
-    copy into it); with `split_dot`, one k16 step at a time from the casts to the dot
+    copy into it; with `release`, a release of the stage instead); with `split_dot`, one k16
+    step at a time from the casts to the dot
     then C^T viewed back in the decode's accumulator order, cast, stored; with `split`, the
     f32 partial sums stored in the block's slot instead, and the last block of the tile adds
     the slots in order into C (`ir.examples.split_sum`)
@@ -115,6 +116,11 @@ class WgmmaDequantConfig(PrefillTile):
     ordered fused sum as a split, their parts in k order (`PrefillTile.partial_slots`
     slots). So a layer whose tiles leave a partial wave keeps every block slot busy to the
     end (with ``min_blocks_per_sm`` B, ask for B times the SMs). Requires split 1.
+    `release` ends a k-tile with a release of its ring stage (`copy_bulk_release`) instead of
+    a block barrier: on sm_90a no warp waits for the others there; only the thread that
+    issues the next copy into the stage waits, for the warps still reading it. Not with
+    `overlap_dot`, and no dot stays in flight into the next k-tile (a release needs the
+    k-tile's dots complete).
     """
 
     warpgroups: int = 1
@@ -129,6 +135,7 @@ class WgmmaDequantConfig(PrefillTile):
     split_dot: bool = False
     split: int = 1
     stream_k: int = 0
+    release: bool = False
 
     @property
     def block_n(self) -> int:
@@ -141,6 +148,11 @@ class WgmmaDequantConfig(PrefillTile):
         stages = self.stages
         if not isinstance(self.split_dot, bool):
             raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
+        if not isinstance(self.release, bool) or (self.release and self.overlap_dot is True):
+            raise VerificationError(
+                f"{PROGRAM}: release={self.release!r} with overlap_dot={self.overlap_dot!r}; "
+                "expected a bool, True only without overlap_dot"
+            )
         if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
             raise VerificationError(
                 f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
@@ -250,6 +262,10 @@ def wgmma_dequant_matmul(
                     b.assign(acc, b.dot(renamed, activations, acc))
                 if config.overlap_dot:
                     tensors.copy_ahead(b, tile, ahead)
+                elif config.release:
+                    # Every thread is past its reads of this stage: the next copy into it may
+                    # start.
+                    b.copy_bulk_release(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
                 else:
                     # Every thread is past its reads of this stage before the next copy into
                     # it.

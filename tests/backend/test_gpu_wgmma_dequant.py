@@ -79,6 +79,11 @@ CONFIGS = [
     ),
     # Stream-K: 3 persistent blocks for 2 tiles of 4 k-tiles, each tile in two parts.
     WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, stream_k=3),
+    # Ring stages released to their next copies instead of a barrier per k-tile.
+    WgmmaDequantConfig(stages=4, min_blocks_per_sm=2, release=True),
+    WgmmaDequantConfig(block_m=56, stages=3, unroll=2, split_dot=True, release=True),
+    WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=2, stages=2, split=2, release=True),
+    WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, stream_k=3, release=True),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -199,6 +204,13 @@ LONG_CONFIGS = [
             units_k=4, block_m=56, unroll=2, overlap_dot=True, split_dot=True, stream_k=7
         ),
     ),
+    # Ring stages released to their next copies: 12 laps of the ring's free barriers.
+    ("register", WgmmaDequantConfig(min_blocks_per_sm=2, release=True)),
+    (
+        "register",
+        WgmmaDequantConfig(block_m=56, unroll=2, split_dot=True, min_blocks_per_sm=2, release=True),
+    ),
+    ("register", WgmmaDequantConfig(stages=3, min_blocks_per_sm=2, stream_k=5, release=True)),
     ("staged", StagedDequantConfig()),
     ("staged", STAGED_CONFIGS[2]),
 ]

@@ -1,11 +1,12 @@
-"""`copy_bulk` and `copy_bulk_wait`: the interpreter's semantics and refusals, the verifier and
-the builder.
+"""`copy_bulk`, `copy_bulk_wait` and `copy_bulk_release`: the interpreter's semantics and
+refusals, the verifier and the builder.
 
 A bulk copy is the block's, not a thread's: its tile is visible to every thread after the wait
-on it, with no sync, and a tile may not be copied into again after a wait until a sync. The
-tables are worked by hand; the property runs random sequences of copies, waits, syncs and loads
-against a model of those rules written with Python sets, and the matmul example with bulk
-copies is compared with NumPy.
+on it, with no sync, and a tile may not be copied into again after a wait until a sync, or, in
+a shared tensor the program releases, until a release of the tile (and then only that). The
+tables are worked by hand; the property runs random sequences of copies, waits, releases,
+syncs and loads against a model of those rules written with Python sets, and the matmul
+example with bulk copies is compared with NumPy.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def bulk_program(steps, m: int = 2 * ROWS):
     """Four threads; a u8 (m, 16) global `x` copied by stages of 4 rows into a (2, 4, 16)
     shared ring; each step is ("copy", stage, row0), ("wait", stage), ("sync",),
     ("load", stage, out_row0) (stage -> out at out_row0), ("async", stage) (a copy_async of
-    rows 0..3 into the stage, committed and waited for) or ("store", stage)."""
+    rows 0..3 into the stage, committed and waited for), ("release", stage) or
+    ("store", stage)."""
     with ProgramBuilder("bulk_steps", ROWS) as b:
         x = b.global_view(b.array_param("x", U8), U8, GlobalLayout((m, COLUMNS), (COLUMNS, 1)))
         out = b.global_view(
@@ -51,6 +53,8 @@ def bulk_program(steps, m: int = 2 * ROWS):
                 b.copy_bulk_wait(ring, [step[1], 0, 0], shape=(ROWS, COLUMNS))
             elif kind == "sync":
                 b.sync()
+            elif kind == "release":
+                b.copy_bulk_release(ring, [step[1], 0, 0], shape=(ROWS, COLUMNS))
             elif kind == "load":
                 tile = b.load_shared(ring, OWN_ROW, [step[1], 0, 0])
                 b.store_global(out, tile, [step[2], 0])
@@ -94,6 +98,16 @@ def test_the_ring_reused_after_a_sync() -> None:
     np.testing.assert_array_equal(out[:8], x[:8])
 
 
+def test_the_ring_reused_after_a_release() -> None:
+    steps = [("copy", 0, 0), ("copy", 1, 4), ("wait", 0), ("load", 0, 0), ("release", 0)]
+    steps += [("copy", 0, 4), ("wait", 1), ("load", 1, 4), ("release", 1), ("copy", 1, 0)]
+    steps += [("wait", 0), ("load", 0, 8), ("wait", 1), ("load", 1, 12)]
+    x, out = run_steps(steps)
+    np.testing.assert_array_equal(out[:8], x[:8])
+    np.testing.assert_array_equal(out[8:12], x[4:8])
+    np.testing.assert_array_equal(out[12:16], x[:4])
+
+
 REFUSALS = [
     # (steps, message)
     ([("copy", 0, 0), ("load", 0, 0)], "read while a bulk copy into it is in flight"),
@@ -110,6 +124,24 @@ REFUSALS = [
         [("copy", 0, 0), ("wait", 0), ("load", 0, 0), ("sync",), ("store", 0), ("copy", 0, 4)],
         "overwritten without a sync",
     ),
+    # A tensor with releases: a sync does not stand in for a release.
+    (
+        [("copy", 0, 0), ("wait", 0), ("sync",), ("copy", 0, 4), ("wait", 0), ("release", 0)],
+        "not released since its last bulk copy",
+    ),
+    ([("release", 0)], "release of a tile not bulk-copied into since its last release"),
+    ([("copy", 0, 0), ("release", 0)], "released while a bulk copy into it is in flight"),
+    (
+        [("copy", 0, 0), ("wait", 0), ("release", 0), ("release", 0)],
+        "not bulk-copied into since its last release",
+    ),
+    ([("copy", 0, 0), ("wait", 0), ("release", 0), ("load", 0, 0)], "read after its release"),
+    ([("copy", 1, 0), ("wait", 1), ("release", 1), ("store", 1)], "written after its release"),
+    # A release ends reads, not a thread's stores: the copy still needs a sync after those.
+    (
+        [("copy", 0, 0), ("wait", 0), ("sync",), ("store", 0), ("release", 0), ("copy", 0, 4)],
+        "overwritten without a sync",
+    ),
 ]
 
 
@@ -120,38 +152,54 @@ def test_hazards_are_refused(steps, message: str) -> None:
 
 
 def model(steps) -> str | None:
-    """The first rule a step sequence breaks ("in flight", "no copy", "waited", "sync"), or
-    None: per stage, whether a copy is in flight, waited for since the last sync, or read or
-    written by the threads since the last sync."""
-    flight, waited, touched, written = set(), set(), set(), set()
+    """The first rule a step sequence breaks ("in flight", "no copy", "waited", "sync",
+    "unreleased", "no release", "released"), or None: per stage, whether a copy is in flight,
+    waited for since the last sync, read or written by the threads since the last sync, and,
+    where the sequence has a release, whether it was ever copied into and is released."""
+    flight, waited, loaded, written = set(), set(), set(), set()
+    releases = any(step[0] == "release" for step in steps)
+    copied, released = set(), set()
     for step in steps:
-        kind = step[0]
+        kind, stage = step[0], step[1] if len(step) > 1 else None
         if kind == "copy":
-            stage = step[1]
             if stage in flight:
                 return "in flight"
+            if releases and stage in copied - released:
+                return "unreleased"
             if stage in waited:
                 return "waited"
-            if stage in touched:
+            if stage in loaded | written:
                 return "sync"
             flight.add(stage)
+            copied.add(stage)
+            released.discard(stage)
         elif kind == "wait":
-            if step[1] not in flight:
+            if stage not in flight:
                 return "no copy"
-            flight.discard(step[1])
-            waited.add(step[1])
+            flight.discard(stage)
+            waited.add(stage)
+        elif kind == "release":
+            if stage in flight:
+                return "in flight"
+            if stage not in copied - released:
+                return "no release"
+            released.add(stage)
+            loaded.discard(stage)
+            waited.discard(stage)
         elif kind == "sync":
-            waited, touched, written = set(), set(), set()
+            waited, loaded, written = set(), set(), set()
         elif kind == "load":
-            if step[1] in flight:
+            if stage in flight:
                 return "in flight"
-            if step[1] in written:
-                return "sync"  # another thread's row: OWN_ROW stores and loads the same rows
-            touched.add(step[1])
+            if stage in released:
+                return "released"
+            loaded.add(stage)  # each thread its own row: OWN_ROW stores and loads the same rows
         else:  # a store of each thread's own row
-            if step[1] in flight:
+            if stage in flight:
                 return "in flight"
-            touched.add(step[1])
+            if stage in released:
+                return "released"
+            written.add(stage)
     return None
 
 
@@ -160,19 +208,23 @@ MESSAGES = {
     "no copy": "no bulk copy in flight",
     "waited": "waited for since the last sync",
     "sync": "without a sync",
+    "unreleased": "not released since its last bulk copy",
+    "no release": "not bulk-copied into since its last release",
+    "released": "after its release",
 }
 
 STEPS = st.one_of(
     st.tuples(st.just("copy"), st.integers(0, 1), st.sampled_from([0, 4])),
     st.tuples(st.just("wait"), st.integers(0, 1)),
     st.tuples(st.just("sync")),
+    st.tuples(st.just("release"), st.integers(0, 1)),
     st.tuples(st.just("load"), st.integers(0, 1), st.sampled_from([0, 4])),
     st.tuples(st.just("store"), st.integers(0, 1)),
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(steps=st.lists(STEPS, max_size=8))
+@settings(max_examples=120, deadline=None)
+@given(steps=st.lists(STEPS, max_size=10))
 def test_random_step_sequences_follow_the_model(steps) -> None:
     broken = model(steps)
     if broken is None:
@@ -186,6 +238,8 @@ def test_copy_bulk_prints_and_verifies() -> None:
     text = format_program(bulk_program([("copy", 1, 4), ("wait", 1)]))
     assert "copy_bulk(s0, g0, src=[4, 0], dst=[1, 0, 0], shape=(4, 16))" in text
     assert "copy_bulk_wait(s0, [1, 0, 0], shape=(4, 16))" in text
+    text = format_program(bulk_program([("copy", 1, 4), ("wait", 1), ("release", 1)]))
+    assert "copy_bulk_release(s0, [1, 0, 0], shape=(4, 16))" in text
 
 
 def test_refusals_of_the_builder_and_verifier() -> None:

@@ -79,6 +79,12 @@ CASES = [
     (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=4, unroll=2, overlap_dot=True), 9, 1, 6),
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, split_dot=True), 18, 1, 3),
     (dtypes.u6, 64, WgmmaDequantConfig(units_k=2, stages=4, depth=2, split_dot=True), 5, 1, 4),
+    # Each stage released to its next copy instead of a barrier: fewer k-tiles than stages,
+    # several laps of the ring, a chain of dots, two warpgroups.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, release=True), 18, 1, 2),
+    (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=2, unroll=2, release=True), 9, 1, 7),
+    (dtypes.i8, 64, WgmmaDequantConfig(block_m=8, split_dot=True, release=True), 5, 1, 6),
+    (dtypes.u4, 32, WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2, release=True), 3, 1, 5),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -633,6 +639,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
         (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
         (WgmmaDequantConfig(split_dot="yes"), "split_dot='yes'; expected a bool"),
+        (WgmmaDequantConfig(release=1), "release=1 with overlap_dot=False; expected a bool"),
+        (
+            WgmmaDequantConfig(release=True, overlap_dot=True),
+            "release=True with overlap_dot=True; expected a bool, True only without",
+        ),
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
         (WgmmaDequantConfig(stream_k=-1), "stream_k=-1; expected an int >= 0"),
         (
