@@ -52,9 +52,11 @@ def ring_program(
     slot_columns: int | None = None,
     wait_offset: int = 0,
     trailing=None,
+    release: bool = False,
 ):
     """Copies k-tile t of x (m, columns) into stage t % 2 of a (2, 32, columns) ring and back
-    out to y, one row per thread; `slot_columns` splits each copy into column slots."""
+    out to y, one row per thread, then a barrier (with `release`, a release of the stage);
+    `slot_columns` splits each copy into column slots."""
     slot = columns if slot_columns is None else slot_columns
     if layout is None:
         layout = shared_row_major_swizzle(2, 32, columns, element_bits=dtype.nbits)
@@ -76,7 +78,10 @@ def ring_program(
             b.copy_bulk_wait(ring, [stage, 0, wait_offset], shape=(32, columns - wait_offset))
             tile = b.load_shared(ring, spatial(32, 1).local(1, columns), [stage, 0, 0])
             b.store_global(y, tile, [t * 32, 0])
-            b.sync()
+            if release:
+                b.copy_bulk_release(ring, [stage, 0, 0], shape=(32, columns))
+            else:
+                b.sync()
     return b.program()
 
 
@@ -145,6 +150,14 @@ def test_column_slots_get_a_barrier_each() -> None:
     assert plan.slots == ((0, 0), (0, 64)) and plan.count == 4
     assert plan.covered((0, 0), (32, 128)) == (0, 1)
     assert plan.slot_starts == (0, 4096) and plan.stage_bytes == 8192
+    assert not plan.released
+    (plan,) = plan_bulk_copies(_panel_ring(release=True), "sm_90a").tensors.values()
+    assert plan.released and plan.count == 4
+
+
+def _panel_ring(release: bool = False):
+    """`ring_program` of 128 columns in two 64-column panels, a copy per panel."""
+    return ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64, release=release)
 
 
 def _panels(stages: int, rows: int, columns: int):
@@ -302,15 +315,51 @@ def test_the_kernel_issues_one_copy_from_thread_0_and_waits_on_the_stage_parity(
     assert [step.describe() for step in kernel.report.generic_in_loops()] == []
 
 
+def test_a_released_ring_waits_on_free_barriers_instead_of_a_block_barrier() -> None:
+    """Two 64-column slots a stage, one warp: each slot's free barrier counts one arrival; the
+    copy's thread waits on it (parity from all ones, flipped per wait) before the fence; the
+    release is one __syncwarp and lane 0's arrival per slot; the loop has no __syncthreads."""
+    source = lower(_panel_ring(release=True), "sm_90a").source
+    assert "__shared__ unsigned long long la_free_s0[4];" in source
+    assert "unsigned la_free_phases_s0 = ~0u;" in source
+    assert "la_mbarrier_init(&la_free_s0[la_i], 1u);" in source
+    loop = source[source.index("for (int k0") :]
+    assert "__syncthreads();" not in loop
+    copies = re.findall(r"if \(la_thread == 0\) \{\n(.*?)\n\s*\}\n", loop, re.S)
+    assert len(copies) == 2
+    for copy in copies:
+        lines = [line.strip() for line in copy.splitlines()]
+        index = lines[0].split()[2]
+        assert lines[0].startswith(f"const unsigned {index} = (unsigned)((")
+        assert lines[1] == (
+            f"la_mbarrier_wait(&la_free_s0[{index}], (la_free_phases_s0 >> {index}) & 1u);"
+        )
+        assert lines[2] == f"la_free_phases_s0 ^= 1u << {index};"
+        assert lines[3] == "la_proxy_fence_shared();"
+    assert loop.count("__syncwarp();") == 1
+    arrivals = re.findall(
+        r"if \(\(la_thread & 31\) == 0\) la_mbarrier_arrive\(&la_free_s0\[.*\]\);", loop
+    )
+    assert len(arrivals) == 2
+
+
+def test_a_release_without_bulk_tensor_copies_is_a_block_barrier() -> None:
+    source = lower(ring_program(release=True), "sm_80").source
+    loop = source[source.index("for (int k0") :]
+    assert "la_free" not in source and "la_mbarrier" not in loop
+    assert loop.count("__syncthreads();") == 2  # the wait's barrier, and the release's
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize(
     "program",
     [
         ring_program(),
+        _panel_ring(release=True),
         matmul(256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True, bulk=True),
         transposed_ring(),
     ],
-    ids=["ring", "wgmma-matmul", "transposed-ring"],
+    ids=["ring", "released-ring", "wgmma-matmul", "transposed-ring"],
 )
 def test_bulk_kernels_compile_and_their_boxes_are_proved(program, arch: str) -> None:
     kernel = lower(program, arch)

@@ -43,23 +43,27 @@ if "bulk_copy_tests" not in sys.modules:
 bulk_copy_tests = sys.modules["bulk_copy_tests"]
 
 
-def ring(dtype, columns: int, layout, slot: int):
+def ring(dtype, columns: int, layout, slot: int, release: bool = False, rows: int = ROWS):
     """Copies row tile t of x (m, columns) into stage t % 2, in `slot`-column copies, waits,
-    and stores the stage to y through a layout of whole rows per thread."""
-    with ProgramBuilder("bulk_ring", ROWS) as b:
+    and stores the stage to y through a layout of whole rows per thread (`rows` threads), then
+    a barrier, or with `release` a release of the stage."""
+    with ProgramBuilder("bulk_ring", rows) as b:
         m = b.int_param("m")
         shape = GlobalLayout((m, columns), (columns, 1))
         x = b.global_view(b.array_param("x", dtype), dtype, shape)
         y = b.global_view(b.array_param("y", dtype), dtype, shape)
         buffer = b.shared_tensor(dtype, layout)
-        with b.for_range((m + ROWS - 1) // ROWS) as t:
+        with b.for_range((m + rows - 1) // rows) as t:
             stage = t % 2
             for first in range(0, columns, slot):
-                b.copy_bulk(buffer, x, [t * ROWS, first], [stage, 0, first], shape=(ROWS, slot))
-            b.copy_bulk_wait(buffer, [stage, 0, 0], shape=(ROWS, columns))
-            tile = b.load_shared(buffer, spatial(ROWS, 1).local(1, columns), [stage, 0, 0])
-            b.store_global(y, tile, [t * ROWS, 0])
-            b.sync()
+                b.copy_bulk(buffer, x, [t * rows, first], [stage, 0, first], shape=(rows, slot))
+            b.copy_bulk_wait(buffer, [stage, 0, 0], shape=(rows, columns))
+            tile = b.load_shared(buffer, spatial(rows, 1).local(1, columns), [stage, 0, 0])
+            b.store_global(y, tile, [t * rows, 0])
+            if release:
+                b.copy_bulk_release(buffer, [stage, 0, 0], shape=(rows, columns))
+            else:
+                b.sync()
     return b.program()
 
 
@@ -104,6 +108,29 @@ def test_bulk_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
     kernel = _compiled(program)
     numpy_type = {8: np.uint8, 16: np.uint16, 32: np.uint32}[dtype.nbits]
     for m in (3 * ROWS + 5, ROWS - 7):
+        rng = np.random.default_rng(m)
+        x = rng.integers(0, 1 << dtype.nbits, m * columns, dtype=np.int64).astype(numpy_type)
+        expected, got = _interpreter_and_gpu(program, kernel, (m,), x, 1)
+        np.testing.assert_array_equal(expected, x)
+        np.testing.assert_array_equal(got, expected)
+
+
+RELEASED_CASES = {
+    # One arrival per warp; 64-column slots, two free barriers a stage.
+    "warps": (dtypes.f16, 128, wgmma_b_buffer(ROWS, 128, 2), 64, ROWS),
+    # 48 threads, not whole warps: every thread arrives.
+    "threads": (dtypes.u8, 64, shared_row_major(2, 48, 64), 64, 48),
+}
+
+
+@pytest.mark.parametrize("case", list(RELEASED_CASES), ids=list(RELEASED_CASES))
+def test_a_released_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
+    """Stages released to their next copies, over 2 to 21 laps of the ring's free barriers."""
+    dtype, columns, layout, slot, rows = RELEASED_CASES[case]
+    program = ring(dtype, columns, layout, slot, release=True, rows=rows)
+    kernel = _compiled(program)
+    numpy_type = {8: np.uint8, 16: np.uint16}[dtype.nbits]
+    for m in (3 * rows + 5, 41 * rows + 1):
         rng = np.random.default_rng(m)
         x = rng.integers(0, 1 << dtype.nbits, m * columns, dtype=np.int64).astype(numpy_type)
         expected, got = _interpreter_and_gpu(program, kernel, (m,), x, 1)
