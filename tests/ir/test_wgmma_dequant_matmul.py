@@ -148,6 +148,8 @@ STREAM_K_CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles): tiles shared by blocks.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5), 20, 2, 5),
     (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=4, stages=4, stream_k=3), 9, 1, 8),
+    # Stages released: a block's segments share the ring's free barriers, lap after lap.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, release=True), 9, 2, 7),
     (
         dtypes.u4,
         32,
