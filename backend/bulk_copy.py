@@ -68,6 +68,7 @@ from ir import instructions
 from ir.program import Program
 from ir.values import GlobalTensor, SharedTensor
 from layout_algebra.errors import LayoutError
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.swizzle_modes import SWIZZLE_BITS
 from layout_algebra.symbolic import Expr
 from layout_algebra.symbolic.divisors import known_divisor
@@ -218,6 +219,16 @@ class BulkTensorPlan:
             )
         )
 
+    def tile_slots(
+        self, offsets: Sequence[Expr], shape: tuple[int, ...]
+    ) -> tuple[Expr | int, tuple[int, ...]]:
+        """(linear stage index, slots) of the tile `shape` at `offsets` that a wait or a
+        release names (its trailing origin constant): the barriers ``stage * len(slots) + j``
+        for each j of the slots."""
+        lead = len(self.stages)
+        origin = tuple(o.value for o in offsets[lead:])
+        return self.stage_index(tuple(offsets[:lead])), self.covered(origin, shape)
+
     def claims(self) -> tuple[Claim, ...]:
         """Per stage and slot: the box writes each element where the layout holds it."""
         layout = self.tensor.layout
@@ -253,6 +264,13 @@ class BulkCopies:
 
 
 NO_BULK_COPIES = BulkCopies({}, ())
+
+
+def arrives_per_warp(threads: int) -> bool:
+    """Whether a release arrives on a free barrier once per warp (the block is whole warps)
+    rather than once per thread: the lowering's arrivals and the barrier's count both follow
+    it."""
+    return threads % WARP_SIZE == 0
 
 
 def unit_stride_order(strides: Sequence[Expr | int]) -> tuple[int, ...] | None:

@@ -201,6 +201,12 @@ def _same_bits(dtype: DataType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a == b
 
 
+def _first(elements: np.ndarray, marked: np.ndarray) -> int | None:
+    """The first of `elements` where the mask `marked` (one flag per element) is set, or
+    None."""
+    return int(elements[marked][0]) if marked.any() else None
+
+
 class _SharedState:
     """One shared tensor of one block: bytes, pending copy groups and barrier trackers."""
 
@@ -471,9 +477,8 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def check_no_bulk(self, state: _SharedState, elements: np.ndarray, verb: str) -> None:
         """A bulk copy into any of `elements` still in flight is an error."""
-        bulk = state.bulk[elements]
-        if bulk.any():
-            bad = int(elements[bulk][0])
+        bad = _first(elements, state.bulk[elements])
+        if bad is not None:
             raise self.error(
                 f"shared memory {verb} while a bulk copy into it is in flight: element {bad} of "
                 f"{state.tensor.name} (copy_bulk_wait on its tile first)"
@@ -481,9 +486,8 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def check_not_released(self, state: _SharedState, elements: np.ndarray, verb: str) -> None:
         """Any of `elements` released and not bulk-copied into since is an error."""
-        released = state.released[elements]
-        if released.any():
-            bad = int(elements[released][0])
+        bad = _first(elements, state.released[elements])
+        if bad is not None:
             raise self.error(
                 f"shared memory {verb} after its release: element {bad} of "
                 f"{state.tensor.name} belongs to the next bulk copy into it"
@@ -493,9 +497,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         """Check that the tile's threads may read `elements` now; record them as readers."""
         self.check_no_bulk(state, elements, "read")
         self.check_not_released(state, elements, "read")
-        pending = state.pending[elements] >= 0
-        if pending.any():
-            bad = int(elements[pending][0])
+        bad = _first(elements, state.pending[elements] >= 0)
+        if bad is not None:
             raise self.error(
                 f"shared memory read before its copy was waited for: element {bad} of "
                 f"{state.tensor.name} belongs to copy group {int(state.pending[bad])} "
@@ -516,9 +519,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         """Check that the tile's threads may overwrite `elements` now; record them as writers."""
         self.check_no_bulk(state, elements, "written")
         self.check_not_released(state, elements, "written")
-        pending = state.pending[elements] >= 0
-        if pending.any():
-            bad = int(elements[pending][0])
+        bad = _first(elements, state.pending[elements] >= 0)
+        if bad is not None:
             raise self.error(
                 f"shared memory written while a copy into it is pending: element {bad} of "
                 f"{state.tensor.name}"
@@ -595,9 +597,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         targets = self.shared_access(dst, instruction.dst_offsets, shape)
         self.check_no_bulk(state, targets, "written")
         if dst.name in self.run.released_tensors:
-            unreleased = state.copied[targets] & ~state.released[targets]
-            if unreleased.any():
-                bad = int(targets[unreleased][0])
+            bad = _first(targets, state.copied[targets] & ~state.released[targets])
+            if bad is not None:
                 raise self.error(
                     f"bulk copy into a tile not released since its last bulk copy: element "
                     f"{bad} of {dst.name}; in a shared tensor with releases, copy_bulk_release "
@@ -606,17 +607,15 @@ class BlockInterpreter(InstructionVisitor[None]):
                 )
             state.released[targets] = False
             state.copied[targets] = True
-        waited = state.bulk_waited[targets]
-        if waited.any():
-            bad = int(targets[waited][0])
+        bad = _first(targets, state.bulk_waited[targets])
+        if bad is not None:
             raise self.error(
                 f"bulk copy into a tile waited for since the last sync: element {bad} of "
                 f"{dst.name}; a sync must come between a copy_bulk_wait and the next copy_bulk "
                 "into the tile"
             )
-        written = state.writer[targets] != _CLEAN
-        if written.any():
-            bad = int(targets[written][0])
+        bad = _first(targets, state.writer[targets] != _CLEAN)
+        if bad is not None:
             raise self.error(
                 f"shared memory overwritten without a sync: a bulk copy writes element {bad} of "
                 f"{dst.name}, written by {_thread_text(int(state.writer[bad]))} since the last "
@@ -629,9 +628,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         dst = instruction.dst
         state = self.shared[dst.name]
         elements = self.shared_access(dst, instruction.offsets, instruction.shape).ravel()
-        missing = ~state.bulk[elements]
-        if missing.any():
-            bad = int(elements[missing][0])
+        bad = _first(elements, ~state.bulk[elements])
+        if bad is not None:
             raise self.error(
                 f"copy_bulk_wait on a tile with no bulk copy in flight: element {bad} of {dst.name}"
             )
@@ -644,9 +642,8 @@ class BlockInterpreter(InstructionVisitor[None]):
         state = self.shared[dst.name]
         elements = self.shared_access(dst, instruction.offsets, instruction.shape).ravel()
         self.check_no_bulk(state, elements, "released")
-        unused = ~state.copied[elements] | state.released[elements]
-        if unused.any():
-            bad = int(elements[unused][0])
+        bad = _first(elements, ~state.copied[elements] | state.released[elements])
+        if bad is not None:
             raise self.error(
                 f"release of a tile not bulk-copied into since its last release: element {bad} "
                 f"of {dst.name}"

@@ -6,7 +6,8 @@ REQUIRE_GPU=1 is set, in which case a missing device fails them.
 Tests that compile host code (the CPU emulation of generated kernels, the conversion functions,
 the C text of symbolic expressions) take the fixture `c_compiler` (gcc, else cc) or
 `cxx_compiler` (g++): the compiler's path; `run_c` compiles a C program with the first and
-returns the integers it prints. Without one they skip, unless the environment
+returns the integers it prints, and `run_c_expressions` so evaluates C expressions, a function
+each. Without one they skip, unless the environment
 variable REQUIRE_COMPILER=1 is set (CI sets it), in which case a missing compiler fails them.
 
 Kernels the tests compile go to a temporary kernel cache made for the session (removed at its
@@ -127,5 +128,31 @@ def run_c(tmp_path: Path, c_compiler: str) -> Callable[..., list[int]]:
             [str(binary)], check=True, capture_output=True, text=True, timeout=60
         )
         return [int(line) for line in output.stdout.split()]
+
+    return run
+
+
+@pytest.fixture
+def run_c_expressions(run_c: Callable[..., list[int]]) -> Callable[..., list[int]]:
+    """``run_c_expressions(cases, parameters, arguments, prologue="", flags=("-std=c99",))``:
+    the value of each C expression of `cases` ((text, environment) pairs), each the body of a
+    function ``long long e<i>(<parameters>) { <prologue> return <text>; }`` called with
+    ``arguments(environment)`` (the C argument list) by one program (`run_c`)."""
+
+    def run(
+        cases: Sequence[tuple[str, dict[str, int]]],
+        parameters: str,
+        arguments: Callable[[dict[str, int]], str],
+        prologue: str = "",
+        flags: Sequence[str] = ("-std=c99",),
+    ) -> list[int]:
+        lines = ["#include <stdio.h>"]
+        for index, (text, _) in enumerate(cases):
+            lines.append(f"static long long e{index}({parameters}) {{ {prologue} return {text}; }}")
+        lines.append("int main(void) {")
+        for index, (_, env) in enumerate(cases):
+            lines.append(f'  printf("%lld\\n", e{index}({arguments(env)}));')
+        lines.append("  return 0;\n}")
+        return run_c("\n".join(lines) + "\n", flags)
 
     return run

@@ -20,7 +20,7 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from backend.bulk_copy import BULK_COPY_SOURCE, tma_load_helper
+from backend.bulk_copy import BULK_COPY_SOURCE, arrives_per_warp, tma_load_helper
 from backend.conversions import (
     CONVERSION_SOURCE,
 )
@@ -210,7 +210,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 out.line(f"unsigned la_free_phases_{name} = ~0u;")
         # A free barrier counts one arrival per warp (per thread if the block is not whole
         # warps).
-        arrivals = self.threads // WARP_SIZE if self.threads % WARP_SIZE == 0 else self.threads
+        arrivals = self.threads // WARP_SIZE if arrives_per_warp(self.threads) else self.threads
         with out.block(f"if ({THREAD_NAME} == 0)"):
             for name, plan in self.bulk.tensors.items():
                 with out.block(f"for (int la_i = 0; la_i < {plan.count}; ++la_i)"):

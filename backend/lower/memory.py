@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from backend.bulk_copy import unit_stride_order
+from backend.bulk_copy import arrives_per_warp, unit_stride_order
 from backend.cuda_codegen import (
     VECTOR_TYPES,
     pack_expression,
@@ -857,11 +857,10 @@ class MemoryLowering(LoweringContext):
             self.visit_sync(instructions.Sync())
             self.note("bulk copy wait: every cp.async and a barrier")
             return
-        lead = len(plan.stages)
-        origin = tuple(o.value for o in instruction.offsets[lead:])
-        stage = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
+        stage_index, slots = plan.tile_slots(instruction.offsets, instruction.shape)
+        stage = self.c(as_expr(stage_index))
         phases = f"la_phases_{dst.name}"
-        for slot in plan.covered(origin, instruction.shape):
+        for slot in slots:
             with self.out.block(""):
                 index = self.temporary("barrier")
                 self.out.line(
@@ -883,14 +882,13 @@ class MemoryLowering(LoweringContext):
             self.visit_sync(instructions.Sync())
             self.note("bulk copy release: a barrier")
             return
-        lead = len(plan.stages)
-        origin = tuple(o.value for o in instruction.offsets[lead:])
-        stage = self.c(as_expr(plan.stage_index(instruction.offsets[:lead])))
-        whole_warps = self.threads % WARP_SIZE == 0
-        if whole_warps:
+        stage_index, slots = plan.tile_slots(instruction.offsets, instruction.shape)
+        stage = self.c(as_expr(stage_index))
+        per_warp = arrives_per_warp(self.threads)
+        if per_warp:
             self.out.line("__syncwarp();")
-        arrive = f"if (({THREAD_NAME} & {WARP_SIZE - 1}) == 0) " if whole_warps else ""
-        for slot in plan.covered(origin, instruction.shape):
+        arrive = f"if (({THREAD_NAME} & {WARP_SIZE - 1}) == 0) " if per_warp else ""
+        for slot in slots:
             index = f"({stage}) * {len(plan.slots)} + {slot}"
             self.out.line(f"{arrive}la_mbarrier_arrive(&la_free_{dst.name}[{index}]);")
         self.note("bulk copy release: an arrival per warp on its free barriers")

@@ -82,20 +82,14 @@ def value_or_none(expr: Expr, env: dict[str, int]) -> int | None:
         return None
 
 
-def c_program(cases: list[tuple[str, dict[str, int]]]) -> str:
-    """One C program computing each printed expression with the variables as ints and their
-    64-bit copies declared as the kernels declare them, printing the results."""
-    parameters = ", ".join(f"int {name}" for name in VARIABLES)
-    copies = " ".join(f"const long long {WIDE_PREFIX}{name} = {name};" for name in VARIABLES)
-    lines = ["#include <stdio.h>"]
-    for index, (text, _) in enumerate(cases):
-        lines.append(f"static long long e{index}({parameters}) {{ {copies} return {text}; }}")
-    lines.append("int main(void) {")
-    for index, (_, env) in enumerate(cases):
-        arguments = ", ".join(f"(int){env[name]}LL" for name in VARIABLES)
-        lines.append(f'  printf("%lld\\n", e{index}({arguments}));')
-    lines.append("  return 0;\n}")
-    return "\n".join(lines) + "\n"
+def int_arguments(env: dict[str, int]) -> str:
+    """The C arguments of an environment: each variable as an int."""
+    return ", ".join(f"(int){env[name]}LL" for name in VARIABLES)
+
+
+INT_PARAMETERS = ", ".join(f"int {name}" for name in VARIABLES)
+WIDE_COPIES = " ".join(f"const long long {WIDE_PREFIX}{name} = {name};" for name in VARIABLES)
+"""The variables' 64-bit copies, declared as the kernels declare them."""
 
 
 C_FLAGS = ("-O0", "-std=c99", "-fwrapv", "-Wno-unused-variable")
@@ -168,7 +162,9 @@ def test_int_expressions_print_as_themselves_and_fitting_wide_ones_are_cast(
 # -------------------------------------------------------------------------------- differential
 
 
-def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]]) -> None:
+def test_c_text_computes_what_evaluate_computes(
+    run_c_expressions: Callable[..., list[int]],
+) -> None:
     generator = random.Random(20261203)
     cases: list[tuple[str, dict[str, int]]] = []
     expected: list[int] = []
@@ -186,4 +182,5 @@ def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]])
                 expected.append(value)
     # Most expressions need 64 bits somewhere, so the widths are what is tested.
     assert wide > expressions // 5
-    assert run_c(c_program(cases), C_FLAGS) == expected
+    values = run_c_expressions(cases, INT_PARAMETERS, int_arguments, WIDE_COPIES, C_FLAGS)
+    assert values == expected

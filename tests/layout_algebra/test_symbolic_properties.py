@@ -332,22 +332,14 @@ def test_to_sympy_agrees_with_evaluate(tree: tuple[Expr, Reference], env: dict[s
         assert result == expected
 
 
-def c_program(cases: list[tuple[str, dict[str, int]]]) -> str:
-    """One C program that prints each C expression under its environment (a function per
-    case, the tree variables as its `long long` parameters)."""
-    parameters = ", ".join(f"long long {name}" for name in TREE_RANGES)
-    lines = ["#include <stdio.h>"]
-    for index, (text, _) in enumerate(cases):
-        lines.append(f"static long long e{index}({parameters}) {{ return {text}; }}")
-    lines.append("int main(void) {")
-    for index, (_, env) in enumerate(cases):
-        arguments = ", ".join(str(env[name]) for name in TREE_RANGES)
-        lines.append(f'  printf("%lld\\n", e{index}({arguments}));')
-    lines.append("  return 0;\n}")
-    return "\n".join(lines) + "\n"
+def tree_arguments(env: dict[str, int]) -> str:
+    """The C arguments of an environment: the tree variables' values, as `long long`."""
+    return ", ".join(str(env[name]) for name in TREE_RANGES)
 
 
-def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]]) -> None:
+def test_c_text_computes_what_evaluate_computes(
+    run_c_expressions: Callable[..., list[int]],
+) -> None:
     generator = random.Random(20240611)
     cases: list[tuple[str, dict[str, int]]] = []
     expected: list[int] = []
@@ -372,4 +364,6 @@ def test_c_text_computes_what_evaluate_computes(run_c: Callable[..., list[int]])
             for printed in (expression, simplify(expression)):
                 cases.append((printed.to_c(), env))
                 expected.append(int(value))
-    assert run_c(c_program(cases), ("-O0", "-std=c99")) == expected
+    parameters = ", ".join(f"long long {name}" for name in TREE_RANGES)
+    values = run_c_expressions(cases, parameters, tree_arguments, flags=("-O0", "-std=c99"))
+    assert values == expected
