@@ -827,16 +827,9 @@ class MemoryLowering(LoweringContext):
         )
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
+        if plan.released:
+            self.wait_until_free(dst.name, f"({stage}) * {slots} + {slot}")
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
-            if plan.released:
-                # Every warp has released the slot's last copy (the first copy passes).
-                index = self.temporary("barrier")
-                free = f"la_free_phases_{dst.name}"
-                self.out.line(f"const unsigned {index} = (unsigned)(({stage}) * {slots} + {slot});")
-                self.out.line(
-                    f"la_mbarrier_wait(&la_free_{dst.name}[{index}], ({free} >> {index}) & 1u);"
-                )
-                self.out.line(f"{free} ^= 1u << {index};")
             # Shared memory the block touched before the barrier (or release) preceding this
             # copy is done with before the async proxy writes it.
             self.out.line("la_proxy_fence_shared();")
@@ -845,6 +838,24 @@ class MemoryLowering(LoweringContext):
         if not any(p is plan for p in self.plans):
             self.plans.append(plan)
         self.note(f"bulk tensor copy {plan.box.nbytes} B")
+
+    def wait_until_free(self, name: str, index_text: str) -> None:
+        """Wait until every warp has released the slot's last copy (the first copy passes).
+
+        Where the block is whole warps, warp 0's lanes all wait, on a condition read through
+        a shuffle so that the compiler sees it is the same across the warp: a spin loop under
+        a branch of one thread makes ptxas move the loop's scalar arithmetic out of the
+        uniform datapath into vector registers. Every thread keeps the mask of parities."""
+        index = self.temporary("barrier")
+        free = f"la_free_phases_{name}"
+        self.out.line(f"const unsigned {index} = (unsigned)({index_text});")
+        if arrives_per_warp(self.threads):
+            waiter = f"__shfl_sync(0xffffffffu, {THREAD_NAME} / {WARP_SIZE}, 0) == 0"
+        else:
+            waiter = f"{THREAD_NAME} == 0"
+        with self.out.block(f"if ({waiter})"):
+            self.out.line(f"la_mbarrier_wait(&la_free_{name}[{index}], ({free} >> {index}) & 1u);")
+        self.out.line(f"{free} ^= 1u << {index};")
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
         """Wait on the stage's barrier for the phase the next copy completes, or, where the

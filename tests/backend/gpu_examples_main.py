@@ -4,6 +4,8 @@ interpreter.
     python tests/backend/gpu_examples_main.py            # a table, exit status 1 on a mismatch
     compute-sanitizer --tool memcheck python tests/backend/gpu_examples_main.py
     compute-sanitizer --tool racecheck python tests/backend/gpu_examples_main.py
+    compute-sanitizer --tool synccheck python tests/backend/gpu_examples_main.py release
+                                                          # only the cases naming "release"
 
 Each program runs on torch CUDA tensors through `backend.compile` (for the current GPU's
 architecture) and on NumPy copies of the same arguments through `ir.run_reference`; every array
@@ -409,6 +411,18 @@ PREFILL_CASES = [
         {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True, "stream_k": 3},
         8,
     ),
+    # Each k-tile's ring stage released by the warps' arrivals, not a block barrier: one
+    # warpgroup, two, and k split over grid z.
+    (dtypes.i4, dtypes.f16, False, "register", {"stages": 3, "release": True}, 8),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"warpgroups": 2, "block_m": 24, "units_k": 2, "release": True},
+        7,
+    ),
+    (dtypes.i4, dtypes.f16, False, "register", {"split": 2, "stages": 2, "release": True}, 8),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),
@@ -622,14 +636,17 @@ def dequantize_cases(
     return cases
 
 
-def main() -> int:
-    """Run every case; print one line each and a summary; 0 when all match, else 1."""
+def main(argv: Sequence[str] = ()) -> int:
+    """Run every case, or those whose name holds one of the strings of `argv` (a sanitizer
+    run on a few kernels); print one line each and a summary; 0 when all match, else 1."""
     emulated = load_sibling("lower_emulated", "test_lower_emulated.py")
     cases = example_cases(emulated)
     cases += [
         (f"feature {c.name}", c.program, list(c.arguments), c.grid, c.exact)
         for c in emulated.FEATURES
     ]
+    if argv:
+        cases = [case for case in cases if any(part in case[0] for part in argv)]
     failures = 0
     print(f"{'program':<32} {'compile s':>9} {'run s':>7} {'regs':>5} {'local B':>7}  result")
     for name, program, arguments, grid, exact in cases:
@@ -655,4 +672,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

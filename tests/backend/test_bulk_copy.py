@@ -316,26 +316,28 @@ def test_the_kernel_issues_one_copy_from_thread_0_and_waits_on_the_stage_parity(
 
 
 def test_a_released_ring_waits_on_free_barriers_instead_of_a_block_barrier() -> None:
-    """Two 64-column slots a stage, one warp: each slot's free barrier counts one arrival; the
-    copy's thread waits on it (parity from all ones, flipped per wait) before the fence; the
-    release is one __syncwarp and lane 0's arrival per slot; the loop has no __syncthreads."""
+    """Two 64-column slots a stage, one warp: each slot's free barrier counts one arrival; warp
+    0's lanes wait on it, under a condition read through a shuffle (warp-uniform to the
+    compiler), with a parity from all ones that every thread flips per wait; then the copy's
+    thread fences and issues; the release is one __syncwarp and lane 0's arrival per slot; the
+    loop has no __syncthreads."""
     source = lower(_panel_ring(release=True), "sm_90a").source
     assert "__shared__ unsigned long long la_free_s0[4];" in source
     assert "unsigned la_free_phases_s0 = ~0u;" in source
     assert "la_mbarrier_init(&la_free_s0[la_i], 1u);" in source
     loop = source[source.index("for (int k0") :]
     assert "__syncthreads();" not in loop
-    copies = re.findall(r"if \(la_thread == 0\) \{\n(.*?)\n\s*\}\n", loop, re.S)
-    assert len(copies) == 2
-    for copy in copies:
-        lines = [line.strip() for line in copy.splitlines()]
-        index = lines[0].split()[2]
-        assert lines[0].startswith(f"const unsigned {index} = (unsigned)((")
-        assert lines[1] == (
-            f"la_mbarrier_wait(&la_free_s0[{index}], (la_free_phases_s0 >> {index}) & 1u);"
-        )
-        assert lines[2] == f"la_free_phases_s0 ^= 1u << {index};"
-        assert lines[3] == "la_proxy_fence_shared();"
+    waits = re.findall(
+        r"const unsigned (\w+) = \(unsigned\)\(\(.*\);\n\s*"
+        r"if \(__shfl_sync\(0xffffffffu, la_thread / 32, 0\) == 0\) \{\n\s*(.*)\n\s*\}\n"
+        r"\s*(.*)\n\s*if \(la_thread == 0\) \{\n\s*(.*)\n",
+        loop,
+    )
+    assert len(waits) == 2
+    for index, wait, flip, first in waits:
+        assert wait == f"la_mbarrier_wait(&la_free_s0[{index}], (la_free_phases_s0 >> {index}) & 1u);"
+        assert flip == f"la_free_phases_s0 ^= 1u << {index};"
+        assert first == "la_proxy_fence_shared();"
     assert loop.count("__syncwarp();") == 1
     arrivals = re.findall(
         r"if \(\(la_thread & 31\) == 0\) la_mbarrier_arrive\(&la_free_s0\[.*\]\);", loop
