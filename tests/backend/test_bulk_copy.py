@@ -335,7 +335,8 @@ def test_a_released_ring_waits_on_free_barriers_instead_of_a_block_barrier() -> 
     )
     assert len(waits) == 2
     for index, wait, flip, first in waits:
-        assert wait == f"la_mbarrier_wait(&la_free_s0[{index}], (la_free_phases_s0 >> {index}) & 1u);"
+        parity = f"(la_free_phases_s0 >> {index}) & 1u"
+        assert wait == f"la_mbarrier_wait(&la_free_s0[{index}], {parity});"
         assert flip == f"la_free_phases_s0 ^= 1u << {index};"
         assert first == "la_proxy_fence_shared();"
     assert loop.count("__syncwarp();") == 1
