@@ -26,6 +26,10 @@ A conversion is planned once per cast, at lowering time, from that list:
   (magnitudes and signs sit at different distances).
 - *Bytes to f16* (u8, i8): one ``prmt`` puts the two bytes under ``0x64`` exponent bytes
   (``1024 + u``), one fma subtracts 1024 (signed: the input word's sign bits flipped first).
+- *Biased* (`ir.dtypes.magic_bias`, integers to f16 or bf16): each field goes to the one bit
+  p its bias names, ORed into the magic number ``2^(M - p)`` whose mantissa's unit is then 1;
+  the half is ``2^(M - p) + u``, the code's value plus its bias, with no fma. Bytes to f16:
+  the ``prmt`` alone.
 - *Bytes to bf16*: bf16's 8 significant bits cannot hold ``128 + u``: ``prmt`` builds the
   float32 ``2^23 + u``, one ``sub.f32`` gives the exact value, a last ``prmt`` joins the upper
   halves of two floats (their bf16 codes).
@@ -216,7 +220,8 @@ class ConversionPlan:
             if self.kind in ("fields", "float"):
                 count += max(1, len(word.terms)) + (word.fma is not None)
             elif self.kind == "bytes_f16":
-                count += 2 + (word.prmt is not None and word.prmt[0] != word.prmt[1])
+                joined = word.prmt is not None and word.prmt[0] != word.prmt[1]
+                count += 1 + joined + (word.fma is not None)
             else:
                 count += 5
         return count
@@ -373,8 +378,19 @@ def _choose_windows(
     )
 
 
-def _field_pieces(src: DataType, dst: DataType, sources: Sequence[int], j: int) -> list[_Piece]:
+def _field_pieces(
+    src: DataType, dst: DataType, sources: Sequence[int], j: int, biased: bool
+) -> list[_Piece]:
     bits = src.nbits
+    if biased:
+        # Each field at the one bit its magic number's bias names (`ir.dtypes.magic_bias`).
+        period = dtypes.magic_field_period(src, dst)
+        pieces = []
+        for h in range(2):
+            start = sources[2 * j + h] * bits
+            at = 16 * h + start % period
+            pieces.append(_Piece(start, bits, at, at))
+        return pieces
     if src.is_float:
         place = _MANTISSA_BITS[dst] - src.mantissa_bits
         pieces = []
@@ -388,7 +404,12 @@ def _field_pieces(src: DataType, dst: DataType, sources: Sequence[int], j: int) 
 
 
 def _field_word(
-    src: DataType, dst: DataType, pieces: list[_Piece], offsets: list[int], exponent: int
+    src: DataType,
+    dst: DataType,
+    pieces: list[_Piece],
+    offsets: list[int],
+    exponent: int,
+    biased: bool,
 ) -> _Word:
     masks: dict[int, int] = {}
     positions = []
@@ -404,6 +425,15 @@ def _field_word(
         return _Word(terms, 0, (_pair(dst, scale, scale), _pair(dst, -0.0, -0.0)))
     bits = src.nbits
     sign = 1 << (bits - 1) if src.is_signed else 0
+    if biased:
+        # The magic number 2^(M - p) puts the field's unit at 1: 2^(M - p) + u is the
+        # biased value, nothing to subtract.
+        magic = 0
+        for h, at in enumerate(positions):
+            p = at - 16 * h
+            code = _code(dst, 2.0 ** (_MANTISSA_BITS[dst] - p))
+            magic |= (code | sign << p) << (16 * h)
+        return _Word(terms, magic, None)
     magic_code = _code(dst, _MAGIC_VALUE[dst])
     magic = 0
     scales, biases = [], []
@@ -416,37 +446,56 @@ def _field_word(
 
 
 def plan_conversion(
-    src: DataType, dst: DataType, sources: Sequence[int], input_size: int, exponent: int = 0
+    src: DataType,
+    dst: DataType,
+    sources: Sequence[int],
+    input_size: int,
+    exponent: int = 0,
+    biased: bool = False,
 ) -> ConversionPlan | None:
     """The fast conversion of a cast whose output element j converts input element
     ``sources[j]`` (input elements are b-bit codes in a bitstream of `input_size` elements),
     the values times ``2**exponent`` (a scaled cast, exact: `ir.dtypes.convert_scaled`), or
-    None when `conversion_kind` has none, the output count is odd, or a scaled conversion's
-    constants are not values of the target (bytes to bf16 take no exponent).
+    with `biased` plus their magic numbers' biases (`ir.dtypes.magic_bias`); None when
+    `conversion_kind` has none, the output count is odd, or a scaled conversion's constants
+    are not values of the target (bytes to bf16 take no exponent), or a biased cast is not
+    available (`ir.dtypes.magic_bias_error`, or an exponent with it).
 
     The exponent only changes the final fma's constants; a float whose exponent makes its
-    multiplier 1 needs no fma at all (``exponent = bias - B``)."""
+    multiplier 1 needs no fma at all (``exponent = bias - B``), nor does a biased cast: its
+    fields are placed at the bit their bias names and ORed into their magic numbers, one
+    LOP3 a word (bytes: one ``prmt``)."""
     kind = conversion_kind(src, dst)
     if kind is None or len(sources) % 2 or not sources:
         return None
     if exponent and (kind == "bytes_bf16" or dtypes.scaled_conversion_error(src, dst, exponent)):
         return None
+    if biased and (exponent or dtypes.magic_bias_error(src, dst) is not None):
+        return None
     try:
-        return _plan(src, dst, kind, sources, input_size, exponent)
+        return _plan(src, dst, kind, sources, input_size, exponent, biased)
     except _Inexact:
         return None
 
 
 def _plan(
-    src: DataType, dst: DataType, kind: str, sources: Sequence[int], input_size: int, exponent: int
+    src: DataType,
+    dst: DataType,
+    kind: str,
+    sources: Sequence[int],
+    input_size: int,
+    exponent: int,
+    biased: bool,
 ) -> ConversionPlan:
     bits = src.nbits
     input_words = -(-input_size * bits // WORD_BITS)
     count = len(sources) // 2
     if kind in ("fields", "float"):
-        pairs = [_field_pieces(src, dst, sources, j) for j in range(count)]
+        pairs = [_field_pieces(src, dst, sources, j, biased) for j in range(count)]
         offsets, windows = _choose_windows(pairs, input_words)
-        words = tuple(_field_word(src, dst, pairs[j], offsets[j], exponent) for j in range(count))
+        words = tuple(
+            _field_word(src, dst, pairs[j], offsets[j], exponent, biased) for j in range(count)
+        )
         return ConversionPlan(src, dst, kind, input_words, tuple(windows), words, ())
     located = [divmod(sources[j] * bits, WORD_BITS) for j in range(len(sources))]
     flipped = sorted({w for w, _ in located}) if src.is_signed else []
@@ -463,7 +512,6 @@ def _plan(
             selector = ba << 12 | (4 + bb) << 8 | ba << 4 | ba
         bias = -(_MAGIC_VALUE[dst] + (128 if src.is_signed else 0)) * 2.0**exponent
         scale = 2.0**exponent
-        words.append(
-            _Word(fma=(_pair(dst, scale, scale), _pair(dst, bias, bias)), prmt=(wa, wb, selector))
-        )
+        fma = None if biased else (_pair(dst, scale, scale), _pair(dst, bias, bias))
+        words.append(_Word(fma=fma, prmt=(wa, wb, selector)))
     return ConversionPlan(src, dst, kind, input_words, (), tuple(words), tuple(flipped))

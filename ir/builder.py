@@ -83,7 +83,12 @@ from ir.values import (
     RegisterTensor,
     SharedTensor,
 )
-from ir.verifier import check_grid_extents, check_instruction, check_min_blocks_per_sm
+from ir.verifier import (
+    biased_cast_error,
+    check_grid_extents,
+    check_instruction,
+    check_min_blocks_per_sm,
+)
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
@@ -701,18 +706,25 @@ class ProgramBuilder:
         layout: RegisterLayout | None = None,
         *,
         exponent: int = 0,
+        biased: bool = False,
     ) -> RegisterTensor:
         """`x` converted to `dtype` (the contract's conversion rules), in `x`'s layout or in
         `layout`, a layout of the same shape in which every thread holds only elements it holds
         in `x` (e.g. the same elements in another local order). With `exponent`, the values
         times ``2**exponent``, which must be exact for every code of x's type
-        (`ir.dtypes.scaled_conversion_error`; VerificationError otherwise)."""
+        (`ir.dtypes.scaled_conversion_error`; VerificationError otherwise). With `biased`
+        (integer codes to f16 or bf16), each value plus its magic number's bias
+        (`ir.dtypes.magic_bias` at the code's bit offset in its thread's bitstream): the cast
+        is then bit placement alone on the GPU (`ir.instructions.Cast`)."""
         x = self._tensor(x, "cast's operand")
         error = dtypes.scaled_conversion_error(x.dtype, dtype, exponent)
         if error is not None:
             raise VerificationError(f"cast of {x.name} to {dtype} with exponent: {error}")
+        error = biased_cast_error(x.dtype, dtype, exponent, biased)
+        if error is not None:
+            raise VerificationError(f"biased cast of {x.name} to {dtype}: {error}")
         out = self._register(dtype, x.layout if layout is None else layout)
-        self._emit(Cast(out, x, exponent))
+        self._emit(Cast(out, x, exponent, biased))
         return out
 
     def view(self, x: RegisterTensor, dtype: DataType, layout: RegisterLayout) -> RegisterTensor:

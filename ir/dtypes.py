@@ -43,6 +43,7 @@ first (`pack`, `unpack`).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -540,6 +541,80 @@ def convert_scaled(codes: ArrayLike, src: DataType, dst: DataType, exponent: int
         return convert(codes, src, dst)
     values = src.decode(codes).astype(np.float64) * 2.0**exponent
     return dst.encode(values)
+
+
+MAGIC_BIAS_TARGETS = ("f16", "bf16")
+"""The types a biased cast (`magic_bias`) converts to: their magic numbers are exact."""
+
+
+def magic_bias_error(src: DataType, dst: DataType) -> str | None:
+    """Why a cast of `src` codes to `dst` cannot keep the magic number's bias
+    (`magic_bias`), or None when it can: `src` an integer type of at most as many bits as
+    `dst` has mantissa bits, `dst` f16 or bf16. Raises DtypeError when either is not a
+    DataType."""
+    src = _check_dtype(src, "the source type")
+    dst = _check_dtype(dst, "the destination type")
+    if dst.name not in MAGIC_BIAS_TARGETS:
+        return f"a biased cast gives f16 or bf16, not {dst.name}"
+    if src.is_float:
+        return f"a biased cast takes integer codes, not {src.name}"
+    if src.nbits > dst.mantissa_bits:
+        return (
+            f"{src.name} has {src.nbits} bits, more than {dst.name}'s "
+            f"{dst.mantissa_bits} mantissa bits hold under a magic number"
+        )
+    return None
+
+
+def magic_field_period(src: DataType, dst: DataType) -> int:
+    """The period g of the bit positions of a biased cast's fields: a code at bit offset o of
+    its thread's bitstream is placed at bit ``p = o mod g`` of its 16-bit half, g the largest
+    power of two up to 16 for which every such p leaves the code below the mantissa's top
+    (``g - gcd(b, g) <= M - b``, b the code's bits, M the mantissa's). Raises DtypeError where
+    `magic_bias_error` names a reason."""
+    error = magic_bias_error(src, dst)
+    if error is not None:
+        raise DtypeError(f"no biased cast from {src} to {dst}: {error}")
+    room = dst.mantissa_bits - src.nbits
+    return next(g for g in (16, 8, 4, 2, 1) if g - math.gcd(src.nbits, g) <= room)
+
+
+def magic_bias(src: DataType, dst: DataType, bit_offset: int) -> int:
+    """The bias a biased cast (`ir.builder.ProgramBuilder.cast` with ``biased=True``) leaves
+    in the value of the `src` code at bit `bit_offset` of its thread's bitstream.
+
+    The cast ORs the code's field into a magic number's mantissa at bit
+    ``p = bit_offset mod magic_field_period(src, dst)`` of its half, the magic number being
+    ``2^(M - p)`` (M mantissa bits), whose mantissa's unit is then 1: the half holds
+    ``2^(M - p) + u`` exactly, u the code as unsigned (a signed code's top bit flipped,
+    ``u = n + 2^(b - 1)``). So the biased value is the code's value plus
+    ``2^(M - p) + 2^(b - 1) * signed``, the number returned; nothing is left to subtract per
+    weight, and a matmul can take the bias out once per row of activations
+    (``sum_k bias_k * a_k``). Raises DtypeError where `magic_bias_error` names a reason or
+    `bit_offset` is not a non-negative int."""
+    if not _is_int(bit_offset) or bit_offset < 0:
+        raise DtypeError(f"a bit offset must be a non-negative int, got {bit_offset!r}")
+    return int(magic_biases(src, dst, np.array([bit_offset]))[0])
+
+
+def magic_biases(src: DataType, dst: DataType, bit_offsets: ArrayLike) -> np.ndarray:
+    """`magic_bias` of every offset of the int array `bit_offsets` (float64, same shape).
+    Raises DtypeError as `magic_bias` does."""
+    period = magic_field_period(src, dst)
+    offsets = np.asarray(bit_offsets)
+    if offsets.dtype.kind not in "iu" or (offsets < 0).any():
+        raise DtypeError(f"bit offsets must be non-negative ints, got {bit_offsets!r}")
+    sign = 1 << (src.nbits - 1) if src.is_signed else 0
+    return 2.0 ** (dst.mantissa_bits - offsets % period) + sign
+
+
+def convert_biased(
+    codes: ArrayLike, src: DataType, dst: DataType, bit_offsets: ArrayLike
+) -> np.ndarray:
+    """`dst` codes of the values of `codes` plus `magic_biases` at their `bit_offsets`
+    (broadcast against `codes`): exact. Raises DtypeError as `magic_bias` and `convert` do."""
+    bias = magic_biases(src, dst, bit_offsets)
+    return dst.encode(src.decode(codes).astype(np.float64) + bias)
 
 
 def packed_nbytes(count: int, dtype: DataType) -> int:

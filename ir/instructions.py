@@ -531,12 +531,19 @@ class Cast(Instruction):
     (`ir.dtypes.convert_scaled`), which must be exact for every code of x's type (checked by the
     verifier): a float conversion that needs a power-of-two correction (a sub-byte float's
     bias, say) can leave it to a later multiply that needs one anyway.
+
+    With `biased` (integer codes to f16 or bf16, exponent 0) each value keeps the bias of the
+    magic number it is built on: ``value + ir.dtypes.magic_bias(x.dtype, out.dtype, o)``, o the
+    bit offset of the element's code in its thread's bitstream of x (local index times the
+    code's bits). Exact; a matmul takes the bias out once per row of activations instead of
+    once per weight.
     """
 
     op: ClassVar[str] = "cast"
     out: RegisterTensor = result()
     x: RegisterTensor
     exponent: int = 0
+    biased: bool = False
 
 
 @dataclass(frozen=True, eq=False)

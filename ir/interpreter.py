@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ir import bitstream, instructions
+from ir import bitstream, dtypes, instructions
 from ir.arguments import (
     bind_arguments,
     check_storage,
@@ -709,6 +709,15 @@ class BlockInterpreter(InstructionVisitor[None]):
         if instruction.exponent:
             # Exact (the verifier checked every code): NaNs and infinities stay what they are.
             values = np.asarray(values, dtype=np.float64) * 2.0**instruction.exponent
+        if instruction.biased:
+            # Each code's bias from its bit offset in its thread's bitstream of x.
+            if out.layout == x.layout:
+                local = np.broadcast_to(np.arange(out.layout.local_size), values.shape)
+            else:
+                local = broadcast_gather(out.layout, x.layout)
+            offsets = np.asarray(local, dtype=np.int64) * x.dtype.nbits
+            bias = dtypes.magic_biases(x.dtype, out.dtype, offsets)
+            values = np.asarray(values, dtype=np.float64) + bias
         self.registers[out.name] = to_values(out.dtype, out.dtype.encode(values))
 
     def visit_view(self, instruction: instructions.View) -> None:

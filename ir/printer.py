@@ -136,7 +136,8 @@ class _LinePrinter(InstructionVisitor[str]):
     def visit_cast(self, instruction: instructions.Cast) -> str:
         i = instruction
         exponent = f", exponent={i.exponent}" if i.exponent else ""
-        return f"{_register(i.out)} = cast({i.x.name}{exponent})"
+        biased = ", biased" if i.biased else ""
+        return f"{_register(i.out)} = cast({i.x.name}{exponent}{biased})"
 
     def visit_view(self, instruction: instructions.View) -> str:
         return f"{_register(instruction.out)} = view({instruction.x.name})"

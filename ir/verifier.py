@@ -346,6 +346,20 @@ class _InstructionChecker(InstructionVisitor[None]):
         error = dtypes.scaled_conversion_error(x.dtype, out.dtype, instruction.exponent)
         if error is not None:
             raise _fail(instruction, f"scaled cast: {error}")
+        error = biased_cast_error(x.dtype, out.dtype, instruction.exponent, instruction.biased)
+        if error is not None:
+            raise _fail(instruction, f"biased cast: {error}")
+        if instruction.biased and out.layout != x.layout:
+            # A bias is a function of the local index: the same one in every thread.
+            gather = broadcast_gather(out.layout, x.layout)
+            uneven = np.flatnonzero((gather != gather[:1]).any(axis=0))
+            if uneven.size:
+                raise _fail(
+                    instruction,
+                    f"biased cast: the result's local element {int(uneven[0])} reads different "
+                    "local elements of the operand in different threads; a bias needs the same "
+                    "one in every thread",
+                )
 
     def visit_view(self, instruction: instructions.View) -> None:
         out, x = instruction.out, instruction.x
@@ -534,6 +548,18 @@ def _check_dot(instruction: instructions.Dot, threads: int) -> None:
 
 SM_THREADS = 2048
 """Threads resident on one SM at most (sm_80 to sm_90): the bound of `check_min_blocks_per_sm`."""
+
+
+def biased_cast_error(src: DataType, dst: DataType, exponent: int, biased: object) -> str | None:
+    """Why a cast from `src` to `dst` cannot have `biased` as given (a bool; when true, an
+    exponent of 0 and `ir.dtypes.magic_bias_error` None), or None."""
+    if not isinstance(biased, bool):
+        return f"biased must be a bool, got {biased!r}"
+    if not biased:
+        return None
+    if exponent:
+        return f"a biased cast takes no exponent, got {exponent}"
+    return dtypes.magic_bias_error(src, dst)
 
 
 def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> None:

@@ -35,7 +35,7 @@ from backend.tensor_core import (
 )
 from backend.wgmma import WAIT_ALL, WARPGROUP_SIZE, emit_wgmma, emit_wgmma_drain, plan_wgmma
 from ir import dtypes, instructions
-from ir.dtypes import DataType
+from ir.dtypes import DataType, magic_bias
 from ir.elementwise import BINARY_OPS
 from ir.placement import dot_gather, dot_is_thread_local, reduce_plan
 from ir.printer import format_instruction
@@ -221,9 +221,11 @@ class ComputeLowering(LoweringContext):
         size = out.layout.local_size
         sources = [self.broadcast_index(out, x, i) for i in range(size)]
         plan = None
-        exponent = instruction.exponent
+        exponent, biased = instruction.exponent, instruction.biased
         if self.tensor_cores and None not in sources:
-            plan = plan_conversion(x.dtype, out.dtype, sources, x.layout.local_size, exponent)
+            plan = plan_conversion(
+                x.dtype, out.dtype, sources, x.layout.local_size, exponent, biased
+            )
         if plan is not None:
             # Output words of two 16-bit codes straight from the input's words.
             self.note(f"fast {x.dtype.name} -> {out.dtype.name}", size)
@@ -237,6 +239,17 @@ class ComputeLowering(LoweringContext):
                 )
                 for line in lines:
                     self.out.line(line)
+            return
+        if biased:
+            # The value plus its bias, from the code's bit offset (the same local index of x
+            # in every thread: the verifier's rule), through an int: exact.
+            codes = []
+            for i, source in enumerate(sources):
+                bias = magic_bias(x.dtype, out.dtype, source * x.dtype.nbits)
+                value = decode_expression(x.dtype, self.broadcast_read(out, x, i))
+                codes.append(encode_expression(out.dtype, f"({value} + {bias})", False))
+            self.note_codes(f"convert {x.dtype.name} -> {out.dtype.name} biased", codes)
+            self.write_elements(out, codes)
             return
         if x.dtype == dtypes.f32 and out.dtype == dtypes.f16 and not exponent and size % 2 == 0:
             # A word of two f16 codes from two f32 values, one paired conversion.

@@ -79,17 +79,20 @@ class Case:
     sources: tuple[int, ...]
     input_size: int
     exponent: int = 0
+    biased: bool = False
 
     @property
     def plan(self) -> ConversionPlan:
-        plan = plan_conversion(self.src, self.dst, self.sources, self.input_size, self.exponent)
+        plan = plan_conversion(
+            self.src, self.dst, self.sources, self.input_size, self.exponent, self.biased
+        )
         assert plan is not None
         return plan
 
     @property
     def name(self) -> str:
         scaled = f"-times-2^{self.exponent}" if self.exponent else ""
-        return f"{self.src}-{self.dst}-{self.order}{scaled}"
+        return f"{self.src}-{self.dst}-{self.order}{scaled}{'-biased' * self.biased}"
 
 
 def _cases() -> list[Case]:
@@ -114,6 +117,11 @@ def _cases() -> list[Case]:
         for exponent in {fma_free_exponent(src, dst), -3} - {None}:
             if plan_conversion(src, dst, sources, size, exponent) is not None:
                 cases.append(Case(src, dst, "packed", tuple(sources), size, exponent))
+        # Biased casts (the magic number's bias kept) in every order, where available.
+        if dtypes.magic_bias_error(src, dst) is None:
+            for order, (sources, size) in orders.items():
+                biased = Case(src, dst, order, tuple(int(s) for s in sources), size, biased=True)
+                cases.append(biased)
     return cases
 
 
@@ -302,7 +310,11 @@ def _expected(case: Case, inputs: np.ndarray) -> np.ndarray:
     positions = np.arange(case.input_size)[:, None] * bits + np.arange(bits)
     codes = (stream[:, positions] << np.arange(bits)).sum(axis=2)
     gathered = codes[:, list(case.sources)]
-    converted = dtypes.convert_scaled(gathered.ravel(), case.src, case.dst, case.exponent)
+    if case.biased:
+        offsets = np.broadcast_to(np.array(case.sources) * bits, gathered.shape)
+        converted = dtypes.convert_biased(gathered, case.src, case.dst, offsets).ravel()
+    else:
+        converted = dtypes.convert_scaled(gathered.ravel(), case.src, case.dst, case.exponent)
     converted = converted.astype(np.uint32)
     converted = converted.reshape(gathered.shape)
     return converted[:, 0::2] | converted[:, 1::2] << 16
@@ -485,6 +497,32 @@ PACKED_COSTS = {
     "i8": (40, 88),
     "f4e2m1": (76, 76),
 }
+
+
+# The same with the magic numbers' biases kept (`ir.dtypes.magic_bias`): placement alone.
+# Bytes to bf16 have no biased cast (8 bits do not fit under bf16's magic number).
+PACKED_BIASED_COSTS = {
+    "u1": (17, 19),
+    "u2": (18, 22),
+    "u3": (37, 46),
+    "u4": (20, 28),
+    "i4": (20, 28),
+    "u5": (49, 54),
+    "u6": (54, 62),
+    "u7": (45, 63),
+    "u8": (16, None),
+    "i8": (24, None),
+}
+
+
+@pytest.mark.parametrize(("name", "costs"), PACKED_BIASED_COSTS.items())
+def test_packed_order_costs_of_biased_casts(name: str, costs: tuple[int, int | None]) -> None:
+    src = dtypes.from_name(name)
+    sources = packed_order(src.nbits)
+    plans = [
+        plan_conversion(src, dst, sources, 32, biased=True) for dst in (dtypes.f16, dtypes.bf16)
+    ]
+    assert tuple(None if plan is None else plan.instructions for plan in plans) == costs
 
 
 @pytest.mark.parametrize(("name", "costs"), PACKED_COSTS.items())
