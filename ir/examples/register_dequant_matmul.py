@@ -143,6 +143,15 @@ class DequantConfig:
     k loop (`ProgramBuilder.launch_dependents`; with `stream_k`, after its tile loop) instead
     of at its entry, so that the next kernel's blocks take the SMs as this one's leave them
     rather than waiting on them through its tail.
+    `magic_bias` (with `late_scale`, integer weights, no zero points): the weights are cast
+    with their magic numbers' biases kept (``cast(..., biased=True)``, `ir.dtypes.magic_bias`:
+    the cast is bit placement alone, no fma per pair of weights), and each k-tile's dot starts
+    from the product of the activations with the negated biases (the cast of zero codes, the
+    same tile every k-tile) instead of zero, so the biases cancel in the accumulator: a second
+    dot per k-tile (tensor-core work where the decode loop has room) in place of half the
+    cast's instructions. The f32 sum then carries the biases (up to 2^M times the group's
+    activations) and rounds with them: results within the tensor-core tolerance, not the
+    exact path's bits.
     `stages`: 0, the weights go through the register ring of `depth` k-tiles and the
     activations through two shared stages; S >= 2 (with depth 1), both go through a ring of S
     shared stages, copied S - 1 k-tiles ahead by `copy_async`. Each thread copies the weight
@@ -166,6 +175,7 @@ class DequantConfig:
     programmatic_launch: bool = False
     late_trigger: bool = False
     stages: int = 0
+    magic_bias: bool = False
 
     @property
     def block_m(self) -> int:
@@ -246,7 +256,8 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
-    for name in ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger"):
+    flags = ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger")
+    for name in (*flags, "magic_bias"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -268,6 +279,11 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
         )
     check_group_size(PROGRAM, group_size, config.block_k)
+    if config.magic_bias and not config.late_scale:
+        raise VerificationError(
+            "register_dequant_matmul: magic_bias=True without late_scale; the biases cancel "
+            "in each k-tile's own accumulator, which the late scale provides"
+        )
     if config.late_scale and group_size != config.block_k:
         raise VerificationError(
             f"register_dequant_matmul: late_scale with group_size={group_size} and a k-tile of "
@@ -305,6 +321,14 @@ def register_dequant_matmul(
         zero_points,
     )
     act, f32, i32 = activation_dtype, dtypes.f32, dtypes.i32
+    if config.magic_bias:
+        error = dtypes.magic_bias_error(weight_dtype, act)
+        if zero_points or error is not None:
+            raise VerificationError(
+                f"register_dequant_matmul: magic_bias with {weight_dtype} weights, {act} "
+                f"activations and zero_points={zero_points}: "
+                f"{error or 'the biases cancel in the products only without zero points'}"
+            )
     # With the late scale (no zero points), a float's bias moves from its cast to the scales.
     late_float = config.late_scale and not zero_points
     exponent = weight_exponent(weight_dtype, act) if late_float else 0
@@ -399,6 +423,11 @@ def register_dequant_matmul(
             row0, col0, word_col0 = tile_m * block_m, tile_n * block_n, tile_n * word_cols
             acc = b.register_tensor(f32, c_layout, 0.0)
             zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
+            if config.magic_bias:
+                # Each weight's bias, negated: the biased cast of zero codes (constants).
+                zero_codes = b.register_tensor(weight_dtype, code_layout, 0)
+                biases = b.cast(zero_codes, act, weight_layout, biased=True)
+                negated_biases = b.neg(biases)
 
             def copy_activations(tile, stage):
                 b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
@@ -448,7 +477,9 @@ def register_dequant_matmul(
                     ahead_of(tile, 1, end, lambda t: copy_activations(t, 1 - stage))
                     b.copy_async_commit()
                 codes = b.view(current, weight_dtype, code_layout)
-                weights = b.cast(codes, act, weight_layout, exponent=exponent)
+                weights = b.cast(
+                    codes, act, weight_layout, exponent=exponent, biased=config.magic_bias
+                )
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
 
                 def group_row(view, layouts):
@@ -469,17 +500,19 @@ def register_dequant_matmul(
                 else:
                     activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
 
-                def product(c_in):
+                def product(w, c_in):
                     if transposed:
-                        return b.dot(weights, activations, c_in)
-                    return b.dot(activations, weights, c_in)
+                        return b.dot(w, activations, c_in)
+                    return b.dot(activations, w, c_in)
 
                 if config.late_scale:
                     row = group_row(scale_view, accumulator_row_layouts)
                     scale = b.cast(row, f32, c_row_layout, exponent=-exponent)
-                    b.assign(acc, b.fma(product(zero), scale, acc))
+                    # With the biases kept, the dot starts from minus their product.
+                    start = product(negated_biases, zero) if config.magic_bias else zero
+                    b.assign(acc, b.fma(product(weights, start), scale, acc))
                 else:
-                    b.assign(acc, product(acc))
+                    b.assign(acc, product(weights, acc))
                 # Every thread is past its reads of this stage before the next tile's copy
                 # into it.
                 b.sync()

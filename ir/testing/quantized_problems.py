@@ -72,12 +72,17 @@ def make_problem(dtype: DataType, group_size: int, m: int, n: int, k: int, seed:
     return Problem(a, codes, scales, dequantized)
 
 
-def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.ndarray]:
-    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order."""
+def sequential_partials(
+    a: np.ndarray, w: np.ndarray, split: int, start: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order,
+    from zero or from the f32 `start`."""
     size = a.shape[1] // split
     partials = []
     for s in range(split):
         accumulator = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
+        if start is not None:
+            accumulator = accumulator + start
         for kk in range(s * size, (s + 1) * size):
             accumulator = accumulator + a[:, kk : kk + 1].astype(np.float32) * w[kk].astype(
                 np.float32
@@ -86,20 +91,40 @@ def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.nda
     return partials
 
 
+def magic_bias_tile(dtype: DataType, activation: DataType, code_layout: Any) -> np.ndarray:
+    """The bias each code of a tile keeps in a biased cast (`ir.dtypes.magic_bias`), from its
+    local index in `code_layout` (the layout of the codes as viewed from their words)."""
+    tile = np.zeros(code_layout.shape, dtype=np.float64)
+    for thread in code_layout.table():
+        for index, coords in enumerate(thread):
+            tile[tuple(coords)] = dtypes.magic_bias(dtype, activation, index * dtype.nbits)
+    return tile
+
+
 def late_scaled_partials(
-    a: np.ndarray, values: np.ndarray, scales: np.ndarray, group_size: int, split: int
+    a: np.ndarray,
+    values: np.ndarray,
+    scales: np.ndarray,
+    group_size: int,
+    split: int,
+    biases: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
     f32 sum in k order of a * f16(w) from zero, times the group's f32 scale and added to the
-    split's sum in one rounding (`fused_multiply_add`)."""
+    split's sum in one rounding (`fused_multiply_add`). With `biases` (k, n) (`magic_bias`),
+    each group's sum is of a * (w + bias), from the sum of a * -bias in k order."""
     size = a.shape[1] // split
     partials = []
     for s in range(split):
         accumulator = np.zeros((a.shape[0], values.shape[1]), dtype=np.float32)
         for start in range(s * size, (s + 1) * size, group_size):
-            (product,) = sequential_partials(
-                a[:, start : start + group_size], values[start : start + group_size], 1
-            )
+            group_a, group_w = a[:, start : start + group_size], values[start : start + group_size]
+            offset = None
+            if biases is not None:
+                group_b = biases[start : start + group_size]
+                (offset,) = sequential_partials(group_a, -group_b, 1)
+                group_w = group_w.astype(np.float64) + group_b
+            (product,) = sequential_partials(group_a, group_w, 1, offset)
             scale = np.broadcast_to(scales[start // group_size].astype(np.float32), product.shape)
             accumulator = fused_multiply_add(product, scale, accumulator)
         partials.append(accumulator)

@@ -296,6 +296,32 @@ DECODE_CASES = [
             "late_trigger": True,
         },
     ),
+    # The magic numbers' biases kept by the cast and taken out by a dot of their negation.
+    (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "magic_bias": True}),
+    (
+        dtypes.i2,
+        dtypes.f16,
+        False,
+        {"units_k": 8, "late_scale": True, "magic_bias": True, "weights_as_a": True, "units_m": 2},
+    ),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        False,
+        {"units_k": 8, "late_scale": True, "magic_bias": True, "stages": 3, "split": 2},
+    ),
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        {"warps": 2, "units_k": 8, "late_scale": True, "magic_bias": True},
+    ),
+    (
+        dtypes.u3,
+        dtypes.f16,
+        False,
+        {"units_k": 8, "late_scale": True, "magic_bias": True, "weights_as_a": True},
+    ),
 ]
 
 

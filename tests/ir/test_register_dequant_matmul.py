@@ -25,7 +25,7 @@ from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import InterpreterError, VerificationError
-from ir.examples.packed_weights import pack_scales, pack_weights, tile_value_layout
+from ir.examples.packed_weights import pack_scales, pack_weights, tile_layouts, tile_value_layout
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
     accumulator_layout,
@@ -45,6 +45,7 @@ from ir.testing.quantized_problems import (
     TAIL,
     check_stream_k_program,
     late_scaled_partials,
+    magic_bias_tile,
     make_problem,
     ordered_sum,
     sequential_partials,
@@ -84,9 +85,12 @@ def run_dequant(
     names += ["partial", "counters", "c"] if fused else ["c"]
     assert [p.name for p in program.params] == names
     scales = pack_scales(problem.scales)
+    biases = magic_biases(dtype, config, k, n) if config.magic_bias else None
     if config.late_scale:
         values = dtype.decode(problem.codes).astype(np.float16)
-        partials = late_scaled_partials(problem.a, values, problem.scales, group_size, split)
+        partials = late_scaled_partials(
+            problem.a, values, problem.scales, group_size, split, biases
+        )
     else:
         partials = sequential_partials(problem.a, problem.dequantized, split)
     if fused:
@@ -117,8 +121,19 @@ def run_dequant(
     scales = np.repeat(problem.scales.astype(np.float64), group_size, axis=0)[:k]
     reference = problem.a.astype(np.float64) @ (weights * scales)
     magnitude = np.abs(problem.a.astype(np.float64)) @ np.abs(weights * scales)
+    if biases is not None:
+        # The f32 sums carry the biases: each of a group's additions rounds at their size.
+        carried = np.abs(problem.a.astype(np.float64)) @ (np.abs(weights + biases) * scales)
+        magnitude = magnitude + 2.0**-13 * group_size * carried
     error = np.abs(out.astype(np.float64) - reference)
     assert np.all(error <= 2.0**-10 * magnitude + 2.0**-10 * np.abs(reference) + 2.0**-20)
+
+
+def magic_biases(dtype: DataType, config: DequantConfig, k: int, n: int) -> np.ndarray:
+    """The (k, n) biases a `magic_bias` kernel's weights keep: its tile's, repeated."""
+    code_layout, _ = tile_layouts(dtype.nbits, config.warps, config.units_k, config.units_n)
+    tile = magic_bias_tile(dtype, dtypes.f16, code_layout)
+    return np.tile(tile, (k // tile.shape[0], n // tile.shape[1]))
 
 
 # ------------------------------------------------------------------------------ stream-K
@@ -264,6 +279,20 @@ CASES = [
     (dtypes.f4e2m1, 64, DequantConfig(weights_as_a=True, stages=4, units_m=2), 9, 1, 6),
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
+    # The magic numbers' biases kept by the cast, taken out by a dot from their negation.
+    (dtypes.i4, 128, DequantConfig(units_k=8, late_scale=True, magic_bias=True), 5, 1, 2),
+    (
+        dtypes.i2,
+        128,
+        DequantConfig(
+            warps=1, units_k=8, late_scale=True, magic_bias=True, weights_as_a=True, units_m=2
+        ),
+        9,
+        1,
+        2,
+    ),
+    (dtypes.u8, 64, DequantConfig(warps=2, units_k=4, late_scale=True, magic_bias=True), 3, 1, 2),
+    (dtypes.u3, 32, DequantConfig(warps=1, units_k=2, late_scale=True, magic_bias=True), 17, 1, 3),
 ]
 
 
