@@ -5,11 +5,13 @@ pairs, the register work of a quantized matmul.
 threads hold whole 32-bit words of codes (``L * local(1, c)``, c a multiple of the codes per
 word), optionally loaded as i32 words and `view`-ed as the codes (the packed-weight path), cast
 to f16 or bf16 (the word-at-a-time fast conversions on a GPU), possibly scaled by a power of two
-(a scaled cast: by 2^-3, or for a float by its bias, which leaves the conversion no fma), combined
+(a scaled cast: by 2^-3, or for a float by its bias, which leaves the conversion no fma) or with
+its magic numbers' biases kept (a biased cast of integers, `ir.dtypes.magic_bias`), combined
 by add, sub or mul with
 a same-layout half tile or a broadcast row of scales (the paired ``*2_rn`` instructions, two
 elements per word), and stored. The expected output is computed with NumPy from the codes
-(`dtypes.convert_scaled` for the cast, `ir.elementwise.apply_binary` for the operation).
+(`dtypes.convert_scaled` or `dtypes.convert_biased`, at each code's local index in the tile's
+layout, for the cast; `ir.elementwise.apply_binary` for the operation).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
             [e for e in exponents if dtypes.scaled_conversion_error(code_dtype, half, e) is None]
         )
     )
+    biased = (
+        exponent == 0 and dtypes.magic_bias_error(code_dtype, half) is None and draw(st.booleans())
+    )
     as_words = draw(st.booleans())
     broadcast = draw(st.booleans())
     codes = random_codes(draw, code_dtype, m * n).reshape(m, n)
@@ -81,7 +86,7 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         else:
             code_view = b.global_view(x, code_dtype, GlobalLayout((m_var, n_var), (n_var, 1)))
             tile = b.load_global(code_view, origin, layout)
-        halves = b.cast(tile, half, exponent=exponent)
+        halves = b.cast(tile, half, exponent=exponent, biased=biased)
         if broadcast:
             y_view = b.global_view(y, half, GlobalLayout((1, n_var), (n_var, 1)))
             y_layout = reduce_layout(layout, [0], keepdims=True)
@@ -92,7 +97,17 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         result = b.binary(op, halves, operand)
         out_view = b.global_view(out, half, GlobalLayout((m_var, n_var), (n_var, 1)))
         b.store_global(out_view, result, origin)
-    converted = dtypes.convert_scaled(codes.reshape(-1), code_dtype, half, exponent).reshape(m, n)
+    if biased:
+        # Each code's bit offset: its local index in the tile's layout times its bits.
+        indices = np.zeros(layout.shape, dtype=np.int64)
+        for thread in layout.table():
+            for index, coords in enumerate(thread):
+                indices[tuple(coords)] = index
+        offsets = np.tile(indices, (grid[1], grid[0])) * code_dtype.nbits
+        converted = dtypes.convert_biased(codes, code_dtype, half, offsets)
+    else:
+        converted = dtypes.convert_scaled(codes.reshape(-1), code_dtype, half, exponent)
+        converted = converted.reshape(m, n)
     values = apply_binary(
         op, half, to_values(half, converted), to_values(half, np.broadcast_to(other, (m, n)))
     )
@@ -112,7 +127,8 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         output_count=m * n,
         expected=expected,
         description=(
-            f"dequant {code_dtype} -> {half}{f' x 2^{exponent}' if exponent else ''} {op} "
+            f"dequant {code_dtype} -> {half}{f' x 2^{exponent}' if exponent else ''}"
+            f"{' biased' if biased else ''} {op} "
             f"{'row' if broadcast else 'tile'}"
             f"{' via i32 words' if as_words else ''}, layout {layout}"
         ),
