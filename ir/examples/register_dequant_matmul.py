@@ -145,13 +145,13 @@ class DequantConfig:
     rather than waiting on them through its tail.
     `magic_bias` (with `late_scale`, integer weights, no zero points): the weights are cast
     with their magic numbers' biases kept (``cast(..., biased=True)``, `ir.dtypes.magic_bias`:
-    the cast is bit placement alone, no fma per pair of weights), and each k-tile's dot starts
-    from the product of the activations with the negated biases (the cast of zero codes, the
-    same tile every k-tile) instead of zero, so the biases cancel in the accumulator: a second
-    dot per k-tile (tensor-core work where the decode loop has room) in place of half the
-    cast's instructions. The f32 sum then carries the biases (up to 2^M times the group's
-    activations) and rounds with them: results within the tensor-core tolerance, not the
-    exact path's bits.
+    the cast is bit placement alone, no fma per pair of weights), and each k-tile's product has
+    the product of the activations with the negated biases (the cast of zero codes, the same
+    tile every k-tile) added to it before the scale: a second dot per k-tile (tensor-core work
+    where the decode loop has room; its units' operands are the same, so the compiler issues
+    it once) and an add per accumulator element, in place of half the cast's instructions.
+    The f32 sums then carry the biases (up to 2^M times the group's activations) and round
+    with them: results within the tensor-core tolerance, not the exact path's bits.
     `stages`: 0, the weights go through the register ring of `depth` k-tiles and the
     activations through two shared stages; S >= 2 (with depth 1), both go through a ring of S
     shared stages, copied S - 1 k-tiles ahead by `copy_async`. Each thread copies the weight
@@ -508,9 +508,12 @@ def register_dequant_matmul(
                 if config.late_scale:
                     row = group_row(scale_view, accumulator_row_layouts)
                     scale = b.cast(row, f32, c_row_layout, exponent=-exponent)
-                    # With the biases kept, the dot starts from minus their product.
-                    start = product(negated_biases, zero) if config.magic_bias else zero
-                    b.assign(acc, b.fma(product(weights, start), scale, acc))
+                    products = product(weights, zero)
+                    if config.magic_bias:
+                        # The biases' product, negated, from a chain of its own (started from
+                        # it, the weights' chain would wait on it: twice the mma latency).
+                        products = b.add(products, product(negated_biases, zero))
+                    b.assign(acc, b.fma(products, scale, acc))
                 else:
                     b.assign(acc, product(weights, acc))
                 # Every thread is past its reads of this stage before the next tile's copy

@@ -72,17 +72,12 @@ def make_problem(dtype: DataType, group_size: int, m: int, n: int, k: int, seed:
     return Problem(a, codes, scales, dequantized)
 
 
-def sequential_partials(
-    a: np.ndarray, w: np.ndarray, split: int, start: np.ndarray | None = None
-) -> list[np.ndarray]:
-    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order,
-    from zero or from the f32 `start`."""
+def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.ndarray]:
+    """For each of `split` equal k ranges: acc = f32(acc + a[:, k] * w[k, :]) for k in order."""
     size = a.shape[1] // split
     partials = []
     for s in range(split):
         accumulator = np.zeros((a.shape[0], w.shape[1]), dtype=np.float32)
-        if start is not None:
-            accumulator = accumulator + start
         for kk in range(s * size, (s + 1) * size):
             accumulator = accumulator + a[:, kk : kk + 1].astype(np.float32) * w[kk].astype(
                 np.float32
@@ -112,19 +107,21 @@ def late_scaled_partials(
     """`sequential_partials` of a `late_scale` kernel (one k-tile per group): per group, the
     f32 sum in k order of a * f16(w) from zero, times the group's f32 scale and added to the
     split's sum in one rounding (`fused_multiply_add`). With `biases` (k, n) (`magic_bias`),
-    each group's sum is of a * (w + bias), from the sum of a * -bias in k order."""
+    each group's sum is of a * (w + bias), plus (one f32 addition) the sum of a * -bias, both
+    in k order from zero."""
     size = a.shape[1] // split
     partials = []
     for s in range(split):
         accumulator = np.zeros((a.shape[0], values.shape[1]), dtype=np.float32)
         for start in range(s * size, (s + 1) * size, group_size):
             group_a, group_w = a[:, start : start + group_size], values[start : start + group_size]
-            offset = None
-            if biases is not None:
+            if biases is None:
+                (product,) = sequential_partials(group_a, group_w, 1)
+            else:
                 group_b = biases[start : start + group_size]
-                (offset,) = sequential_partials(group_a, -group_b, 1)
-                group_w = group_w.astype(np.float64) + group_b
-            (product,) = sequential_partials(group_a, group_w, 1, offset)
+                (biased,) = sequential_partials(group_a, group_w.astype(np.float64) + group_b, 1)
+                (correction,) = sequential_partials(group_a, -group_b, 1)
+                product = biased + correction
             scale = np.broadcast_to(scales[start // group_size].astype(np.float32), product.shape)
             accumulator = fused_multiply_add(product, scale, accumulator)
         partials.append(accumulator)
