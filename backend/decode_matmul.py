@@ -39,6 +39,11 @@ warps of such a kernel (64K registers at about 128 per thread), so:
 - where the k-tile is the group, each point with and without `late_scale` (the scales
   applied to the mma products instead of the weights: fewer instructions, more registers),
   with it alone where that k-tile is past the window's top;
+- in the 8-row tiling of one row block (batches below 12), each point with the late scale
+  also with `magic_bias` where the biased cast is the cheaper one (`biased_cast_saves`):
+  measured beside the recorded configurations, 7 to 14 % faster for i2 at three of the four
+  layers at M = 1 and 10 % slower at the fourth, level for i4 (whose wide layers already stream
+  at the bandwidth), so the tuner decides;
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
@@ -57,7 +62,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (15 to 188 at
+For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (21 to 188 at
 M = 1 and 16).
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -81,17 +86,20 @@ from backend.cache import CubinCache, RecordStore
 from backend.compile import CompiledKernel, compile, compile_lowered, lower_all
 from backend.device import current_arch
 from backend.errors import LaunchError
+from backend.fast_conversions import plan_conversion
 from backend.lower import LoweredKernel
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.packed_weights import (
+    UNIT_ELEMENTS,
     UNIT_K,
     UNIT_N,
     WeightFormat,
     check_weight_dtype,
     pack_scales,
     pack_weights,
+    unit_element_layout,
 )
 from ir.examples.register_dequant_matmul import (
     BLOCK_M,
@@ -382,6 +390,8 @@ class DecodeMatmul:
             bucket.lo,
             group_size=problem.group_size,
             sm_count=sm_count,
+            activation_dtype=problem.activation_dtype,
+            zero_points=problem.zero_points,
             compact=compact,
         )
 
@@ -610,6 +620,26 @@ def fit_rows(config: DequantConfig, m: int) -> DequantConfig:
     return config
 
 
+def biased_cast_saves(weight_dtype: DataType, activation_dtype: DataType) -> bool:
+    """Whether a biased cast (`ir.dtypes.magic_bias`) of `weight_dtype` codes in the packed
+    order costs fewer instructions than the plain cast (`backend.fast_conversions`): 1, 2, 3,
+    4, 7 and 8 bits to f16, not 5 and 6 (their fixed field positions cost windows), and not
+    where none is available (floats, bytes to bf16)."""
+    if dtypes.magic_bias_error(weight_dtype, activation_dtype) is not None:
+        return False
+    packed = unit_element_layout(weight_dtype.nbits)
+    natural = unit_element_layout()
+    where = {packed.map(0, j): j for j in range(UNIT_ELEMENTS)}
+    sources = [where[natural.map(0, i)] for i in range(UNIT_ELEMENTS)]
+    plans = [
+        plan_conversion(weight_dtype, activation_dtype, sources, UNIT_ELEMENTS, 0, biased)
+        for biased in (False, True)
+    ]
+    if None in plans:
+        return False
+    return plans[1].instructions < plans[0].instructions
+
+
 def decode_search_space(
     weight_dtype: DataType,
     k: int,
@@ -619,6 +649,8 @@ def decode_search_space(
     group_size: int = 128,
     sm_count: int = DEFAULT_SM_COUNT,
     compact: bool = False,
+    activation_dtype: DataType = dtypes.f16,
+    zero_points: bool = False,
 ) -> list[DequantConfig]:
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
     fixed order (row tiling, warps, units_k, split, depth, late_scale); see the module
@@ -628,18 +660,21 @@ def decode_search_space(
     count N allows), depth 1 and the late scale where the k-tile is the group: the k-tile
     sizes and splits of the byte model alone (2 to 10 candidates at the benchmark's points),
     for surveys of many weight types (a tuning in its own record: its space differs).
+    `activation_dtype` and `zero_points` are the problem's (`DecodeProblem`): they decide
+    whether the `magic_bias` points are offered (not with zero points).
 
     Every candidate satisfies the program's requirements: group_size a multiple of 16 * units_k,
     K of 16 * units_k * split, N of 64 * warps * units_n. Raises `VerificationError` for a
     problem no configuration fits (K, N or the group size not multiples of 16, 64, 16) and
     `TuningError` for m < 1 or sm_count < 1.
     """
-    problem = DecodeProblem(weight_dtype, group_size, k, n)
+    problem = DecodeProblem(weight_dtype, group_size, k, n, activation_dtype, zero_points)
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise TuningError(f"decode search space: m={m!r}; expected an int >= 1")
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
         raise TuningError(f"decode search space: sm_count={sm_count!r}; expected an int >= 1")
     warp_choices = [w for w in WARP_CHOICES if n % (UNIT_N * w) == 0] or [1]
+    biased = not zero_points and biased_cast_saves(problem.weight_dtype, activation_dtype)
     tilings = row_tilings(m)
     if compact:
         warp_choices = [4] if 4 in warp_choices else warp_choices[:1]
@@ -665,8 +700,8 @@ def decode_search_space(
                 ring = not compact and block_m >= BLOCK_M and ring_bytes <= RING_SHARED_BYTES
                 for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
                     for depth in depths:
-                        space.extend(
-                            DequantConfig(
+                        for late in lates:
+                            point = DequantConfig(
                                 warps=warps,
                                 units_n=1,
                                 units_k=units_k,
@@ -676,8 +711,9 @@ def decode_search_space(
                                 weights_as_a=weights_as_a,
                                 units_m=units_m,
                             )
-                            for late in lates
-                        )
+                            space.append(point)
+                            if late and weights_as_a and units_m == 1 and biased and not compact:
+                                space.append(replace(point, magic_bias=True))
                     if ring:
                         space.append(
                             DequantConfig(

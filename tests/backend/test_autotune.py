@@ -42,6 +42,7 @@ from backend.decode_matmul import (
     RING_STAGES,
     DecodeMatmul,
     DecodeProblem,
+    biased_cast_saves,
     decode_programs,
     decode_search_space,
     decode_tuning_key,
@@ -53,6 +54,7 @@ from backend.decode_matmul import (
 )
 from backend.errors import CompilationError, LaunchError
 from ir import dtypes
+from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
 from ir.examples.register_dequant_matmul import DequantConfig
 
@@ -270,30 +272,34 @@ def test_split_choices_table(
 
 def test_decode_search_space_table() -> None:
     space = decode_search_space(dtypes.i4, 1024, 2048, 1)
-    # units_k = 8 makes the k-tile the group (128): with and without the late scale. The
-    # 2048 / 64 w tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of
-    # persistent blocks at 16 warps an SM.
-    fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale) for c in space]
+    # units_k = 8 makes the k-tile the group (128): with and without the late scale, and with
+    # it the magic numbers' biases kept (i4's biased cast is the cheaper). The 2048 / 64 w
+    # tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of persistent
+    # blocks at 16 warps an SM.
+    fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale, c.magic_bias) for c in space]
     streams = [(c.stream_k, c.min_blocks_per_sm) for c in space]
     assert list(zip(fields, streams)) == [
-        ((2, 4, 4, 1, False), (0, 0)),
-        ((2, 4, 4, 2, False), (0, 0)),
-        ((2, 4, 1, 1, False), (1056, 8)),
-        ((2, 8, 2, 1, False), (0, 0)),
-        ((2, 8, 2, 1, True), (0, 0)),
-        ((2, 8, 1, 1, True), (1056, 8)),
-        ((4, 4, 4, 1, False), (0, 0)),
-        ((4, 4, 4, 2, False), (0, 0)),
-        ((4, 4, 1, 1, False), (528, 4)),
-        ((4, 8, 2, 1, False), (0, 0)),
-        ((4, 8, 2, 1, True), (0, 0)),
-        ((4, 8, 1, 1, True), (528, 4)),
-        ((8, 4, 4, 1, False), (0, 0)),
-        ((8, 4, 4, 2, False), (0, 0)),
-        ((8, 4, 1, 1, False), (264, 2)),
-        ((8, 8, 2, 1, False), (0, 0)),
-        ((8, 8, 2, 1, True), (0, 0)),
-        ((8, 8, 1, 1, True), (264, 2)),
+        ((2, 4, 4, 1, False, False), (0, 0)),
+        ((2, 4, 4, 2, False, False), (0, 0)),
+        ((2, 4, 1, 1, False, False), (1056, 8)),
+        ((2, 8, 2, 1, False, False), (0, 0)),
+        ((2, 8, 2, 1, True, False), (0, 0)),
+        ((2, 8, 2, 1, True, True), (0, 0)),
+        ((2, 8, 1, 1, True, False), (1056, 8)),
+        ((4, 4, 4, 1, False, False), (0, 0)),
+        ((4, 4, 4, 2, False, False), (0, 0)),
+        ((4, 4, 1, 1, False, False), (528, 4)),
+        ((4, 8, 2, 1, False, False), (0, 0)),
+        ((4, 8, 2, 1, True, False), (0, 0)),
+        ((4, 8, 2, 1, True, True), (0, 0)),
+        ((4, 8, 1, 1, True, False), (528, 4)),
+        ((8, 4, 4, 1, False, False), (0, 0)),
+        ((8, 4, 4, 2, False, False), (0, 0)),
+        ((8, 4, 1, 1, False, False), (264, 2)),
+        ((8, 8, 2, 1, False, False), (0, 0)),
+        ((8, 8, 2, 1, True, False), (0, 0)),
+        ((8, 8, 2, 1, True, True), (0, 0)),
+        ((8, 8, 1, 1, True, False), (264, 2)),
     ]
     assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
 
@@ -394,6 +400,34 @@ def test_shared_ring_candidates_are_blocks_of_16_rows_within_the_shared_budget(
         assert twin in plain
 
 
+@pytest.mark.parametrize(
+    ("weight", "activation", "saves"),
+    [
+        ("i2", dtypes.f16, True),
+        ("i4", dtypes.f16, True),
+        ("u5", dtypes.f16, False),
+        ("i8", dtypes.f16, True),
+        ("i8", dtypes.bf16, False),
+        ("f4e2m1", dtypes.f16, False),
+    ],
+)
+def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
+    weight: str, activation: DataType, saves: bool
+) -> None:
+    """At a batch of one row block of 8 rows, each late-scale point once more with the biases
+    kept, where the biased cast saves instructions; none in the 16-row tilings."""
+    dtype = dtypes.from_name(weight)
+    assert biased_cast_saves(dtype, activation) is saves
+    problem_space = decode_search_space(dtype, 4096, 12288, 1)
+    if activation == dtypes.f16:
+        twins = [c for c in problem_space if c.magic_bias]
+        lates = [c for c in problem_space if c.late_scale and not c.magic_bias and not c.stages]
+        lates = [c for c in lates if not c.stream_k]
+        assert twins == ([replace(c, magic_bias=True) for c in lates] if saves else [])
+    sixteen = decode_search_space(dtype, 4096, 12288, 16)
+    assert not any(c.magic_bias for c in sixteen if not c.weights_as_a or c.units_m > 1)
+
+
 def test_compact_search_space_table() -> None:
     """4 warps, depth 1, the late scale: the k-tile sizes and splits of the full space."""
     space = decode_search_space(dtypes.i4, 1024, 2048, 1, compact=True)
@@ -460,7 +494,16 @@ def test_search_space_candidates_construct() -> None:
         DecodeProblem(dtypes.i4, 128, 1024, 2048),
         DecodeProblem(dtypes.u2, 128, 1024, 2048, dtypes.bf16, zero_points=True),
     ):
-        for config in decode_search_space(problem.weight_dtype, problem.k, problem.n, 1):
+        space = decode_search_space(
+            problem.weight_dtype,
+            problem.k,
+            problem.n,
+            1,
+            activation_dtype=problem.activation_dtype,
+            zero_points=problem.zero_points,
+        )
+        assert any(c.magic_bias for c in space) is not problem.zero_points
+        for config in space:
             programs = decode_programs(problem, config)
             assert (programs.reduce is None) == (config.split == 1 or config.fused_sum)
 
@@ -826,10 +869,11 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Nine candidates (3-bit weights: one k-tile size, the group, depth 1, with and without
-    the late scale, and a stream-K point, for each warp count), compiled with NVRTC; a fake
-    measure that prefers 4 warps, the late scale and split-k to stream-K; then a warm lookup
-    that measures nothing."""
+    """Twelve candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
+    scale, with it, with it and the biases kept, and a stream-K point, for each warp count),
+    compiled with NVRTC; a fake measure that prefers 4 warps, the late scale and split-k to
+    stream-K (the biases kept tie with their twin, which comes first); then a warm lookup that
+    measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
@@ -843,7 +887,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 9
+    assert measured == space and len(space) == 12
     # A fused sum, the scales applied to the products.
     assert cold.config == DequantConfig(
         warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
@@ -851,7 +895,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 9
+    assert len(measured) == 12
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
@@ -872,10 +916,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 21
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 24
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 21 and eleven.tuning.from_cache
+    assert len(measured) == 24 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 
