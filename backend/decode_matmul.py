@@ -99,7 +99,7 @@ from ir.examples.packed_weights import (
     check_weight_dtype,
     pack_scales,
     pack_weights,
-    unit_element_layout,
+    packed_lane_order,
 )
 from ir.examples.register_dequant_matmul import (
     BLOCK_M,
@@ -627,10 +627,7 @@ def biased_cast_saves(weight_dtype: DataType, activation_dtype: DataType) -> boo
     where none is available (floats, bytes to bf16)."""
     if dtypes.magic_bias_error(weight_dtype, activation_dtype) is not None:
         return False
-    packed = unit_element_layout(weight_dtype.nbits)
-    natural = unit_element_layout()
-    where = {packed.map(0, j): j for j in range(UNIT_ELEMENTS)}
-    sources = [where[natural.map(0, i)] for i in range(UNIT_ELEMENTS)]
+    sources = packed_lane_order(weight_dtype.nbits)
     plans = [
         plan_conversion(weight_dtype, activation_dtype, sources, UNIT_ELEMENTS, 0, biased)
         for biased in (False, True)

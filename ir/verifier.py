@@ -49,7 +49,7 @@ from ir.elementwise import (
 )
 from ir.errors import VerificationError
 from ir.instructions import Instruction
-from ir.placement import broadcast_gather, dot_warp_gather, flat_table, layout_table
+from ir.placement import broadcast_gather, dot_warp_gather, layout_table
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
@@ -542,33 +542,20 @@ SM_THREADS = 2048
 
 
 def _check_biased_locals(instruction: Instruction, out: RegisterTensor, x: RegisterTensor) -> None:
-    """A bias is a function of the operand's local index: each element of the operand must
-    sit at one local index in every thread that holds it, and each local element of the result
-    must read the same local element of the operand in every thread."""
-    elements = flat_table(x.layout)
-    local = np.broadcast_to(np.arange(x.layout.local_size), elements.shape)
-    lowest = np.full(elements.max() + 1, x.layout.local_size)
-    highest = np.full(elements.max() + 1, -1)
-    np.minimum.at(lowest, elements.ravel(), local.ravel())
-    np.maximum.at(highest, elements.ravel(), local.ravel())
-    split = np.flatnonzero((highest >= 0) & (lowest != highest))
-    if split.size:
+    """A bias is a function of the operand's local index (replicas of an element share it):
+    each local element of the result must read the same local element of the operand in every
+    thread."""
+    if out.layout == x.layout:
+        return
+    gather = broadcast_gather(out.layout, x.layout)
+    uneven = np.flatnonzero((gather != gather[:1]).any(axis=0))
+    if uneven.size:
         raise _fail(
             instruction,
-            f"biased cast: element {int(split[0])} of {x.name} (row-major) sits at local "
-            f"indices {int(lowest[split[0]])} and {int(highest[split[0]])} in different "
-            "threads; a bias needs one local index per element",
+            f"biased cast: the result's local element {int(uneven[0])} reads different "
+            "local elements of the operand in different threads; a bias needs the same "
+            "one in every thread",
         )
-    if out.layout != x.layout:
-        gather = broadcast_gather(out.layout, x.layout)
-        uneven = np.flatnonzero((gather != gather[:1]).any(axis=0))
-        if uneven.size:
-            raise _fail(
-                instruction,
-                f"biased cast: the result's local element {int(uneven[0])} reads different "
-                "local elements of the operand in different threads; a bias needs the same "
-                "one in every thread",
-            )
 
 
 def biased_cast_error(src: DataType, dst: DataType, exponent: int, biased: object) -> str | None:

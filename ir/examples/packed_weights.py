@@ -261,6 +261,15 @@ def unit_element_layout(nbits: int | None = None) -> RegisterLayout:
     )
 
 
+def packed_lane_order(nbits: int) -> list[int]:
+    """For each element of a unit lane in fragment order (`unit_element_layout()`), its index
+    in the lane's packed bitstream of b-bit codes (`unit_element_layout(nbits)`): the sources
+    a cast of the packed codes into fragment order reads."""
+    packed, natural = unit_element_layout(nbits), unit_element_layout()
+    where = {packed.map(0, j): j for j in range(UNIT_ELEMENTS)}
+    return [where[natural.map(0, i)] for i in range(UNIT_ELEMENTS)]
+
+
 def unit_word_layout(nbits: int) -> RegisterLayout:
     """The (1, 32 * b) i32 words of a unit of b-bit weights: lane l holds words [l*b, l*b + b)."""
     return spatial(1, UNIT_LANES).local(1, nbits)

@@ -179,6 +179,17 @@ def register_layouts(
     )
 
 
+def code_bit_offsets(layout: RegisterLayout, nbits: int) -> np.ndarray:
+    """For each element of a tile in `layout` (its shape), the bit offset of its code in its
+    thread's bitstream: its local index times `nbits` (what a biased cast's bias depends on,
+    `ir.dtypes.magic_bias`)."""
+    offsets = np.zeros(layout.shape, dtype=np.int64)
+    for thread in layout.table():
+        for index, coords in enumerate(thread):
+            offsets[tuple(coords)] = index * nbits
+    return offsets
+
+
 def random_codes(draw: Callable[..., Any], dtype: DataType, count: int) -> np.ndarray:
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)

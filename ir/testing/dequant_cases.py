@@ -25,7 +25,13 @@ from hypothesis import strategies as st
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.elementwise import apply_binary, to_values
-from ir.testing.cases import ProgramCase, draw_constants, random_codes, register_layouts
+from ir.testing.cases import (
+    ProgramCase,
+    code_bit_offsets,
+    draw_constants,
+    random_codes,
+    register_layouts,
+)
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import local
@@ -98,12 +104,7 @@ def dequant_cases(draw: Callable[..., Any]) -> ProgramCase:
         out_view = b.global_view(out, half, GlobalLayout((m_var, n_var), (n_var, 1)))
         b.store_global(out_view, result, origin)
     if biased:
-        # Each code's bit offset: its local index in the tile's layout times its bits.
-        indices = np.zeros(layout.shape, dtype=np.int64)
-        for thread in layout.table():
-            for index, coords in enumerate(thread):
-                indices[tuple(coords)] = index
-        offsets = np.tile(indices, (grid[1], grid[0])) * code_dtype.nbits
+        offsets = np.tile(code_bit_offsets(layout, code_dtype.nbits), (grid[1], grid[0]))
         converted = dtypes.convert_biased(codes, code_dtype, half, offsets)
     else:
         converted = dtypes.convert_scaled(codes.reshape(-1), code_dtype, half, exponent)

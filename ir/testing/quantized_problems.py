@@ -29,6 +29,7 @@ from ir.dtypes import DataType
 from ir.elementwise import fused_multiply_add
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.program import Program
+from ir.testing.cases import code_bit_offsets
 
 
 def exact_in_f16(dtype: DataType) -> bool:
@@ -89,11 +90,7 @@ def sequential_partials(a: np.ndarray, w: np.ndarray, split: int) -> list[np.nda
 def magic_bias_tile(dtype: DataType, activation: DataType, code_layout: Any) -> np.ndarray:
     """The bias each code of a tile keeps in a biased cast (`ir.dtypes.magic_bias`), from its
     local index in `code_layout` (the layout of the codes as viewed from their words)."""
-    tile = np.zeros(code_layout.shape, dtype=np.float64)
-    for thread in code_layout.table():
-        for index, coords in enumerate(thread):
-            tile[tuple(coords)] = dtypes.magic_bias(dtype, activation, index * dtype.nbits)
-    return tile
+    return dtypes.magic_biases(dtype, activation, code_bit_offsets(code_layout, dtype.nbits))
 
 
 def late_scaled_partials(
