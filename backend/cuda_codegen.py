@@ -485,6 +485,18 @@ def wrap_expression(dtype: DataType, value: str) -> str:
 PROGRAMMATIC_LAUNCH_ARCH = 90
 """Programmatic dependent launch (``griddepcontrol``) exists from sm_90 on."""
 
+GROUP_BARRIER_SOURCE = r"""
+/* ---- barriers of thread groups (see backend/cuda_codegen.py) ---- */
+
+/* A barrier of the `threads` threads (whole warps) of one thread group: named barrier `id`
+   (1 to 15; 0 is __syncthreads'), which orders their shared-memory accesses. */
+static __device__ __forceinline__ void la_group_barrier(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+"""
+"""`la_group_barrier`: the `sync` of a `thread_group` (PTX ``bar.sync`` on a named barrier)."""
+
 PROGRAMMATIC_LAUNCH_SOURCE = r"""
 /* ---- a link of a chain of kernels (programmatic dependent launch, sm_90+) ---- */
 /* The kernel after this one on the stream may start (it waits for this one's memory). */

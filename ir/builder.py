@@ -15,6 +15,9 @@ Example, a vector add of `n` f16 elements, 1024 per block::
 Each method appends one instruction to the innermost open body and returns the tensor it
 defines. `for_range` and `if_` are context managers whose `with` body becomes the loop or if body;
 loop-carried values are register tensors defined before the loop and overwritten with `assign`.
+``with b.thread_group(start, threads):`` opens a body that those threads of the enclosing ones
+run alone (`ir.instructions.ThreadGroup`); inside it `b.threads` is the group's thread count, the
+thread count of the register layouts made there.
 Scalars are `layout_algebra.symbolic.Expr` (ints are accepted wherever an Expr is).
 ``int_param(name, constant=True)`` declares a compile-time constant, whose value is given when
 the program is compiled (``backend.compile(program, arch, constants={name: value})``,
@@ -69,6 +72,7 @@ from ir.instructions import (
     StoreGlobal,
     StoreShared,
     Sync,
+    ThreadGroup,
     Unary,
     View,
     WaitPriorGrid,
@@ -197,6 +201,9 @@ class ProgramBuilder:
             raise VerificationError(f"num_threads must be in [1, 1024], got {num_threads}")
         self.name = name
         self.num_threads = num_threads
+        self.threads = num_threads
+        """The threads the next instruction is collective over: the block's, or the innermost
+        open `thread_group`'s."""
         self.check = check
         self._params: list[Param] = []
         self._bodies: list[list[Instruction]] = [[]]
@@ -223,7 +230,7 @@ class ProgramBuilder:
 
     def _emit(self, instruction: Instruction) -> None:
         if self.check:
-            check_instruction(instruction, self.num_threads)
+            check_instruction(instruction, self.threads)
         self._bodies[-1].append(instruction)
 
     def _register(self, dtype: DataType, layout: RegisterLayout) -> RegisterTensor:
@@ -241,7 +248,7 @@ class ProgramBuilder:
     def _constant(self, value: int | float, dtype: DataType, what: str) -> RegisterTensor:
         """A rank-0 tensor held by every thread, for a Python number operand."""
         check_constant(value, dtype, f"the constant {value!r} ({what})")
-        return self.register_tensor(dtype, replicate(self.num_threads), value)
+        return self.register_tensor(dtype, replicate(self.threads), value)
 
     def _operands(self, values: Sequence[Any], what: str) -> list[RegisterTensor]:
         """Register tensors for elementwise operands; Python numbers take the tensors' dtype."""
@@ -427,8 +434,8 @@ class ProgramBuilder:
             )
         if len(self._bodies) != 1:
             raise VerificationError(
-                f"{op} inside a for_range or if_ body of {self.name}; it belongs to the "
-                "program's top level"
+                f"{op} inside a for_range, if_ or thread_group body of {self.name}; it belongs "
+                "to the program's top level"
             )
         if any(isinstance(i, type(instruction)) for i in self._bodies[0]):
             raise VerificationError(f"{op} called twice in {self.name}; once is enough")
@@ -1015,6 +1022,35 @@ class ProgramBuilder:
             body = tuple(self._bodies.pop())
         self._bodies[-1].append(If(cond_expr, body))
 
+    @contextlib.contextmanager
+    def thread_group(self, start: int, threads: int) -> Iterator[None]:
+        """``with b.thread_group(start, threads):`` a body run by the threads ``start .. start +
+        threads - 1`` of the enclosing ones alone, collective over them
+        (`ir.instructions.ThreadGroup`); whole warps: `start` and `threads` multiples of 32.
+
+        Inside, `threads` is the group's thread count (the layouts of the register tensors made
+        there have it) and `sync` a barrier of the group's threads.
+        """
+        for name, value in (("start", start), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise VerificationError(f"thread_group {name} must be an int, got {value!r}")
+        outer = self.threads
+        if not (0 <= start and 32 <= threads and start % 32 == 0 and threads % 32 == 0) or (
+            start + threads > outer
+        ):
+            raise VerificationError(
+                f"thread_group({start}, {threads}): expected whole warps (multiples of 32, at "
+                f"least one) among the enclosing {outer} threads"
+            )
+        self._bodies.append([])
+        self.threads = threads
+        try:
+            yield None
+        finally:
+            self.threads = outer
+            body = tuple(self._bodies.pop())
+        self._bodies[-1].append(ThreadGroup(start, threads, body))
+
     # ----------------------------------------------------------------------------------------
     # Result
     # ----------------------------------------------------------------------------------------
@@ -1022,7 +1058,9 @@ class ProgramBuilder:
     def program(self) -> Program:
         """The program built so far (every loop and if closed)."""
         if len(self._bodies) != 1:
-            raise VerificationError("program() called inside an open for_range or if_ body")
+            raise VerificationError(
+                "program() called inside an open for_range, if_ or thread_group body"
+            )
         return Program(
             self.name,
             self.num_threads,

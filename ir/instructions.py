@@ -1,6 +1,7 @@
 """The instructions of the tile IR: one frozen dataclass per instruction, operands as fields.
 
-Every instruction is collective: all `num_threads` threads of the block execute it together.
+Every instruction is collective: all `num_threads` threads of the block execute it together, or,
+inside a `ThreadGroup`, all the threads of that group.
 Data moves between threads only through memory, except in `Reduce` (over its reduced modes) and
 `Dot` (within each warp of 32 threads).
 Each class has a class attribute `op` (its name in the printed text) except `Unary` and `Binary`,
@@ -46,6 +47,8 @@ Control:
     ForRange   for var in range(start, stop, step): body   (step a positive int; `unroll`, a
                positive int, only asks the lowering to write the body that many times)
     If         if cond: body   (cond a scalar Expr, nonzero is true)
+    ThreadGroup     body run by whole warps of the enclosing threads alone, collective over
+               them (a producer warp beside consumer warpgroups)
 
 The base class `Instruction` gives every instruction the same generic view of its fields, derived
 once per class from the field types, so that no consumer needs to know an instruction's field
@@ -55,7 +58,7 @@ names:
 - `operands()`: the tensors it reads, or writes into in place (the other tensor fields);
 - `scalars()`: the scalar expressions it reads (`Expr` and offset-tuple fields, and the extents
   and strides of a global view it defines), not the loop variable a `ForRange` binds;
-- `bodies()`: its nested instruction sequences (`ForRange` and `If`);
+- `bodies()`: its nested instruction sequences (`ForRange`, `If` and `ThreadGroup`);
 - `map_scalars(function)`: the same instruction with `function` applied to every scalar of its
   own fields and, recursively, of its bodies (how a lowering writes an unrolled body once per
   copy, with the loop variable replaced);
@@ -158,7 +161,8 @@ class Instruction:
         return tuple(found)
 
     def bodies(self) -> tuple[tuple[Instruction, ...], ...]:
-        """The instruction sequences nested in this one (empty for all but loops and ifs)."""
+        """The instruction sequences nested in this one (empty for all but loops, ifs and thread
+        groups)."""
         return tuple(getattr(self, name) for name in self._kinds().bodies)
 
     def map_scalars(self, function: Callable[[Expr], Expr]) -> Instruction:
@@ -645,4 +649,33 @@ class If(Instruction):
 
     op: ClassVar[str] = "if"
     cond: Expr
+    body: tuple[Instruction, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ThreadGroup(Instruction):
+    """`body` run by the `threads` threads ``start .. start + threads - 1`` of the enclosing
+    threads (the block's at the top level, else the enclosing group's) and by no other thread.
+
+    Inside, every instruction is collective over the group: its register tensors have layouts
+    of `threads` threads, thread t of a layout being the group's thread t; a `Sync` is a
+    barrier of the group's threads alone. Groups are whole warps (`start` and `threads`
+    multiples of 32), so warp-collective instructions (`Dot`, reductions over lanes) keep
+    their warps. A register tensor stays with the threads that define it: `body` uses none of
+    the enclosing threads', and what `body` defines is used by later bodies of the same group
+    alone (a group's body opens no scope of its own, so a consumer's accumulator lives across
+    the loop around its bodies); scalars, shared tensors and global views are the block's.
+
+    Threads of different groups run concurrently on the GPU, so data passes between groups
+    only through shared memory ordered by a barrier of every thread they share (a `Sync`
+    outside the groups) or by the bulk-copy protocol: a `CopyBulk` issued in one group and
+    waited for (`CopyBulkWait`) and released (`CopyBulkRelease`) in another, whose waits let
+    the waiting group see the tile and whose releases let the issuing group copy into it again
+    (a producer warp running stages ahead of its consumers). The interpreter runs the program
+    in its order and rejects an access that this order would not make safe on the GPU.
+    """
+
+    op: ClassVar[str] = "thread_group"
+    start: int
+    threads: int
     body: tuple[Instruction, ...]

@@ -37,6 +37,12 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
   shared memory overwritten after another thread read it with no `sync` in between (a copy
   issued without a layout, and any access through a replicated layout, count as made by several
   threads, so the data they touch needs a `sync` before another access);
+- with `thread_group`s (whose threads alone run a group's body, register tensors [group
+  threads, local_size]), threads are the block's: a group's `sync` orders the accesses its own
+  threads made before every thread of the group and before no other thread; a
+  `copy_async_wait` waits for its group's own copies; a tile a `copy_bulk_wait` waited for is
+  seen by the waiting group's threads alone until a `sync` of the block; a release covers the
+  releasing group's reads;
 - out-of-range shared accesses (a tile that leaves the shared tensor's shape), global elements
   inside the view's shape but past the end of the argument's bytes;
 - integer division by zero and out-of-range shifts; bad arguments or grid, and a grid of more
@@ -103,7 +109,7 @@ by one in Python, so a larger grid is more likely a mistake than a wish to wait.
 _CLEAN = -1
 """Tracker value: no thread wrote / read the element since the last barrier."""
 _MANY = -2
-"""Tracker value: several (or unknown) threads did."""
+"""A tile position's thread when several (or unknown) threads of the group touch it."""
 
 
 def _padded(coords: np.ndarray, rank: int) -> np.ndarray:
@@ -208,20 +214,29 @@ def _first(elements: np.ndarray, marked: np.ndarray) -> int | None:
 
 
 class _SharedState:
-    """One shared tensor of one block: bytes, pending copy groups and barrier trackers."""
+    """One shared tensor of one block: bytes, pending copy groups and barrier trackers.
 
-    def __init__(self, tensor: SharedTensor) -> None:
+    A tracker (`writer`, `reader`) holds per element the smallest and the largest block thread
+    that touched it since a barrier of the block (`_CLEAN` when none: one thread when both are
+    equal, several otherwise), and the first and last thread of the thread group whose barrier
+    has ordered those accesses before all of its threads since (`_CLEAN` when none): the same
+    one thread, or a thread of that group, may then access the element."""
+
+    def __init__(self, tensor: SharedTensor, block_threads: int) -> None:
         from ir.dtypes import packed_nbytes
 
         size = tensor.layout.size
         self.tensor = tensor
         self.stream = np.zeros(packed_nbytes(size, tensor.dtype), dtype=np.uint8)
         self.pending = np.full(size, -1, dtype=np.int64)
-        self.writer = np.full(size, _CLEAN, dtype=np.int64)
-        self.reader = np.full(size, _CLEAN, dtype=np.int64)
+        self.pending_group = np.zeros(size, dtype=np.int64)  # the issuing group's number
+        self.writer = np.full((4, size), _CLEAN, dtype=np.int64)
+        self.reader = np.full((4, size), _CLEAN, dtype=np.int64)
         # Bulk copies: elements in flight, and elements waited for since the last sync.
         self.bulk = np.zeros(size, dtype=bool)
         self.bulk_waited = np.zeros(size, dtype=bool)
+        # The block threads that see each element (a bulk copy's tile: its waiting group's).
+        self.visible = np.array([[0], [block_threads - 1]], dtype=np.int64).repeat(size, axis=1)
         # Releases (`copy_bulk_release`): elements bulk-copied at least once, and elements
         # released since their last bulk copy.
         self.copied = np.zeros(size, dtype=bool)
@@ -230,36 +245,65 @@ class _SharedState:
     def mark(
         self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray, distinct: bool
     ) -> None:
-        """Record `threads` (or _MANY) as having touched `elements` since the last barrier.
+        """Record the (smallest, largest) `threads` [2, ...] (one pair per entry of `elements`)
+        as having touched `elements` since the last barrier.
 
-        `distinct`: no element appears twice with different threads (then no scatter is needed).
+        `distinct`: no element appears twice in `elements` (then no scatter is needed).
         """
-        elements, threads = elements.ravel(), threads.ravel()
+        elements = elements.ravel()
+        low, high = threads[0].ravel(), threads[1].ravel()
         if not distinct:
-            # Case: one element touched through several tile positions; find who per element.
-            low = np.full(tracker.size, np.iinfo(np.int64).max, dtype=np.int64)
-            high = np.full(tracker.size, _CLEAN - 2, dtype=np.int64)
-            np.minimum.at(low, elements, threads)
-            np.maximum.at(high, elements, threads)
-            elements = np.flatnonzero(high > _CLEAN - 2)
-            threads = np.where(low[elements] == high[elements], low[elements], _MANY)
-        old = tracker[elements]
-        tracker[elements] = np.where((old == _CLEAN) | (old == threads), threads, _MANY)
+            # Case: one element touched through several tile positions; merge them first.
+            elements, position = np.unique(elements, return_inverse=True)
+            merged_low = np.full(elements.size, np.iinfo(np.int64).max, dtype=np.int64)
+            merged_high = np.full(elements.size, _CLEAN, dtype=np.int64)
+            np.minimum.at(merged_low, position, low)
+            np.maximum.at(merged_high, position, high)
+            low, high = merged_low, merged_high
+        old_low, old_high = tracker[0, elements], tracker[1, elements]
+        tracker[0, elements] = np.where(old_low == _CLEAN, low, np.minimum(old_low, low))
+        tracker[1, elements] = np.maximum(old_high, high)  # _CLEAN is below every thread
+        tracker[2:, elements] = _CLEAN  # not ordered by any barrier yet
 
     def conflict(
         self, tracker: np.ndarray, elements: np.ndarray, threads: np.ndarray
-    ) -> tuple[int, int, int] | None:
-        """The first (element, other thread, thread) where another thread touched the element."""
-        other = tracker[elements]
-        bad = (other != _CLEAN) & ((other != threads) | (threads == _MANY))
+    ) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
+        """The first (element, its threads, the accessing threads) where a thread other than
+        the accessing one touched the element."""
+        elements = elements.ravel()
+        low, high = threads[0].ravel(), threads[1].ravel()
+        other = tracker[:, elements]
+        same_thread = (other[0] == low) & (other[1] == high) & (low == high)
+        ordered = (other[2] != _CLEAN) & (other[2] <= low) & (high <= other[3])
+        bad = (other[0] != _CLEAN) & ~same_thread & ~ordered
         if not bad.any():
             return None
-        k = int(np.flatnonzero(bad.ravel())[0])
-        return int(elements.ravel()[k]), int(other.ravel()[k]), int(threads.ravel()[k])
+        k = int(np.flatnonzero(bad)[0])
+        return (
+            int(elements[k]),
+            (int(other[0, k]), int(other[1, k])),
+            (int(low[k]), int(high[k])),
+        )
+
+    def clear(self, tracker: np.ndarray, first: int, last: int, elements: np.ndarray) -> None:
+        """Forget the accesses to `elements` made by threads `first` .. `last` alone."""
+        done = np.zeros(tracker.shape[1], dtype=bool)
+        done[elements] = True
+        done &= (tracker[0] >= first) & (tracker[1] <= last)
+        tracker[:, done] = _CLEAN
+
+    def order(self, tracker: np.ndarray, first: int, last: int, keep: np.ndarray) -> None:
+        """A barrier of threads `first` .. `last`: the accesses made by them alone (but those
+        of `keep`) are ordered before every one of them."""
+        inside = (tracker[0] >= first) & (tracker[1] <= last) & ~keep
+        tracker[2, inside], tracker[3, inside] = first, last
 
 
-def _thread_text(thread: int) -> str:
-    return "several threads" if thread == _MANY else f"thread {thread}"
+def _thread_text(threads: tuple[int, int], one: str = "", several: str = "") -> str:
+    """Who touched an element (the (first, last) block threads), with the verb in agreement."""
+    first, last = threads
+    text = f"thread {first} {one}" if first == last else f"several threads {several}"
+    return text.rstrip()
 
 
 class BlockInterpreter(InstructionVisitor[None]):
@@ -267,7 +311,12 @@ class BlockInterpreter(InstructionVisitor[None]):
 
     def __init__(self, run: _Run, block: tuple[int, int, int]) -> None:
         self.run = run
-        self.threads = run.program.num_threads
+        # The threads the instructions run on: the block's, or inside a thread group the
+        # group's (`threads` of them from block thread `thread_base`), numbered by `group`.
+        self.block_threads = self.threads = run.program.num_threads
+        self.thread_base = 0
+        self.groups: dict[tuple[int, int], int] = {(0, self.threads): 0}
+        self.group = 0
         self.block = block
         self.block_number = block[0] + run.grid[0] * (block[1] + run.grid[1] * block[2])
         self.env: dict[str, int] = dict(run.scalars)
@@ -275,10 +324,27 @@ class BlockInterpreter(InstructionVisitor[None]):
             self.env[index_var.name] = value
         self.registers: dict[str, np.ndarray] = {}
         self.shared: dict[str, _SharedState] = {}
-        self.committed = 0
+        self.committed = [0]  # commits of copy_async groups, per thread group
         self.current: Instruction | None = None
 
     # -------------------------------------------------------------------------------- helpers
+
+    @property
+    def thread_last(self) -> int:
+        """The last block thread of the threads running now."""
+        return self.thread_base + self.threads - 1
+
+    def tile_threads(self, key: TileKey) -> np.ndarray:
+        """[2, ...] the (smallest, largest) block thread touching each tile position: its own
+        thread, or all the running threads where several (or unknown ones) do."""
+        relative = _tile_threads(key)
+        several = relative == _MANY
+        return np.stack(
+            [
+                np.where(several, self.thread_base, relative + self.thread_base),
+                np.where(several, self.thread_last, relative + self.thread_base),
+            ]
+        )
 
     def error(self, problem: str) -> InterpreterError:
         where = "" if self.current is None else f"\n    in: {format_instruction(self.current)}"
@@ -428,7 +494,7 @@ class BlockInterpreter(InstructionVisitor[None]):
         pass  # a view only names memory; its accesses do the work
 
     def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> None:
-        self.shared[instruction.out.name] = _SharedState(instruction.out)
+        self.shared[instruction.out.name] = _SharedState(instruction.out, self.block_threads)
 
     def visit_load_global(self, instruction: instructions.LoadGlobal) -> None:
         out, src = instruction.out, instruction.src
@@ -446,7 +512,7 @@ class BlockInterpreter(InstructionVisitor[None]):
         inside, elements, stream = self.global_access(dst, instruction.offsets, src.layout)
         codes = to_codes(src.dtype, self.values(src))
         coords = layout_table(src.layout)
-        threads = np.broadcast_to(np.arange(self.threads)[:, None], codes.shape)
+        threads = np.broadcast_to(self.thread_base + np.arange(self.threads)[:, None], codes.shape)
         if inside is None:
             inside = np.ones(codes.shape, dtype=bool)
             elements = elements.ravel()
@@ -502,16 +568,30 @@ class BlockInterpreter(InstructionVisitor[None]):
             raise self.error(
                 f"shared memory read before its copy was waited for: element {bad} of "
                 f"{state.tensor.name} belongs to copy group {int(state.pending[bad])} "
-                f"({self.committed} committed; copy_async_wait waits for committed groups)"
+                f"({self.committed[self.group]} committed; copy_async_wait waits for committed "
+                "groups)"
             )
-        threads = _tile_threads(key)
+        threads = self.tile_threads(key)
+        unseen = (threads[0] < state.visible[0, elements]) | (
+            threads[1] > state.visible[1, elements]
+        )
+        if unseen.any():
+            k = np.unravel_index(int(np.flatnonzero(unseen.ravel())[0]), unseen.shape)
+            element = int(elements[k])
+            raise self.error(
+                f"shared memory read by {_thread_text((int(threads[0][k]), int(threads[1][k])))}"
+                f", which did not wait for its bulk copy: element {element} of "
+                f"{state.tensor.name} is seen by the threads that waited, "
+                f"{int(state.visible[0, element])} .. {int(state.visible[1, element])}, until a "
+                "sync of the block"
+            )
         conflict = state.conflict(state.writer, elements, threads)
         if conflict is not None:
             element, writer, reader = conflict
             raise self.error(
-                f"shared memory read without a sync: {_thread_text(reader)} reads element "
-                f"{element} of {state.tensor.name}, written by {_thread_text(writer)} since "
-                "the last sync"
+                "shared memory read without a sync: "
+                f"{_thread_text(reader, 'reads', 'read')} element {element} of "
+                f"{state.tensor.name}, written by {_thread_text(writer)} since the last sync"
             )
         state.mark(state.reader, elements, threads, _is_injective(state.tensor.layout))
 
@@ -525,14 +605,14 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"shared memory written while a copy into it is pending: element {bad} of "
                 f"{state.tensor.name}"
             )
-        threads = _tile_threads(key)
+        threads = self.tile_threads(key)
         conflict = state.conflict(state.reader, elements, threads)
         if conflict is not None:
             element, reader, writer = conflict
             raise self.error(
-                f"shared memory overwritten without a sync: {_thread_text(writer)} writes "
-                f"element {element} of {state.tensor.name}, read by {_thread_text(reader)} "
-                "since the last sync"
+                "shared memory overwritten without a sync: "
+                f"{_thread_text(writer, 'writes', 'write')} element {element} of "
+                f"{state.tensor.name}, read by {_thread_text(reader)} since the last sync"
             )
         state.mark(state.writer, elements, threads, _is_injective(state.tensor.layout))
 
@@ -555,7 +635,9 @@ class BlockInterpreter(InstructionVisitor[None]):
             elements, codes = elements.ravel(), codes.ravel()
         else:
             coords = layout_table(src.layout)
-            threads = np.broadcast_to(np.arange(self.threads)[:, None], codes.shape)
+            threads = np.broadcast_to(
+                self.thread_base + np.arange(self.threads)[:, None], codes.shape
+            )
             elements, codes = self.check_store_conflicts(
                 elements.ravel(),
                 codes.ravel(),
@@ -588,7 +670,9 @@ class BlockInterpreter(InstructionVisitor[None]):
         state = self.shared[dst.name]
         targets = self.shared_access(dst, instruction.dst_offsets, key)
         self.write_shared(state, targets, key)
-        state.pending[self.copy_into(state, targets, codes)] = self.committed
+        copied = self.copy_into(state, targets, codes)
+        state.pending[copied] = self.committed[self.group]
+        state.pending_group[copied] = self.group
 
     def visit_copy_bulk(self, instruction: instructions.CopyBulk) -> None:
         dst, shape = instruction.dst, instruction.shape
@@ -614,12 +698,12 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"{dst.name}; a sync must come between a copy_bulk_wait and the next copy_bulk "
                 "into the tile"
             )
-        bad = _first(targets, state.writer[targets] != _CLEAN)
+        bad = _first(targets, state.writer[0, targets] != _CLEAN)
         if bad is not None:
+            writer = _thread_text((int(state.writer[0, bad]), int(state.writer[1, bad])))
             raise self.error(
                 f"shared memory overwritten without a sync: a bulk copy writes element {bad} of "
-                f"{dst.name}, written by {_thread_text(int(state.writer[bad]))} since the last "
-                "sync"
+                f"{dst.name}, written by {writer} since the last sync"
             )
         self.write_shared(state, targets, shape)
         state.bulk[self.copy_into(state, targets, codes)] = True
@@ -635,7 +719,9 @@ class BlockInterpreter(InstructionVisitor[None]):
             )
         state.bulk[elements] = False
         state.bulk_waited[elements] = True
-        state.writer[elements] = _CLEAN  # visible to every thread: no sync needed
+        # Seen by the waiting threads with no sync (by every thread after a sync of the block).
+        state.writer[:, elements] = _CLEAN
+        state.visible[:, elements] = np.array([[self.thread_base], [self.thread_last]])
 
     def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> None:
         dst = instruction.dst
@@ -648,18 +734,23 @@ class BlockInterpreter(InstructionVisitor[None]):
                 f"release of a tile not bulk-copied into since its last release: element {bad} "
                 f"of {dst.name}"
             )
-        # Every thread is past its reads: the next copy may overwrite the tile.
-        state.reader[elements] = _CLEAN
+        # Every thread of the group is past its reads: the next copy may overwrite the tile.
+        state.clear(state.reader, self.thread_base, self.thread_last, elements)
         state.bulk_waited[elements] = False
         state.released[elements] = True
 
     def visit_copy_async_commit(self, instruction: instructions.CopyAsyncCommit) -> None:
-        self.committed += 1
+        self.committed[self.group] += 1
 
     def visit_copy_async_wait(self, instruction: instructions.CopyAsyncWait) -> None:
-        complete_below = self.committed - instruction.pending
+        # A thread waits for the copies it issued: here, those of its group.
+        complete_below = self.committed[self.group] - instruction.pending
         for state in self.shared.values():
-            done = (state.pending >= 0) & (state.pending < complete_below)
+            done = (
+                (state.pending >= 0)
+                & (state.pending < complete_below)
+                & (state.pending_group == self.group)
+            )
             state.pending[done] = -1
 
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
@@ -669,10 +760,18 @@ class BlockInterpreter(InstructionVisitor[None]):
         pass  # a launch run alone: no kernel after it to start
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
+        first, last = self.thread_base, self.thread_last
         for state in self.shared.values():
-            state.writer[(state.pending < 0) & ~state.bulk] = _CLEAN
+            in_flight = (state.pending >= 0) | state.bulk
+            if self.threads < self.block_threads:
+                # A group's barrier orders its threads' accesses before its threads alone.
+                state.order(state.writer, first, last, in_flight)
+                state.order(state.reader, first, last, np.zeros_like(in_flight))
+                continue
+            state.writer[:, ~in_flight] = _CLEAN
             state.reader[:] = _CLEAN
             state.bulk_waited[:] = False
+            state.visible[0], state.visible[1] = 0, self.block_threads - 1
 
     def visit_unary(self, instruction: instructions.Unary) -> None:
         x = instruction.x
@@ -782,6 +881,20 @@ class BlockInterpreter(InstructionVisitor[None]):
     def visit_if(self, instruction: instructions.If) -> None:
         if self.scalar(instruction.cond):
             self.execute(instruction.body)
+
+    def visit_thread_group(self, instruction: instructions.ThreadGroup) -> None:
+        outer = (self.threads, self.thread_base, self.group)
+        self.thread_base += instruction.start
+        self.threads = instruction.threads
+        key = (self.thread_base, self.threads)
+        if key not in self.groups:
+            self.groups[key] = len(self.groups)
+            self.committed.append(0)
+        self.group = self.groups[key]
+        try:
+            self.execute(instruction.body)
+        finally:
+            self.threads, self.thread_base, self.group = outer
 
 
 def _combiner(reduction: str, dtype: DataType) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -162,6 +162,9 @@ class _LinePrinter(InstructionVisitor[str]):
     def visit_if(self, instruction: instructions.If) -> str:
         return f"if {instruction.cond!r}:"
 
+    def visit_thread_group(self, instruction: instructions.ThreadGroup) -> str:
+        return f"thread_group({instruction.start}, {instruction.threads}):"
+
     def visit_other(self, instruction: Instruction) -> str:
         """An instruction without a line of its own: its results, op, operands and scalars."""
         results = ", ".join(

@@ -8,8 +8,8 @@ instruction (its op and printed line) and the mismatch. It checks:
   `u1` condition, `dot`'s f16/bf16 operands and f32 accumulator;
 - shapes: broadcasting, dot's (M, K) @ (K, N) + (M, N), memory ranks and tile extents, reduce
   dims, the reduce layout (`layout_algebra.reduce`);
-- layouts: every register tensor has the program's thread count; results have the layout their
-  instruction implies (unary ops, casts, dot, assign);
+- layouts: every register tensor has the program's thread count (inside a `thread_group`, the
+  group's); results have the layout their instruction implies (unary ops, casts, dot, assign);
 - data placement: no thread combines data it does not hold (each operand element a binary op
   or `where` reads must be in the reading thread's registers; `ir.placement`); `dot` is
   warp-collective: each a[m, k] and b[k, n] that a warp's c elements combine must be held by
@@ -19,6 +19,12 @@ instruction (its op and printed line) and the mismatch. It checks:
 - scopes: every tensor used is defined before, in the same or an enclosing body (a tensor
   defined in a loop or if body is not visible after it); every scalar reads only parameters,
   block indices and enclosing loop variables; names are unique;
+- thread groups (`ir.instructions.ThreadGroup`): whole warps inside the enclosing threads; a
+  register tensor is used only by the threads that define it (the block's, or one group's:
+  a group's body opens no scope of its own, so a tensor a group defines is visible to the
+  group's later bodies, as a consumer's accumulator is across the k loop); the bulk copies
+  into one shared tensor are issued by one group (or the block), and likewise its waits and
+  its releases, so that each barrier's phases are kept by one set of threads;
 - shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
   `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block);
 - the declared grid (`Program.grid`, `check_grid_extents`): three extents over the int
@@ -414,6 +420,27 @@ class _InstructionChecker(InstructionVisitor[None]):
         if not isinstance(instruction.cond, Expr):
             raise _fail(instruction, f"the condition must be an Expr, got {instruction.cond!r}")
 
+    def visit_thread_group(self, instruction: instructions.ThreadGroup) -> None:
+        start, threads = instruction.start, instruction.threads
+        for name, value, low in (("start", start, 0), ("threads", threads, WARP_SIZE)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < low
+                or value % WARP_SIZE
+            ):
+                raise _fail(
+                    instruction,
+                    f"{name}={value!r}; expected a multiple of {WARP_SIZE} (whole warps) of at "
+                    f"least {low}",
+                )
+        if start + threads > self.threads:
+            raise _fail(
+                instruction,
+                f"threads {start} .. {start + threads - 1} are not all among the enclosing "
+                f"{self.threads} threads",
+            )
+
 
 def check_instruction(instruction: Instruction, num_threads: int) -> None:
     """The checks of one instruction that need no context (types, shapes, layouts, placement).
@@ -660,6 +687,18 @@ class _Scope:
         return _Scope(set(self.tensors), set(self.names))
 
 
+_BULK_ROLES = {
+    instructions.CopyBulk: "bulk copies",
+    instructions.CopyBulkWait: "bulk copy waits",
+    instructions.CopyBulkRelease: "bulk copy releases",
+}
+"""The bulk-copy instructions whose uses of one shared tensor must all be in one thread group."""
+
+
+def _threads(group: tuple[int, int]) -> str:
+    return f"{group[0]} .. {group[0] + group[1] - 1}"
+
+
 class _Walker:
     """Walks a program once: per-instruction checks, scopes, names, shared memory."""
 
@@ -668,18 +707,35 @@ class _Walker:
         self.names: set[str] = set()
         self.shared_bytes = 0
         self.params = {id(p) for p in program.params if isinstance(p, ArrayParam)}
+        # Register tensors by id: the threads (first block thread, count) that hold them.
+        self.owners: dict[int, tuple[int, int]] = {}
+        # (shared tensor, role) -> the thread group (first block thread, threads) of its first use.
+        self.bulk_groups: dict[tuple[str, str], tuple[int, int]] = {}
 
-    def body(self, body: Sequence[Instruction], scope: _Scope) -> None:
+    def body(
+        self, body: Sequence[Instruction], scope: _Scope, group: tuple[int, int] | None = None
+    ) -> None:
+        """Walk `body`, run by the threads ``group`` = (first block thread, count) (the
+        block's by default)."""
+        group = (0, self.program.num_threads) if group is None else group
         for instruction in body:
-            self.instruction(instruction, scope)
+            self.instruction(instruction, scope, group)
 
-    def instruction(self, instruction: Instruction, scope: _Scope) -> None:
-        check_instruction(instruction, self.program.num_threads)
+    def instruction(self, instruction: Instruction, scope: _Scope, group: tuple[int, int]) -> None:
+        check_instruction(instruction, group[1])
         for operand in instruction.operands():
             if id(operand) not in scope.tensors:
                 raise _fail(
                     instruction,
                     f"{operand.name} is used outside the scope that defines it (or before it)",
+                )
+            owner = self.owners.get(id(operand), group)
+            if owner != group:
+                raise _fail(
+                    instruction,
+                    f"{operand.name} is held by threads {_threads(owner)} and used by threads "
+                    f"{_threads(group)}: a register tensor stays with the threads (the block's "
+                    "or a thread group's) that define it",
                 )
         for scalar in instruction.scalars():
             unknown = scalar.free_vars() - scope.names
@@ -694,9 +750,14 @@ class _Walker:
             and id(instruction.param) not in self.params
         ):
             raise _fail(instruction, f"{instruction.param.name} is not a parameter of the program")
+        role = _BULK_ROLES.get(type(instruction))
+        if role is not None:
+            self.bulk_group(instruction, role, group)
         for out in instruction.results():
             self.define(instruction, out.name)
             scope.tensors.add(id(out))
+            if isinstance(out, RegisterTensor):
+                self.owners[id(out)] = group
         if isinstance(instruction, instructions.SharedTensorAlloc):
             size = dtypes.packed_nbytes(instruction.out.layout.size, instruction.out.dtype)
             self.shared_bytes += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
@@ -706,11 +767,28 @@ class _Walker:
             # Its old value is a scalar for the rest of the enclosing body.
             self.define(instruction, instruction.var.name)
             scope.names.add(instruction.var.name)
+        if isinstance(instruction, instructions.ThreadGroup):
+            # No scope of its own: what the group defines stays visible to its later bodies.
+            inner_group = (group[0] + instruction.start, instruction.threads)
+            self.body(instruction.body, scope, inner_group)
+            return
         for body in instruction.bodies():
             inner = scope.child()
             if isinstance(instruction, instructions.ForRange):
                 inner.names.add(instruction.var.name)
-            self.body(body, inner)
+            self.body(body, inner, group)
+
+    def bulk_group(self, instruction: Instruction, role: str, group: tuple[int, int]) -> None:
+        """The bulk copies (or waits, or releases) of one shared tensor in one thread group."""
+        tensor = instruction.dst  # type: ignore[attr-defined]
+        first = self.bulk_groups.setdefault((tensor.name, role), group)
+        if first != group:
+            raise _fail(
+                instruction,
+                f"the {role} of {tensor.name} are in two thread groups: threads "
+                f"{_threads(first)} and {_threads(group)}; "
+                "each barrier's phases are kept by the threads of one group",
+            )
 
     def define(self, instruction: Instruction, name: str) -> None:
         if name in self.names:

@@ -361,27 +361,25 @@ class ComputeLowering(LoweringContext):
         count: int,
     ) -> None:
         chunk = max(1, min(size, REDUCE_SCRATCH_WORDS // self.threads))
-        self.scratch_bytes = max(self.scratch_bytes, 4 * chunk * self.threads)
+        offset = self.scratch_offset(4 * chunk * self.threads)
         scratch = self.temporary("scratch")
         base = self.temporary("base")
         with self.out.block():
-            self.out.line(
-                f"{kind}* const {scratch} = ({kind}*)(la_smem + {self.user_shared_bytes});"
-            )
+            self.out.line(f"{kind}* const {scratch} = ({kind}*)(la_smem + {offset});")
             self.out.line(f"const int {base} = {self.group_base(divisor, count, lane=False)};")
             for start in range(0, size, chunk):
                 members = range(start, min(size, start + chunk))
                 for j in members:
                     row = (j - start) * self.threads
                     self.out.line(f"{scratch}[{row} + {THREAD_NAME}] = {partial}[{j}];")
-                self.out.line("__syncthreads();")
+                self.out.line(self.barrier())
                 for j in members:
                     row = (j - start) * self.threads
                     self.out.line(f"{partial}[{j}] = {scratch}[{row} + {base}];")
                     for digit in range(1, count):
                         other = f"{scratch}[{row} + {base} + {digit * divisor}]"
                         self.out.line(f"{partial}[{j}] = {combine(f'{partial}[{j}]', other)};")
-                self.out.line("__syncthreads();")
+                self.out.line(self.barrier())
 
     def visit_dot(self, instruction: instructions.Dot) -> None:
         out, a, b, c = instruction.out, instruction.a, instruction.b, instruction.c
@@ -449,7 +447,9 @@ class ComputeLowering(LoweringContext):
             abstract.append(None if found is None else (found[0], found[1]))
             substitutions.append({} if found is None else dict(found[2]))
         plan = None
-        if abstract[1] is not None and self.threads % WARPGROUP_SIZE == 0:
+        # The threads' warpgroups must be the hardware's: a thread group's first thread at one.
+        aligned = self.group is None or self.group[0] % WARPGROUP_SIZE == 0
+        if abstract[1] is not None and self.threads % WARPGROUP_SIZE == 0 and aligned:
             group = var(f"{THREAD_NAME}_group", 0, self.threads // WARPGROUP_SIZE - 1)
             plan = plan_wgmma(
                 instruction, (a_load, b_load), self.arch, group, (abstract[0], abstract[1])
@@ -525,12 +525,11 @@ class ComputeLowering(LoweringContext):
         (m, k_extent), n = a.shape, b.shape[1]
         a_scratch, b_scratch = shared_row_major(m, k_extent), shared_row_major(k_extent, n)
         a_bytes = 4 * m * k_extent
-        self.scratch_bytes = max(self.scratch_bytes, a_bytes + 4 * k_extent * n)
+        base = self.scratch_offset(a_bytes + 4 * k_extent * n)
         names = self.temporary("sa"), self.temporary("sb")
         with self.out.block():
             for name, start in zip(names, (0, a_bytes)):
-                offset = self.user_shared_bytes + start
-                self.out.line(f"float* const {name} = (float*)(la_smem + {offset});")
+                self.out.line(f"float* const {name} = (float*)(la_smem + {base} + {start});")
             roles = ("scratch a", "scratch b")
             for name, tensor, scratch, role in zip(names, (a, b), (a_scratch, b_scratch), roles):
                 tile = Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32, role, name)
@@ -540,7 +539,7 @@ class ComputeLowering(LoweringContext):
                         self.record(tile, i, 1, address, 32, None)
                         value = decode_expression(tensor.dtype, self.element(tensor, i))
                         self.out.line(f"{name}[{self.c(address)}] = {value};")
-            self.out.line("__syncthreads();")
+            self.out.line(self.barrier())
             threads, size = self.threads, c.layout.local_size
             for i in range(size):
                 accumulator = self.temporary("acc")
@@ -565,4 +564,4 @@ class ComputeLowering(LoweringContext):
                         f"{accumulator} = la_fadd({accumulator}, la_fmul({reads[0]}, {reads[1]}));"
                     )
                 self.out.line(f"{out.name}[{i}] = la_float_to_bits({accumulator});")
-            self.out.line("__syncthreads();")
+            self.out.line(self.barrier())

@@ -92,6 +92,32 @@ C_INT_MAX = 2**31 - 1
 """The range of a C int, in which scalars are printed unless they may leave it."""
 
 
+SCRATCH_MARK = "la_scratch_offset_"
+"""Placeholder of a thread group's scratch offset in the text until every size is known."""
+MAX_GROUP_BARRIERS = 15
+"""Named barriers a block has besides barrier 0 (``__syncthreads``)."""
+
+
+def thread_groups(program: Program) -> dict[int, tuple[int, int]]:
+    """The thread group (first block thread, threads) that runs each instruction inside one,
+    by id(instruction); instructions of the block's own body are not keys."""
+    found: dict[int, tuple[int, int]] = {}
+
+    def walk(body: Sequence[Instruction], group: tuple[int, int] | None) -> None:
+        for instruction in body:
+            if group is not None:
+                found[id(instruction)] = group
+            inner = group
+            if isinstance(instruction, instructions.ThreadGroup):
+                first = (0 if group is None else group[0]) + instruction.start
+                inner = (first, instruction.threads)
+            for nested in instruction.bodies():
+                walk(nested, inner)
+
+    walk(program.body, None)
+    return found
+
+
 @dataclass(frozen=True)
 class Access:
     """One address expression printed into a kernel, with what it must mean.
@@ -462,7 +488,13 @@ class LoweringContext:
             lambda stride: known_divisor(self.with_multiples(stride)),
         )
         self.user_shared_bytes = self._allocate_shared()
-        self.scratch_bytes = 0
+        # The thread group being written (first block thread, threads; None: the block), the
+        # named barrier of each group, and the scratch bytes of each (`scratch_offset`).
+        self.group: tuple[int, int] | None = None
+        self.group_barriers: dict[tuple[int, int], int] = {}
+        self.scratch_sizes: dict[tuple[int, int] | None, int] = {}
+        self.instruction_groups = thread_groups(program)
+        self.predeclared: set[str] = set()
 
     def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
         """Add the wgmma candidates of an instruction list about to be written (the copies of
@@ -533,6 +565,44 @@ class LoweringContext:
         self.temporaries += 1
         return f"la_{stem}{self.temporaries}"
 
+    @property
+    def scratch_bytes(self) -> int:
+        """The shared bytes of the scratch areas (after the program's shared tensors)."""
+        return sum(self.scratch_sizes.values())
+
+    def scratch_offset(self, size: int) -> str:
+        """C text of the byte offset (from the start of shared memory) of a scratch area of
+        `size` bytes for the threads being written: the block's scratch follows the program's
+        shared tensors, and each thread group has its own after it (groups run concurrently),
+        placed by `scratch_source` once every size is known."""
+        key = self.group
+        self.scratch_sizes[key] = max(self.scratch_sizes.get(key, 0), size)
+        if key is None:
+            return str(self.user_shared_bytes)
+        return f"{SCRATCH_MARK}{key[0]}_{key[1]}"
+
+    def scratch_source(self, source: str) -> str:
+        """`source` with each group's scratch mark replaced by its offset."""
+        offset = self.user_shared_bytes + self.scratch_sizes.get(None, 0)
+        for key, size in self.scratch_sizes.items():
+            if key is not None:
+                source = source.replace(f"{SCRATCH_MARK}{key[0]}_{key[1]}", str(offset))
+                offset += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+        return source
+
+    def barrier(self) -> str:
+        """The statement of a barrier of the threads being written: ``__syncthreads()``, or
+        inside a thread group the group's named barrier."""
+        if self.group is None:
+            return "__syncthreads();"
+        number = self.group_barriers.setdefault(self.group, len(self.group_barriers) + 1)
+        if number > MAX_GROUP_BARRIERS:
+            raise self.fail(
+                f"{number} thread groups with barriers; the GPU has {MAX_GROUP_BARRIERS} named "
+                "barriers besides the block's"
+            )
+        return f"la_group_barrier({number}, {self.group[1]});"
+
     def constant_word(self, value: int) -> str:
         """The C operand of the 32-bit `value` read from the kernel's constant table
         (`CONSTANT_TABLE`, declared before the kernel): an instruction that takes one
@@ -584,10 +654,26 @@ class LoweringContext:
         return total
 
     def declare(self, tensor: RegisterTensor) -> None:
-        """Declare `tensor`'s word array (`backend.lower.registers`)."""
+        """Declare `tensor`'s word array (`backend.lower.registers`), unless a thread group
+        declared it before its body (`predeclare`)."""
+        if tensor.name in self.predeclared:
+            return
         self.out.line(
             registers.declaration(tensor.name, tensor.dtype.nbits, tensor.layout.local_size)
         )
+
+    def predeclare(self, group: instructions.ThreadGroup) -> None:
+        """Declare, before a thread group's body, the register tensors it defines at its top
+        level (and in the groups nested there): later bodies of the group use them, so their
+        arrays outlive the C block of this one."""
+        for instruction in group.body:
+            if isinstance(instruction, instructions.ThreadGroup):
+                self.predeclare(instruction)
+                continue
+            for tensor in instruction.results():
+                if isinstance(tensor, RegisterTensor) and tensor.name not in self.predeclared:
+                    self.declare(tensor)
+                    self.predeclared.add(tensor.name)
 
     def element(self, tensor: RegisterTensor, index: int) -> str:
         """The C code (unsigned, b bits) of `tensor`'s element `index` in this thread."""

@@ -26,6 +26,7 @@ from backend.conversions import (
 )
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
+    GROUP_BARRIER_SOURCE,
     OPERATION_SOURCE,
     PLAIN_LAUNCH_SOURCE,
     PROGRAMMATIC_LAUNCH_ARCH,
@@ -92,10 +93,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         bulk copies written as TMA, the allocation is aligned to their boxes' alignment too."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
-            source = _drop_marks(self.out.text())
+            source = _drop_marks(self.scratch_source(self.out.text()))
         else:
             self.out.insert(includes_end, WGMMA_SOURCE)
-            source = self.out.text()
+            source = self.scratch_source(self.out.text())
             if self.threads_write_wgmma_tensors():
                 source = source.replace(PROXY_FENCE_MARK, PROXY_FENCE)
             else:
@@ -132,6 +133,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         if program.programmatic_launch:
             chained = self.arch is not None and arch_number(self.arch) >= PROGRAMMATIC_LAUNCH_ARCH
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
+        if self.instruction_groups:
+            out.lines(GROUP_BARRIER_SOURCE)
         if self.bulk.tensors:
             out.lines(BULK_COPY_SOURCE)
             for rank in self.bulk.ranks:
@@ -208,17 +211,29 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             if plan.released:
                 out.line(f"__shared__ unsigned long long la_free_{name}[{plan.count}];")
                 out.line(f"unsigned la_free_phases_{name} = ~0u;")
-        # A free barrier counts one arrival per warp (per thread if the block is not whole
-        # warps).
-        arrivals = self.threads // WARP_SIZE if arrives_per_warp(self.threads) else self.threads
         with out.block(f"if ({THREAD_NAME} == 0)"):
             for name, plan in self.bulk.tensors.items():
                 with out.block(f"for (int la_i = 0; la_i < {plan.count}; ++la_i)"):
                     out.line(f"la_mbarrier_init(&la_bar_{name}[la_i], 1u);")
                     if plan.released:
+                        arrivals = self.release_arrivals(name)
                         out.line(f"la_mbarrier_init(&la_free_{name}[la_i], {arrivals}u);")
             out.line("la_mbarrier_init_fence();")
         out.line("__syncthreads();")
+
+    def release_arrivals(self, name: str) -> int:
+        """Arrivals a free barrier of shared tensor `name` counts: one per warp of the threads
+        that release it (its thread group's, else the block's; one per thread where the block
+        is not whole warps)."""
+        threads = self.threads
+        for instruction in self.program.walk():
+            if (
+                isinstance(instruction, instructions.CopyBulkRelease)
+                and instruction.dst.name == name
+            ):
+                threads = self.instruction_groups.get(id(instruction), (0, self.threads))[1]
+                break
+        return threads // WARP_SIZE if arrives_per_warp(threads) else threads
 
     def tensor_map_params(self) -> tuple[KernelTensorMapParam, ...]:
         """The tensor maps of the bulk copies written as TMA, for the launch to encode."""
@@ -437,6 +452,33 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.facts.append(instruction.cond.ne(0))
             self.execute(instruction.body)
             self.facts.pop()
+        self.current = instruction
+
+    def visit_thread_group(self, instruction: instructions.ThreadGroup) -> None:
+        """The body under a condition on the thread's warp, read through a shuffle so that
+        the compiler sees it is the same across the warp (groups are whole warps); inside,
+        `la_thread` is the thread's number in the group, so the body is written as a block of
+        the group's threads."""
+        start, threads = instruction.start, instruction.threads
+        warp = self.temporary("warp")
+        self.out.line(
+            f"const int {warp} = __shfl_sync(la_warp_mask, {THREAD_NAME} / {WARP_SIZE}, 0);"
+        )
+        self.predeclare(instruction)
+        outer = (self.group, self.threads, self.thread)
+        first = (0 if self.group is None else self.group[0]) + start
+        condition = f"(unsigned)({warp} - {start // WARP_SIZE}) < {threads // WARP_SIZE}u"
+        with self.out.block(f"if ({condition})"):
+            relative = self.temporary("group_thread")
+            self.out.line(f"const int {relative} = {THREAD_NAME} - {start};")
+            self.out.line(f"const int {THREAD_NAME} = {relative};")
+            self.out.line(f"const long long {WIDE_PREFIX}{THREAD_NAME} = {THREAD_NAME};")
+            self.group, self.threads = (first, threads), threads
+            self.thread = var(THREAD_NAME, 0, threads - 1)
+            try:
+                self.execute(instruction.body)
+            finally:
+                self.group, self.threads, self.thread = outer
         self.current = instruction
 
 

@@ -585,6 +585,11 @@ class MemoryLowering(LoweringContext):
         atomically and fences; the block syncs again and every thread reads the old value from
         shared memory, then fences (acquire). Out of bounds: no access, the value 0."""
         dst, name = instruction.dst, instruction.var.name
+        if self.group is not None:
+            raise self.fail(
+                "atomic_add inside a thread group (its old value goes to the block through one "
+                "shared slot): issue it outside the groups"
+            )
         layout = replicate(self.threads).reshape(*([1] * dst.rank))
         tile = self.register_tile(dst, layout, instruction.offsets, "dst")
         slot = f"*(int*)(la_smem + {self.ticket_slot})"
@@ -863,6 +868,13 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
+            copies = self.bulk_copy_group(dst.name)
+            if copies != self.group:
+                raise self.fail(
+                    f"the bulk copies into {dst.name} are issued by other threads than wait for "
+                    "them, which only a copy written as TMA allows (sm_90a, a box the shared "
+                    "layout gives)"
+                )
             self.out.line("la_cp_async_commit();")
             self.out.line("la_cp_async_wait<0>();")
             self.visit_sync(instructions.Sync())
@@ -890,6 +902,12 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
+            if self.bulk_copy_group(dst.name) != self.group:
+                raise self.fail(
+                    f"the bulk copies into {dst.name} are issued by other threads than release "
+                    "them, which only a copy written as TMA allows (sm_90a, a box the shared "
+                    "layout gives)"
+                )
             self.visit_sync(instructions.Sync())
             self.note("bulk copy release: a barrier")
             return
@@ -909,7 +927,15 @@ class MemoryLowering(LoweringContext):
             # Shared memory written before the barrier may next be read by wgmma: a mark that
             # becomes a proxy fence if some dot gets a wgmma plan (`finished_source`).
             self.out.line(PROXY_FENCE_MARK)
-        self.out.line("__syncthreads();")
+        self.out.line(self.barrier())
+
+    def bulk_copy_group(self, name: str) -> tuple[int, int] | None:
+        """The thread group (None: the block) that issues the bulk copies into shared tensor
+        `name` (one for all of them: the verifier's rule)."""
+        for instruction in self.program.walk():
+            if isinstance(instruction, instructions.CopyBulk) and instruction.dst.name == name:
+                return self.instruction_groups.get(id(instruction))
+        return None
 
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
         self.out.line("la_wait_prior_grid();")

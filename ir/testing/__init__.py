@@ -30,6 +30,9 @@ Strategies:
   whose threads hold whole words of codes (fast conversions, paired half instructions).
 - `ticket_cases()`: blocks store partial column sums, take an `atomic_add` ticket, and the last
   block adds every block's partial in block order and resets the counter.
+- `thread_group_cases()`: the block's warps split into two `thread_group`s, one handing a
+  masked tile to the other through shared memory (stored, or bulk-copied and waited for) and a
+  `sync` of the block.
 - `program_cases()`: any of the above; together they use every instruction of `ir.instructions`
   (tests/ir/test_generated.py checks it).
 
@@ -57,6 +60,7 @@ from ir.testing.memory_cases import (
     elementwise_cases,
     reduction_cases,
     shared_round_trip_cases,
+    thread_group_cases,
     ticket_cases,
 )
 
@@ -72,6 +76,7 @@ def program_cases() -> st.SearchStrategy[ProgramCase]:
         dot_cases(),
         loop_cases(),
         ticket_cases(),
+        thread_group_cases(),
     )
 
 
@@ -87,6 +92,7 @@ __all__ = [
     "reduction_cases",
     "register_layouts",
     "shared_round_trip_cases",
+    "thread_group_cases",
     "ticket_cases",
     "view_cases",
 ]

@@ -1,5 +1,6 @@
 """Random programs of memory and elementwise work: elementwise chains with casts, reductions, and
-round trips through shared memory (with `copy_async`). An elementwise chain may be a link of a
+round trips through shared memory (with `copy_async`), and tiles handed from one thread group to
+another through shared memory. An elementwise chain may be a link of a
 chain of kernels (`ProgramBuilder.programmatic_launch`, its first load before `wait_prior_grid`,
 and the next link let start at entry or before the store, `launch_dependents`)."""
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from ir import dtypes
 from ir.builder import ProgramBuilder
+from ir.dtypes import DataType
 from ir.elementwise import (
     UNARY_OPS,
     apply_binary,
@@ -22,6 +24,7 @@ from ir.elementwise import (
     round_values,
     to_values,
 )
+from ir.program import Program
 from ir.testing.cases import (
     CASE_DTYPES,
     CHAIN_FLOAT_BINARY,
@@ -232,6 +235,28 @@ def reduction_cases(draw: Callable[..., Any]) -> ProgramCase:
     )
 
 
+def _tile_copy_case(
+    program: Program,
+    dtype: DataType,
+    codes: np.ndarray,
+    out_initial: np.ndarray,
+    shape: tuple[int, int],
+    text: str,
+) -> ProgramCase:
+    """The case of a program ``(m, n, x, out)`` that copies the (m, n) codes of x to out."""
+    m, n = shape
+    return ProgramCase(
+        program=program,
+        arguments=(m, n, dtypes.pack(codes, dtype), dtypes.pack(out_initial, dtype)),
+        grid=(1,),
+        output=3,
+        output_dtype=dtype,
+        output_count=m * n,
+        expected=store_expected(out_initial, to_values(dtype, codes).reshape(m, n), dtype, 0),
+        description=text,
+    )
+
+
 @st.composite
 def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     """Global -> shared -> registers in another layout -> global, for one masked tile.
@@ -286,17 +311,54 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
             b.store_shared(buffer, b.load_global(source, [0, 0], first))
         b.sync()
         b.store_global(b.global_view(out, dtype, view), b.load_shared(buffer, second), [0, 0])
-    values = to_values(dtype, codes).reshape(m, n)
-    return ProgramCase(
-        program=b.program(),
-        arguments=(m, n, dtypes.pack(codes, dtype), dtypes.pack(out_initial, dtype)),
-        grid=(1,),
-        output=3,
-        output_dtype=dtype,
-        output_count=m * n,
-        expected=store_expected(out_initial, values, dtype, 0),
-        description=f"{dtype} {first!r} -> {second!r} by {how}",
+    return _tile_copy_case(
+        b.program(), dtype, codes, out_initial, (m, n), f"{dtype} {first!r} -> {second!r} by {how}"
     )
+
+
+@st.composite
+def thread_group_cases(draw: Callable[..., Any]) -> ProgramCase:
+    """A tile handed from one thread group to another: the block's warps split in two groups,
+    the producer group puts a masked tile into shared memory (through its registers, or by
+    `copy_bulk` and its wait), a `sync` of the block, and the consumer group reads it in a
+    layout of its own threads and stores it."""
+    # Groups of 1, 2 or 4 warps (the random layouts' thread counts are powers of two).
+    low_warps, high_warps = draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4)))
+    warps = low_warps + high_warps
+    low, high = (0, 32 * low_warps), (32 * low_warps, 32 * high_warps)
+    producer, consumer = (low, high) if draw(st.booleans()) else (high, low)
+    first = draw(register_layouts(producer[1], 2))
+    tile = first.shape
+    second = draw(
+        st.sampled_from(
+            (auto_local_spatial(consumer[1], tile), local(*tile) * replicate(consumer[1]))
+        )
+    )
+    dtype = draw(st.sampled_from(CASE_DTYPES))
+    how = draw(st.sampled_from(("registers", "bulk")))
+    m = draw(st.integers(1, tile[0]))
+    n = draw(st.integers(1, tile[1]))
+    codes = random_codes(draw, dtype, m * n)
+    out_initial = random_codes(draw, dtype, m * n)
+    with ProgramBuilder("thread_group_handoff", 32 * warps) as b:
+        rows = b.int_param("m")
+        cols = b.int_param("n")
+        x = b.array_param("x", dtype)
+        out = b.array_param("out", dtype)
+        view = GlobalLayout((rows, cols), (cols, 1))
+        buffer = b.shared_tensor(dtype, shared_row_major(*tile))
+        source = b.global_view(x, dtype, view)
+        with b.thread_group(*producer):
+            if how == "bulk":
+                b.copy_bulk(buffer, source, [0, 0])
+                b.copy_bulk_wait(buffer)
+            else:
+                b.store_shared(buffer, b.load_global(source, [0, 0], first))
+        b.sync()
+        with b.thread_group(*consumer):
+            b.store_global(b.global_view(out, dtype, view), b.load_shared(buffer, second), [0, 0])
+    description = f"{dtype} threads {producer} {first!r} -> {consumer} {second!r} by {how}"
+    return _tile_copy_case(b.program(), dtype, codes, out_initial, (m, n), description)
 
 
 @st.composite

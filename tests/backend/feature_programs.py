@@ -1,6 +1,6 @@
 """Feature programs of the backend's tests: each written to exercise one part of the lowering
 (copies, swizzles, reductions, replicated operands, views, integer ops, shared bytes, control
-flow, transcendentals, tensor cores, fast casts), with random inputs and a grid.
+flow, transcendentals, tensor cores, fast casts, thread groups), with random inputs and a grid.
 
 Not a test module: test_lower_emulated.py loads it by path and runs every program under the CPU
 emulation, and the GPU tests run them on the device (both through `FEATURES` there).
@@ -636,6 +636,47 @@ def _fused_multiply_add(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("fused_multiply_add", b.program(), arguments, (1,))
 
 
+def _thread_groups(rng: np.random.Generator) -> FeatureCase:
+    """Thread groups: one warp pair stores a tile to shared memory, a block barrier hands it on,
+    and two nested groups of two warps each reduce it across their warps at the same time
+    (each group its own scratch and named barrier), one of them also bulk-copying a tile of its
+    own and waiting for it; a group's own barrier orders its reuse of the tile."""
+    f32, f16 = dtypes.f32, dtypes.f16
+    with ProgramBuilder("thread_groups", 192) as b:
+        x = b.global_view(b.array_param("x", f32), f32, GlobalLayout((4, 128), (128, 1)))
+        sums = b.global_view(b.array_param("sums", f32), f32, GlobalLayout((4,), (1,)))
+        peaks = b.global_view(b.array_param("peaks", f32), f32, GlobalLayout((128,), (1,)))
+        z = b.global_view(b.array_param("z", f16), f16, GlobalLayout((16, 32), (32, 1)))
+        w = b.global_view(b.array_param("w", f16), f16, GlobalLayout((32,), (1,)))
+        tile = b.shared_tensor(f32, shared_row_major(4, 128))
+        ring = b.shared_tensor(f16, shared_row_major(16, 32))
+        with b.thread_group(0, 64):
+            values = b.load_global(x, [0, 0], spatial(1, 64).local(4, 2))
+            b.store_shared(tile, b.mul(values, 2.0), [0, 0])
+        b.sync()
+        with b.thread_group(64, 128):
+            with b.thread_group(0, 64):
+                rows = b.load_shared(tile, spatial(1, 64).local(4, 2), [0, 0])
+                b.store_global(sums, b.reduce(rows, 1, "sum"), [0])
+                b.copy_bulk(ring, z, [0, 0], [0, 0])
+                b.copy_bulk_wait(ring, [0, 0], shape=(16, 32))
+                codes = b.load_shared(ring, spatial(2, 32).local(8, 1), [0, 0])
+                b.store_global(w, b.reduce(codes, 0, "max"), [0])
+            with b.thread_group(64, 64):
+                columns = b.load_shared(tile, spatial(4, 16).local(1, 8), [0, 0])
+                peak = b.reduce(columns, 0, "max")
+                b.sync()
+                b.store_global(peaks, b.add(peak, 1.0), [0])
+    arguments = (
+        packed_codes(rng, f32, 4 * 128),
+        packed_codes(rng, f32, 4),
+        packed_codes(rng, f32, 128),
+        packed_codes(rng, f16, 16 * 32),
+        packed_codes(rng, f16, 32),
+    )
+    return FeatureCase("thread_groups", b.program(), arguments, (1,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -657,5 +698,6 @@ def feature_cases() -> list[FeatureCase]:
         _nan_moves,
         _nan_casts,
         _fused_multiply_add,
+        _thread_groups,
     )
     return [make(rng) for make in makers]

@@ -85,6 +85,63 @@ def ring_program(
     return b.program()
 
 
+def producer_ring(dtype=F16, layout=None, columns: int = 64, stages: int = 2, rows: int = 32):
+    """A producer warp (threads 0 .. 31) and a consumer group (the next `rows` threads, one row
+    each): the producer bulk-copies row tile t of x (m, columns) into stage t % `stages` of a
+    ring `stages` - 1 tiles ahead of the consumers, who wait for it, store it to y and release
+    the stage; the producer waits only for those releases (`thread_group`)."""
+    if layout is None:
+        layout = shared_row_major_swizzle(stages, rows, columns, element_bits=dtype.nbits)
+    with ProgramBuilder("producer_ring", 32 + rows) as b:
+        m = b.int_param("m")
+        shape = GlobalLayout((m, columns), (columns, 1))
+        x = b.global_view(b.array_param("x", dtype), dtype, shape)
+        y = b.global_view(b.array_param("y", dtype), dtype, shape)
+        ring = b.shared_tensor(dtype, layout)
+        tiles = (m + rows - 1) // rows
+        with b.thread_group(0, 32):
+            for ahead in range(stages - 1):
+                with b.if_(ahead < tiles):
+                    b.copy_bulk(ring, x, [ahead * rows, 0], [ahead, 0, 0])
+        with b.for_range(tiles) as t:
+            with b.thread_group(0, 32):
+                later = t + stages - 1
+                with b.if_(later < tiles):
+                    b.copy_bulk(ring, x, [later * rows, 0], [later % stages, 0, 0])
+            with b.thread_group(32, rows):
+                stage = t % stages
+                b.copy_bulk_wait(ring, [stage, 0, 0], shape=(rows, columns))
+                tile = b.load_shared(ring, spatial(rows, 1).local(1, columns), [stage, 0, 0])
+                b.store_global(y, tile, [t * rows, 0])
+                b.copy_bulk_release(ring, [stage, 0, 0], shape=(rows, columns))
+    return b.program()
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_a_producer_warp_ring_copies_the_tensor_in_the_interpreter(stages: int) -> None:
+    m = 5 * 32 + 7
+    x = (np.arange(m * 64) % 65521).astype(np.uint16)
+    y = np.zeros_like(x)
+    run_reference(producer_ring(stages=stages), m, x, y)
+    np.testing.assert_array_equal(y, x)
+
+
+def test_a_producer_warp_ring_waits_for_the_consumers_releases() -> None:
+    """On sm_90a: every copy from the producer warp as TMA, each free barrier counting the
+    consumers' warps, the producer's wait on it under its own warp's condition."""
+    kernel = lower(producer_ring(stages=3, rows=64), "sm_90a")
+    assert "la_mbarrier_init(&la_free_s0[la_i], 2u);" in kernel.source
+    # The helper's definition, the prologue's two copies and the loop's.
+    assert kernel.source.count("la_tma_load_2d(") == 4
+    assert kernel.source.count("__syncthreads();") == 1  # the barriers' initialisation only
+    module = compile_cuda(kernel.source, "sm_90a", kernel.options)
+    assert module.cubin
+    validation = validate_lowering(kernel)
+    assert any("bulk copy" in claim.name for claim, _ in validation.plan_results)
+    assert all(result.holds is True for _, result in validation.plan_results)
+    assert all(result.holds is True for _, result in validation.results)
+
+
 TILE_K = TILE_M = 64
 STAGES = 3
 

@@ -123,11 +123,9 @@ RELEASED_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(RELEASED_CASES), ids=list(RELEASED_CASES))
-def test_a_released_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
-    """Stages released to their next copies, over 2 to 21 laps of the ring's free barriers."""
-    dtype, columns, layout, slot, rows = RELEASED_CASES[case]
-    program = ring(dtype, columns, layout, slot, release=True, rows=rows)
+def _check_laps(program, dtype, columns: int, rows: int) -> None:
+    """A ring program copying x (m, columns) to y on the GPU and in the interpreter, for m of
+    3 and 41 tiles of `rows` rows and a few (each a copy of x)."""
     kernel = _compiled(program)
     numpy_type = {8: np.uint8, 16: np.uint16}[dtype.nbits]
     for m in (3 * rows + 5, 41 * rows + 1):
@@ -136,6 +134,40 @@ def test_a_released_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
         expected, got = _interpreter_and_gpu(program, kernel, (m,), x, 1)
         np.testing.assert_array_equal(expected, x)
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("case", list(RELEASED_CASES), ids=list(RELEASED_CASES))
+def test_a_released_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
+    """Stages released to their next copies, over 2 to 21 laps of the ring's free barriers."""
+    dtype, columns, layout, slot, rows = RELEASED_CASES[case]
+    program = ring(dtype, columns, layout, slot, release=True, rows=rows)
+    _check_laps(program, dtype, columns, rows)
+
+
+PRODUCER_CASES = {
+    # A producer warp two tiles ahead of one consumer warp, 128-byte swizzled f16 stages.
+    "f16-3-stages": (dtypes.f16, 64, 3, 32),
+    # One tile ahead of two consumer warps (two arrivals a free barrier), u8 rows.
+    "u8-2-stages": (dtypes.u8, 64, 2, 64),
+}
+
+
+@pytest.mark.parametrize("case", list(PRODUCER_CASES), ids=list(PRODUCER_CASES))
+def test_a_producer_warp_ring_matches_the_interpreter_bit_for_bit(case: str) -> None:
+    """`thread_group`s: a producer warp's bulk copies run ahead of their consumers, held back
+    by the consumers' releases alone (test_bulk_copy.py's `producer_ring`), over up to 41
+    laps of the ring."""
+    dtype, columns, stages, rows = PRODUCER_CASES[case]
+    layout = (
+        shared_row_major_swizzle(stages, rows, columns, element_bits=16)
+        if dtype.nbits == 16
+        else shared_row_major(stages, rows, columns)
+    )
+    program = bulk_copy_tests.producer_ring(dtype, layout, columns, stages, rows)
+    major, _ = torch.cuda.get_device_capability()
+    if major < 9:
+        pytest.skip("bulk copies between thread groups need TMA (sm_90)")
+    _check_laps(program, dtype, columns, rows)
 
 
 def test_transposed_ring_matches_the_interpreter_bit_for_bit() -> None:

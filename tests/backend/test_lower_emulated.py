@@ -2,7 +2,8 @@
 
 No GPU is needed: the kernel source of `backend.lower` is compiled as C++ by g++ together with
 a small shim that plays the CUDA runtime: every CUDA thread of a block is an OS thread,
-``__syncthreads`` a `std::barrier` of the block, ``__shfl_sync`` an exchange through a barrier of
+``__syncthreads`` a `std::barrier` of the block (a thread group's named barrier one of the
+group's threads), ``__shfl_sync`` an exchange through a barrier of
 the warp, atomics GCC's atomic builtins, shared memory one static buffer per kernel, and the
 ``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, and the
 four primitives of the fast conversions (`backend.fast_conversions`, inline PTX too) exact host
@@ -37,6 +38,7 @@ from hypothesis import HealthCheck, given, settings
 
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
+    GROUP_BARRIER_SOURCE,
     PLAIN_LAUNCH_SOURCE,
     PROGRAMMATIC_LAUNCH_SOURCE,
 )
@@ -57,6 +59,7 @@ SHIM = r"""
 #include <math.h>
 #include <string.h>
 #include <barrier>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -75,6 +78,8 @@ static thread_local la_dim3 blockIdx;
 struct la_block {
     std::barrier<>* block;
     std::vector<std::barrier<>*> warps;
+    std::mutex named_lock;
+    std::barrier<>* named[16]; /* the thread groups' barriers, made at their first use */
     unsigned lanes[1024];
     unsigned fragments[1024][10]; /* an mma's operands per thread: a0-a3, b0-b1, c0-c3 */
     const void* rows[1024];       /* an ldmatrix's row address per thread */
@@ -128,6 +133,19 @@ static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
 {
     return uint4{x, y, z, w};
+}
+"""
+
+GROUP_BARRIER_EMULATION = r"""
+static inline void la_group_barrier(int id, int threads)
+{
+    std::barrier<>* named;
+    {
+        std::lock_guard<std::mutex> hold(la_current->named_lock);
+        if (la_current->named[id] == nullptr) la_current->named[id] = new std::barrier<>(threads);
+        named = la_current->named[id];
+    }
+    named->arrive_and_wait();
 }
 """
 
@@ -341,6 +359,7 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
     std::barrier<> block({threads});
     la_block state;
     state.block = &block;
+    for (std::barrier<>*& named : state.named) named = nullptr;
     const int lanes[] = {{{warps}}};
     for (int count : lanes) state.warps.push_back(new std::barrier<>(count));
     for (unsigned z = 0; z < gz; ++z)
@@ -357,6 +376,7 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
                 for (std::thread& thread : threads) thread.join();
             }}
     for (std::barrier<>* warp : state.warps) delete warp;
+    for (std::barrier<>* named : state.named) delete named;
 }}
 """
 
@@ -365,6 +385,7 @@ def _translation_unit(kernels: Sequence[LoweredKernel]) -> str:
     parts = [SHIM]
     for index, lowered in enumerate(kernels):
         source = lowered.source.replace(ASYNC_COPY_SOURCE.strip("\n"), ASYNC_EMULATION)
+        source = source.replace(GROUP_BARRIER_SOURCE.strip("\n"), GROUP_BARRIER_EMULATION)
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)

@@ -117,11 +117,11 @@ def test_hazards_through_a_broadcast_layout(steps, message):
 SEVERAL = "several"
 
 
-def _text(threads):
-    """The interpreter's wording for a set of threads."""
+def _text(threads, one="", several=""):
+    """The interpreter's wording for a set of threads (with the verb in agreement)."""
     if len(threads) == 1 and SEVERAL not in threads:
-        return f"thread {next(iter(threads))}"
-    return "several threads"
+        return f"thread {next(iter(threads))} {one}".rstrip()
+    return f"several threads {several}".rstrip()
 
 
 def model_error(steps, shared_layout):
@@ -152,12 +152,14 @@ def model_error(steps, shared_layout):
             if seen and (seen != {who} or who == SEVERAL):
                 if kind == "load":
                     return (
-                        f"shared memory read without a sync: {_text({who})} reads element "
-                        f"{element} of s0, written by {_text(seen)} since the last sync"
+                        "shared memory read without a sync: "
+                        f"{_text({who}, 'reads', 'read')} element {element} of s0, written by "
+                        f"{_text(seen)} since the last sync"
                     )
                 return (
-                    f"shared memory overwritten without a sync: {_text({who})} writes element "
-                    f"{element} of s0, read by {_text(seen)} since the last sync"
+                    "shared memory overwritten without a sync: "
+                    f"{_text({who}, 'writes', 'write')} element {element} of s0, read by "
+                    f"{_text(seen)} since the last sync"
                 )
         for element, who in touches:
             after[element].add(who)

@@ -93,7 +93,8 @@ def test_builder_refuses_a_link_instruction_outside_a_link_twice_or_nested(op: s
         with (
             b.if_(b.block_x.eq(0)),
             pytest.raises(
-                VerificationError, match=f"{op} inside a for_range or if_ body of nested"
+                VerificationError,
+                match=f"{op} inside a for_range, if_ or thread_group body of nested",
             ),
         ):
             getattr(b, op)()

@@ -47,6 +47,7 @@ INSTRUCTION_NAMES = (
     "Assign",
     "ForRange",
     "If",
+    "ThreadGroup",
 )
 
 

@@ -93,7 +93,7 @@ def test_tensor_core_matmul_ring_is_proved_with_its_ldmatrix_plans() -> None:
     assert sum(claim.name.startswith("ldmatrix") for claim, _ in report.plan_results) == 4
 
 
-@settings(max_examples=20)
+@settings(max_examples=15)
 @given(program_cases())
 def test_random_program_lowering_validates(case: ProgramCase) -> None:
     kernel = lower(case.program, constants=case.constants)
