@@ -50,6 +50,7 @@ zero after it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from ir import dtypes
@@ -78,6 +79,7 @@ from ir.examples.register_dequant_matmul import (
     transposed_weight_layout,
 )
 from ir.program import Program
+from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import spatial
 
@@ -121,6 +123,11 @@ class WgmmaDequantConfig(PrefillTile):
     issues the next copy into the stage waits, for the warps still reading it. Not with
     `overlap_dot`, and no dot stays in flight into the next k-tile (a release needs the
     k-tile's dots complete).
+    `producer` adds a producer warp to the block (threads ``128 * warpgroups`` up, a
+    `thread_group` of its own): it alone issues the activation copies, stages - 1 k-tiles
+    ahead, held back only by the releases of the consumer warpgroups (a `thread_group` of the
+    other threads), which load and dequantize the weights, wait, multiply, release and store.
+    Requires `release`, split 1 and no stream-K.
     """
 
     warpgroups: int = 1
@@ -136,6 +143,7 @@ class WgmmaDequantConfig(PrefillTile):
     split: int = 1
     stream_k: int = 0
     release: bool = False
+    producer: bool = False
 
     @property
     def block_n(self) -> int:
@@ -152,6 +160,14 @@ class WgmmaDequantConfig(PrefillTile):
             raise VerificationError(
                 f"{PROGRAM}: release={self.release!r} with overlap_dot={self.overlap_dot!r}; "
                 "expected a bool, True only without overlap_dot"
+            )
+        if not isinstance(self.producer, bool) or (
+            self.producer and (not self.release or self.split != 1 or self.stream_k)
+        ):
+            raise VerificationError(
+                f"{PROGRAM}: producer={self.producer!r} with release={self.release!r}, "
+                f"split={self.split!r}, stream_k={self.stream_k!r}; expected a bool, True only "
+                "with release, split 1 and no stream-K"
             )
         if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
             raise VerificationError(
@@ -207,9 +223,21 @@ def wgmma_dequant_matmul(
     )
     row_words = UNIT_LANES * nbits
     name = program_name(PROGRAM, weight_dtype, act, zero_points)
-    with ProgramBuilder(name, UNIT_LANES * warps) as b:
+    consumers = UNIT_LANES * warps
+    threads = consumers + (WARP_SIZE if config.producer else 0)
+    with ProgramBuilder(name, threads) as b:
         declared = declare_prefill(b, config, act, nbits, group_size, zero_points)
         tiles_per_group = group_size // block_k
+
+        def consumer() -> contextlib.AbstractContextManager[None]:
+            """The consumer warpgroups' body: a thread group with a producer warp."""
+            return b.thread_group(0, consumers) if config.producer else contextlib.nullcontext()
+
+        def producer() -> contextlib.AbstractContextManager[None]:
+            """The activation copies' body: the producer warp's, or the block's."""
+            if config.producer:
+                return b.thread_group(consumers, WARP_SIZE)
+            return contextlib.nullcontext()
 
         def product(tensors):
             """The f32 (block_n, block_m) tile of C^T of `tensors`' output tile over its
@@ -233,47 +261,55 @@ def wgmma_dequant_matmul(
             # Activation k-tiles in flight: stages - 1, or stages - 2 with the dot left running
             # (the copy then follows the dot, into the stage of the dot two k-tiles back).
             ahead = stages - 2 if config.overlap_dot else stages - 1
-            for d in range(ahead):
-                tensors.copy_ahead(b, tensors.first, d)
-            registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
-            acc = b.register_tensor(f32, c_layout, 0.0)
+            with producer():
+                for d in range(ahead):
+                    tensors.copy_ahead(b, tensors.first, d)
+            with consumer():
+                registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
+                acc = b.register_tensor(f32, c_layout, 0.0)
             with b.for_range(tensors.first, tensors.end, unroll=config.unroll) as tile:
-                stage = tensors.stage(tile)
                 if not config.overlap_dot:
-                    tensors.copy_ahead(b, tile, ahead)
-                current = registers.advance(tile)
-                scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
-                for j in range(steps):
-                    codes = b.view(current[j], weight_dtype, code_layout)
-                    weights = b.cast(codes, act, decoded_layout)
-                    if zero_points:
-                        weights = b.sub(weights, zero[0])
-                    weights = b.mul(weights, scale)
-                    renamed = b.view(weights, act, weight_layout)
-                    if j == 0:
-                        b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
-                        if config.overlap_dot:
-                            # Every thread is past its reads of the stage the copy after the
-                            # dot fills.
-                            b.sync()
-                    activations = b.load_shared(
-                        tensors.ring, activation_layout, [stage, j * step_k, 0]
-                    )
-                    b.assign(acc, b.dot(renamed, activations, acc))
-                if config.overlap_dot:
-                    tensors.copy_ahead(b, tile, ahead)
-                elif config.release:
-                    # Every thread is past its reads of this stage: the next copy into it may
-                    # start.
-                    b.copy_bulk_release(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
-                else:
-                    # Every thread is past its reads of this stage before the next copy into
-                    # it.
-                    b.sync()
-            return b.view(acc, f32, stored_layout)
+                    with producer():
+                        tensors.copy_ahead(b, tile, ahead)
+                with consumer():
+                    consume(tensors, tile, registers.advance(tile), acc)
+                    if config.overlap_dot:
+                        tensors.copy_ahead(b, tile, ahead)
+            with consumer():
+                return b.view(acc, f32, stored_layout)
+
+        def consume(tensors, tile, current, acc) -> None:
+            """One k-tile in the consumer warps: its weights `current` (packed words per step,
+            then the scale and zero-point rows) dequantized, the activations waited for, the
+            dots into `acc`, and the stage handed back (a sync, or a release)."""
+            stage = tensors.stage(tile)
+            scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
+            for j in range(steps):
+                codes = b.view(current[j], weight_dtype, code_layout)
+                weights = b.cast(codes, act, decoded_layout)
+                if zero_points:
+                    weights = b.sub(weights, zero[0])
+                weights = b.mul(weights, scale)
+                renamed = b.view(weights, act, weight_layout)
+                if j == 0:
+                    b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
+                    if config.overlap_dot:
+                        # Every thread is past its reads of the stage the copy after the dot
+                        # fills.
+                        b.sync()
+                activations = b.load_shared(tensors.ring, activation_layout, [stage, j * step_k, 0])
+                b.assign(acc, b.dot(renamed, activations, acc))
+            if config.release:
+                # Every thread is past its reads of this stage: the next copy into it may start.
+                b.copy_bulk_release(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
+            elif not config.overlap_dot:
+                # Every thread is past its reads of this stage before the next copy into it.
+                b.sync()
 
         if declared.stream is None:
-            declared.store(b, product(declared), act)
+            result = product(declared)
+            with consumer():
+                declared.store(b, result, act)
         else:
             with declared.segments(b) as tensors:
                 tensors.store(b, product(tensors), act)

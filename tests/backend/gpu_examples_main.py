@@ -449,6 +449,16 @@ PREFILL_CASES = [
         7,
     ),
     (dtypes.i4, dtypes.f16, False, "register", {"split": 2, "stages": 2, "release": True}, 8),
+    # The copies from a producer warp (thread groups), released by the consumer warpgroups.
+    (dtypes.i4, dtypes.f16, False, "register", {"stages": 3, "release": True, "producer": True}, 8),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"warpgroups": 2, "block_m": 24, "units_k": 2, "release": True, "producer": True},
+        7,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

@@ -84,6 +84,9 @@ CONFIGS = [
     WgmmaDequantConfig(block_m=56, stages=3, unroll=2, split_dot=True, release=True),
     WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=2, stages=2, split=2, release=True),
     WgmmaDequantConfig(block_m=64, stages=4, min_blocks_per_sm=2, stream_k=3, release=True),
+    # A producer warp issues the copies (thread groups): one consumer warpgroup, and two.
+    WgmmaDequantConfig(stages=4, min_blocks_per_sm=2, release=True, producer=True),
+    WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=2, stages=2, release=True, producer=True),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -211,6 +214,8 @@ LONG_CONFIGS = [
         WgmmaDequantConfig(block_m=56, unroll=2, split_dot=True, min_blocks_per_sm=2, release=True),
     ),
     ("register", WgmmaDequantConfig(stages=3, min_blocks_per_sm=2, stream_k=5, release=True)),
+    # The copies from a producer warp, 12 laps of the ring ahead of the consumer warpgroup.
+    ("register", WgmmaDequantConfig(min_blocks_per_sm=2, release=True, producer=True)),
     ("staged", StagedDequantConfig()),
     ("staged", STAGED_CONFIGS[2]),
 ]

@@ -54,6 +54,7 @@ from ir.testing.quantized_problems import (
 )
 from layout_algebra.function_layout import FunctionLayout
 from proofs import check_equivalent
+from proofs.lowering_validation import validate_lowering
 
 
 def run_prefill(
@@ -85,6 +86,33 @@ CASES = [
     (dtypes.u3, 32, WgmmaDequantConfig(units_k=2, stages=2, unroll=2, release=True), 9, 1, 7),
     (dtypes.i8, 64, WgmmaDequantConfig(block_m=8, split_dot=True, release=True), 5, 1, 6),
     (dtypes.u4, 32, WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2, release=True), 3, 1, 5),
+    # A producer warp issues the copies, held back by the consumers' releases alone: fewer
+    # k-tiles than stages, several laps, a chain of dots, two consumer warpgroups.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, release=True, producer=True), 9, 1, 2),
+    (
+        dtypes.u3,
+        32,
+        WgmmaDequantConfig(units_k=2, stages=2, unroll=2, release=True, producer=True),
+        9,
+        1,
+        7,
+    ),
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(block_m=8, split_dot=True, depth=2, release=True, producer=True),
+        5,
+        1,
+        6,
+    ),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(block_m=8, units_k=2, warpgroups=2, release=True, producer=True),
+        3,
+        1,
+        5,
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -619,6 +647,26 @@ def test_tiles_filled_by_tma_alone_need_no_proxy_fence(kernel) -> None:
     assert threads_copy.split('extern "C"')[1].count(PROXY_FENCE) == 3  # the barriers, the dot
 
 
+def test_a_producer_warp_issues_the_copies_and_the_consumers_the_wgmma() -> None:
+    """With `producer`: 160 threads a block; every copy by TMA from the producer warp (its own
+    warp's condition), the dots as wgmma in the consumer warpgroup (threads 0 .. 127, a hardware
+    warpgroup), each free barrier counting the consumers' four warps; no block barrier in the
+    k loop; NVRTC takes it and the lowering's claims are proved."""
+    config = WgmmaDequantConfig(release=True, producer=True, min_blocks_per_sm=2)
+    lowered = lower(
+        wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants={"n": 512, "k": 512}
+    )
+    assert lowered.block_threads == 160
+    assert any(isinstance(plan, WgmmaPlan) for plan in lowered.plans)
+    assert re.search(r"la_mbarrier_init\(&la_free_\w+\[la_i\], 4u\);", lowered.source)
+    assert "if ((unsigned)(la_warp" in lowered.source
+    assert "< 4u)" in lowered.source and "- 4) < 1u)" in lowered.source
+    assert lowered.source.count("__syncthreads();") == 1  # the barriers' initialisation
+    assert compile_cuda(lowered.source, "sm_90a", lowered.options).cubin
+    report = validate_lowering(lowered)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+
+
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
     compile_cuda(kernel.source, "sm_90a")
 
@@ -647,6 +695,19 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
             "release=True with overlap_dot=True; expected a bool, True only without",
         ),
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
+        (
+            WgmmaDequantConfig(producer=True),
+            "producer=True with release=False, split=1, stream_k=0; expected a bool, True only "
+            "with release",
+        ),
+        (
+            WgmmaDequantConfig(producer=True, release=True, split=2),
+            "producer=True with release=True, split=2",
+        ),
+        (
+            WgmmaDequantConfig(producer=True, release=True, stream_k=4),
+            "producer=True with release=True, split=1, stream_k=4",
+        ),
         (WgmmaDequantConfig(stream_k=-1), "stream_k=-1; expected an int >= 0"),
         (
             WgmmaDequantConfig(stream_k=8, split=2),
