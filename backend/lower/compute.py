@@ -525,11 +525,11 @@ class ComputeLowering(LoweringContext):
         (m, k_extent), n = a.shape, b.shape[1]
         a_scratch, b_scratch = shared_row_major(m, k_extent), shared_row_major(k_extent, n)
         a_bytes = 4 * m * k_extent
-        base = self.scratch_offset(a_bytes + 4 * k_extent * n)
         names = self.temporary("sa"), self.temporary("sb")
         with self.out.block():
             for name, start in zip(names, (0, a_bytes)):
-                self.out.line(f"float* const {name} = (float*)(la_smem + {base} + {start});")
+                offset = self.scratch_offset(a_bytes + 4 * k_extent * n, start)
+                self.out.line(f"float* const {name} = (float*)(la_smem + {offset});")
             roles = ("scratch a", "scratch b")
             for name, tensor, scratch, role in zip(names, (a, b), (a_scratch, b_scratch), roles):
                 tile = Tile(scratch, tensor.layout, (as_expr(0), as_expr(0)), 32, role, name)

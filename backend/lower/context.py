@@ -570,16 +570,16 @@ class LoweringContext:
         """The shared bytes of the scratch areas (after the program's shared tensors)."""
         return sum(self.scratch_sizes.values())
 
-    def scratch_offset(self, size: int) -> str:
-        """C text of the byte offset (from the start of shared memory) of a scratch area of
-        `size` bytes for the threads being written: the block's scratch follows the program's
-        shared tensors, and each thread group has its own after it (groups run concurrently),
-        placed by `scratch_source` once every size is known."""
+    def scratch_offset(self, size: int, within: int = 0) -> str:
+        """C text of the byte offset (from the start of shared memory) of byte `within` of a
+        scratch area of `size` bytes for the threads being written: the block's scratch
+        follows the program's shared tensors, and each thread group has its own after it
+        (groups run concurrently), placed by `scratch_source` once every size is known."""
         key = self.group
         self.scratch_sizes[key] = max(self.scratch_sizes.get(key, 0), size)
         if key is None:
-            return str(self.user_shared_bytes)
-        return f"{SCRATCH_MARK}{key[0]}_{key[1]}"
+            return str(self.user_shared_bytes + within)
+        return f"{SCRATCH_MARK}{key[0]}_{key[1]} + {within}"
 
     def scratch_source(self, source: str) -> str:
         """`source` with each group's scratch mark replaced by its offset."""
