@@ -567,8 +567,12 @@ class LoweringContext:
 
     @property
     def scratch_bytes(self) -> int:
-        """The shared bytes of the scratch areas (after the program's shared tensors)."""
-        return sum(self.scratch_sizes.values())
+        """The shared bytes of the scratch areas (after the program's shared tensors): the
+        block's, then each thread group's, each but the last rounded up to 16 bytes."""
+        sizes = [self.scratch_sizes.get(None, 0)]
+        sizes += [size for key, size in self.scratch_sizes.items() if key is not None]
+        rounded = [-(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT for size in sizes[:-1]]
+        return sum(rounded) + sizes[-1]
 
     def scratch_offset(self, size: int, within: int = 0) -> str:
         """C text of the byte offset (from the start of shared memory) of byte `within` of a
@@ -583,7 +587,8 @@ class LoweringContext:
 
     def scratch_source(self, source: str) -> str:
         """`source` with each group's scratch mark replaced by its offset."""
-        offset = self.user_shared_bytes + self.scratch_sizes.get(None, 0)
+        block = self.scratch_sizes.get(None, 0)
+        offset = self.user_shared_bytes + -(-block // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
         for key, size in self.scratch_sizes.items():
             if key is not None:
                 source = source.replace(f"{SCRATCH_MARK}{key[0]}_{key[1]}", str(offset))
