@@ -637,10 +637,10 @@ def _fused_multiply_add(rng: np.random.Generator) -> FeatureCase:
 
 
 def _thread_groups(rng: np.random.Generator) -> FeatureCase:
-    """Thread groups: one warp pair stores a tile to shared memory, a block barrier hands it on,
-    and two nested groups of two warps each reduce it across their warps at the same time
-    (each group its own scratch and named barrier), one of them also bulk-copying a tile of its
-    own and waiting for it; a group's own barrier orders its reuse of the tile."""
+    """Thread groups: a group of two warps stores a tile to shared memory, a block barrier hands
+    it on, and two nested groups of two warps each reduce it across their warps at the same
+    time (each group its own scratch and named barrier), one of them also bulk-copying a tile
+    of its own and waiting for it, the other passing its own barrier before its store."""
     f32, f16 = dtypes.f32, dtypes.f16
     with ProgramBuilder("thread_groups", 192) as b:
         x = b.global_view(b.array_param("x", f32), f32, GlobalLayout((4, 128), (128, 1)))
