@@ -595,6 +595,16 @@ class LoweringContext:
                 offset += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
         return source
 
+    def bulk_group(
+        self, name: str, kind: type[instructions.CopyBulk | instructions.CopyBulkRelease]
+    ) -> tuple[int, int] | None:
+        """The thread group (None: the block) of the `kind` instructions (bulk copies, or
+        releases) on shared tensor `name`: one for all of them (the verifier's rule)."""
+        for instruction in self.program.walk():
+            if isinstance(instruction, kind) and instruction.dst.name == name:
+                return self.instruction_groups.get(id(instruction))
+        return None
+
     def barrier(self) -> str:
         """The statement of a barrier of the threads being written: ``__syncthreads()``, or
         inside a thread group the group's named barrier."""

@@ -225,14 +225,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         """Arrivals a free barrier of shared tensor `name` counts: one per warp of the threads
         that release it (its thread group's, else the block's; one per thread where the block
         is not whole warps)."""
-        threads = self.threads
-        for instruction in self.program.walk():
-            if (
-                isinstance(instruction, instructions.CopyBulkRelease)
-                and instruction.dst.name == name
-            ):
-                threads = self.instruction_groups.get(id(instruction), (0, self.threads))[1]
-                break
+        group = self.bulk_group(name, instructions.CopyBulkRelease)
+        threads = self.threads if group is None else group[1]
         return threads // WARP_SIZE if arrives_per_warp(threads) else threads
 
     def tensor_map_params(self) -> tuple[KernelTensorMapParam, ...]:

@@ -868,8 +868,7 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
-            copies = self.bulk_copy_group(dst.name)
-            if copies != self.group:
+            if self.bulk_group(dst.name, instructions.CopyBulk) != self.group:
                 raise self.fail(
                     f"the bulk copies into {dst.name} are issued by other threads than wait for "
                     "them, which only a copy written as TMA allows (sm_90a, a box the shared "
@@ -902,7 +901,7 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
-            if self.bulk_copy_group(dst.name) != self.group:
+            if self.bulk_group(dst.name, instructions.CopyBulk) != self.group:
                 raise self.fail(
                     f"the bulk copies into {dst.name} are issued by other threads than release "
                     "them, which only a copy written as TMA allows (sm_90a, a box the shared "
@@ -928,14 +927,6 @@ class MemoryLowering(LoweringContext):
             # becomes a proxy fence if some dot gets a wgmma plan (`finished_source`).
             self.out.line(PROXY_FENCE_MARK)
         self.out.line(self.barrier())
-
-    def bulk_copy_group(self, name: str) -> tuple[int, int] | None:
-        """The thread group (None: the block) that issues the bulk copies into shared tensor
-        `name` (one for all of them: the verifier's rule)."""
-        for instruction in self.program.walk():
-            if isinstance(instruction, instructions.CopyBulk) and instruction.dst.name == name:
-                return self.instruction_groups.get(id(instruction))
-        return None
 
     def visit_wait_prior_grid(self, instruction: instructions.WaitPriorGrid) -> None:
         self.out.line("la_wait_prior_grid();")

@@ -51,6 +51,7 @@ zero after it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 from ir import dtypes
@@ -229,15 +230,13 @@ def wgmma_dequant_matmul(
         declared = declare_prefill(b, config, act, nbits, group_size, zero_points)
         tiles_per_group = group_size // block_k
 
-        def consumer() -> contextlib.AbstractContextManager[None]:
-            """The consumer warpgroups' body: a thread group with a producer warp."""
-            return b.thread_group(0, consumers) if config.producer else contextlib.nullcontext()
+        def only(start: int, count: int) -> contextlib.AbstractContextManager[None]:
+            """A body of threads start .. start + count - 1 alone where the block has a producer
+            warp (a thread group), else of the block."""
+            return b.thread_group(start, count) if config.producer else contextlib.nullcontext()
 
-        def producer() -> contextlib.AbstractContextManager[None]:
-            """The activation copies' body: the producer warp's, or the block's."""
-            if config.producer:
-                return b.thread_group(consumers, WARP_SIZE)
-            return contextlib.nullcontext()
+        consumer = functools.partial(only, 0, consumers)  # the consumer warpgroups
+        producer = functools.partial(only, consumers, WARP_SIZE)  # the activation copies
 
         def product(tensors):
             """The f32 (block_n, block_m) tile of C^T of `tensors`' output tile over its
