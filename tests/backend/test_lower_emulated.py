@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -382,9 +383,11 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
 """
 
 
-def _translation_unit(kernels: Sequence[LoweredKernel]) -> str:
+def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
+    """One C++ file of the kernels given with their indices, each launched by
+    ``la_launch_<index>``."""
     parts = [SHIM]
-    for index, lowered in enumerate(kernels):
+    for index, lowered in kernels:
         source = lowered.source.replace(ASYNC_COPY_SOURCE.strip("\n"), ASYNC_EMULATION)
         source = source.replace(GROUP_BARRIER_SOURCE.strip("\n"), GROUP_BARRIER_EMULATION)
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
@@ -401,36 +404,42 @@ def _translation_unit(kernels: Sequence[LoweredKernel]) -> str:
     return "\n".join(parts)
 
 
+def _balanced_parts(
+    kernels: Sequence[LoweredKernel], count: int
+) -> list[list[tuple[int, LoweredKernel]]]:
+    """The kernels with their indices dealt into at most `count` non-empty parts of about the
+    same source length (longest first, each to the lightest part)."""
+    parts: list[list[tuple[int, LoweredKernel]]] = [[] for _ in range(max(1, count))]
+    weights = [0] * len(parts)
+    for index in sorted(range(len(kernels)), key=lambda i: -len(kernels[i].source)):
+        lightest = weights.index(min(weights))
+        parts[lightest].append((index, kernels[index]))
+        weights[lightest] += len(kernels[index].source)
+    return [part for part in parts if part]
+
+
 class Emulator:
-    """Kernels compiled together into one shared library; `run(k, args, grid)` launches the
-    k-th on NumPy arrays (mutated in place) and ints in parameter order."""
+    """Kernels compiled into shared libraries (a few, built at the same time, one per core);
+    `run(k, args, grid)` launches the k-th on NumPy arrays (mutated in place) and ints in
+    parameter order."""
 
     def __init__(self, kernels: Sequence[LoweredKernel], directory: Path, compiler: str) -> None:
         self.kernels = list(kernels)
-        source = directory / "kernels.cpp"
-        library = directory / "kernels.so"
-        source.write_text(_translation_unit(self.kernels))
-        build = subprocess.run(
-            [
-                compiler,
-                "-std=c++20",
-                "-O0",
-                "-ffp-contract=off",
-                "-shared",
-                "-fPIC",
-                "-pthread",
-                "-w",
-                f"-I{directory}",
-                "-o",
-                str(library),
-                str(source),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert build.returncode == 0, build.stderr[:4000]
-        self.library = ctypes.CDLL(str(library))
+        parts = _balanced_parts(self.kernels, len(os.sched_getaffinity(0)))
+        builds = []
+        for number, part in enumerate(parts):
+            source = directory / f"kernels_{number}.cpp"
+            library = directory / f"kernels_{number}.so"
+            source.write_text(_translation_unit(part))
+            command = [compiler, "-std=c++20", "-O0", "-ffp-contract=off", "-shared", "-fPIC"]
+            command += ["-pthread", "-w", f"-I{directory}", "-o", str(library), str(source)]
+            builds.append((part, library, subprocess.Popen(command, stderr=subprocess.PIPE)))
+        self.libraries: dict[int, ctypes.CDLL] = {}
+        for part, library, build in builds:
+            _, errors = build.communicate()
+            assert build.returncode == 0, errors.decode()[:4000]
+            loaded = ctypes.CDLL(str(library))
+            self.libraries.update((index, loaded) for index, _ in part)
 
     def run(self, index: int, arguments: Sequence[Any], grid: Sequence[int]) -> None:
         keep = []
@@ -444,7 +453,8 @@ class Emulator:
                 pointers.append(ctypes.cast(ctypes.pointer(boxed), ctypes.c_void_p))
         array = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
         sizes = (tuple(grid) + (1, 1, 1))[:3]
-        getattr(self.library, f"la_launch_{index}")(*(ctypes.c_uint(s) for s in sizes), array)
+        launch = getattr(self.libraries[index], f"la_launch_{index}")
+        launch(*(ctypes.c_uint(s) for s in sizes), array)
 
 
 def _emulator(
