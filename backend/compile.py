@@ -37,9 +37,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 from backend.cache import CubinCache
 from backend.device import KernelResources, current_arch
+from backend.errors import CompilationError
 from backend.kernel import Kernel, KernelIntParam, build_kernel
 from backend.lower import Access, LoweredKernel, lower
-from backend.nvrtc import check_arch
+from backend.nvrtc import check_arch, cubin_registers
 from backend.tensor_core import LdmatrixPlan, MmaPlan
 from ir.program import Program
 
@@ -172,6 +173,15 @@ def compile_lowered(
         programmatic_launch=lowered.programmatic_launch,
         tensor_maps=lowered.tensor_maps,
     )
+    if lowered.register_budget is not None:
+        registers = cubin_registers(kernel.cubin).get(lowered.entry)
+        if registers != lowered.register_budget:
+            # The budgets' increases would wait for registers the block was never given.
+            raise CompilationError(
+                f"{lowered.entry}: the compiled kernel has {registers} registers a thread; its "
+                f"warpgroups' register budgets divide {lowered.register_budget} a thread, "
+                "those its launch bounds give"
+            )
     return CompiledKernel(program, lowered, kernel)
 
 

@@ -497,6 +497,23 @@ static __device__ __forceinline__ void la_group_barrier(int id, int threads)
 """
 """`la_group_barrier`: the `sync` of a `thread_group` (PTX ``bar.sync`` on a named barrier)."""
 
+REGISTER_BUDGET_SOURCE = r"""
+/* ---- register budgets of warpgroups (sm_90a; see backend/lower/specialise.py) ---- */
+
+/* The calling warpgroup's per-thread register count raised to N (waiting until the block's
+   pool has them) or lowered to N (giving them back); all its warps call it together. */
+template <unsigned N> static __device__ __forceinline__ void la_registers_increase()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <unsigned N> static __device__ __forceinline__ void la_registers_decrease()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+"""
+"""The ``setmaxnreg`` calls of a warp-specialised kernel whose warpgroups ask for register
+budgets (`ir.instructions.ThreadGroup.registers`)."""
+
 PROGRAMMATIC_LAUNCH_SOURCE = r"""
 /* ---- a link of a chain of kernels (programmatic dependent launch, sm_90+) ---- */
 /* The kernel after this one on the stream may start (it waits for this one's memory). */

@@ -1023,13 +1023,17 @@ class ProgramBuilder:
         self._bodies[-1].append(If(cond_expr, body))
 
     @contextlib.contextmanager
-    def thread_group(self, start: int, threads: int) -> Iterator[None]:
+    def thread_group(
+        self, start: int, threads: int, registers: int | None = None
+    ) -> Iterator[None]:
         """``with b.thread_group(start, threads):`` a body run by the threads ``start .. start +
         threads - 1`` of the enclosing ones alone, collective over them
         (`ir.instructions.ThreadGroup`); whole warps: `start` and `threads` multiples of 32.
 
         Inside, `threads` is the group's thread count (the layouts of the register tensors made
-        there have it) and `sync` a barrier of the group's threads.
+        there have it) and `sync` a barrier of the group's threads. `registers` asks for a
+        per-thread register budget of the group's warps (whole warpgroups of the block's own
+        body; the verifier checks the rules of `ThreadGroup.registers`).
         """
         for name, value in (("start", start), ("threads", threads)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -1049,7 +1053,7 @@ class ProgramBuilder:
         finally:
             self.threads = outer
             body = tuple(self._bodies.pop())
-        self._bodies[-1].append(ThreadGroup(start, threads, body))
+        self._bodies[-1].append(ThreadGroup(start, threads, body, registers))
 
     # ----------------------------------------------------------------------------------------
     # Result

@@ -673,9 +673,18 @@ class ThreadGroup(Instruction):
     the waiting group see the tile and whose releases let the issuing group copy into it again
     (a producer warp running stages ahead of its consumers). The interpreter runs the program
     in its order and rejects an access that this order would not make safe on the GPU.
+
+    `registers` (None: no budget) is the per-thread register budget of the group's warps for
+    the rest of the kernel, a performance request with no meaning for the interpreter: a
+    group of the block's own body made of whole warpgroups (`start` and `threads` multiples of
+    128) may ask for a multiple of 8 from 24 to 256, so that a producer gives up registers its
+    consumers take (on sm_90a, ``setmaxnreg``; `backend.lower` says when it applies). When one
+    group asks, every warp of the block is in a group that asks, and the groups of one range
+    ask for the same budget.
     """
 
     op: ClassVar[str] = "thread_group"
     start: int
     threads: int
     body: tuple[Instruction, ...]
+    registers: int | None = None

@@ -163,7 +163,8 @@ class _LinePrinter(InstructionVisitor[str]):
         return f"if {instruction.cond!r}:"
 
     def visit_thread_group(self, instruction: instructions.ThreadGroup) -> str:
-        return f"thread_group({instruction.start}, {instruction.threads}):"
+        budget = "" if instruction.registers is None else f", registers={instruction.registers}"
+        return f"thread_group({instruction.start}, {instruction.threads}{budget}):"
 
     def visit_other(self, instruction: Instruction) -> str:
         """An instruction without a line of its own: its results, op, operands and scalars."""

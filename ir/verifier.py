@@ -24,7 +24,9 @@ instruction (its op and printed line) and the mismatch. It checks:
   a group's body opens no scope of its own, so a tensor a group defines is visible to the
   group's later bodies, as a consumer's accumulator is across the k loop); the bulk copies
   into one shared tensor are issued by one group (or the block), and likewise its waits and
-  its releases, so that each barrier's phases are kept by one set of threads;
+  its releases, so that each barrier's phases are kept by one set of threads; a register
+  budget (`ThreadGroup.registers`) is asked for by whole warpgroups of the block's own body,
+  a multiple of 8 from 24 to 256, one per warp, and then by every warp of the block;
 - shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
   `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block);
 - the declared grid (`Program.grid`, `check_grid_extents`): three extents over the int
@@ -61,7 +63,13 @@ from ir.program import BLOCK_INDICES, Program
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
 from ir.visitor import InstructionVisitor
 from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.hardware import LARGEST_SHARED_MEMORY_LIMIT, WARP_SIZE
+from layout_algebra.hardware import (
+    LARGEST_SHARED_MEMORY_LIMIT,
+    MAX_REGISTER_BUDGET,
+    MIN_REGISTER_BUDGET,
+    WARP_SIZE,
+    WARPGROUP_SIZE,
+)
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
@@ -711,6 +719,10 @@ class _Walker:
         self.owners: dict[int, tuple[int, int]] = {}
         # (shared tensor, role) -> the thread group (first block thread, threads) of its first use.
         self.bulk_groups: dict[tuple[str, str], tuple[int, int]] = {}
+        # Register budgets (`ThreadGroup.registers`) by the block threads they are asked for.
+        self.budgets: dict[tuple[int, int], int] = {}
+        # Thread groups around the instruction being walked.
+        self.group_depth = 0
 
     def body(
         self, body: Sequence[Instruction], scope: _Scope, group: tuple[int, int] | None = None
@@ -770,7 +782,11 @@ class _Walker:
         if isinstance(instruction, instructions.ThreadGroup):
             # No scope of its own: what the group defines stays visible to its later bodies.
             inner_group = (group[0] + instruction.start, instruction.threads)
+            if instruction.registers is not None:
+                self.budget(instruction, inner_group, group)
+            self.group_depth += 1
             self.body(instruction.body, scope, inner_group)
+            self.group_depth -= 1
             return
         for body in instruction.bodies():
             inner = scope.child()
@@ -788,6 +804,69 @@ class _Walker:
                 f"the {role} of {tensor.name} are in two thread groups: threads "
                 f"{_threads(first)} and {_threads(group)}; "
                 "each barrier's phases are kept by the threads of one group",
+            )
+
+    def budget(
+        self,
+        instruction: instructions.ThreadGroup,
+        threads: tuple[int, int],
+        enclosing: tuple[int, int],
+    ) -> None:
+        """A group's register budget: whole warpgroups of the block's own body, a multiple of
+        8 from 24 to 256, the same for every group of those threads and disjoint from the
+        others' (`coverage` checks that they cover the block)."""
+        registers = instruction.registers
+        if self.group_depth:
+            raise _fail(
+                instruction,
+                f"registers={registers!r} in a group nested in threads {_threads(enclosing)}; "
+                "a register budget is asked for by a group of the block's own body",
+            )
+        if threads[0] % WARPGROUP_SIZE or threads[1] % WARPGROUP_SIZE:
+            raise _fail(
+                instruction,
+                f"registers={registers!r} for threads {_threads(threads)}; a register budget "
+                f"is asked for by whole warpgroups (start and threads multiples of "
+                f"{WARPGROUP_SIZE})",
+            )
+        if (
+            isinstance(registers, bool)
+            or not isinstance(registers, int)
+            or not MIN_REGISTER_BUDGET <= registers <= MAX_REGISTER_BUDGET
+            or registers % 8
+        ):
+            raise _fail(
+                instruction,
+                f"registers={registers!r}; expected a multiple of 8 from {MIN_REGISTER_BUDGET} "
+                f"to {MAX_REGISTER_BUDGET}",
+            )
+        for other, budget in self.budgets.items():
+            overlap = other[0] < threads[0] + threads[1] and threads[0] < other[0] + other[1]
+            if other == threads and budget != registers:
+                raise _fail(
+                    instruction,
+                    f"registers={registers} for threads {_threads(threads)}, which an earlier "
+                    f"group gave registers={budget}; a warp has one budget",
+                )
+            if overlap and other != threads:
+                raise _fail(
+                    instruction,
+                    f"registers={registers} for threads {_threads(threads)}, which overlap the "
+                    f"budget of threads {_threads(other)}; a warp has one budget",
+                )
+        self.budgets[threads] = registers
+
+    def coverage(self) -> None:
+        """When any group asks for a register budget, every warp of the block is in one."""
+        if not self.budgets:
+            return
+        covered = sum(threads for _, threads in self.budgets)
+        if covered != self.program.num_threads:
+            ranges = ", ".join(_threads(t) for t in sorted(self.budgets))
+            raise VerificationError(
+                f"{self.program.name}: register budgets for threads {ranges} only; when a "
+                f"group asks for one, every warp of the block's {self.program.num_threads} "
+                "threads must be in a group that asks"
             )
 
     def define(self, instruction: Instruction, name: str) -> None:
@@ -827,6 +906,7 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
         check_min_blocks_per_sm(program.name, program.min_blocks_per_sm, program.num_threads)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
+    walker.coverage()
     _check_chain_link(program)  # after the walk: every instruction is one
     if walker.shared_bytes > shared_memory_limit:
         raise VerificationError(

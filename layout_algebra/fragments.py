@@ -54,7 +54,7 @@ from typing import Any
 
 from layout_algebra.errors import LayoutError
 from layout_algebra.function_layout import FunctionLayout
-from layout_algebra.hardware import WARP_SIZE
+from layout_algebra.hardware import WARP_SIZE, WARPGROUP_SIZE
 from layout_algebra.register import RegisterLayout, column_local, column_spatial, local, spatial
 
 
@@ -125,10 +125,6 @@ def _wgmma_d(t: Any, i: Any) -> tuple[Any, Any]:
     row = 16 * (t // 32) + t % 32 // 4 + 8 * (i // 2 % 2)
     col = 8 * (i // 4) + t % 4 * 2 + i % 2
     return row, col
-
-
-WARPGROUP_SIZE = 4 * WARP_SIZE
-"""Threads of a warpgroup, the unit that issues a wgmma."""
 
 
 def _fragment(

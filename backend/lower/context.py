@@ -54,6 +54,7 @@ from ir.values import IntParam, RegisterTensor
 from ir.verifier import SHARED_ALIGNMENT
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import register_cap
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
 from layout_algebra.symbolic import (
@@ -194,8 +195,11 @@ class LoweredKernel:
     `backend.lower.report.LoweringReport`), `grid` (the program's declared grid, its
     constants as literals, which every launch must equal; None when the program declares none),
     `programmatic_launch` (`ir.Program.programmatic_launch`: launch it as a link of a
-    chain) and `tensor_maps` (the tensor maps of its bulk tensor copies, encoded at launch and
-    passed after the parameters; `backend.bulk_copy`, whose `BulkTensorPlan`s are in `plans`).
+    chain), `tensor_maps` (the tensor maps of its bulk tensor copies, encoded at launch and
+    passed after the parameters; `backend.bulk_copy`, whose `BulkTensorPlan`s are in `plans`)
+    and `register_budget` (None, or the per-thread registers that the warpgroups' register
+    budgets divide: those the launch bounds give, `layout_algebra.hardware.register_cap`,
+    which the compiled kernel must have, `backend.compile` checks).
     """
 
     source: str
@@ -210,6 +214,7 @@ class LoweredKernel:
     grid: tuple[Expr, Expr, Expr] | None = None
     programmatic_launch: bool = False
     tensor_maps: tuple[KernelTensorMapParam, ...] = ()
+    register_budget: int | None = None
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -495,6 +500,10 @@ class LoweringContext:
         self.scratch_sizes: dict[tuple[int, int] | None, int] = {}
         self.instruction_groups = thread_groups(program)
         self.predeclared: set[str] = set()
+        # The warps of the class of a warp-specialised tail being written (`specialise`), and
+        # the per-thread registers the launch bounds give (what register budgets divide).
+        self.known_warps: tuple[int, int] | None = None
+        self.launch_registers = register_cap(program.num_threads, program.min_blocks_per_sm)
 
     def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
         """Add the wgmma candidates of an instruction list about to be written (the copies of

@@ -31,6 +31,7 @@ from backend.cuda_codegen import (
     PLAIN_LAUNCH_SOURCE,
     PROGRAMMATIC_LAUNCH_ARCH,
     PROGRAMMATIC_LAUNCH_SOURCE,
+    REGISTER_BUDGET_SOURCE,
 )
 from backend.errors import CompilationError
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
@@ -48,6 +49,7 @@ from backend.lower.context import (
     loop_counter_type,
 )
 from backend.lower.memory import MemoryLowering
+from backend.lower.specialise import class_budget, specialise, specialised_tail, warp_classes
 from backend.tensor_core import (
     TENSOR_CORE_SOURCE,
     arch_number,
@@ -57,6 +59,7 @@ from backend.wgmma import (
     PROXY_FENCE_MARK,
     SHARED_DECLARATION,
     SWIZZLED_ALIGNMENT,
+    WGMMA_ARCH,
     WGMMA_SOURCE,
     WgmmaPlan,
     emit_wgmma_drain,
@@ -135,6 +138,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
         if self.instruction_groups:
             out.lines(GROUP_BARRIER_SOURCE)
+        if self.register_budgets_apply():
+            out.lines(REGISTER_BUDGET_SOURCE)
         if self.bulk.tensors:
             out.lines(BULK_COPY_SOURCE)
             for rank in self.bulk.ranks:
@@ -168,7 +173,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             ):
                 # The next kernel of the chain may start now: it waits for this one's memory.
                 out.line("la_launch_dependents();")
-            self.execute(program.body)
+            self.execute_block_body(program.body)
         if self.constant_words:
             words = ", ".join(f"0x{value:08X}u" for value in self.constant_words)
             size = len(self.constant_words)
@@ -196,7 +201,62 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             grid=program.grid,
             programmatic_launch=program.programmatic_launch,
             tensor_maps=self.tensor_map_params(),
+            register_budget=self.launch_registers if self.register_budgets_apply() else None,
         )
+
+    def register_budgets_apply(self) -> bool:
+        """Whether the kernel sets its warpgroups' register budgets: some group asks for one
+        (`ThreadGroup.registers`; the verifier then has every warp in such a group) and the
+        architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). Elsewhere a budget
+        is a request the kernel does without."""
+        arch = self.arch
+        if arch is None or not arch.endswith("a") or arch_number(arch) < WGMMA_ARCH:
+            return False
+        return any(
+            isinstance(instruction, instructions.ThreadGroup) and instruction.registers
+            for instruction in self.program.walk()
+        )
+
+    def execute_block_body(self, body: Sequence[Instruction]) -> None:
+        """The block's body: as one path, or, where it ends with a tail that only thread
+        groups run, that tail written once per class of warps (`backend.lower.specialise`),
+        each class first setting its register budget where the kernel sets them."""
+        start = specialised_tail(body)
+        if start is None:
+            self.execute(body)
+            return
+        self.execute(body[:start])
+        tail = body[start:]
+        classes = warp_classes(tail)
+        budgets = self.register_budgets_apply()
+        if budgets:
+            asked = sum(warps[1] * (class_budget(tail, warps) or 0) for warps in classes)
+            if asked > self.threads * self.launch_registers:
+                raise CompilationError(
+                    f"{self.program.name}: the thread groups' register budgets add up to "
+                    f"{asked} registers, more than the {self.threads} threads' "
+                    f"{self.launch_registers} each ({self.threads * self.launch_registers}) "
+                    f"that the launch bounds give the block"
+                )
+        warp = self.temporary("warp")
+        self.out.comment(f"warp-specialised: {len(classes)} classes of warps, each its own path")
+        self.out.line(
+            f"const int {warp} = __shfl_sync(la_warp_mask, {THREAD_NAME} / {WARP_SIZE}, 0);"
+        )
+        for number, warps in enumerate(classes):
+            keyword = "if" if number == 0 else "else if"
+            first, count = warps[0] // WARP_SIZE, warps[1] // WARP_SIZE
+            with self.out.block(f"{keyword} ((unsigned)({warp} - {first}) < {count}u)"):
+                budget = class_budget(tail, warps)
+                if budgets and budget is not None and budget != self.launch_registers:
+                    action = "increase" if budget > self.launch_registers else "decrease"
+                    self.out.line(f"la_registers_{action}<{budget}>();")
+                declared, self.predeclared = self.predeclared, set(self.predeclared)
+                self.known_warps = warps
+                try:
+                    self.execute(specialise(tail, warps))
+                finally:
+                    self.predeclared, self.known_warps = declared, None
 
     def bulk_prologue(self) -> None:
         """The barriers of the bulk copies written as TMA (one per slot of each stage of each
@@ -454,15 +514,20 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         `la_thread` is the thread's number in the group, so the body is written as a block of
         the group's threads."""
         start, threads = instruction.start, instruction.threads
-        warp = self.temporary("warp")
-        self.out.line(
-            f"const int {warp} = __shfl_sync(la_warp_mask, {THREAD_NAME} / {WARP_SIZE}, 0);"
-        )
         self.predeclare(instruction)
         outer = (self.group, self.threads, self.thread)
         first = (0 if self.group is None else self.group[0]) + start
-        condition = f"(unsigned)({warp} - {start // WARP_SIZE}) < {threads // WARP_SIZE}u"
-        with self.out.block(f"if ({condition})"):
+        known = self.known_warps
+        if self.group is None and known is not None:
+            # In a class of a warp-specialised tail: its warps are the group's.
+            header = ""
+        else:
+            warp = self.temporary("warp")
+            self.out.line(
+                f"const int {warp} = __shfl_sync(la_warp_mask, {THREAD_NAME} / {WARP_SIZE}, 0);"
+            )
+            header = f"if ((unsigned)({warp} - {start // WARP_SIZE}) < {threads // WARP_SIZE}u)"
+        with self.out.block(header):
             relative = self.temporary("group_thread")
             self.out.line(f"const int {relative} = {THREAD_NAME} - {start};")
             self.out.line(f"const int {THREAD_NAME} = {relative};")

@@ -80,7 +80,13 @@ from ir.examples.register_dequant_matmul import (
     transposed_weight_layout,
 )
 from ir.program import Program
-from layout_algebra.hardware import WARP_SIZE
+from layout_algebra.hardware import (
+    MAX_REGISTER_BUDGET,
+    MIN_REGISTER_BUDGET,
+    WARP_SIZE,
+    WARPGROUP_SIZE,
+    register_cap,
+)
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import spatial
 
@@ -129,6 +135,12 @@ class WgmmaDequantConfig(PrefillTile):
     ahead, held back only by the releases of the consumer warpgroups (a `thread_group` of the
     other threads), which load and dequantize the weights, wait, multiply, release and store.
     Requires `release`, split 1 and no stream-K.
+    `producer_registers` (0: none) makes the producer a whole warpgroup that keeps that many
+    registers a thread (a multiple of 8 from 24 to 256) and gives the rest of the block's to
+    the consumers (`ThreadGroup.registers`; `consumer_registers`): on sm_90a a producer warp
+    of its own would hold a processing block's registers that the consumers need (with
+    `min_blocks_per_sm` 2, 160 threads leave 168 registers a thread, 256 threads with budgets
+    232 to the consumers). Requires `producer`.
     """
 
     warpgroups: int = 1
@@ -145,6 +157,7 @@ class WgmmaDequantConfig(PrefillTile):
     stream_k: int = 0
     release: bool = False
     producer: bool = False
+    producer_registers: int = 0
 
     @property
     def block_n(self) -> int:
@@ -170,12 +183,38 @@ class WgmmaDequantConfig(PrefillTile):
                 f"split={self.split!r}, stream_k={self.stream_k!r}; expected a bool, True only "
                 "with release, split 1 and no stream-K"
             )
+        budget = self.producer_registers
+        if (
+            isinstance(budget, bool)
+            or not isinstance(budget, int)
+            or (
+                budget
+                and not (self.producer and MIN_REGISTER_BUDGET <= budget <= MAX_REGISTER_BUDGET)
+            )
+            or budget % 8
+        ):
+            raise VerificationError(
+                f"{PROGRAM}: producer_registers={budget!r} with producer={self.producer!r}; "
+                f"expected 0, or with producer a multiple of 8 from {MIN_REGISTER_BUDGET} to "
+                f"{MAX_REGISTER_BUDGET}"
+            )
         if not isinstance(self.overlap_dot, bool) or (self.overlap_dot and stages < 3):
             raise VerificationError(
                 f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
                 "bool, True only with at least 3 stages"
             )
         check_group_size(PROGRAM, group_size, self.block_k)
+
+
+def consumer_registers(threads: int, min_blocks_per_sm: int, producer_registers: int) -> int:
+    """The register budget of the consumer threads of a block of `threads` threads whose
+    last warpgroup, the producer, keeps `producer_registers`: the registers the launch bounds
+    give the block (`layout_algebra.hardware.register_cap`) less the producer's, shared by the
+    consumers, in units of 8, at most `MAX_REGISTER_BUDGET`. Example: 256 threads, 2 blocks an
+    SM (128 a thread), a producer keeping 24: 232."""
+    pool = threads * register_cap(threads, min_blocks_per_sm or None)
+    share = (pool - WARPGROUP_SIZE * producer_registers) // (threads - WARPGROUP_SIZE)
+    return min(MAX_REGISTER_BUDGET, share // 8 * 8)
 
 
 def wgmma_dequant_matmul(
@@ -225,18 +264,30 @@ def wgmma_dequant_matmul(
     row_words = UNIT_LANES * nbits
     name = program_name(PROGRAM, weight_dtype, act, zero_points)
     consumers = UNIT_LANES * warps
-    threads = consumers + (WARP_SIZE if config.producer else 0)
+    producers = WARPGROUP_SIZE if config.producer_registers else WARP_SIZE
+    threads = consumers + (producers if config.producer else 0)
+    budgets = (None, None)
+    if config.producer_registers:
+        budgets = (
+            consumer_registers(threads, config.min_blocks_per_sm, config.producer_registers),
+            config.producer_registers,
+        )
     with ProgramBuilder(name, threads) as b:
         declared = declare_prefill(b, config, act, nbits, group_size, zero_points)
         tiles_per_group = group_size // block_k
 
-        def only(start: int, count: int) -> contextlib.AbstractContextManager[None]:
+        def only(
+            start: int, count: int, registers: int | None
+        ) -> contextlib.AbstractContextManager[None]:
             """A body of threads start .. start + count - 1 alone where the block has a producer
-            warp (a thread group), else of the block."""
-            return b.thread_group(start, count) if config.producer else contextlib.nullcontext()
+            (a thread group, with its register budget), else of the block."""
+            if not config.producer:
+                return contextlib.nullcontext()
+            return b.thread_group(start, count, registers)
 
-        consumer = functools.partial(only, 0, consumers)  # the consumer warpgroups
-        producer = functools.partial(only, consumers, WARP_SIZE)  # the activation copies
+        # The consumer warpgroups, and the producer of the activation copies.
+        consumer = functools.partial(only, 0, consumers, budgets[0])
+        producer = functools.partial(only, consumers, producers, budgets[1])
 
         def product(tensors):
             """The f32 (block_n, block_m) tile of C^T of `tensors`' output tile over its

@@ -19,6 +19,7 @@ from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import local, replicate, spatial
 from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 
@@ -677,6 +678,49 @@ def _thread_groups(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("thread_groups", b.program(), arguments, (1,))
 
 
+def _register_budgets(rng: np.random.Generator) -> FeatureCase:
+    """A warp-specialised tail with register budgets: the block stages a tile in shared memory
+    and passes a barrier; then, to the end, two warpgroups run their own loops (a thread
+    group each, its budget set first on sm_90a: 232 registers for the first, 24 for the
+    second, of the 128 a thread that two blocks an SM leave): the first sums the tile's rows
+    into an accumulator held across its loop's bodies, the second takes a running maximum
+    under its own barrier."""
+    f32 = dtypes.f32
+    rows_layout = spatial(1, 128).local(4, 1)
+    with ProgramBuilder("register_budgets", 256) as b:
+        b.min_blocks_per_sm(2)
+        x = b.global_view(b.array_param("x", f32), f32, GlobalLayout((12, 128), (128, 1)))
+        sums = b.global_view(b.array_param("sums", f32), f32, GlobalLayout((128,), (1,)))
+        peaks = b.global_view(b.array_param("peaks", f32), f32, GlobalLayout((4, 128), (128, 1)))
+        tile = b.shared_tensor(f32, shared_row_major(12, 128))
+        b.store_shared(tile, b.load_global(x, [0, 0], spatial(2, 128).local(6, 1)), [0, 0])
+        b.sync()
+        with b.thread_group(0, 128, registers=232):
+            total = b.register_tensor(f32, reduce_layout(rows_layout, [0]), 0.0)
+        with b.thread_group(128, 128, registers=24):
+            peak = b.register_tensor(f32, rows_layout, -1.0)
+        with b.for_range(3) as step:
+            with b.thread_group(0, 128, registers=232):
+                rows = b.load_shared(tile, rows_layout, [step * 4, 0])
+                b.assign(total, b.add(total, b.reduce(rows, 0, "sum")))
+            with b.thread_group(128, 128, registers=24):
+                rows = b.load_shared(tile, rows_layout, [step * 4, 0])
+                b.sync()
+                b.assign(peak, b.maximum(peak, rows))
+        with b.thread_group(0, 128, registers=232):
+            b.store_global(sums, total, [0])
+        with b.thread_group(128, 128, registers=24):
+            b.store_global(peaks, peak, [0, 0])
+    arguments = (
+        packed_codes(rng, f32, 12 * 128),
+        packed_codes(rng, f32, 128),
+        packed_codes(rng, f32, 4 * 128),
+    )
+    return FeatureCase(
+        "register_budgets", b.program(), arguments, (1,), emulated_arch=EMULATED_ARCH
+    )
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -699,5 +743,6 @@ def feature_cases() -> list[FeatureCase]:
         _nan_casts,
         _fused_multiply_add,
         _thread_groups,
+        _register_budgets,
     )
     return [make(rng) for make in makers]

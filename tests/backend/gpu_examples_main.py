@@ -459,6 +459,15 @@ PREFILL_CASES = [
         {"warpgroups": 2, "block_m": 24, "units_k": 2, "release": True, "producer": True},
         7,
     ),
+    # A producer warpgroup keeping 24 registers a thread, the consumers the rest.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {"stages": 3, "release": True, "producer": True, "producer_registers": 24},
+        8,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

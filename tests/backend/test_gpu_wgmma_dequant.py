@@ -87,6 +87,18 @@ CONFIGS = [
     # A producer warp issues the copies (thread groups): one consumer warpgroup, and two.
     WgmmaDequantConfig(stages=4, min_blocks_per_sm=2, release=True, producer=True),
     WgmmaDequantConfig(warpgroups=2, block_m=24, units_k=2, stages=2, release=True, producer=True),
+    # A producer warpgroup keeping 24 registers, the consumers the rest (setmaxnreg).
+    WgmmaDequantConfig(
+        stages=4, min_blocks_per_sm=2, release=True, producer=True, producer_registers=24
+    ),
+    WgmmaDequantConfig(
+        warpgroups=2,
+        block_m=56,
+        min_blocks_per_sm=1,
+        release=True,
+        producer=True,
+        producer_registers=40,
+    ),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
@@ -216,6 +228,10 @@ LONG_CONFIGS = [
     ("register", WgmmaDequantConfig(stages=3, min_blocks_per_sm=2, stream_k=5, release=True)),
     # The copies from a producer warp, 12 laps of the ring ahead of the consumer warpgroup.
     ("register", WgmmaDequantConfig(min_blocks_per_sm=2, release=True, producer=True)),
+    (
+        "register",
+        WgmmaDequantConfig(min_blocks_per_sm=2, release=True, producer=True, producer_registers=24),
+    ),
     ("staged", StagedDequantConfig()),
     ("staged", STAGED_CONFIGS[2]),
 ]

@@ -42,6 +42,7 @@ from backend.cuda_codegen import (
     GROUP_BARRIER_SOURCE,
     PLAIN_LAUNCH_SOURCE,
     PROGRAMMATIC_LAUNCH_SOURCE,
+    REGISTER_BUDGET_SOURCE,
 )
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
 from backend.kernel import KernelArrayParam
@@ -150,6 +151,12 @@ static inline void la_group_barrier(int id, int threads)
     named->arrive_and_wait();
 }
 """
+
+REGISTER_BUDGET_EMULATION = r"""
+template <unsigned N> static inline void la_registers_increase() {}
+template <unsigned N> static inline void la_registers_decrease() {}
+"""
+"""A register budget changes no value: nothing to emulate."""
 
 ASYNC_EMULATION = r"""
 static inline void la_cp_async_16(void* shared, const void* global) { memcpy(shared, global, 16); }
@@ -390,6 +397,7 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
     for index, lowered in kernels:
         source = lowered.source.replace(ASYNC_COPY_SOURCE.strip("\n"), ASYNC_EMULATION)
         source = source.replace(GROUP_BARRIER_SOURCE.strip("\n"), GROUP_BARRIER_EMULATION)
+        source = source.replace(REGISTER_BUDGET_SOURCE.strip("\n"), REGISTER_BUDGET_EMULATION)
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)

@@ -275,8 +275,11 @@ def test_registers_stay_with_the_threads_that_define_them() -> None:
             _group_program(build)
 
 
-def test_a_group_s_registers_live_across_its_bodies() -> None:
-    """Defined in one body of a group, used in its later bodies (inside a loop too)."""
+@pytest.mark.parametrize("trailing_sync", [False, True])
+def test_a_group_s_registers_live_across_its_bodies(trailing_sync: bool) -> None:
+    """Defined in one body of a group, used in its later bodies (inside a loop too): in a
+    warp-specialised tail (the groups' bodies to the end) and in a kernel written as one path
+    (a block `sync` after them)."""
     with ProgramBuilder("carried", 64) as b:
         y = b.global_view(b.array_param("y", F32), F32, GlobalLayout((32,), (1,)))
         with b.thread_group(32, 32):
@@ -286,15 +289,22 @@ def test_a_group_s_registers_live_across_its_bodies() -> None:
                 b.assign(total, b.add(total, 2.0))
         with b.thread_group(32, 32):
             b.store_global(y, total, [0])
+        if trailing_sync:
+            b.sync()
     program = verify(b.program())
     y = np.zeros(32, dtype=np.float32)
     run_reference(program, y)
     np.testing.assert_array_equal(y, 6.0)
     source = backend.compile(program, arch="sm_80").source
-    # Declared once, before the first body's condition, so the later bodies see it.
+    # Declared once, before the first body's block and before the loop, so the later bodies
+    # see it: at the kernel's level, or in the branch of the group's warps.
     declaration = source.index("unsigned int r0[1];")
     assert source.count("unsigned int r0[1];") == 1
-    assert declaration < source.index("if ((unsigned)(")
+    assert declaration < source.index("for (")
+    specialised = "warp-specialised" in source
+    assert specialised is not trailing_sync
+    branch = source.index("if ((unsigned)(")
+    assert (branch < declaration) is specialised
 
 
 def test_a_group_s_registers_have_its_thread_count() -> None:

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from backend.bulk_copy import BulkTensorPlan
 from backend.lower import lower
-from backend.nvrtc import compile_cuda
+from backend.nvrtc import compile_cuda, cubin_registers
 from backend.wgmma import PROXY_FENCE, WAIT_ALL, WgmmaPlan, plan_wgmma
 from ir import dtypes
 from ir.dtypes import DataType
@@ -43,8 +43,10 @@ from ir.examples.register_dequant_matmul import (
 )
 from ir.examples.wgmma_dequant_matmul import (
     WgmmaDequantConfig,
+    consumer_registers,
     wgmma_dequant_matmul,
 )
+from ir.instructions import ThreadGroup
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
@@ -53,6 +55,7 @@ from ir.testing.quantized_problems import (
     stream_k_parts,
 )
 from layout_algebra.function_layout import FunctionLayout
+from layout_algebra.hardware import register_cap
 from proofs import check_equivalent
 from proofs.lowering_validation import validate_lowering
 
@@ -112,6 +115,17 @@ CASES = [
         3,
         1,
         5,
+    ),
+    # A producer warpgroup with a register budget: the consumers' budget the rest.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(
+            block_m=16, stages=3, release=True, producer=True, producer_registers=24
+        ),
+        9,
+        1,
+        2,
     ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
@@ -667,6 +681,51 @@ def test_a_producer_warp_issues_the_copies_and_the_consumers_the_wgmma() -> None
     assert report.holds is True, (report.failures[:1], report.unknown[:1])
 
 
+@pytest.mark.parametrize(
+    ("warpgroups", "min_blocks", "producer", "consumers", "threads"),
+    [(1, 2, 24, 232, 256), (1, 2, 40, 216, 256), (2, 1, 40, 232, 384), (2, 1, 24, 240, 384)],
+)
+def test_a_producer_warpgroup_gives_its_registers_to_the_consumers(
+    warpgroups: int, min_blocks: int, producer: int, consumers: int, threads: int
+) -> None:
+    """With `producer_registers`: a producer warpgroup (threads 128 W up) keeping that budget,
+    the consumer warpgroups the rest of the registers that the launch bounds give (128 a
+    thread for 256 threads at two blocks an SM, 168 for 384 at one), in units of 8; the
+    kernel is warp-specialised, each class setting its budget first; NVRTC takes it with the
+    registers the budgets divide, and the lowering's claims are proved (one warpgroup)."""
+    config = WgmmaDequantConfig(
+        warpgroups=warpgroups,
+        min_blocks_per_sm=min_blocks,
+        release=True,
+        producer=True,
+        producer_registers=producer,
+    )
+    assert consumer_registers(threads, min_blocks, producer) == consumers
+    program = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    assert program.num_threads == threads
+    groups = {
+        (group.start, group.threads, group.registers)
+        for group in program.walk()
+        if isinstance(group, ThreadGroup)
+    }
+    assert groups == {(0, threads - 128, consumers), (threads - 128, 128, producer)}
+    lowered = lower(program, "sm_90a", constants={"n": 512 * warpgroups, "k": 512})
+    source = lowered.source
+    assert lowered.register_budget == register_cap(threads, min_blocks)
+    assert "warp-specialised: 2 classes of warps" in source
+    assert f"la_registers_increase<{consumers}>();" in source
+    assert f"la_registers_decrease<{producer}>();" in source
+    # On sm_90 (no ``a``: no setmaxnreg) the budgets are requests the kernel does without.
+    plain = lower(program, "sm_90", constants={"n": 512 * warpgroups, "k": 512})
+    assert plain.register_budget is None and "la_registers_" not in plain.source
+    if producer == 24:
+        cubin = compile_cuda(source, "sm_90a", lowered.options).cubin
+        assert cubin_registers(cubin) == {program.name: lowered.register_budget}
+    if (warpgroups, producer) == (1, 24):
+        report = validate_lowering(lowered)
+        assert report.holds is True, (report.failures[:1], report.unknown[:1])
+
+
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
     compile_cuda(kernel.source, "sm_90a")
 
@@ -707,6 +766,19 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (
             WgmmaDequantConfig(producer=True, release=True, stream_k=4),
             "producer=True with release=True, split=1, stream_k=4",
+        ),
+        (
+            WgmmaDequantConfig(producer_registers=24),
+            "producer_registers=24 with producer=False; expected 0, or with producer a "
+            "multiple of 8 from 24 to 256",
+        ),
+        (
+            WgmmaDequantConfig(release=True, producer=True, producer_registers=20),
+            "producer_registers=20 with producer=True",
+        ),
+        (
+            WgmmaDequantConfig(release=True, producer=True, producer_registers=True),
+            "producer_registers=True with producer=True",
         ),
         (WgmmaDequantConfig(stream_k=-1), "stream_k=-1; expected an int >= 0"),
         (

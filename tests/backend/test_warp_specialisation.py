@@ -1,0 +1,245 @@
+"""Warp specialisation (`backend.lower.specialise`) and the register budgets of thread groups
+(`ThreadGroup.registers`): the verifier's rules, the printer, where a kernel's tail starts and
+how its warps split into classes (tables worked by hand, and a property over random groups
+against a warp-by-warp count), what the lowering writes and refuses, and the compile-time check
+of the budgets against the compiled kernel's registers. test_lower_emulated.py runs the
+`register_budgets` feature program under the CPU emulation, bit for bit against the
+interpreter; test_gpu_differential.py runs it on the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import backend
+from backend.errors import CompilationError
+from backend.lower import lower
+from backend.lower.specialise import class_budget, specialise, specialised_tail, warp_classes
+from ir import dtypes
+from ir.builder import ProgramBuilder
+from ir.errors import VerificationError
+from ir.instructions import ForRange, Instruction, ThreadGroup
+from ir.interpreter import run_reference
+from ir.printer import format_program
+from ir.verifier import verify
+from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import register_cap
+from layout_algebra.register import spatial
+
+F32 = dtypes.f32
+
+
+def budget_program(
+    threads: int = 256,
+    budgets: tuple[tuple[int, int, int | None], ...] = ((0, 128, 232), (128, 128, 24)),
+    min_blocks: int | None = 2,
+    trailing_sync: bool = False,
+):
+    """Each group (start, threads, registers) adds 1 to its part of y (one f32 a thread) in a
+    loop of two steps, then stores it; a block `sync` at the end with `trailing_sync`."""
+    with ProgramBuilder("budgets", threads, check=False) as b:
+        if min_blocks is not None:
+            b.min_blocks_per_sm(min_blocks)
+        y = b.global_view(b.array_param("y", F32), F32, GlobalLayout((threads,), (1,)))
+        values = {}
+        for start, count, registers in budgets:
+            with b.thread_group(start, count, registers):
+                values[start] = b.register_tensor(F32, spatial(count), float(start))
+        with b.for_range(2):
+            for start, count, registers in budgets:
+                with b.thread_group(start, count, registers):
+                    b.assign(values[start], b.add(values[start], 1.0))
+        for start, count, registers in budgets:
+            with b.thread_group(start, count, registers):
+                b.store_global(y, values[start], [start])
+        if trailing_sync:
+            b.sync()
+    return b.program()
+
+
+# ------------------------------------------------------------------ the IR's register budgets
+
+
+def test_a_budget_program_runs_in_the_interpreter_as_without_budgets() -> None:
+    """A budget asks for registers and changes no value."""
+    for budgets in (((0, 128, 232), (128, 128, 24)), ((0, 128, None), (128, 128, None))):
+        y = np.zeros(256, dtype=np.float32)
+        run_reference(verify(budget_program(budgets=budgets)), y)
+        np.testing.assert_array_equal(y, np.repeat([2.0, 130.0], 128))
+
+
+def test_the_printer_shows_a_budget() -> None:
+    text = format_program(budget_program())
+    assert "thread_group(0, 128, registers=232):" in text
+    assert "thread_group(128, 128, registers=24):" in text
+
+
+@pytest.mark.parametrize(
+    ("threads", "budgets", "message"),
+    [
+        # Not whole warpgroups.
+        (256, ((0, 64, 232), (64, 192, 24)), "registers=232 for threads 0 .. 63; a register"),
+        (160, ((0, 128, 232), (128, 32, 24)), "registers=24 for threads 128 .. 159"),
+        # Out of range or not a multiple of 8.
+        (256, ((0, 128, 20), (128, 128, 24)), "registers=20; expected a multiple of 8 from 24"),
+        (256, ((0, 128, 260), (128, 128, 24)), "registers=260; expected a multiple of 8"),
+        (256, ((0, 128, 230), (128, 128, 24)), "registers=230; expected a multiple of 8"),
+        (256, ((0, 128, True), (128, 128, 24)), "registers=True; expected a multiple of 8"),
+        # Two budgets for one warp.
+        (256, ((0, 128, 232), (0, 128, 224), (128, 128, 24)), "which an earlier group gave"),
+        (256, ((0, 256, 128), (128, 128, 24)), "overlap the budget of threads 0 .. 255"),
+        # Warps without a budget beside warps with one.
+        (256, ((0, 128, 232), (128, 128, None)), r"register budgets for threads 0 \.\. 127 only"),
+        (384, ((0, 128, 232), (128, 128, 24)), "every warp of the block's 384 threads"),
+    ],
+)
+def test_the_verifier_refuses_a_budget_out_of_its_rules(threads, budgets, message) -> None:
+    with pytest.raises(VerificationError, match=message):
+        verify(budget_program(threads, budgets))
+
+
+def test_a_budget_is_asked_for_by_a_group_of_the_block_s_own_body() -> None:
+    with ProgramBuilder("nested", 256, check=False) as b:
+        with b.thread_group(0, 256):
+            with b.thread_group(0, 128, registers=232):
+                b.register_tensor(F32, spatial(128), 0.0)
+    with pytest.raises(VerificationError, match="in a group nested in threads 0 .. 255"):
+        verify(b.program())
+
+
+# --------------------------------------------------------------- the tail and its warp classes
+
+
+def _groups(*ranges: tuple[int, int]) -> tuple[Instruction, ...]:
+    return tuple(ThreadGroup(start, threads, ()) for start, threads in ranges)
+
+
+@pytest.mark.parametrize(
+    ("ranges", "classes"),
+    [
+        ([(0, 128), (128, 32)], [(0, 128), (128, 32)]),
+        ([(128, 32), (0, 128), (0, 128)], [(0, 128), (128, 32)]),
+        # A group over both: each class runs it; warps 160 .. 191 run no group.
+        ([(0, 256), (0, 128)], [(0, 128), (128, 128)]),
+        ([(0, 64), (160, 32)], [(0, 64), (160, 32)]),
+        ([(32, 96), (64, 64)], [(32, 32), (64, 64)]),
+    ],
+)
+def test_warp_classes_table(ranges, classes) -> None:
+    assert warp_classes(_groups(*ranges)) == classes
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 7), st.integers(1, 8)).map(
+            lambda pair: (32 * pair[0], 32 * min(pair[1], 8 - pair[0]) or 32)
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+@settings(max_examples=60, deadline=None, database=None)
+def test_warp_classes_partition_the_warps_of_the_groups(ranges) -> None:
+    """Against a warp-by-warp count: the classes are disjoint whole warps, cover exactly the
+    warps in some group, and the warps of a class are held by the same groups."""
+    ranges = [(start, threads) for start, threads in ranges if start + threads <= 256]
+    if not ranges:
+        return
+    classes = warp_classes(_groups(*ranges))
+
+    def holders(warp: int) -> frozenset[int]:
+        return frozenset(
+            i for i, (start, threads) in enumerate(ranges) if start <= 32 * warp < start + threads
+        )
+
+    owner = {}
+    for number, (start, threads) in enumerate(classes):
+        assert start % 32 == 0 and threads % 32 == 0 and threads > 0
+        for warp in range(start // 32, (start + threads) // 32):
+            assert warp not in owner
+            owner[warp] = number
+    for warp in range(8):
+        assert (warp in owner) == bool(holders(warp))
+    # Each class is held by the same groups throughout (so each group is a union of classes).
+    for start, threads in classes:
+        assert len({holders(warp) for warp in range(start // 32, (start + threads) // 32)}) == 1
+
+
+def test_the_tail_starts_after_the_last_instruction_of_the_block() -> None:
+    program = budget_program()
+    body = program.body
+    start = specialised_tail(body)
+    assert start is not None
+    assert all(isinstance(instruction, (ThreadGroup, ForRange)) for instruction in body[start:])
+    assert not isinstance(body[start - 1], (ThreadGroup, ForRange))
+    # A block sync at the end: no tail; no group: no tail.
+    assert specialised_tail(budget_program(trailing_sync=True).body) is None
+    assert specialised_tail(body[:start]) is None
+
+
+def test_a_class_keeps_its_own_groups_and_the_loops_around_them() -> None:
+    tail = budget_program().body[specialised_tail(budget_program().body) :]
+    for warps, budget in (((0, 128), 232), ((128, 128), 24)):
+        kept = specialise(tail, warps)
+        groups = [i for i in kept if isinstance(i, ThreadGroup)]
+        loops = [i for i in kept if isinstance(i, ForRange)]
+        assert {(g.start, g.threads) for g in groups} == {warps}
+        assert len(groups) == 2 and len(loops) == 1
+        assert [(g.start, g.threads) for g in loops[0].body] == [warps]
+        assert class_budget(tail, warps) == budget
+    assert specialise(tail, (256, 32)) == ()
+
+
+# ------------------------------------------------------------------------------- the lowering
+
+
+def test_the_lowering_writes_each_class_with_its_budget_first() -> None:
+    kernel = lower(budget_program(), "sm_90a")
+    source = kernel.source
+    assert kernel.register_budget == register_cap(256, 2) == 128
+    assert "warp-specialised: 2 classes of warps" in source
+    body = source[source.index('extern "C"') :]
+    first = body.index("la_registers_increase<232>();")
+    second = body.index("la_registers_decrease<24>();")
+    assert body.index("if ((unsigned)(la_warp") < first < body.index("else if") < second
+    # Each class's loop holds its own group's body only; no other warp condition inside.
+    assert body.count("for (") == 2
+    assert body.count("__shfl_sync(la_warp_mask") == 1
+
+
+def test_budgets_apply_on_a_target_with_setmaxnreg_only() -> None:
+    for arch in (None, "sm_80", "sm_90"):
+        kernel = lower(budget_program(), arch)
+        assert kernel.register_budget is None
+        assert "la_registers_" not in kernel.source
+        assert "warp-specialised" in kernel.source
+
+
+def test_a_budget_equal_to_the_launch_share_changes_nothing() -> None:
+    source = lower(budget_program(budgets=((0, 128, 128), (128, 128, 128))), "sm_90a").source
+    body = source[source.index('extern "C"') :]
+    assert "la_registers_increase<" not in body and "la_registers_decrease<" not in body
+
+
+def test_the_lowering_refuses_budgets_past_the_block_s_registers() -> None:
+    """256 threads at two blocks an SM have 128 registers each: 232 + 40 do not fit."""
+    program = budget_program(budgets=((0, 128, 232), (128, 128, 40)))
+    with pytest.raises(CompilationError, match="add up to 34816 registers, more than the 256"):
+        lower(program, "sm_90a")
+
+
+def test_the_compiled_kernel_has_the_registers_its_budgets_divide(monkeypatch) -> None:
+    """NVRTC gives the kernel its launch bounds' registers (checked from the CUBIN); were it
+    to give other, the compile refuses the kernel instead of launching one whose increases
+    would wait for registers the block does not have."""
+    compiled = backend.compile(budget_program(), arch="sm_90a")
+    assert compiled.kernel is not None
+    compile_module = importlib.import_module("backend.compile")  # not the function it exports
+    monkeypatch.setattr(compile_module, "cubin_registers", lambda cubin: {"budgets": 96})
+    with pytest.raises(CompilationError, match="has 96 registers a thread; its warpgroups"):
+        backend.compile(budget_program(), arch="sm_90a", cache=None)
