@@ -392,8 +392,18 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.out.block(header),
             self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
         ):
-            self.execute(instruction.body)
+            self.execute_scoped(instruction.body)
         self.drain(instruction)
+
+    def execute_scoped(self, body: Sequence[Instruction]) -> None:
+        """`body` in a C block of its own (a loop's, a copy of it, an if's): what a thread
+        group declares there before its body (`predeclare`) ends with the block, so a later
+        copy of the same body declares it again."""
+        declared = set(self.predeclared)
+        try:
+            self.execute(body)
+        finally:
+            self.predeclared = declared
 
     def drain(self, loop: instructions.ForRange) -> None:
         """After `loop`: wait for its last wgmma dot where one was left in flight."""
@@ -483,7 +493,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 for j, body in enumerate(copies):
                     self.out.comment(f"copy {j} of {unroll}: {name} + {j * step}")
                     with self.out.block():
-                        self.execute(body)
+                        self.execute_scoped(body)
             if not whole and start.is_const and stop.is_const:
                 # A known trip count: the iterations left are peeled, each a copy of the body
                 # for its own constant k.
@@ -493,18 +503,18 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 for value in range(first, stop.value, step):
                     self.out.comment(f"{name} = {value}")
                     with self.out.block():
-                        self.execute(peeled_copy(instruction, value))
+                        self.execute_scoped(peeled_copy(instruction, value))
             elif not whole:
                 self.out.comment(f"remainder: the last iterations, fewer than {unroll}")
                 header = f"for (; {name} < {self.c(stop)}; {name} += {step})"
                 with self.out.block(header), self.loop_scope(instruction, start, step, stop):
-                    self.execute(instruction.body)
+                    self.execute_scoped(instruction.body)
         self.drain(instruction)
 
     def visit_if(self, instruction: instructions.If) -> None:
         with self.out.block(f"if ({self.c(instruction.cond)})"):
             self.facts.append(instruction.cond.ne(0))
-            self.execute(instruction.body)
+            self.execute_scoped(instruction.body)
             self.facts.pop()
         self.current = instruction
 

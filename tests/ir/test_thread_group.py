@@ -307,6 +307,29 @@ def test_a_group_s_registers_live_across_its_bodies(trailing_sync: bool) -> None
     assert (branch < declaration) is specialised
 
 
+@pytest.mark.parametrize("trailing_sync", [False, True])
+def test_a_group_body_in_an_unrolled_loop_declares_its_registers_in_each_copy(
+    trailing_sync: bool,
+) -> None:
+    """A tensor a group's body defines inside a loop unrolled twice (and its peeled last
+    iteration) lives in that copy's C block: each copy declares it again, so NVRTC takes the
+    kernel (the second copy once used the first copy's declaration, out of its scope)."""
+    with ProgramBuilder("unrolled", 64) as b:
+        y = b.global_view(b.array_param("y", F32), F32, GlobalLayout((5, 32), (32, 1)))
+        with b.for_range(5, unroll=2) as step:
+            with b.thread_group(32, 32):
+                value = b.register_tensor(F32, spatial(1, 32), 1.0)
+                b.store_global(y, b.add(value, 2.0), [step, 0])
+        if trailing_sync:
+            b.sync()
+    program = verify(b.program())
+    y = np.zeros((5, 32), dtype=np.float32)
+    run_reference(program, y)
+    np.testing.assert_array_equal(y, 3.0)
+    source = backend.compile(program, arch="sm_80").source
+    assert source.count("unsigned int r0[1];") == 3  # two copies and the peeled iteration
+
+
 def test_a_group_s_registers_have_its_thread_count() -> None:
     def block_layout(b: ProgramBuilder) -> None:
         with b.thread_group(0, 64):
