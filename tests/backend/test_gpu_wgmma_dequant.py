@@ -99,6 +99,16 @@ CONFIGS = [
         producer=True,
         producer_registers=40,
     ),
+    # The same with the k-tile's dot as a chain of steps, the loop unrolled twice.
+    WgmmaDequantConfig(
+        block_m=56,
+        unroll=2,
+        split_dot=True,
+        min_blocks_per_sm=2,
+        release=True,
+        producer=True,
+        producer_registers=24,
+    ),
 ]
 GROUP_SIZE = 128
 SENTINEL = -7.0
