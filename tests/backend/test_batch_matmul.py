@@ -48,7 +48,8 @@ def test_each_path_is_its_program() -> None:
 
 def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
     """Tune `problem` at M = 256 for sm_90a with a fake measure: `times` by a path's
-    description (``dequantize``, ``prefill64``, ``prefill64/2`` split in two, ``prefill56``);
+    description (``dequantize``, ``prefill64``, ``prefill64/2`` split in two, ``prefill56``,
+    ``prefill64+producer`` with a producer warpgroup);
     returns the operation and the descriptions measured."""
     measured = []
 
@@ -56,6 +57,7 @@ def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
         path = operation.path
         name = path["path"] if path["path"] == "dequantize" else f"prefill{path['block_m']}"
         name += f"/{path['split']}" if "split" in path else ""
+        name += "+producer" if path.get("producer") else ""
         measured.append(name)
         return times[name]
 
@@ -73,16 +75,28 @@ def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
 
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
     times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 68.0, "prefill56": 65.0}
+    times["prefill64+producer"] = 66.0
     operation, measured = _tune(tmp_path, times)
-    assert sorted(measured) == ["dequantize", "prefill56", "prefill64", "prefill64/2"]
+    expected = ["dequantize", "prefill56", "prefill64", "prefill64+producer", "prefill64/2"]
+    assert sorted(measured) == expected
     assert operation.path == dict(BATCH_PATHS[3]) and operation.launches == 1
     assert operation.tuning is not None and not operation.tuning.from_cache
     again, measured = _tune(tmp_path, {})  # a measure would fail: none is asked
     assert measured == [] and again.path == operation.path and again.tuning.from_cache
 
 
+def test_the_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None:
+    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 68.0, "prefill56": 65.0}
+    times["prefill64+producer"] = 63.0
+    operation, _ = _tune(tmp_path, times)
+    assert operation.path == dict(BATCH_PATHS[4]) and operation.launches == 1
+    assert operation.prefill.producer_registers == 24
+    assert operation.kernel.program.num_threads == 256
+
+
 def test_the_split_kernel_wins_where_it_is_faster(tmp_path) -> None:
     times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 60.0, "prefill56": 65.0}
+    times["prefill64+producer"] = 66.0
     operation, _ = _tune(tmp_path, times)
     assert operation.path == dict(BATCH_PATHS[2]) and operation.prefill.split == 2
     assert [p.name for p in operation.kernel.program.params][-3:] == ["partial", "counters", "c"]
@@ -90,6 +104,7 @@ def test_the_split_kernel_wins_where_it_is_faster(tmp_path) -> None:
 
 def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
     times = {"dequantize": 50.0, "prefill64": 70.0, "prefill64/2": 60.0, "prefill56": 65.0}
+    times["prefill64+producer"] = 66.0
     operation, _ = _tune(tmp_path, times)
     assert operation.path == DEQUANTIZE and operation.launches == 2
     assert operation.prefill is None
@@ -103,7 +118,7 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
     operation, measured = _tune(tmp_path, {"dequantize": 90.0}, problem)
     assert measured == ["dequantize"] and operation.path == DEQUANTIZE
     statuses = sorted(trial.status for trial in operation.tuning.trials)
-    assert statuses == ["measured", "pruned", "pruned", "pruned"]
+    assert statuses == ["measured", "pruned", "pruned", "pruned", "pruned"]
 
 
 @pytest.mark.parametrize(
