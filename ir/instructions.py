@@ -305,14 +305,15 @@ class StoreGlobal(Instruction):
 
 @dataclass(frozen=True, eq=False)
 class AtomicAdd(Instruction):
-    """`var = dst[offsets]; dst[offsets] += value` once for the whole block, atomically with
-    respect to every other block (i32, wrapping); `var`, the old value, is the same in every
-    thread and is in scope for the rest of the enclosing body. An element outside dst's shape
-    is left alone and `var` is 0.
+    """`var = dst[offsets]; dst[offsets] += value` once for the whole block (inside a
+    `ThreadGroup`, once for the group), atomically with respect to every other block (i32,
+    wrapping); `var`, the old value, is the same in every thread and is in scope for the rest
+    of the enclosing body (in a group, of that body of the group). An element outside dst's
+    shape is left alone and `var` is 0.
 
-    Memory order: the global stores the block made before it are visible to any block whose
-    atomic_add on the same element comes later, and that block's global loads after it see
-    them (release and acquire). So the last of several blocks to add to a counter may read
+    Memory order: the global stores the block (the group) made before it are visible to any
+    block whose atomic_add on the same element comes later, and that block's global loads
+    after it see them (release and acquire). So the last of several blocks to add to a counter may read
     what the others stored before adding, e.g. to sum split-k partial results in a fixed
     order, in the same launch.
     """

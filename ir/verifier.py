@@ -24,7 +24,8 @@ instruction (its op and printed line) and the mismatch. It checks:
   a group's body opens no scope of its own, so a tensor a group defines is visible to the
   group's later bodies, as a consumer's accumulator is across the k loop); the bulk copies
   into one shared tensor are issued by one group (or the block), and likewise its waits and
-  its releases, so that each barrier's phases are kept by one set of threads; a register
+  its releases, so that each barrier's phases are kept by one set of threads; the old value
+  of an `atomic_add` in a group is read in the rest of that body only; a register
   budget (`ThreadGroup.registers`) is asked for by whole warpgroups of the block's own body,
   a multiple of 8 from 24 to 256, one per warp, and then by every warp of the block;
 - shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
@@ -785,7 +786,10 @@ class _Walker:
             if instruction.registers is not None:
                 self.budget(instruction, inner_group, group)
             self.group_depth += 1
+            names = set(scope.names)
             self.body(instruction.body, scope, inner_group)
+            # An atomic_add's old value in a group is the group's, for the rest of this body.
+            scope.names &= names
             self.group_depth -= 1
             return
         for body in instruction.bodies():

@@ -654,10 +654,13 @@ class LoweringContext:
 
     def _allocate_shared(self) -> int:
         """Give every shared tensor its byte offset in the dynamic allocation, and the slot
-        through which atomic_add hands its old value to the block (one for all of them: each
-        runs between two barriers) its offset, `ticket_slot`; the total."""
+        through which atomic_add hands its old value to the threads that run it its offset,
+        `ticket_slots` (one for the block and one for each thread group with an atomic_add,
+        by group, None for the block: the atomic_adds of one runs each run between two of its
+        barriers, and groups run at the same time); the total."""
         total = 0
-        self.ticket_slot: int | None = None
+        groups = thread_groups(self.program)
+        self.ticket_slots: dict[tuple[int, int] | None, int] = {}
         wgmma_tensors = self.wgmma_tensors()
         for instruction in self.program.walk():
             if isinstance(instruction, instructions.SharedTensorAlloc):
@@ -670,10 +673,10 @@ class LoweringContext:
                 self.shared_base[tensor.name] = total
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
                 total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
-            elif isinstance(instruction, instructions.AtomicAdd) and self.ticket_slot is None:
-                self.ticket_slot = -1
-        if self.ticket_slot is not None:
-            self.ticket_slot = total
+            elif isinstance(instruction, instructions.AtomicAdd):
+                self.ticket_slots.setdefault(groups.get(id(instruction)), -1)
+        for key in self.ticket_slots:
+            self.ticket_slots[key] = total
             total += SHARED_ALIGNMENT
         return total
 

@@ -581,20 +581,17 @@ class MemoryLowering(LoweringContext):
         self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
-        """Every thread fences its stores and the block syncs; the primary thread (0) adds
-        atomically and fences; the block syncs again and every thread reads the old value from
-        shared memory, then fences (acquire). Out of bounds: no access, the value 0."""
+        """Every thread fences its stores and the block (in a thread group, the group) syncs;
+        the primary thread (0) adds atomically and fences; the threads sync again and every
+        thread reads the old value from shared memory (the block's slot, or its group's),
+        then fences (acquire). Out of bounds: no access, the value 0."""
         dst, name = instruction.dst, instruction.var.name
-        if self.group is not None:
-            raise self.fail(
-                "atomic_add inside a thread group (its old value goes to the block through one "
-                "shared slot): issue it outside the groups"
-            )
         layout = replicate(self.threads).reshape(*([1] * dst.rank))
         tile = self.register_tile(dst, layout, instruction.offsets, "dst")
-        slot = f"*(int*)(la_smem + {self.ticket_slot})"
+        slot = f"*(int*)(la_smem + {self.ticket_slots[self.group]})"
+        barrier = self.barrier()
         self.out.line("__threadfence();")
-        self.out.line("__syncthreads();")
+        self.out.line(barrier)
         self.note("atomic add")
         with self.primary_replica(layout):
             address, unit = self.element_address(tile, 0)
@@ -606,7 +603,7 @@ class MemoryLowering(LoweringContext):
                 add = f"({self.c(mask)} ? {add} : 0)"
             self.out.line(f"{slot} = {add};")
             self.out.line("__threadfence();")
-        self.out.line("__syncthreads();")
+        self.out.line(barrier)
         self.out.line(f"const int {name} = {slot};")
         self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
         self.out.line("__threadfence();")

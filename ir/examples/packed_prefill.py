@@ -248,7 +248,7 @@ class PrefillTensors:
             tile=part.tile,
             origin=(self.row0, self.col0),
             count=part.count,
-            layout=sum_layout(block_m, block_n, b.num_threads),
+            layout=sum_layout(block_m, block_n, b.threads),
             out_dtype=act,
         )
 

@@ -60,5 +60,5 @@ def add_parts_last(
             b.assign(total, b.add(total, term))
         total = b.view(total, dtypes.f32, layout)
         b.store_global(out, b.cast(total, out_dtype), list(origin))
-        zero = b.register_tensor(dtypes.i32, replicate(b.num_threads).reshape(1), 0)
+        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
         b.store_global(counters, zero, [tile])

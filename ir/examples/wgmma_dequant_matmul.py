@@ -134,7 +134,8 @@ class WgmmaDequantConfig(PrefillTile):
     `thread_group` of its own): it alone issues the activation copies, stages - 1 k-tiles
     ahead, held back only by the releases of the consumer warpgroups (a `thread_group` of the
     other threads), which load and dequantize the weights, wait, multiply, release and store.
-    Requires `release`, split 1 and no stream-K.
+    With `split`, the consumers also add the parts (their `atomic_add` ticket is the group's).
+    Requires `release` and no stream-K.
     `producer_registers` (0: none) makes the producer a whole warpgroup that keeps that many
     registers a thread (a multiple of 8 from 24 to 256) and gives the rest of the block's to
     the consumers (`ThreadGroup.registers`; `consumer_registers`): on sm_90a a producer warp
@@ -176,12 +177,12 @@ class WgmmaDequantConfig(PrefillTile):
                 "expected a bool, True only without overlap_dot"
             )
         if not isinstance(self.producer, bool) or (
-            self.producer and (not self.release or self.split != 1 or self.stream_k)
+            self.producer and (not self.release or self.stream_k)
         ):
             raise VerificationError(
                 f"{PROGRAM}: producer={self.producer!r} with release={self.release!r}, "
-                f"split={self.split!r}, stream_k={self.stream_k!r}; expected a bool, True only "
-                "with release, split 1 and no stream-K"
+                f"stream_k={self.stream_k!r}; expected a bool, True only with release and no "
+                "stream-K"
             )
         budget = self.producer_registers
         if (

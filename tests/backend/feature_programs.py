@@ -721,6 +721,48 @@ def _register_budgets(rng: np.random.Generator) -> FeatureCase:
     )
 
 
+def _group_tickets(rng: np.random.Generator) -> FeatureCase:
+    """The ticketed sum in two thread groups at the same time: in each of 3 blocks, each of two
+    warpgroups stores its part of a row and takes a ticket on its own counter (`atomic_add` in
+    a group: under the group's barrier, through a slot of the group's); the group whose
+    ticket comes last adds the 3 parts in block order, stores the sum and resets its counter.
+    The groups run to the end of the kernel, so it is warp-specialised."""
+    parts, width = 3, 256
+    layout = spatial(1, 128)
+    with ProgramBuilder("group_tickets", 256) as b:
+        x, partial = b.array_param("x", dtypes.f32), b.array_param("partial", dtypes.f32)
+        counters, y = b.array_param("counters", dtypes.i32), b.array_param("y", dtypes.f32)
+        b.grid(parts)
+        rows = GlobalLayout((parts, width), (width, 1))
+        x_view, parts_view = (
+            b.global_view(x, dtypes.f32, rows),
+            b.global_view(partial, dtypes.f32, rows),
+        )
+        counter_view = b.global_view(counters, dtypes.i32, GlobalLayout((2,), (1,)))
+        y_view = b.global_view(y, dtypes.f32, GlobalLayout((1, width), (width, 1)))
+        for group in range(2):
+            column = 128 * group
+            with b.thread_group(column, 128):
+                mine = b.load_global(x_view, [b.block_x, column], layout)
+                b.store_global(parts_view, b.add(mine, float(group)), [b.block_x, column])
+                ticket = b.atomic_add(counter_view, [group])
+                with b.if_(ticket.eq(parts - 1)):
+                    total = b.load_global(parts_view, [0, column], layout)
+                    with b.for_range(1, parts) as part:
+                        term = b.load_global(parts_view, [part, column], layout)
+                        b.assign(total, b.add(total, term))
+                    b.store_global(y_view, total, [0, column])
+                    zero = b.register_tensor(dtypes.i32, replicate(128).reshape(1), 0)
+                    b.store_global(counter_view, zero, [group])
+    arguments = (
+        packed_codes(rng, dtypes.f32, parts * width),
+        np.zeros(parts * width * 4, dtype=np.uint8),
+        np.zeros(16, dtype=np.uint8),
+        packed_codes(rng, dtypes.f32, width),
+    )
+    return FeatureCase("group_tickets", b.program(), arguments, (parts,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -744,5 +786,6 @@ def feature_cases() -> list[FeatureCase]:
         _fused_multiply_add,
         _thread_groups,
         _register_budgets,
+        _group_tickets,
     )
     return [make(rng) for make in makers]

@@ -459,7 +459,8 @@ PREFILL_CASES = [
         {"warpgroups": 2, "block_m": 24, "units_k": 2, "release": True, "producer": True},
         7,
     ),
-    # A producer warpgroup keeping 24 registers a thread, the consumers the rest.
+    # A producer warpgroup keeping 24 registers a thread, the consumers the rest; and with k
+    # split in three, the consumers adding the parts.
     (
         dtypes.i4,
         dtypes.f16,
@@ -467,6 +468,14 @@ PREFILL_CASES = [
         "register",
         {"stages": 3, "release": True, "producer": True, "producer_registers": 24},
         8,
+    ),
+    (
+        dtypes.u4,
+        dtypes.f16,
+        True,
+        "register",
+        {"split": 3, "release": True, "producer": True, "producer_registers": 24},
+        9,
     ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),

@@ -99,6 +99,10 @@ CONFIGS = [
         producer=True,
         producer_registers=40,
     ),
+    # The producer warpgroup with k split in two: the consumers add the parts.
+    WgmmaDequantConfig(
+        stages=4, min_blocks_per_sm=2, split=2, release=True, producer=True, producer_registers=24
+    ),
     # The same with the k-tile's dot as a chain of steps, the loop unrolled twice.
     WgmmaDequantConfig(
         block_m=56,

@@ -437,12 +437,48 @@ def test_a_bulk_copy_between_groups_needs_tma() -> None:
         backend.compile(producer_consumer(), arch="sm_80")
 
 
-def test_atomic_add_inside_a_group_is_refused_by_the_lowering() -> None:
-    with ProgramBuilder("ticket", 64) as b:
+def ticket_program(use_after: bool = False):
+    """Two groups each take a ticket (adding 5) on their own counter and store their number
+    plus one where it is the expected old value (7, then 9); with `use_after`, the block reads
+    the first group's ticket after that group's body."""
+    with ProgramBuilder("ticket", 64, check=False) as b:
         counters = b.global_view(
-            b.array_param("c", dtypes.i32), dtypes.i32, GlobalLayout((1,), (1,))
+            b.array_param("c", dtypes.i32), dtypes.i32, GlobalLayout((2,), (1,))
         )
-        with b.thread_group(0, 32):
-            b.atomic_add(counters, [0])
-    with pytest.raises(CompilationError, match="atomic_add inside a thread group"):
-        backend.compile(b.program(), arch="sm_90a")
+        y = b.global_view(b.array_param("y", dtypes.i32), dtypes.i32, GlobalLayout((64,), (1,)))
+        tickets = []
+        for group in range(2):
+            with b.thread_group(32 * group, 32):
+                ticket = b.atomic_add(counters, [group], 5)
+                tickets.append(ticket)
+                with b.if_(ticket.eq(7 + 2 * group)):
+                    b.store_global(
+                        y, b.register_tensor(dtypes.i32, spatial(32), group + 1), [32 * group]
+                    )
+        if use_after:
+            with b.if_(tickets[0].eq(7)):
+                b.store_global(y, b.register_tensor(dtypes.i32, spatial(64), 3), [0])
+    return b.program()
+
+
+def test_atomic_add_inside_a_group_is_the_group_s() -> None:
+    """Once for the group, under its own barrier and through its own slot (two groups take
+    tickets at the same time); the old value is the group's."""
+    program = verify(ticket_program())
+    counters = np.array([7, 9], dtype=np.int32)
+    y = np.zeros(64, dtype=np.int32)
+    run_reference(program, counters, y)
+    np.testing.assert_array_equal(counters, [12, 14])
+    np.testing.assert_array_equal(y, np.repeat([1, 2], 32))
+    body = backend.compile(program, arch="sm_80").source.split('extern "C"')[1]
+    assert body.count("atomicAdd(") == 2
+    assert "__syncthreads" not in body
+    assert body.count("la_group_barrier(1, 32);") == 2
+    assert body.count("la_group_barrier(2, 32);") == 2
+    slots = set(re.findall(r"\*\(int\*\)\(la_smem \+ (\d+)\) = ", body))
+    assert len(slots) == 2  # one slot per group
+
+
+def test_a_group_s_ticket_is_read_in_its_body_only() -> None:
+    with pytest.raises(VerificationError, match="reads"):
+        verify(ticket_program(use_after=True))

@@ -127,6 +127,25 @@ CASES = [
         1,
         2,
     ),
+    # A producer warpgroup with k split: the consumers add the parts (the group's ticket).
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(
+            block_m=16, stages=3, split=2, release=True, producer=True, producer_registers=24
+        ),
+        9,
+        2,
+        6,
+    ),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(block_m=8, units_k=2, split=3, release=True, producer=True),
+        20,
+        1,
+        9,
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -726,6 +745,25 @@ def test_a_producer_warpgroup_gives_its_registers_to_the_consumers(
         assert report.holds is True, (report.failures[:1], report.unknown[:1])
 
 
+def test_a_producer_kernel_with_split_k_takes_the_group_s_ticket() -> None:
+    """With `producer` and `split`: the consumer warpgroup adds the parts after its ticket,
+    which it takes under its own named barrier through a slot of its own (not the block's
+    ``__syncthreads``, which the producer warpgroup never reaches); NVRTC takes it and the
+    lowering's claims are proved."""
+    config = WgmmaDequantConfig(
+        release=True, producer=True, producer_registers=24, min_blocks_per_sm=2, split=2
+    )
+    program = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    lowered = lower(program, "sm_90a", constants={"n": 512, "k": 1024})
+    body = lowered.source[lowered.source.index('extern "C"') :]
+    atomic = body.index("atomicAdd(")
+    assert body.rfind("la_group_barrier(1, 128);", 0, atomic) > body.rfind("else if", 0, atomic)
+    assert body.count("__syncthreads();") == 1  # the barriers' initialisation only
+    assert compile_cuda(lowered.source, "sm_90a", lowered.options).cubin
+    report = validate_lowering(lowered)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+
+
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
     compile_cuda(kernel.source, "sm_90a")
 
@@ -756,16 +794,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
         (
             WgmmaDequantConfig(producer=True),
-            "producer=True with release=False, split=1, stream_k=0; expected a bool, True only "
-            "with release",
-        ),
-        (
-            WgmmaDequantConfig(producer=True, release=True, split=2),
-            "producer=True with release=True, split=2",
+            "producer=True with release=False, stream_k=0; expected a bool, True only with release",
         ),
         (
             WgmmaDequantConfig(producer=True, release=True, stream_k=4),
-            "producer=True with release=True, split=1, stream_k=4",
+            "producer=True with release=True, stream_k=4",
         ),
         (
             WgmmaDequantConfig(producer_registers=24),
