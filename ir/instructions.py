@@ -313,9 +313,9 @@ class AtomicAdd(Instruction):
 
     Memory order: the global stores the block (the group) made before it are visible to any
     block whose atomic_add on the same element comes later, and that block's global loads
-    after it see them (release and acquire). So the last of several blocks to add to a counter may read
-    what the others stored before adding, e.g. to sum split-k partial results in a fixed
-    order, in the same launch.
+    after it see them (release and acquire). So the last of several blocks to add to a
+    counter may read what the others stored before adding, e.g. to sum split-k partial
+    results in a fixed order, in the same launch.
     """
 
     op: ClassVar[str] = "atomic_add"

@@ -504,6 +504,7 @@ class LoweringContext:
         # the per-thread registers the launch bounds give (what register budgets divide).
         self.known_warps: tuple[int, int] | None = None
         self.launch_registers = register_cap(program.num_threads, program.min_blocks_per_sm)
+        self.budgets_written = False  # whether a class sets its budget (``setmaxnreg``)
 
     def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
         """Add the wgmma candidates of an instruction list about to be written (the copies of

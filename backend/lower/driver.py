@@ -201,14 +201,15 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             grid=program.grid,
             programmatic_launch=program.programmatic_launch,
             tensor_maps=self.tensor_map_params(),
-            register_budget=self.launch_registers if self.register_budgets_apply() else None,
+            register_budget=self.launch_registers if self.budgets_written else None,
         )
 
     def register_budgets_apply(self) -> bool:
-        """Whether the kernel sets its warpgroups' register budgets: some group asks for one
-        (`ThreadGroup.registers`; the verifier then has every warp in such a group) and the
-        architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). Elsewhere a budget
-        is a request the kernel does without."""
+        """Whether the kernel may set its warpgroups' register budgets: some group asks for
+        one (`ThreadGroup.registers`; the verifier then has every warp in such a group) and
+        the architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). They are set
+        in the classes of a warp-specialised tail (`execute_block_body`); elsewhere, and in a
+        kernel without such a tail, a budget is a request the kernel does without."""
         arch = self.arch
         if arch is None or not arch.endswith("a") or arch_number(arch) < WGMMA_ARCH:
             return False
@@ -230,8 +231,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         classes = warp_classes(tail)
         budgets = self.register_budgets_apply()
         if budgets:
-            asked = sum(warps[1] * (class_budget(tail, warps) or 0) for warps in classes)
-            if asked > self.threads * self.launch_registers:
+            # Warps of no class, or of a class without a budget, keep the launch's registers.
+            launch = self.launch_registers
+            asked = launch * (self.threads - sum(warps[1] for warps in classes))
+            asked += sum(warps[1] * (class_budget(tail, warps) or launch) for warps in classes)
+            if asked > self.threads * launch:
                 raise CompilationError(
                     f"{self.program.name}: the thread groups' register budgets add up to "
                     f"{asked} registers, more than the {self.threads} threads' "
@@ -251,6 +255,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 if budgets and budget is not None and budget != self.launch_registers:
                     action = "increase" if budget > self.launch_registers else "decrease"
                     self.out.line(f"la_registers_{action}<{budget}>();")
+                    self.budgets_written = True
                 declared, self.predeclared = self.predeclared, set(self.predeclared)
                 self.known_warps = warps
                 try:
@@ -520,15 +525,15 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
 
     def visit_thread_group(self, instruction: instructions.ThreadGroup) -> None:
         """The body under a condition on the thread's warp, read through a shuffle so that
-        the compiler sees it is the same across the warp (groups are whole warps); inside,
-        `la_thread` is the thread's number in the group, so the body is written as a block of
-        the group's threads."""
+        the compiler sees it is the same across the warp (groups are whole warps), or, in a
+        class of a warp-specialised tail, whose warps the group holds, with no condition;
+        inside, `la_thread` is the thread's number in the group, so the body is written as a
+        block of the group's threads."""
         start, threads = instruction.start, instruction.threads
         self.predeclare(instruction)
         outer = (self.group, self.threads, self.thread)
         first = (0 if self.group is None else self.group[0]) + start
-        known = self.known_warps
-        if self.group is None and known is not None:
+        if self.group is None and self.known_warps is not None:
             # In a class of a warp-specialised tail: its warps are the group's.
             header = ""
         else:

@@ -220,10 +220,21 @@ def test_budgets_apply_on_a_target_with_setmaxnreg_only() -> None:
         assert "warp-specialised" in kernel.source
 
 
+def test_budgets_apply_in_a_warp_specialised_tail_only() -> None:
+    """With a block `sync` at the end the kernel is one path: no class sets a budget, and the
+    compiled kernel is not held to the launch's registers."""
+    kernel = lower(budget_program(trailing_sync=True), "sm_90a")
+    assert kernel.register_budget is None
+    assert "warp-specialised" not in kernel.source
+    assert "la_registers_increase<" not in kernel.source.split('extern "C"')[1]
+    assert backend.compile(budget_program(trailing_sync=True), arch="sm_90a").kernel
+
+
 def test_a_budget_equal_to_the_launch_share_changes_nothing() -> None:
-    source = lower(budget_program(budgets=((0, 128, 128), (128, 128, 128))), "sm_90a").source
-    body = source[source.index('extern "C"') :]
+    kernel = lower(budget_program(budgets=((0, 128, 128), (128, 128, 128))), "sm_90a")
+    body = kernel.source[kernel.source.index('extern "C"') :]
     assert "la_registers_increase<" not in body and "la_registers_decrease<" not in body
+    assert kernel.register_budget is None
 
 
 def test_the_lowering_refuses_budgets_past_the_block_s_registers() -> None:
