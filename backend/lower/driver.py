@@ -72,7 +72,7 @@ from ir.specialize import specialize
 from ir.values import ArrayParam, IntParam, Param
 from ir.verifier import verify
 from ir.visitor import InstructionVisitor
-from layout_algebra.hardware import WARP_SIZE, shared_memory_limit
+from layout_algebra.hardware import WARP_SIZE, WARPGROUP_SIZE, shared_memory_limit
 from layout_algebra.symbolic import (
     Expr,
     as_expr,
@@ -253,6 +253,15 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             with self.out.block(f"{keyword} ((unsigned)({warp} - {first}) < {count}u)"):
                 budget = class_budget(tail, warps)
                 if budgets and budget is not None and budget != self.launch_registers:
+                    if warps[0] % WARPGROUP_SIZE or warps[1] % WARPGROUP_SIZE:
+                        # setmaxnreg is one instruction for all the warps of a warpgroup.
+                        raise CompilationError(
+                            f"{self.program.name}: the thread groups of the warp-specialised "
+                            f"tail split the warps of threads {warps[0]} .. "
+                            f"{warps[0] + warps[1] - 1}, whose register budget is {budget}, "
+                            "from the rest of their warpgroup; a class of warps that sets a "
+                            f"budget must be whole warpgroups ({WARPGROUP_SIZE} threads)"
+                        )
                     action = "increase" if budget > self.launch_registers else "decrease"
                     self.out.line(f"la_registers_{action}<{budget}>();")
                     self.budgets_written = True

@@ -237,6 +237,23 @@ def test_a_budget_equal_to_the_launch_share_changes_nothing() -> None:
     assert kernel.register_budget is None
 
 
+def test_a_class_that_sets_a_budget_is_whole_warpgroups() -> None:
+    """A group of one warp inside a budget warpgroup splits it into classes of 1 and 3 warps,
+    each of which would run its own setmaxnreg: refused."""
+    with ProgramBuilder("split_warpgroup", 256) as b:
+        b.min_blocks_per_sm(2)
+        y = b.global_view(b.array_param("y", F32), F32, GlobalLayout((256,), (1,)))
+        with b.thread_group(0, 128, registers=232):
+            b.store_global(y, b.register_tensor(F32, spatial(128), 1.0), [0])
+        with b.thread_group(0, 32):
+            b.store_global(y, b.register_tensor(F32, spatial(32), 2.0), [0])
+        with b.thread_group(128, 128, registers=24):
+            b.store_global(y, b.register_tensor(F32, spatial(128), 3.0), [128])
+    with pytest.raises(CompilationError, match="threads 0 .. 31, whose register budget is 232"):
+        lower(b.program(), "sm_90a")
+    assert lower(b.program(), "sm_90").register_budget is None  # no budgets: no refusal
+
+
 def test_the_lowering_refuses_budgets_past_the_block_s_registers() -> None:
     """256 threads at two blocks an SM have 128 registers each: 232 + 40 do not fit."""
     program = budget_program(budgets=((0, 128, 232), (128, 128, 40)))
