@@ -656,9 +656,9 @@ class LoweringContext:
     def _allocate_shared(self) -> int:
         """Give every shared tensor its byte offset in the dynamic allocation, and the slot
         through which atomic_add hands its old value to the threads that run it its offset,
-        `ticket_slots` (one for the block and one for each thread group with an atomic_add,
-        by group, None for the block: the atomic_adds of one runs each run between two of its
-        barriers, and groups run at the same time); the total."""
+        `ticket_slots`, keyed by thread group (None: the block): one for the block and one for
+        each group with an atomic_add, since each atomic_add runs between two barriers of its
+        own threads and groups run at the same time; the total."""
         total = 0
         groups = thread_groups(self.program)
         self.ticket_slots: dict[tuple[int, int] | None, int] = {}
