@@ -33,6 +33,12 @@ nothing reads or overwrites what a dot still in flight uses:
   - j = 2 unless a barrier follows d or precedes p;
   - nothing older when the body has a barrier at all (otherwise no dot is kept in flight).
 
+  A release (`CopyBulkRelease`) is checked like a write, at j = 0 when it follows the dot
+  (the releasing warp has passed its ``wait_group 1``) and j = 1 when it precedes it; a bulk
+  copy into a tensor the body releases then needs no check of its own (it waits for the
+  release of the tile's previous contents), and a body whose only writes into the dot's
+  tensors are such copies needs no barrier.
+
   The check is exact, not sampled: a tile origin along one dimension is an integer expression
   of the loop variable alone (other variables make that dimension unusable), periodic in it
   (`period`), so the footprints of the write at kt and of the read at kt - j are compared at
@@ -43,9 +49,8 @@ written as one dot per k16 step, each step's A dequantized just before it) need 
 between them: `dot_chains` finds them, and the lowering leaves each link running and waits
 once after the last, so the instructions between the links run beside the tensor cores.
 
-Dots under a branch or in a loop of more than one trip inside the k loop, bodies with a
-second candidate dot, and bodies that release a bulk-copied tile (`CopyBulkRelease`: every
-warp's reads of it are done there) are not kept in flight across iterations; neither are
+Dots under a branch or in a loop of more than one trip inside the k loop and bodies with a
+second candidate dot are not kept in flight across iterations; neither are
 the dots of loops the lowering unrolls, but for one case (`in_flight_copies`): a dot with A
 from registers in a loop unrolled into whole groups of copies, each copy's A a set of
 registers of its own.
@@ -253,6 +258,15 @@ def _apart(a: int, a_extent: int, b: int, b_extent: int) -> bool:
     return a + a_extent <= b or b + b_extent <= a
 
 
+def released_in_flight(dot_position: Position, release_position: Position) -> list[int]:
+    """The iterations back whose dot instances may still be in flight at a release at
+    `release_position` of the body: a warp releases after its own ``wait_group 1`` of this
+    iteration when the release follows the dot (so only this iteration's dot, j = 0, may
+    run), before it otherwise (j = 1); the tile is free once every releasing warp has
+    arrived, so what each warp waited for is complete in every warpgroup."""
+    return [0] if release_position > dot_position else [1]
+
+
 def in_flight_dot(
     loop: ForRange, candidates: Mapping[int, tuple[LoadShared | None, LoadShared]]
 ) -> InFlightDot | None:
@@ -345,8 +359,9 @@ def _checked_links(
     when they may stay in flight into the next iteration, from the first's position (see the
     module docstring), else None: each followed by its ``assign(c, dot)``, nothing else in
     the body touching c or a result, no ``assign`` over an A from registers, the body with a
-    barrier of its own, and every store or copy into a tensor a link reads missing the tiles
-    of the instances that may still run."""
+    barrier of its own or a release (`CopyBulkRelease`), and every store, copy or release of
+    a tensor a link reads missing the tiles of the instances that may still run (a bulk copy
+    into a released tensor waits for its release instead)."""
     body = loop.body
     dots: list[Dot] = []
     assigns: list[Assign] = []
@@ -367,8 +382,14 @@ def _checked_links(
     results = {id(dot.out) for dot in dots}
     register_as = {id(dot.a) for dot in dots if candidates[id(dot)][0] is None}
     everything = _all(body)
-    if any(isinstance(instruction, CopyBulkRelease) for _, instruction in everything):
-        return None  # a release needs every dot of its iteration complete
+    # Tensors whose tiles the body releases (`CopyBulkRelease`): a bulk copy into one waits
+    # for the release of the tile's previous contents, which the rule for releases places
+    # after the dots that read them are complete.
+    released = {
+        instruction.dst.name
+        for _, instruction in everything
+        if isinstance(instruction, CopyBulkRelease)
+    }
     for _, instruction in everything:
         if id(instruction) in mine:
             continue
@@ -379,7 +400,7 @@ def _checked_links(
             return None  # A written over in place: one set of registers for every iteration
     # Barriers of the body itself: one under a branch or in an inner loop may not run.
     barriers = [(index,) for index, instruction in enumerate(body) if isinstance(instruction, Sync)]
-    if not barriers:
+    if not barriers and not released:
         return None
     name = loop.var.name
     trips = None
@@ -403,16 +424,26 @@ def _checked_links(
             )
         elif isinstance(instruction, (CopyAsync, CopyBulk)):
             tensor, origin, shape = instruction.dst, instruction.dst_offsets, instruction.shape
+        elif isinstance(instruction, CopyBulkRelease):
+            tensor, origin, shape = instruction.dst, instruction.offsets, instruction.shape
         else:
             continue
         if tensor.name not in reads:
             continue
+        if isinstance(instruction, CopyBulk) and tensor.name in released:
+            continue  # it waits for the release of the tile's previous contents
         if any(name_ in as_expr(o).free_vars() for o in origin for name_ in _inner_vars(body)):
             return None
+        if isinstance(instruction, CopyBulkRelease):
+            offsets = released_in_flight(dot_position, position)
+        elif barriers:
+            offsets = in_flight_offsets(dot_position, position, barriers)
+        else:
+            return None  # a write ordered by no barrier of the body
         write = _footprint(origin, shape, len(tensor.layout.shape))
         # A chain's instances complete at the first link of the next iteration: as a dot at
         # that position (a write between the links meets the earlier links' reads at j = 0).
-        for back in in_flight_offsets(dot_position, position, barriers):
+        for back in offsets:
             for read in reads[tensor.name]:
                 if not tiles_disjoint(write, read, name, back * loop.step, trips):
                     return None

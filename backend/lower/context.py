@@ -10,6 +10,7 @@ what the lowering produces. `Tile` places a register tile at an origin of a memo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -526,9 +527,9 @@ class LoweringContext:
     def find_in_flight_dot(self, loop: instructions.ForRange) -> None:
         """Note the dot of `loop` that may stay in flight into its next iteration, if any."""
         if self.wgmma_dots:
-            found = in_flight_dot(loop, self.wgmma_dots)
+            found = in_flight_dot(self.inlined_groups(loop), self.wgmma_dots)
             if found is not None:
-                self.in_flight[id(found.dot)] = found
+                self.in_flight[id(found.dot)] = dataclasses.replace(found, loop=loop)
 
     def find_in_flight_copies(
         self, loop: instructions.ForRange, copies: Sequence[Sequence[Instruction]]
@@ -539,8 +540,33 @@ class LoweringContext:
             return
         # Checked against the loads of the body as written (those of the candidates now):
         # the copies' loads hold k + j in place of k.
-        for found in in_flight_copies(loop, copies, self.wgmma_dots, self.operand_uses) or ():
-            self.in_flight[id(found.dot)] = found
+        inlined = [self.inlined_groups(loop, copy).body for copy in copies]
+        flights = in_flight_copies(
+            self.inlined_groups(loop), inlined, self.wgmma_dots, self.operand_uses
+        )
+        for found in flights or ():
+            self.in_flight[id(found.dot)] = dataclasses.replace(found, loop=loop)
+
+    def inlined_groups(
+        self, loop: instructions.ForRange, body: Sequence[Instruction] | None = None
+    ) -> instructions.ForRange:
+        """`loop` (with `body` in place of its own), for the analyses of dots kept in flight:
+        in a class of a warp-specialised tail, each thread group of the body that the class's
+        warps run is written there as a block with no condition, so its instructions stand in
+        the body in its place (the same objects); elsewhere a group is a branch."""
+        items = loop.body if body is None else body
+        known = self.known_warps
+        if known is None or self.group is not None:
+            return loop if body is None else dataclasses.replace(loop, body=tuple(items))
+        inlined: list[Instruction] = []
+        for item in items:
+            if isinstance(item, instructions.ThreadGroup) and (
+                item.start <= known[0] and known[0] + known[1] <= item.start + item.threads
+            ):
+                inlined.extend(item.body)
+            else:
+                inlined.append(item)
+        return dataclasses.replace(loop, body=tuple(inlined))
 
     def threads_write_wgmma_tensors(self) -> bool:
         """Whether some instruction has the threads (the generic proxy) write a shared tensor

@@ -127,9 +127,10 @@ class WgmmaDequantConfig(PrefillTile):
     end (with ``min_blocks_per_sm`` B, ask for B times the SMs). Requires split 1.
     `release` ends a k-tile with a release of its ring stage (`copy_bulk_release`) instead of
     a block barrier: on sm_90a no warp waits for the others there; only the thread that
-    issues the next copy into the stage waits, for the warps still reading it. Not with
-    `overlap_dot`, and no dot stays in flight into the next k-tile (a release needs the
-    k-tile's dots complete).
+    issues the next copy into the stage waits, for the warps still reading it. With
+    `overlap_dot` as well, a k-tile releases the stage of the k-tile before it instead,
+    whose dot the lowering may have kept running into this one
+    (`backend.wgmma_pipeline`: the release follows this k-tile's ``wait_group 1``).
     `producer` adds a producer warp to the block (threads ``128 * warpgroups`` up, a
     `thread_group` of its own): it alone issues the activation copies, stages - 1 k-tiles
     ahead, held back only by the releases of the consumer warpgroups (a `thread_group` of the
@@ -171,11 +172,8 @@ class WgmmaDequantConfig(PrefillTile):
         stages = self.stages
         if not isinstance(self.split_dot, bool):
             raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
-        if not isinstance(self.release, bool) or (self.release and self.overlap_dot is True):
-            raise VerificationError(
-                f"{PROGRAM}: release={self.release!r} with overlap_dot={self.overlap_dot!r}; "
-                "expected a bool, True only without overlap_dot"
-            )
+        if not isinstance(self.release, bool):
+            raise VerificationError(f"{PROGRAM}: release={self.release!r}; expected a bool")
         if not isinstance(self.producer, bool) or (
             self.producer and (not self.release or self.stream_k)
         ):
@@ -318,13 +316,16 @@ def wgmma_dequant_matmul(
             with consumer():
                 registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
                 acc = b.register_tensor(f32, c_layout, 0.0)
+            # The copy after the dot (overlap_dot) is the consumers' own; a producer's comes
+            # first, its stage released an iteration before.
+            copy_first = config.producer or not config.overlap_dot
             with b.for_range(tensors.first, tensors.end, unroll=config.unroll) as tile:
-                if not config.overlap_dot:
+                if copy_first:
                     with producer():
                         tensors.copy_ahead(b, tile, ahead)
                 with consumer():
                     consume(tensors, tile, registers.advance(tile), acc)
-                    if config.overlap_dot:
+                    if not copy_first:
                         tensors.copy_ahead(b, tile, ahead)
             with consumer():
                 return b.view(acc, f32, stored_layout)
@@ -344,13 +345,19 @@ def wgmma_dequant_matmul(
                 renamed = b.view(weights, act, weight_layout)
                 if j == 0:
                     b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
-                    if config.overlap_dot:
+                    if config.overlap_dot and not config.release:
                         # Every thread is past its reads of the stage the copy after the dot
                         # fills.
                         b.sync()
                 activations = b.load_shared(tensors.ring, activation_layout, [stage, j * step_k, 0])
                 b.assign(acc, b.dot(renamed, activations, acc))
-            if config.release:
+            if config.release and config.overlap_dot:
+                # Every thread is past its reads of the previous k-tile's stage (its dot may
+                # have run into this k-tile; this one's may still run): its next copy may start.
+                with b.if_(tile > tensors.first):
+                    previous = tensors.stage(tile, -1)
+                    b.copy_bulk_release(tensors.ring, [previous, 0, 0], shape=(block_k, block_m))
+            elif config.release:
                 # Every thread is past its reads of this stage: the next copy into it may start.
                 b.copy_bulk_release(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
             elif not config.overlap_dot:

@@ -477,6 +477,21 @@ PREFILL_CASES = [
         {"split": 3, "release": True, "producer": True, "producer_registers": 24},
         9,
     ),
+    # The release of the k-tile before, the dot kept running (with the producer warpgroup).
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "unroll": 2,
+            "release": True,
+            "overlap_dot": True,
+            "producer": True,
+            "producer_registers": 24,
+        },
+        10,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

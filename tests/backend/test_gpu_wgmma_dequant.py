@@ -103,6 +103,20 @@ CONFIGS = [
     WgmmaDequantConfig(
         stages=4, min_blocks_per_sm=2, split=2, release=True, producer=True, producer_registers=24
     ),
+    # Each k-tile releases the stage of the one before, its dot kept running into the next
+    # (wgmma in flight with a release): without a producer, and with a producer warpgroup
+    # and a chain of dots.
+    WgmmaDequantConfig(min_blocks_per_sm=2, unroll=2, release=True, overlap_dot=True),
+    WgmmaDequantConfig(
+        block_m=56,
+        unroll=2,
+        split_dot=True,
+        min_blocks_per_sm=2,
+        release=True,
+        overlap_dot=True,
+        producer=True,
+        producer_registers=24,
+    ),
     # The same with the k-tile's dot as a chain of steps, the loop unrolled twice.
     WgmmaDequantConfig(
         block_m=56,

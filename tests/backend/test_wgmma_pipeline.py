@@ -19,6 +19,7 @@ from backend.wgmma_pipeline import (
     in_flight_dot,
     in_flight_offsets,
     period,
+    released_in_flight,
     tiles_disjoint,
 )
 from ir import dtypes, run_reference
@@ -116,6 +117,27 @@ def test_in_flight_offsets_match_the_happens_before_model(data):
     expected = _brute_force_offsets(length, dot, barriers, write)
     positions = tuple((b,) for b in barriers)
     assert set(in_flight_offsets((dot,), (write,), positions)) == expected
+
+
+def _brute_force_released(length: int, dot: int, release: int) -> set[int]:
+    """Iterations back whose dot instance may still run when the tile a release at `release`
+    of iteration 10 frees is free: every warp of every warpgroup arrives there, each after
+    its own warpgroup retired the dot of i at the dot of i + 1 (``wait_group 1``); the tile
+    is free after the last arrival, so an instance runs then when some warpgroup issued it
+    before its arrival and retires it after."""
+    now = (10, release)
+    return {10 - issued for issued in range(0, 11) if (issued, dot) < now < (issued + 1, dot)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 7).flatmap(lambda n: st.tuples(st.just(n), st.permutations(range(n)))))
+def test_released_in_flight_matches_the_happens_before_model(drawn):
+    length, order = drawn
+    dot, release = order[0], order[1]
+    expected = _brute_force_released(length, dot, release)
+    assert set(released_in_flight((dot,), (release,))) == expected
+    assert released_in_flight((2, 0), (2, 1)) == [0]  # nested: after the dot
+    assert released_in_flight((2, 1), (2, 0, 3)) == [1]
 
 
 def test_in_flight_offsets_order_nested_positions():

@@ -146,6 +146,33 @@ CASES = [
         1,
         9,
     ),
+    # The release with the dot in flight: each k-tile releases the stage of the one before
+    # (with and without a producer warpgroup, a chain of dots, several laps of the ring).
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=16, stages=3, unroll=2, release=True, overlap_dot=True),
+        9,
+        1,
+        6,
+    ),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            units_k=2,
+            stages=4,
+            unroll=2,
+            split_dot=True,
+            release=True,
+            overlap_dot=True,
+            producer=True,
+            producer_registers=24,
+        ),
+        9,
+        1,
+        8,
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -764,6 +791,33 @@ def test_a_producer_kernel_with_split_k_takes_the_group_s_ticket() -> None:
     assert report.holds is True, (report.failures[:1], report.unknown[:1])
 
 
+@pytest.mark.parametrize("producer", [False, True])
+def test_a_release_after_the_next_dot_keeps_the_dot_in_flight(producer: bool) -> None:
+    """`release` with `overlap_dot` (the loop unrolled twice): each k-tile's dot stays running
+    into the next (``wait_group 1`` in each copy, ``wait_group 0`` once after the loop), and
+    each copy releases the stage of the k-tile before it only after its ``wait_group 1``; with
+    a producer warpgroup too. Without `overlap_dot` a k-tile releases its own stage and its dot
+    is waited for. NVRTC takes the kernels and the lowering's claims are proved."""
+    options = {"producer": True, "producer_registers": 24} if producer else {}
+    config = WgmmaDequantConfig(
+        min_blocks_per_sm=2, unroll=2, release=True, overlap_dot=True, **options
+    )
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    body = lowered.source.split('extern "C"')[1]
+    copies = body.split("// copy ")[1:3]
+    assert len(copies) == 2
+    for copy in copies:
+        assert copy.count("la_wgmma_wait_prior();") == 1
+        assert copy.index("la_wgmma_wait_prior();") < copy.index("la_mbarrier_arrive(&la_free_")
+        assert "la_wgmma_wait();" not in copy.split("// copy_bulk_release")[0]
+    assert compile_cuda(lowered.source, "sm_90a", lowered.options).cubin
+    report = validate_lowering(lowered)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+    waited = replace(config, overlap_dot=False)
+    source = lower(wgmma_dequant_matmul(dtypes.i4, 128, waited), "sm_90a", constants=LAYER).source
+    assert "la_wgmma_wait_prior();" not in source.split('extern "C"')[1]
+
+
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
     compile_cuda(kernel.source, "sm_90a")
 
@@ -786,11 +840,7 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(warpgroups=9), "warpgroups=9; a block has at most 8"),
         (WgmmaDequantConfig(overlap_dot=1), "overlap_dot=1 with stages=4; expected a bool"),
         (WgmmaDequantConfig(split_dot="yes"), "split_dot='yes'; expected a bool"),
-        (WgmmaDequantConfig(release=1), "release=1 with overlap_dot=False; expected a bool"),
-        (
-            WgmmaDequantConfig(release=True, overlap_dot=True),
-            "release=True with overlap_dot=True; expected a bool, True only without",
-        ),
+        (WgmmaDequantConfig(release=1), "release=1; expected a bool"),
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
         (
             WgmmaDequantConfig(producer=True),
