@@ -816,6 +816,17 @@ def test_a_release_after_the_next_dot_keeps_the_dot_in_flight(producer: bool) ->
     waited = replace(config, overlap_dot=False)
     source = lower(wgmma_dequant_matmul(dtypes.i4, 128, waited), "sm_90a", constants=LAYER).source
     assert "la_wgmma_wait_prior();" not in source.split('extern "C"')[1]
+    if not producer:
+        # Without TMA the copies are cp.async and each release a block barrier, placed where
+        # the release is: after the copy's wait_group 1 still.
+        program = wgmma_dequant_matmul(dtypes.i4, 128, config)
+        threads_copy = lower(program, "sm_90a", constants=LAYER, tma=False)
+        body = threads_copy.source.split('extern "C"')[1]
+        for copy in body.split("// copy ")[1:3]:
+            release = copy.index("// copy_bulk_release")
+            assert copy.index("la_wgmma_wait_prior();") < release
+            assert "__syncthreads();" in copy[release:]
+        assert compile_cuda(threads_copy.source, "sm_90a", threads_copy.options).cubin
 
 
 def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
