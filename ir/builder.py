@@ -17,7 +17,8 @@ defines. `for_range` and `if_` are context managers whose `with` body becomes th
 loop-carried values are register tensors defined before the loop and overwritten with `assign`.
 ``with b.thread_group(start, threads):`` opens a body that those threads of the enclosing ones
 run alone (`ir.instructions.ThreadGroup`); inside it `b.threads` is the group's thread count, the
-thread count of the register layouts made there.
+thread count of the register layouts made there; ``registers=N`` asks for a register budget of
+its warps (whole warpgroups of the block's own body).
 Scalars are `layout_algebra.symbolic.Expr` (ints are accepted wherever an Expr is).
 ``int_param(name, constant=True)`` declares a compile-time constant, whose value is given when
 the program is compiled (``backend.compile(program, arch, constants={name: value})``,
