@@ -498,7 +498,7 @@ static __device__ __forceinline__ void la_group_barrier(int id, int threads)
 """`la_group_barrier`: the `sync` of a `thread_group` (PTX ``bar.sync`` on a named barrier)."""
 
 REGISTER_BUDGET_SOURCE = r"""
-/* ---- register budgets of warpgroups (sm_90a; see backend/lower/specialise.py) ---- */
+/* ---- register budgets of warpgroups (sm_90a; see backend/lower/warp_classes.py) ---- */
 
 /* The calling warpgroup's per-thread register count raised to N (waiting until the block's
    pool has them) or lowered to N (giving them back); all its warps call it together. */

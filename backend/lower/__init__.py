@@ -9,7 +9,7 @@ The package is split by concern; each module imports only those above it:
   skeleton, barriers;
 - `compute`: register initialisation and assignment, elementwise operations, casts, views,
   reductions and dots;
-- `specialise`: the tail of a kernel that only thread groups run, split into classes of warps
+- `warp_classes`: the tail of a kernel that only thread groups run, split into classes of warps
   each written as a path of its own (warp specialisation) with its register budget;
 - `driver`: the kernel frame (includes, signature, thread and block indices), the launch
   parameters, control flow, and `lower`, whose class joins the parts into an

@@ -493,19 +493,34 @@ class LoweringContext:
             arch if tma else None,
             lambda stride: known_divisor(self.with_multiples(stride)),
         )
+        self.instruction_groups = thread_groups(program)
         self.user_shared_bytes = self._allocate_shared()
         # The thread group being written (first block thread, threads; None: the block), the
         # named barrier of each group, and the scratch bytes of each (`scratch_offset`).
         self.group: tuple[int, int] | None = None
         self.group_barriers: dict[tuple[int, int], int] = {}
         self.scratch_sizes: dict[tuple[int, int] | None, int] = {}
-        self.instruction_groups = thread_groups(program)
         self.predeclared: set[str] = set()
-        # The warps of the class of a warp-specialised tail being written (`specialise`), and
+        # The warps of the class of a warp-specialised tail being written (`warp_classes`), and
         # the per-thread registers the launch bounds give (what register budgets divide).
         self.known_warps: tuple[int, int] | None = None
         self.launch_registers = register_cap(program.num_threads, program.min_blocks_per_sm)
-        self.budgets_written = False  # whether a class sets its budget (``setmaxnreg``)
+        # Whether the kernel may set register budgets: some group asks for one
+        # (`ThreadGroup.registers`; the verifier then has every warp in such a group) and the
+        # architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). They are set in
+        # the classes of a warp-specialised tail (`driver.KernelLowering.execute_block_body`);
+        # elsewhere, and in a kernel without such a tail, a budget is a request it does
+        # without. `budgets_written`: whether a class set one.
+        self.budgets_apply = (
+            arch is not None
+            and arch.endswith("a")
+            and arch_number(arch) >= WGMMA_ARCH
+            and any(
+                isinstance(instruction, instructions.ThreadGroup) and instruction.registers
+                for instruction in program.walk()
+            )
+        )
+        self.budgets_written = False
 
     def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
         """Add the wgmma candidates of an instruction list about to be written (the copies of
@@ -686,7 +701,6 @@ class LoweringContext:
         each group with an atomic_add, since each atomic_add runs between two barriers of its
         own threads and groups run at the same time; the total."""
         total = 0
-        groups = thread_groups(self.program)
         self.ticket_slots: dict[tuple[int, int] | None, int] = {}
         wgmma_tensors = self.wgmma_tensors()
         for instruction in self.program.walk():
@@ -701,7 +715,7 @@ class LoweringContext:
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
                 total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
             elif isinstance(instruction, instructions.AtomicAdd):
-                self.ticket_slots.setdefault(groups.get(id(instruction)), -1)
+                self.ticket_slots.setdefault(self.instruction_groups.get(id(instruction)), -1)
         for key in self.ticket_slots:
             self.ticket_slots[key] = total
             total += SHARED_ALIGNMENT

@@ -49,7 +49,12 @@ from backend.lower.context import (
     loop_counter_type,
 )
 from backend.lower.memory import MemoryLowering
-from backend.lower.specialise import class_budget, specialise, specialised_tail, warp_classes
+from backend.lower.warp_classes import (
+    class_budget,
+    class_instructions,
+    specialised_tail,
+    warp_classes,
+)
 from backend.tensor_core import (
     TENSOR_CORE_SOURCE,
     arch_number,
@@ -59,7 +64,6 @@ from backend.wgmma import (
     PROXY_FENCE_MARK,
     SHARED_DECLARATION,
     SWIZZLED_ALIGNMENT,
-    WGMMA_ARCH,
     WGMMA_SOURCE,
     WgmmaPlan,
     emit_wgmma_drain,
@@ -138,7 +142,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             out.lines(PROGRAMMATIC_LAUNCH_SOURCE if chained else PLAIN_LAUNCH_SOURCE)
         if self.instruction_groups:
             out.lines(GROUP_BARRIER_SOURCE)
-        if self.register_budgets_apply():
+        if self.budgets_apply:
             out.lines(REGISTER_BUDGET_SOURCE)
         if self.bulk.tensors:
             out.lines(BULK_COPY_SOURCE)
@@ -204,23 +208,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             register_budget=self.launch_registers if self.budgets_written else None,
         )
 
-    def register_budgets_apply(self) -> bool:
-        """Whether the kernel may set its warpgroups' register budgets: some group asks for
-        one (`ThreadGroup.registers`; the verifier then has every warp in such a group) and
-        the architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). They are set
-        in the classes of a warp-specialised tail (`execute_block_body`); elsewhere, and in a
-        kernel without such a tail, a budget is a request the kernel does without."""
-        arch = self.arch
-        if arch is None or not arch.endswith("a") or arch_number(arch) < WGMMA_ARCH:
-            return False
-        return any(
-            isinstance(instruction, instructions.ThreadGroup) and instruction.registers
-            for instruction in self.program.walk()
-        )
-
     def execute_block_body(self, body: Sequence[Instruction]) -> None:
         """The block's body: as one path, or, where it ends with a tail that only thread
-        groups run, that tail written once per class of warps (`backend.lower.specialise`),
+        groups run, that tail written once per class of warps (`backend.lower.warp_classes`),
         each class first setting its register budget where the kernel sets them."""
         start = specialised_tail(body)
         if start is None:
@@ -229,7 +219,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         self.execute(body[:start])
         tail = body[start:]
         classes = warp_classes(tail)
-        budgets = self.register_budgets_apply()
+        budgets = self.budgets_apply
         if budgets:
             # Warps of no class, or of a class without a budget, keep the launch's registers.
             launch = self.launch_registers
@@ -268,7 +258,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 declared, self.predeclared = self.predeclared, set(self.predeclared)
                 self.known_warps = warps
                 try:
-                    self.execute(specialise(tail, warps))
+                    self.execute(class_instructions(tail, warps))
                 finally:
                     self.predeclared, self.known_warps = declared, None
 

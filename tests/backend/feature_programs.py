@@ -478,21 +478,38 @@ def _fast_casts(rng: np.random.Generator) -> FeatureCase:
     )
 
 
+def _ticket_views(b: ProgramBuilder, parts: int, width: int, counters: int):
+    """The parameters x, partial (f32, `parts` rows of `width`), counters (`counters` i32)
+    and y (f32, one row) of a ticketed sum over a grid of `parts` blocks, and their views."""
+    x, partial = b.array_param("x", dtypes.f32), b.array_param("partial", dtypes.f32)
+    counter, y = b.array_param("counters", dtypes.i32), b.array_param("y", dtypes.f32)
+    b.grid(parts)
+    rows = GlobalLayout((parts, width), (width, 1))
+    return (
+        b.global_view(x, dtypes.f32, rows),
+        b.global_view(partial, dtypes.f32, rows),
+        b.global_view(counter, dtypes.i32, GlobalLayout((counters,), (1,))),
+        b.global_view(y, dtypes.f32, GlobalLayout((1, width), (width, 1))),
+    )
+
+
+def _ticket_arguments(rng: np.random.Generator, parts: int, width: int) -> tuple:
+    """Arguments of `_ticket_views`' parameters: x random, the parts and counters zero."""
+    return (
+        packed_codes(rng, dtypes.f32, parts * width),
+        np.zeros(parts * width * 4, dtype=np.uint8),
+        np.zeros(16, dtype=np.uint8),
+        packed_codes(rng, dtypes.f32, width),
+    )
+
+
 def _ticketed_sum(rng: np.random.Generator) -> FeatureCase:
     """Blocks store partial results; the block whose `atomic_add` ticket comes last adds every
     block's partial in block order, stores the sum and resets the counter (the fused split-k
     sum of the decode kernel)."""
     parts, width = 5, 256
     with ProgramBuilder("ticketed_sum", 64) as b:
-        x, partial = b.array_param("x", dtypes.f32), b.array_param("partial", dtypes.f32)
-        counter, y = b.array_param("counter", dtypes.i32), b.array_param("y", dtypes.f32)
-        b.grid(parts)
-        rows = GlobalLayout((parts, width), (width, 1))
-        x_view, parts_view = (
-            b.global_view(x, dtypes.f32, rows),
-            b.global_view(partial, dtypes.f32, rows),
-        )
-        counter_view = b.global_view(counter, dtypes.i32, GlobalLayout((1,), (1,)))
+        x_view, parts_view, counter_view, y_view = _ticket_views(b, parts, width, 1)
         layout = spatial(1, 64).local(1, 4)
         mine = b.load_global(x_view, [b.block_x, 0], layout)
         b.store_global(parts_view, b.mul(mine, mine), [b.block_x, 0])
@@ -500,16 +517,10 @@ def _ticketed_sum(rng: np.random.Generator) -> FeatureCase:
         with b.if_(ticket.eq(parts - 1)):
             every = b.load_global(parts_view, [0, 0], local(parts, 1) * layout)
             total = b.reduce(every, 0, "sum", keepdim=True)
-            row = GlobalLayout((1, width), (width, 1))
-            b.store_global(b.global_view(y, dtypes.f32, row), total, [0, 0])
+            b.store_global(y_view, total, [0, 0])
             zero = b.register_tensor(dtypes.i32, replicate(64).reshape(1), 0)
             b.store_global(counter_view, zero, [0])
-    arguments = (
-        packed_codes(rng, dtypes.f32, parts * width),
-        np.zeros(parts * width * 4, dtype=np.uint8),
-        np.zeros(16, dtype=np.uint8),
-        packed_codes(rng, dtypes.f32, width),
-    )
+    arguments = _ticket_arguments(rng, parts, width)
     return FeatureCase("ticketed_sum", b.program(), arguments, (parts,))
 
 
@@ -730,16 +741,7 @@ def _group_tickets(rng: np.random.Generator) -> FeatureCase:
     parts, width = 3, 256
     layout = spatial(1, 128)
     with ProgramBuilder("group_tickets", 256) as b:
-        x, partial = b.array_param("x", dtypes.f32), b.array_param("partial", dtypes.f32)
-        counters, y = b.array_param("counters", dtypes.i32), b.array_param("y", dtypes.f32)
-        b.grid(parts)
-        rows = GlobalLayout((parts, width), (width, 1))
-        x_view, parts_view = (
-            b.global_view(x, dtypes.f32, rows),
-            b.global_view(partial, dtypes.f32, rows),
-        )
-        counter_view = b.global_view(counters, dtypes.i32, GlobalLayout((2,), (1,)))
-        y_view = b.global_view(y, dtypes.f32, GlobalLayout((1, width), (width, 1)))
+        x_view, parts_view, counter_view, y_view = _ticket_views(b, parts, width, 2)
         for group in range(2):
             column = 128 * group
             with b.thread_group(column, 128):
@@ -754,13 +756,7 @@ def _group_tickets(rng: np.random.Generator) -> FeatureCase:
                     b.store_global(y_view, total, [0, column])
                     zero = b.register_tensor(dtypes.i32, replicate(128).reshape(1), 0)
                     b.store_global(counter_view, zero, [group])
-    arguments = (
-        packed_codes(rng, dtypes.f32, parts * width),
-        np.zeros(parts * width * 4, dtype=np.uint8),
-        np.zeros(16, dtype=np.uint8),
-        packed_codes(rng, dtypes.f32, width),
-    )
-    return FeatureCase("group_tickets", b.program(), arguments, (parts,))
+    return FeatureCase("group_tickets", b.program(), _ticket_arguments(rng, parts, width), (parts,))
 
 
 def feature_cases() -> list[FeatureCase]:

@@ -1,4 +1,4 @@
-"""Warp specialisation (`backend.lower.specialise`) and the register budgets of thread groups
+"""Warp specialisation (`backend.lower.warp_classes`) and the register budgets of thread groups
 (`ThreadGroup.registers`): the verifier's rules, the printer, where a kernel's tail starts and
 how its warps split into classes (tables worked by hand, and a property over random groups
 against a warp-by-warp count), what the lowering writes and refuses, and the compile-time check
@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 import backend
 from backend.errors import CompilationError
 from backend.lower import lower
-from backend.lower.specialise import class_budget, specialise, specialised_tail, warp_classes
+from backend.lower.warp_classes import (
+    class_budget,
+    class_instructions,
+    specialised_tail,
+    warp_classes,
+)
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
@@ -185,14 +190,14 @@ def test_the_tail_starts_after_the_last_instruction_of_the_block() -> None:
 def test_a_class_keeps_its_own_groups_and_the_loops_around_them() -> None:
     tail = budget_program().body[specialised_tail(budget_program().body) :]
     for warps, budget in (((0, 128), 232), ((128, 128), 24)):
-        kept = specialise(tail, warps)
+        kept = class_instructions(tail, warps)
         groups = [i for i in kept if isinstance(i, ThreadGroup)]
         loops = [i for i in kept if isinstance(i, ForRange)]
         assert {(g.start, g.threads) for g in groups} == {warps}
         assert len(groups) == 2 and len(loops) == 1
         assert [(g.start, g.threads) for g in loops[0].body] == [warps]
         assert class_budget(tail, warps) == budget
-    assert specialise(tail, (256, 32)) == ()
+    assert class_instructions(tail, (256, 32)) == ()
 
 
 # ------------------------------------------------------------------------------- the lowering

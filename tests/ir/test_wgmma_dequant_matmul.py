@@ -783,8 +783,17 @@ def test_a_producer_kernel_with_split_k_takes_the_group_s_ticket() -> None:
     program = wgmma_dequant_matmul(dtypes.i4, 128, config)
     lowered = lower(program, "sm_90a", constants={"n": 512, "k": 1024})
     body = lowered.source[lowered.source.index('extern "C"') :]
-    atomic = body.index("atomicAdd(")
-    assert body.rfind("la_group_barrier(1, 128);", 0, atomic) > body.rfind("else if", 0, atomic)
+    # In the consumers' class (the first), between two barriers of their 128 threads, the
+    # old value read after the second from a slot of the consumers' own.
+    consumers = body[: body.index("else if")]
+    assert "atomicAdd(" not in body[len(consumers) :]
+    atomic = consumers.index("atomicAdd(")
+    barrier = re.findall(r"la_group_barrier\((\d+), 128\);", consumers)
+    assert barrier and len(set(barrier)) == 1
+    before = consumers.rindex(f"la_group_barrier({barrier[0]}, 128);", 0, atomic)
+    after = consumers.index(f"la_group_barrier({barrier[0]}, 128);", atomic)
+    slot = re.search(r"(\*\(int\*\)\(la_smem \+ \d+\)) = ", consumers[before : atomic + 200])
+    assert slot and f"= {slot.group(1)};" in consumers[after : after + 200]
     assert body.count("__syncthreads();") == 1  # the barriers' initialisation only
     assert compile_cuda(lowered.source, "sm_90a", lowered.options).cubin
     report = validate_lowering(lowered)

@@ -18,7 +18,8 @@ code within its own budget, so a producer can give registers back that the consu
 takes.
 
 `specialised_tail(body)` finds where the tail starts, `warp_classes(tail)` the classes,
-`specialise(tail, warps)` a class's instructions, and `class_budget(tail, warps)` its budget.
+`class_instructions(tail, warps)` a class's instructions and `class_budget(tail, warps)` its
+budget.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def _holds(group: instructions.ThreadGroup, warps: tuple[int, int]) -> bool:
     return group.start <= warps[0] and warps[0] + warps[1] <= group.start + group.threads
 
 
-def specialise(tail: Sequence[Instruction], warps: tuple[int, int]) -> tuple[Instruction, ...]:
+def class_instructions(
+    tail: Sequence[Instruction], warps: tuple[int, int]
+) -> tuple[Instruction, ...]:
     """The instructions that the class `warps` runs of a specialised tail: the groups holding
     it, the loops and ifs around them (new objects, their bodies specialised; dropped where
     nothing of the class is left), and nothing else. The groups are the tail's own objects."""
@@ -87,7 +90,7 @@ def specialise(tail: Sequence[Instruction], warps: tuple[int, int]) -> tuple[Ins
             if _holds(instruction, warps):
                 kept.append(instruction)
         elif isinstance(instruction, (instructions.ForRange, instructions.If)):
-            body = specialise(instruction.body, warps)
+            body = class_instructions(instruction.body, warps)
             if body:
                 kept.append(dataclasses.replace(instruction, body=body))
     return tuple(kept)
