@@ -865,12 +865,7 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
-            if self.bulk_group(dst.name, instructions.CopyBulk) != self.group:
-                raise self.fail(
-                    f"the bulk copies into {dst.name} are issued by other threads than wait for "
-                    "them, which only a copy written as TMA allows (sm_90a, a box the shared "
-                    "layout gives)"
-                )
+            self.check_copied_here(dst.name, "wait for")
             self.out.line("la_cp_async_commit();")
             self.out.line("la_cp_async_wait<0>();")
             self.visit_sync(instructions.Sync())
@@ -891,6 +886,16 @@ class MemoryLowering(LoweringContext):
                 self.out.line(f"{phases} ^= 1u << {index};")
         self.note("bulk copy wait on its barrier")
 
+    def check_copied_here(self, name: str, verb: str) -> None:
+        """Where the bulk copies into shared tensor `name` fell back to ``cp.async``: refuse
+        a wait or a release (`verb`) by other threads than the copies', which only TMA's
+        barriers order."""
+        if self.bulk_group(name, instructions.CopyBulk) != self.group:
+            raise self.fail(
+                f"the bulk copies into {name} are issued by other threads than {verb} them, "
+                "which only a copy written as TMA allows (sm_90a, a box the shared layout gives)"
+            )
+
     def visit_copy_bulk_release(self, instruction: instructions.CopyBulkRelease) -> None:
         """Each warp's lane 0, once its lanes are past their reads, arrives on the free barrier
         of each slot of the tile (every thread where the block is not whole warps); where the
@@ -898,12 +903,7 @@ class MemoryLowering(LoweringContext):
         dst = instruction.dst
         plan = self.bulk.tensors.get(dst.name)
         if plan is None:
-            if self.bulk_group(dst.name, instructions.CopyBulk) != self.group:
-                raise self.fail(
-                    f"the bulk copies into {dst.name} are issued by other threads than release "
-                    "them, which only a copy written as TMA allows (sm_90a, a box the shared "
-                    "layout gives)"
-                )
+            self.check_copied_here(dst.name, "release")
             self.visit_sync(instructions.Sync())
             self.note("bulk copy release: a barrier")
             return
