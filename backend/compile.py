@@ -40,6 +40,7 @@ from backend.device import KernelResources, current_arch
 from backend.errors import CompilationError
 from backend.kernel import Kernel, KernelIntParam, build_kernel
 from backend.lower import Access, LoweredKernel, lower
+from backend.lower.warp_classes import budget_problem
 from backend.nvrtc import check_arch, cubin_registers
 from backend.tensor_core import LdmatrixPlan, MmaPlan
 from ir.program import Program
@@ -173,14 +174,15 @@ def compile_lowered(
         programmatic_launch=lowered.programmatic_launch,
         tensor_maps=lowered.tensor_maps,
     )
-    if lowered.register_budget is not None:
+    if lowered.register_changes:
         registers = cubin_registers(kernel.cubin).get(lowered.entry)
-        if registers != lowered.register_budget:
-            # The budgets' increases would wait for registers the block was never given.
+        problem = budget_problem(registers, lowered.register_changes)
+        if problem:
+            # An increase would wait for registers the block was never given.
             raise CompilationError(
-                f"{lowered.entry}: the compiled kernel has {registers} registers a thread; its "
-                f"warpgroups' register budgets divide {lowered.register_budget} a thread, "
-                "those its launch bounds give"
+                f"{lowered.entry}: the compiled kernel has {registers} registers a thread "
+                f"(the launch bounds allow {lowered.register_budget}), and its warpgroups' "
+                f"register budgets do not fit them: {problem}"
             )
     return CompiledKernel(program, lowered, kernel)
 

@@ -25,6 +25,7 @@ from backend.errors import CompilationError
 from backend.kernel import KernelArrayParam, KernelIntParam, KernelTensorMapParam
 from backend.lower import registers
 from backend.lower.report import LoweringReport, PathRecorder
+from backend.lower.warp_classes import BudgetChange
 from backend.tensor_core import (
     MINIMUM_MMA_ARCH,
     LdmatrixPlan,
@@ -198,9 +199,11 @@ class LoweredKernel:
     `programmatic_launch` (`ir.Program.programmatic_launch`: launch it as a link of a
     chain), `tensor_maps` (the tensor maps of its bulk tensor copies, encoded at launch and
     passed after the parameters; `backend.bulk_copy`, whose `BulkTensorPlan`s are in `plans`)
-    and `register_budget` (None, or the per-thread registers that the warpgroups' register
-    budgets divide: those the launch bounds give, `layout_algebra.hardware.register_cap`,
-    which the compiled kernel must have, `backend.compile` checks).
+    `register_budget` (None, or the per-thread registers that the warpgroups' register
+    budgets divide: those the launch bounds give, `layout_algebra.hardware.register_cap`) and
+    `register_changes` (the ``setmaxnreg`` the kernel runs, `backend.lower.warp_classes.
+    BudgetChange`; `backend.compile` checks them against the compiled kernel's registers,
+    which ptxas may leave below the launch bounds').
     """
 
     source: str
@@ -216,6 +219,7 @@ class LoweredKernel:
     programmatic_launch: bool = False
     tensor_maps: tuple[KernelTensorMapParam, ...] = ()
     register_budget: int | None = None
+    register_changes: tuple[BudgetChange, ...] = ()
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -510,7 +514,7 @@ class LoweringContext:
         # architecture has ``setmaxnreg`` (sm_90a and later ``a`` targets). They are set in
         # the classes of a warp-specialised tail (`driver.KernelLowering.execute_block_body`);
         # elsewhere, and in a kernel without such a tail, a budget is a request it does
-        # without. `budgets_written`: whether a class set one.
+        # without. `budget_changes`: the ``setmaxnreg`` the classes wrote.
         self.budgets_apply = (
             arch is not None
             and arch.endswith("a")
@@ -520,7 +524,7 @@ class LoweringContext:
                 for instruction in program.walk()
             )
         )
-        self.budgets_written = False
+        self.budget_changes: list[BudgetChange] = []
 
     def find_wgmma_dots(self, body: Sequence[Instruction]) -> None:
         """Add the wgmma candidates of an instruction list about to be written (the copies of

@@ -50,6 +50,8 @@ from backend.lower.context import (
 )
 from backend.lower.memory import MemoryLowering
 from backend.lower.warp_classes import (
+    BudgetChange,
+    budget_problem,
     class_budget,
     class_instructions,
     specialised_tail,
@@ -205,7 +207,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             grid=program.grid,
             programmatic_launch=program.programmatic_launch,
             tensor_maps=self.tensor_map_params(),
-            register_budget=self.launch_registers if self.budgets_written else None,
+            register_budget=self.launch_registers if self.budget_changes else None,
+            register_changes=tuple(self.budget_changes),
         )
 
     def execute_block_body(self, body: Sequence[Instruction]) -> None:
@@ -220,18 +223,20 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         tail = body[start:]
         classes = warp_classes(tail)
         budgets = self.budgets_apply
-        if budgets:
-            # Warps of no class, or of a class without a budget, keep the launch's registers.
-            launch = self.launch_registers
-            asked = launch * (self.threads - sum(warps[1] for warps in classes))
-            asked += sum(warps[1] * (class_budget(tail, warps) or launch) for warps in classes)
-            if asked > self.threads * launch:
-                raise CompilationError(
-                    f"{self.program.name}: the thread groups' register budgets add up to "
-                    f"{asked} registers, more than the {self.threads} threads' "
-                    f"{self.launch_registers} each ({self.threads * self.launch_registers}) "
-                    f"that the launch bounds give the block"
-                )
+        launch = self.launch_registers
+        changes = {
+            warps: BudgetChange(warps[1], budget, budget > launch)
+            for warps in classes
+            if budgets and (budget := class_budget(tail, warps)) not in (None, launch)
+        }
+        # Warps of no class, or of a class without a budget, keep the launch's registers.
+        problem = budget_problem(launch, tuple(changes.values()))
+        if problem:
+            raise CompilationError(
+                f"{self.program.name}: the thread groups' register budgets do not fit the "
+                f"{self.threads} threads' {launch} registers each that the launch bounds give "
+                f"the block: {problem}"
+            )
         warp = self.temporary("warp")
         self.out.comment(f"warp-specialised: {len(classes)} classes of warps, each its own path")
         self.out.line(
@@ -241,20 +246,21 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             keyword = "if" if number == 0 else "else if"
             first, count = warps[0] // WARP_SIZE, warps[1] // WARP_SIZE
             with self.out.block(f"{keyword} ((unsigned)({warp} - {first}) < {count}u)"):
-                budget = class_budget(tail, warps)
-                if budgets and budget is not None and budget != self.launch_registers:
+                change = changes.get(warps)
+                if change is not None:
                     if warps[0] % WARPGROUP_SIZE or warps[1] % WARPGROUP_SIZE:
                         # setmaxnreg is one instruction for all the warps of a warpgroup.
                         raise CompilationError(
                             f"{self.program.name}: the thread groups of the warp-specialised "
                             f"tail split the warps of threads {warps[0]} .. "
-                            f"{warps[0] + warps[1] - 1}, whose register budget is {budget}, "
-                            "from the rest of their warpgroup; a class of warps that sets a "
-                            f"budget must be whole warpgroups ({WARPGROUP_SIZE} threads)"
+                            f"{warps[0] + warps[1] - 1}, whose register budget is "
+                            f"{change.budget}, from the rest of their warpgroup; a class of "
+                            "warps that sets a budget must be whole warpgroups "
+                            f"({WARPGROUP_SIZE} threads)"
                         )
-                    action = "increase" if budget > self.launch_registers else "decrease"
-                    self.out.line(f"la_registers_{action}<{budget}>();")
-                    self.budgets_written = True
+                    action = "increase" if change.increase else "decrease"
+                    self.out.line(f"la_registers_{action}<{change.budget}>();")
+                    self.budget_changes.append(change)
                 declared, self.predeclared = self.predeclared, set(self.predeclared)
                 self.known_warps = warps
                 try:

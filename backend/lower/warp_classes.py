@@ -19,7 +19,8 @@ takes.
 
 `specialised_tail(body)` finds where the tail starts, `warp_classes(tail)` the classes,
 `class_instructions(tail, warps)` a class's instructions and `class_budget(tail, warps)` its
-budget.
+budget; `budget_problem(registers, changes)` says whether the budgets' ``setmaxnreg`` are valid
+for warps that start with `registers` a thread.
 """
 
 from __future__ import annotations
@@ -102,4 +103,37 @@ def class_budget(tail: Sequence[Instruction], warps: tuple[int, int]) -> int | N
     for group in _top_groups(tail):
         if group.registers is not None and _holds(group, warps):
             return group.registers
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetChange:
+    """One class's ``setmaxnreg``: its `threads` threads go to `budget` registers each, by an
+    increase (`increase`) or a release, chosen against the registers the launch bounds give."""
+
+    threads: int
+    budget: int
+    increase: bool
+
+
+def budget_problem(registers: int, changes: Sequence[BudgetChange]) -> str | None:
+    """Why the `changes` are not valid for warps that start with `registers` registers a
+    thread (None when they are): an increase must not lower a warp's registers, nor a release
+    raise them, and the increases take no more registers than the releases free, or they
+    would wait forever for the block's pool. The lowering asks it with the launch bounds'
+    registers, the compile again with those of the compiled kernel, which may be fewer."""
+    for change in changes:
+        lowered = change.budget < registers
+        if (change.increase and lowered) or (not change.increase and change.budget > registers):
+            action = "increase" if change.increase else "release"
+            return (
+                f"the {action} of {change.threads} threads to {change.budget} registers each "
+                f"cannot start from {registers}"
+            )
+    asked = sum(change.threads * (change.budget - registers) for change in changes)
+    if asked > 0:
+        return (
+            f"the increases take {asked} registers more than the releases free, from "
+            f"{registers} a thread"
+        )
     return None

@@ -135,8 +135,10 @@ class WgmmaDequantConfig(PrefillTile):
     `thread_group` of its own): it alone issues the activation copies, stages - 1 k-tiles
     ahead, held back only by the releases of the consumer warpgroups (a `thread_group` of the
     other threads), which load and dequantize the weights, wait, multiply, release and store.
-    With `split`, the consumers also add the parts (their `atomic_add` ticket is the group's).
-    Requires `release` and no stream-K.
+    With `split` or `stream_k`, the consumers also add the parts (their `atomic_add` ticket is
+    the group's); with `stream_k`, each segment's copies wait for the releases of the segment
+    before, with no block barrier between segments, so the whole loop over segments is warp
+    specialised. Requires `release`.
     `producer_registers` (0: none) makes the producer a whole warpgroup that keeps that many
     registers a thread (a multiple of 8 from 24 to 256) and gives the rest of the block's to
     the consumers (`ThreadGroup.registers`; `consumer_registers`): on sm_90a a producer warp
@@ -174,13 +176,10 @@ class WgmmaDequantConfig(PrefillTile):
             raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
         if not isinstance(self.release, bool):
             raise VerificationError(f"{PROGRAM}: release={self.release!r}; expected a bool")
-        if not isinstance(self.producer, bool) or (
-            self.producer and (not self.release or self.stream_k)
-        ):
+        if not isinstance(self.producer, bool) or (self.producer and not self.release):
             raise VerificationError(
-                f"{PROGRAM}: producer={self.producer!r} with release={self.release!r}, "
-                f"stream_k={self.stream_k!r}; expected a bool, True only with release and no "
-                "stream-K"
+                f"{PROGRAM}: producer={self.producer!r} with release={self.release!r}; "
+                "expected a bool, True only with release"
             )
         budget = self.producer_registers
         if (
@@ -328,6 +327,11 @@ def wgmma_dequant_matmul(
                     if not copy_first:
                         tensors.copy_ahead(b, tile, ahead)
             with consumer():
+                if config.release and config.overlap_dot and declared.stream is not None:
+                    # The last k-tile's stage, which no later k-tile of the segment releases:
+                    # the next segment's copies fill it.
+                    last = tensors.stage(tensors.end, -1)
+                    b.copy_bulk_release(tensors.ring, [last, 0, 0], shape=(block_k, block_m))
                 return b.view(acc, f32, stored_layout)
 
         def consume(tensors, tile, current, acc) -> None:
@@ -370,7 +374,11 @@ def wgmma_dequant_matmul(
                 declared.store(b, result, act)
         else:
             with declared.segments(b) as tensors:
-                tensors.store(b, product(tensors), act)
-                # The next segment's first copies fill stages this one's last dots read.
-                b.sync()
+                result = product(tensors)
+                with consumer():
+                    tensors.store(b, result, act)
+                if not config.producer:
+                    # The next segment's first copies fill stages this one's last dots read
+                    # (a producer's wait for the consumers' releases of them instead).
+                    b.sync()
     return b.program()

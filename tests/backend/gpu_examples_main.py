@@ -492,6 +492,33 @@ PREFILL_CASES = [
         },
         10,
     ),
+    # Stream-K with the producer warpgroup: the loop over segments warp-specialised, each
+    # segment's copies waiting for the consumers' releases of the one before; and with the
+    # dot in flight, each segment releasing its last stage.
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"stream_k": 3, "release": True, "producer": True, "producer_registers": 24},
+        7,
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "units_k": 2,
+            "unroll": 2,
+            "stream_k": 5,
+            "release": True,
+            "overlap_dot": True,
+            "producer": True,
+            "producer_registers": 24,
+        },
+        9,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

@@ -103,6 +103,21 @@ CONFIGS = [
     WgmmaDequantConfig(
         stages=4, min_blocks_per_sm=2, split=2, release=True, producer=True, producer_registers=24
     ),
+    # Stream-K with the producer warpgroup (the segments' loop warp-specialised), and with the
+    # dot in flight as well.
+    WgmmaDequantConfig(
+        min_blocks_per_sm=2, stream_k=5, release=True, producer=True, producer_registers=24
+    ),
+    WgmmaDequantConfig(
+        units_k=2,
+        unroll=2,
+        min_blocks_per_sm=2,
+        stream_k=7,
+        release=True,
+        overlap_dot=True,
+        producer=True,
+        producer_registers=24,
+    ),
     # Each k-tile releases the stage of the one before, its dot kept running into the next
     # (wgmma in flight with a release): without a producer, and with a producer warpgroup
     # and a chain of dots.

@@ -255,6 +255,45 @@ STREAM_K_CASES = [
         1,
         7,
     ),  # fmt: skip
+    # A producer warp (and a producer warpgroup) copying each segment's activations, held
+    # back only by the consumers' releases; the consumers store or add the parts.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, release=True, producer=True),
+        9,
+        2,
+        7,
+    ),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            block_m=8,
+            units_k=2,
+            stages=4,
+            unroll=2,
+            overlap_dot=True,
+            stream_k=3,
+            release=True,
+            producer=True,
+            producer_registers=24,
+        ),
+        9,
+        1,
+        7,
+    ),
+    # The dot in flight with a release, without a producer: a segment's last stage released.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(
+            block_m=8, units_k=2, stages=3, unroll=2, overlap_dot=True, stream_k=4, release=True
+        ),
+        9,
+        1,
+        7,
+    ),
     # More blocks than iterations: one k-tile each, every tile in K_T parts.
     (dtypes.i2, 64, WgmmaDequantConfig(block_m=8, units_k=4, stages=2, stream_k=99), 5, 1, 3),
     # As many blocks as tiles' worth: each tile whole in one block, stored without the sum.
@@ -678,6 +717,27 @@ def test_a_stream_k_kernel_runs_the_same_k_loop_per_segment() -> None:
     compile_cuda(segments.source, "sm_90a")
 
 
+def test_a_stream_k_producer_kernel_runs_its_segments_per_warp_class() -> None:
+    """Stream-K with the producer warpgroup: the loop over the block's segments holds thread
+    groups only, so each class of warps runs it on its own path (the consumers with 232
+    registers, the producer with 24), with no block barrier after the barriers' set-up; the
+    consumers' loop holds one ticket (`atomicAdd`); NVRTC takes it."""
+    config = WgmmaDequantConfig(
+        min_blocks_per_sm=2, stream_k=264, release=True, producer=True, producer_registers=24
+    )
+    lowered = lower(wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants=LAYER)
+    kernel_text = lowered.source.split('extern "C"')[1]
+    assert "warp-specialised: 2 classes of warps" in kernel_text
+    consumers, producer = kernel_text.split("la_registers_decrease<24>();")
+    assert "la_registers_increase<232>();" in consumers
+    segment_loop = re.compile(r"for \(int k0 = .*block_x")
+    assert len(segment_loop.findall(consumers)) == len(segment_loop.findall(producer)) == 1
+    assert kernel_text.count("__syncthreads();") == 1
+    assert consumers.count("atomicAdd") == 1 and "atomicAdd" not in producer
+    assert "la_tma_load_2d" in producer and "la_tma_load_2d" not in consumers
+    compile_cuda(lowered.source, "sm_90a", lowered.options)
+
+
 def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> None:
     """Should one copy's dot find no wgmma plan (it then runs on mma.sync), it first waits for
     every wgmma still in flight: the copy before it wrote its registers expecting that wait."""
@@ -864,11 +924,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (WgmmaDequantConfig(split=0), "split=0; expected an int >= 1"),
         (
             WgmmaDequantConfig(producer=True),
-            "producer=True with release=False, stream_k=0; expected a bool, True only with release",
+            "producer=True with release=False; expected a bool, True only with release",
         ),
         (
-            WgmmaDequantConfig(producer=True, release=True, stream_k=4),
-            "producer=True with release=True, stream_k=4",
+            WgmmaDequantConfig(producer=1, release=True),
+            "producer=1 with release=True; expected a bool",
         ),
         (
             WgmmaDequantConfig(producer_registers=24),
