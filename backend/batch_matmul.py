@@ -47,14 +47,23 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/2"
+NAMESPACE = "batch_matmul/3"
 """The autotuner's namespace of the path choice (a new version is a new set of records)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
     {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2},
-    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, "split": 2},
+    {
+        "path": "prefill",
+        "block_m": 64,
+        "stages": 4,
+        "min_blocks_per_sm": 2,
+        "split": 2,
+        "release": True,
+        "producer": True,
+        "producer_registers": 24,
+    },
     {
         "path": "prefill",
         "block_m": 56,
@@ -78,11 +87,11 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
 quantized_matmul_notes.md, "Prefill, fifth part", "sixth part" and "a producer warpgroup"):
-64 rows, each k-tile waited for; the same with k split in two (for layers with fewer tiles
-than the GPU has block slots, such as 8192 x 8192 and 28672 x 8192 at 256 rows); 56 rows, the
-k-tile a chain of k16 steps kept in flight into the next; 64 rows with a producer warpgroup
-issuing the activation copies and keeping 24 registers, the consumers 232 (the fastest at
-4096 rows)."""
+64 rows, each k-tile waited for; 64 rows with k split in two and a producer warpgroup (for
+layers with fewer tiles than the GPU has block slots, such as 8192 x 8192 and 28672 x 8192 at
+256 rows; "the producer warpgroup with split k"); 56 rows, the k-tile a chain of k16 steps
+kept in flight into the next; 64 rows with a producer warpgroup issuing the activation copies
+and keeping 24 registers, the consumers 232 (the fastest at 4096 rows)."""
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""
 

@@ -48,8 +48,8 @@ def test_each_path_is_its_program() -> None:
 
 def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
     """Tune `problem` at M = 256 for sm_90a with a fake measure: `times` by a path's
-    description (``dequantize``, ``prefill64``, ``prefill64/2`` split in two, ``prefill56``,
-    ``prefill64+producer`` with a producer warpgroup);
+    description (``dequantize``, ``prefill64``, ``prefill56``, ``prefill64+producer`` with a
+    producer warpgroup, ``prefill64/2+producer`` the same with k split in two);
     returns the operation and the descriptions measured."""
     measured = []
 
@@ -74,10 +74,11 @@ def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
 
 
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 68.0, "prefill56": 65.0}
+    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 68.0, "prefill56": 65.0}
     times["prefill64+producer"] = 66.0
     operation, measured = _tune(tmp_path, times)
-    expected = ["dequantize", "prefill56", "prefill64", "prefill64+producer", "prefill64/2"]
+    expected = ["dequantize", "prefill56", "prefill64", "prefill64+producer"]
+    expected.append("prefill64/2+producer")
     assert sorted(measured) == expected
     assert operation.path == dict(BATCH_PATHS[3]) and operation.launches == 1
     assert operation.tuning is not None and not operation.tuning.from_cache
@@ -86,7 +87,7 @@ def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> N
 
 
 def test_the_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 68.0, "prefill56": 65.0}
+    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 68.0, "prefill56": 65.0}
     times["prefill64+producer"] = 63.0
     operation, _ = _tune(tmp_path, times)
     assert operation.path == dict(BATCH_PATHS[4]) and operation.launches == 1
@@ -95,15 +96,16 @@ def test_the_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None:
 
 
 def test_the_split_kernel_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2": 60.0, "prefill56": 65.0}
+    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 60.0, "prefill56": 65.0}
     times["prefill64+producer"] = 66.0
     operation, _ = _tune(tmp_path, times)
     assert operation.path == dict(BATCH_PATHS[2]) and operation.prefill.split == 2
+    assert operation.prefill.producer_registers == 24
     assert [p.name for p in operation.kernel.program.params][-3:] == ["partial", "counters", "c"]
 
 
 def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 50.0, "prefill64": 70.0, "prefill64/2": 60.0, "prefill56": 65.0}
+    times = {"dequantize": 50.0, "prefill64": 70.0, "prefill64/2+producer": 60.0, "prefill56": 65.0}
     times["prefill64+producer"] = 66.0
     operation, _ = _tune(tmp_path, times)
     assert operation.path == DEQUANTIZE and operation.launches == 2
