@@ -32,16 +32,17 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 from backend.cache import CubinCache
 from backend.device import KernelResources, current_arch
-from backend.errors import CompilationError
+from backend.errors import CompilationError, PerformanceWarning
 from backend.kernel import Kernel, KernelIntParam, build_kernel
 from backend.lower import Access, LoweredKernel, lower
 from backend.lower.warp_classes import budget_problem
-from backend.nvrtc import check_arch, cubin_registers
+from backend.nvrtc import check_arch, cubin_registers, performance_losses
 from backend.tensor_core import LdmatrixPlan, MmaPlan
 from ir.program import Program
 
@@ -52,7 +53,7 @@ class CompiledKernel:
     Attributes: `program` (as given, before specialisation), `lowered` (the
     `backend.lower.LoweredKernel`, of the specialised program), `kernel` (the
     `backend.kernel.Kernel` that launches it); properties `source`, `cubin`, `arch`,
-    `constants`, `accesses`, `plans`, `shared_bytes`, `resources`.
+    `constants`, `accesses`, `plans`, `shared_bytes`, `resources`, `performance_losses`.
     """
 
     def __init__(self, program: Program, lowered: LoweredKernel, kernel: Kernel) -> None:
@@ -98,6 +99,13 @@ class CompiledKernel:
     def shared_bytes(self) -> int:
         """Dynamic shared memory per block, in bytes."""
         return self.lowered.shared_bytes
+
+    @property
+    def performance_losses(self) -> tuple[str, ...]:
+        """ptxas's notes of the losses of performance it could not avoid in this kernel
+        (`backend.nvrtc.performance_losses`; empty for most kernels), also issued as a
+        `PerformanceWarning` when the kernel is compiled."""
+        return performance_losses(self.kernel.compiler_log)
 
     @property
     def resources(self) -> KernelResources:
@@ -184,7 +192,10 @@ def compile_lowered(
                 f"(the launch bounds allow {lowered.register_budget}), and its warpgroups' "
                 f"register budgets do not fit them: {problem}"
             )
-    return CompiledKernel(program, lowered, kernel)
+    compiled = CompiledKernel(program, lowered, kernel)
+    for loss in compiled.performance_losses:
+        warnings.warn(f"{lowered.entry}: {loss}", PerformanceWarning, stacklevel=3)
+    return compiled
 
 
 def _lower_job(job: tuple[Program, str, Mapping[str, int] | None]) -> LoweredKernel | Exception:

@@ -8,6 +8,8 @@
 - `CacheError`: the kernel cache directory cannot be trusted (another owner, not a directory).
 - `DriverError`: a CUDA driver call failed; the message names the call and the driver's error.
 - `NoDeviceError`: the driver reports no usable GPU (or there is no driver at all).
+- `PerformanceWarning` (a warning, not an exception): the compiler reports a loss of
+  performance it could not avoid in a kernel, such as warpgroup dots run one after another.
 
 The types about a bad value subclass `ValueError`, so callers that only know the standard library
 can still catch them.
@@ -55,3 +57,9 @@ class DriverError(RuntimeError):
 
 class NoDeviceError(DriverError):
     """No CUDA driver or no CUDA device is available."""
+
+
+class PerformanceWarning(UserWarning):
+    """ptxas compiled a kernel with a loss of performance it reports (its "Potential Performance
+    Loss" notes, `backend.nvrtc.performance_losses`): the kernel is correct, but slower than its
+    program asks for, e.g. its ``wgmma`` serialised for want of registers."""

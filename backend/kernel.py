@@ -398,14 +398,14 @@ class Kernel:
     `source`, `cubin`, `arch`, `entry` (the `extern "C" __global__` name), `params` (the
     signature, in C parameter order), `block_threads` (threads per block, a 1-D block),
     `shared_bytes` (dynamic shared memory per block), `grid` (the declared launch grid: x, y, z
-    ints or expressions over the int parameters, or None when each call gives it), and
+    ints or expressions over the int parameters, or None when each call gives it),
     `resources` (registers per thread, static shared bytes, local bytes, max threads per block;
-    loading the kernel on the current device the first time). `device` is the driver interface
-    (the real CUDA driver unless a test substitutes one). With `programmatic_launch` (and an
-    sm_90 or newer `arch`) each launch lets the kernel start while the kernel before it on the
-    stream finishes (CUDA's programmatic stream serialization; the kernel's
-    ``griddepcontrol.wait`` orders its reads). Construction raises `LaunchError` for an invalid
-    signature, block or grid.
+    loading the kernel on the current device the first time) and `compiler_log` (NVRTC's log).
+    `device` is the driver interface (the real CUDA driver unless a test substitutes one). With
+    `programmatic_launch` (and an sm_90 or newer `arch`) each launch lets the kernel start while
+    the kernel before it on the stream finishes (CUDA's programmatic stream serialization; the
+    kernel's ``griddepcontrol.wait`` orders its reads). Construction raises `LaunchError` for an
+    invalid signature, block or grid.
     """
 
     def __init__(
@@ -422,6 +422,7 @@ class Kernel:
         device: Device | None = None,
         programmatic_launch: bool = False,
         tensor_maps: Sequence[KernelTensorMapParam] = (),
+        compiler_log: str = "",
     ) -> None:
         if not isinstance(entry, str) or not entry.isidentifier():
             raise LaunchError(f"kernel entry {entry!r} is not a C identifier")
@@ -474,6 +475,7 @@ class Kernel:
             )
         self._source = source
         self._cubin = bytes(cubin)
+        self._compiler_log = str(compiler_log)
         self._arch = arch
         self._entry = entry
         self._params = params
@@ -507,6 +509,11 @@ class Kernel:
     def cubin(self) -> bytes:
         """The compiled ELF image."""
         return self._cubin
+
+    @property
+    def compiler_log(self) -> str:
+        """NVRTC's log of the compile (warnings and ptxas's notes; empty when clean)."""
+        return self._compiler_log
 
     @property
     def arch(self) -> str:
@@ -738,4 +745,5 @@ def build_kernel(
         device=device,
         programmatic_launch=programmatic_launch,
         tensor_maps=tensor_maps,
+        compiler_log=module.log,
     )

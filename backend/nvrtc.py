@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from backend.cache import CubinCache, HeaderTree, cache_key, default_cache
+from backend.cache import CubinCache, HeaderTree, RecordStore, cache_key, default_cache, record_key
 from backend.errors import ArchitectureError, CompilationError
 
 PROGRAM_NAME = "kernel.cu"
@@ -55,6 +55,12 @@ _ERROR_PATTERN = re.compile(
     re.MULTILINE,
 )
 _ARCH_OPTIONS = ("--gpu-architecture", "-arch", "--gpu-code", "-code")
+_PERFORMANCE_LOSS = re.compile(
+    r"^ptxas[^:\n]*:\s*(?:(?P<code>\(C\d+\))\s*)?Potential Performance Loss:\s*(?P<what>.*?)\s*$",
+    re.MULTILINE,
+)
+LOG_NAMESPACE = "nvrtc-log"
+"""The records that keep a cached CUBIN's NVRTC log (`compile_cached`)."""
 
 # ELF facts of a CUBIN: 64-bit little-endian, machine EM_CUDA, kernels flagged in st_other.
 _ELF_MAGIC = b"\x7fELF"
@@ -76,9 +82,10 @@ _EIATTR_REGCOUNT = 0x2F
 class CompiledModule:
     """The result of compiling one source.
 
-    `cubin`: the ELF image for `arch`; `log`: NVRTC's log (warnings; empty when clean, and for a
-    cache hit, which stores no log); `nvrtc_version`: (major, minor) of the NVRTC that compiled
-    it; `options`: the full option list given to NVRTC; `from_cache`: whether it was loaded from
+    `cubin`: the ELF image for `arch`; `log`: NVRTC's log (warnings, and ptxas's notes such as
+    `performance_losses`; empty when clean; a cache hit has the log its compile had, kept
+    beside the CUBIN); `nvrtc_version`: (major, minor) of the NVRTC that compiled it;
+    `options`: the full option list given to NVRTC; `from_cache`: whether it was loaded from
     the on-disk cache.
     """
 
@@ -305,9 +312,10 @@ def compile_cached(
 
     The key is `cache_key(source, full options, arch, nvrtc_version())`, so the include
     directories and every option take part. NVRTC runs only on a miss; a hit has `from_cache`
-    True and an empty log. With `include_dirs=None` the bundled headers are checked (and rebuilt
-    when they fail, `bundled_header_dirs`) only on a miss, right before NVRTC reads them: a hit
-    reads no header.
+    True and the log of the compile that stored it (a record of the cache's `RecordStore`,
+    `LOG_NAMESPACE`, written when the log is not empty). With `include_dirs=None` the bundled
+    headers are checked (and rebuilt when they fail, `bundled_header_dirs`) only on a miss,
+    right before NVRTC reads them: a hit reads no header.
     """
     tree = _bundled_header_tree() if include_dirs is None else None
     if include_dirs is not None:
@@ -327,10 +335,28 @@ def compile_cached(
         compiled.append(_compile(source, arch, full_options))
         return compiled[0].cubin
 
-    cubin, hit = (cache or default_cache()).get_or_compile(key, compile_cubin)
+    cubins = cache or default_cache()
+    logs = RecordStore(cubins.directory)
+    log_key = record_key(LOG_NAMESPACE, {"cubin": key})
+    cubin, hit = cubins.get_or_compile(key, compile_cubin)
     if hit:
-        return CompiledModule(cubin, "", version, arch, full_options, from_cache=True)
+        record = logs.load(log_key) or {}
+        log = record.get("log") if isinstance(record.get("log"), str) else ""
+        return CompiledModule(cubin, log, version, arch, full_options, from_cache=True)
+    if compiled[0].log:
+        logs.store(log_key, {"log": compiled[0].log})
     return compiled[0]
+
+
+def performance_losses(log: str) -> tuple[str, ...]:
+    """The notes of ptxas in an NVRTC `log` that name a loss of performance it could not avoid,
+    each as ptxas words it with its code, e.g. ``(C7512) ... wgmma.mma_async instructions are
+    serialized due to insufficient register resources for the function 'k'``: the warpgroup
+    dots of such a kernel wait for each other, which can cost half its speed."""
+    return tuple(
+        " ".join(part for part in match.group("code", "what") if part)
+        for match in _PERFORMANCE_LOSS.finditer(log)
+    )
 
 
 def _compile(source: str, arch: str, full_options: tuple[str, ...]) -> CompiledModule:

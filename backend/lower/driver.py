@@ -160,6 +160,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         bounds = str(self.threads)
         if program.min_blocks_per_sm is not None:
             bounds += f", {program.min_blocks_per_sm}"
+        elif self.budgets_apply:
+            # Without a block count ptxas cannot tell the registers a warp has at entry, and
+            # ignores every setmaxnreg (its note C7508): ask for one block an SM.
+            bounds += ", 1"
         header = (
             f'extern "C" __global__ void __launch_bounds__({bounds}) {program.name}({signature})'
         )

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.cache import CubinCache, RecordStore, cache_key, record_key
 from backend.errors import ArchitectureError, CompilationError
 from backend.nvrtc import (
     LANGUAGE_STANDARD,
+    LOG_NAMESPACE,
     bundled_header_dirs,
     check_arch,
     compile_cached,
@@ -20,6 +22,7 @@ from backend.nvrtc import (
     cubin_kernels,
     nvrtc_options,
     nvrtc_version,
+    performance_losses,
     toolkit_header_dirs,
 )
 
@@ -161,7 +164,58 @@ def test_compile_cached_hits_on_the_second_call() -> None:
     assert (first.from_cache, second.from_cache) == (False, True)
     assert first.cubin == second.cubin
     assert second.options == first.options
-    assert second.log == ""
+    assert second.log == first.log == ""
+
+
+def test_a_cache_hit_keeps_the_log_of_its_compile(tmp_path) -> None:
+    """A compile with a warning stores its log beside the CUBIN; a hit returns it. Without that
+    record (a CUBIN cached before logs were kept) a hit has an empty log."""
+    source = 'extern "C" __global__ void k(int* x) { int unused; x[0] = 1; }'
+    cache = CubinCache(tmp_path)
+    first = compile_cached(source, "sm_80", cache=cache)
+    second = compile_cached(source, "sm_80", cache=cache)
+    assert (first.from_cache, second.from_cache) == (False, True)
+    assert "#177" in first.log and "unused" in first.log
+    assert second.log == first.log
+    key = cache_key(source, first.options, "sm_80", nvrtc_version())
+    record = RecordStore(tmp_path).entry_path(record_key(LOG_NAMESPACE, {"cubin": key}))
+    record.unlink()
+    assert compile_cached(source, "sm_80", cache=cache).log == ""
+    clean = compile_cached(VECTOR_ADD.replace("vector_add", "clean"), "sm_80", cache=cache)
+    assert clean.log == ""
+    assert sorted(path.suffix for path in tmp_path.iterdir()) == [".cubin", ".cubin"]
+
+
+@pytest.mark.parametrize(
+    ("log", "losses"),
+    [
+        ("", ()),
+        ("ptxas info    : Used 128 registers, used 1 barriers\n", ()),
+        (
+            "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions "
+            "are serialized due to insufficient register resources for the function 'k'\n",
+            (
+                "(C7512) wgmma.mma_async instructions are serialized due to insufficient "
+                "register resources for the function 'k'",
+            ),
+        ),
+        (
+            'kernel.cu(3): warning #177-D: variable "x" was declared but never referenced\n'
+            "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions "
+            "are serialized due to insufficient register resources for the wgmma pipeline in "
+            "the function 'k'\r\n"
+            "ptxas warning : Potential Performance Loss: a note without a code  \n",
+            (
+                "(C7511) wgmma.mma_async instructions are serialized due to insufficient "
+                "register resources for the wgmma pipeline in the function 'k'",
+                "a note without a code",
+            ),
+        ),
+        ("note: Potential Performance Loss: not from ptxas\n", ()),
+    ],
+)
+def test_performance_losses_table(log: str, losses: tuple[str, ...]) -> None:
+    assert performance_losses(log) == losses
 
 
 def test_cubin_kernels_rejects_what_is_not_a_cubin() -> None:
