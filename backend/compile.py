@@ -184,6 +184,11 @@ def compile_lowered(
     )
     if lowered.register_changes:
         registers = cubin_registers(kernel.cubin).get(lowered.entry)
+        if registers is None:
+            raise CompilationError(
+                f"{lowered.entry}: the CUBIN records no register count for the kernel, so its "
+                "warpgroups' register budgets cannot be checked"
+            )
         problem = budget_problem(registers, lowered.register_changes)
         if problem:
             # An increase would wait for registers the block was never given.

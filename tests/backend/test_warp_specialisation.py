@@ -297,6 +297,9 @@ def test_the_compiled_kernel_has_the_registers_its_budgets_divide(monkeypatch) -
     monkeypatch.setattr(compile_module, "cubin_registers", lambda cubin: {"budgets": 224})
     with pytest.raises(CompilationError, match="release of 128 threads to 232 .* from 224"):
         backend.compile(releases, arch="sm_90a", cache=None)
+    monkeypatch.setattr(compile_module, "cubin_registers", lambda cubin: {})
+    with pytest.raises(CompilationError, match="records no register count for the kernel"):
+        backend.compile(releases, arch="sm_90a", cache=None)
 
 
 @pytest.mark.parametrize(
