@@ -10,8 +10,10 @@ interpreter.
 Each program runs on torch CUDA tensors through `backend.compile` (for the current GPU's
 architecture) and on NumPy copies of the same arguments through `ir.run_reference`; every array
 argument must come back with the same bytes (within a tolerance for programs with inexact
-operations: `exp` and friends). The table also shows each kernel's registers per thread and its
-local memory per thread (spills: 0 when the register arrays stayed in registers). The functions
+operations: `exp` and friends). The table also shows each kernel's registers per thread, its
+local memory per thread (spills: 0 when the register arrays stayed in registers) and the
+number of ptxas's notes of lost performance (`CompiledKernel.performance_losses`, each also
+printed as a `PerformanceWarning`). The functions
 here are also what test_gpu_differential.py uses to run programs on the GPU. Needs torch and a
 CUDA device.
 """
@@ -744,7 +746,10 @@ def main(argv: Sequence[str] = ()) -> int:
     if argv:
         cases = [case for case in cases if any(part in case[0] for part in argv)]
     failures = 0
-    print(f"{'program':<32} {'compile s':>9} {'run s':>7} {'regs':>5} {'local B':>7}  result")
+    print(
+        f"{'program':<32} {'compile s':>9} {'run s':>7} {'regs':>5} {'local B':>7} "
+        f"{'ptxas':>5}  result"
+    )
     for name, program, arguments, grid, exact in cases:
         started = time.perf_counter()
         kernel = compile(program)
@@ -761,7 +766,8 @@ def main(argv: Sequence[str] = ()) -> int:
         resources = kernel.resources
         print(
             f"{name:<32} {compiled:>9.2f} {ran:>7.3f} {resources.registers_per_thread:>5} "
-            f"{resources.local_bytes:>7}  {'ok' if not problems else problems[0]}"
+            f"{resources.local_bytes:>7} {len(kernel.performance_losses):>5}  "
+            f"{'ok' if not problems else problems[0]}"
         )
     print(f"{len(cases) - failures} of {len(cases)} programs match the interpreter")
     return 1 if failures else 0
