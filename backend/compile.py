@@ -141,6 +141,7 @@ def compile(
     cache: CubinCache | None = None,
     wgmma: bool = True,
     tma: bool = True,
+    hoist_invariants: bool = False,
 ) -> CompiledKernel:
     """Verify, lower and compile `program` for `arch` (``"sm_80"``, ``"sm_90a"``, ...).
 
@@ -150,8 +151,9 @@ def compile(
     it can (`backend.lower.lower`: such dots match the interpreter within rounding; on sm_90a
     ``wgmma`` where a dot reads its operands from shared memory, and ``wgmma=False`` forces
     ``mma.sync`` there, so that the two paths can be compared; likewise bulk copies run as TMA
-    bulk tensor copies on sm_90 where they can, and ``tma=False`` keeps them on ``cp.async``).
-    The CUBIN
+    bulk tensor copies on sm_90 where they can, and ``tma=False`` keeps them on ``cp.async``;
+    ``hoist_invariants=True`` computes block-invariant values that divide by runtime values
+    once, at the kernel's start, `backend.lower.lower`). The CUBIN
     comes from the on-disk cache (`cache`, default `backend.default_cache()`) when the same
     source and options were compiled before. Raises `VerificationError` for an ill-formed
     program, `SpecializationError` for constants that do not fit it (a constant parameter
@@ -160,7 +162,14 @@ def compile(
     rejects the source, `ArchitectureError` for an unknown architecture.
     """
     chosen = check_arch(current_arch() if arch is None else arch)
-    lowered = lower(program, chosen, constants=constants, wgmma=wgmma, tma=tma)
+    lowered = lower(
+        program,
+        chosen,
+        constants=constants,
+        wgmma=wgmma,
+        tma=tma,
+        hoist_invariants=hoist_invariants,
+    )
     return compile_lowered(program, lowered, chosen, cache=cache)
 
 

@@ -537,7 +537,8 @@ def validate_lowering(
     accesses: Iterable[Access] = getattr(kernel, "accesses", kernel)
     plans = getattr(kernel, "plans", ())
     text = getattr(kernel, "source", None)
-    source = None if text is None else PrintedSource.of(text)
+    invariants = getattr(kernel, "invariants", ())
+    source = None if text is None else PrintedSource.of(text, invariants)
     return LoweringValidation(
         tuple(
             (access, validate_access(access, source, timeout=timeout, rlimit=rlimit))

@@ -23,6 +23,12 @@ the registers and run on the threads the IR asks for. The checks, per access:
   when the access has none;
 - "mask": a masked access sits inside ``if (MASK) {`` or uses ``(MASK ? `` on its line.
 
+A kernel lowered with ``hoist_invariants`` prints some block-invariant values as variables
+computed once at its start (`LoweredKernel.invariants`): each expression above is then looked
+for as printed through those variables (`backend.lower.context.replace_invariants`), and an
+address that reads one needs its declaration, ``const int la_inv0 = DEFINITION;``, in the
+source (`backend.lower.context.invariant_declaration`).
+
 Each function returns None when the check holds and a sentence saying what is missing otherwise.
 """
 
@@ -34,8 +40,8 @@ from dataclasses import dataclass
 
 from backend.cuda_codegen import VECTOR_TYPES, pack_expression, unpack_expressions
 from backend.lower import Access, registers
-from backend.lower.context import c_text
-from layout_algebra.symbolic import as_expr, simplify
+from backend.lower.context import c_text, invariant_declaration, replace_invariants
+from layout_algebra.symbolic import Expr, as_expr, simplify
 
 INDENT = "    "
 """One level of indentation of the generated source (`backend.cuda_codegen.CodeWriter`)."""
@@ -43,14 +49,35 @@ INDENT = "    "
 
 @dataclass(frozen=True)
 class PrintedSource:
-    """A kernel's source split into lines, with the enclosing block headers of each line."""
+    """A kernel's source split into lines, with the enclosing block headers of each line, and
+    the values it computes once at its start (`LoweredKernel.invariants`)."""
 
     lines: tuple[str, ...]
+    invariants: tuple[tuple[Expr, Expr], ...] = ()
 
     @classmethod
-    def of(cls, source: str) -> PrintedSource:
-        """The lines of `source`."""
-        return cls(tuple(source.split("\n")))
+    def of(cls, source: str, invariants: Sequence[tuple[Expr, Expr]] = ()) -> PrintedSource:
+        """The lines of `source`, whose kernel hoisted `invariants` (definition, variable)."""
+        return cls(tuple(source.split("\n")), tuple(invariants))
+
+    def c(self, expr: Expr | int) -> str:
+        """The C text the kernel prints for `expr`: through its hoisted variables."""
+        if not self.invariants:
+            return c_text(expr)
+        return c_text(replace_invariants(as_expr(expr), dict(self.invariants)))
+
+    def undeclared(self, expr: Expr | int) -> str | None:
+        """The first hoisted variable that `expr` is printed with whose declaration no line of
+        the source holds, as the declaration wanted; None when all are declared."""
+        if not self.invariants:
+            return None
+        used = replace_invariants(as_expr(expr), dict(self.invariants)).free_vars()
+        stripped = {line.strip() for line in self.lines}
+        for definition, variable in self.invariants:
+            wanted = invariant_declaration(variable, definition)
+            if variable.name in used and wanted not in stripped:
+                return wanted
+        return None
 
     def matching(self, pattern: re.Pattern[str]) -> list[int]:
         """The indices of the lines where `pattern` matches."""
@@ -72,10 +99,10 @@ class PrintedSource:
         return found
 
 
-def address_pattern(access: Access) -> re.Pattern[str]:
+def address_pattern(access: Access, source: PrintedSource) -> re.Pattern[str]:
     """The pattern of the access's pointer and printed address as a whole operand."""
     pointer = re.escape(access.pointer)
-    address = re.escape(c_text(access.expr))
+    address = re.escape(source.c(access.expr))
     if access.width > 1:
         return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
     if access.unit_bits == 1:
@@ -87,13 +114,17 @@ def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | 
     """(the lines using the access's address, None) or ([], what is missing)."""
     if access.base is not None:
         return _check_base(access, source)
-    lines = source.matching(address_pattern(access))
-    if lines:
-        return lines, None
-    return [], (
-        f"no line of the source uses {access.pointer} at the proved address "
-        f"{c_text(access.expr)} (units of {access.unit_bits} bits)"
-    )
+    lines = source.matching(address_pattern(access, source))
+    if not lines:
+        return [], (
+            f"no line of the source uses {access.pointer} at the proved address "
+            f"{source.c(access.expr)} (units of {access.unit_bits} bits)"
+        )
+    for what, expr in (("address", access.expr), ("guard", access.guard), ("mask", access.mask)):
+        missing = None if expr is None else source.undeclared(expr)
+        if missing is not None:
+            return [], f"the {what} reads a value the kernel never computes: no line {missing}"
+    return lines, None
 
 
 def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str | None]:
@@ -103,15 +134,20 @@ def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str |
     difference = simplify(as_expr(offset) + index - access.expr)
     if difference.op != "const" or difference.value != 0:
         return [], (
-            f"the base pointer {name}'s offset {c_text(offset)} plus {index} is not the proved "
-            f"address {c_text(access.expr)}"
+            f"the base pointer {name}'s offset {source.c(offset)} plus {index} is not the "
+            f"proved address {source.c(access.expr)}"
         )
     declaration = re.compile(
         rf"\* const {re.escape(name)} = \(\(\w[\w ]*\*\){re.escape(access.pointer)}\) "
-        rf"\+ \({re.escape(c_text(offset))}\);"
+        rf"\+ \({re.escape(source.c(offset))}\);"
     )
     if not source.matching(declaration):
-        return [], f"no line declares {name} as {access.pointer} plus the offset {c_text(offset)}"
+        return [], (
+            f"no line declares {name} as {access.pointer} plus the offset {source.c(offset)}"
+        )
+    missing = source.undeclared(offset)
+    if missing is not None:
+        return [], f"the offset reads a value the kernel never computes: no line {missing}"
     lines = source.matching(re.compile(rf"(?<![\w.]){re.escape(name)}\[{index}\]"))
     if lines:
         return lines, None
@@ -120,7 +156,7 @@ def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str |
 
 def check_guard(access: Access, source: PrintedSource, lines: Sequence[int]) -> str | None:
     """None when some line of the access runs under exactly its recorded guard."""
-    wanted = None if access.guard is None else f"if ({c_text(access.guard)})"
+    wanted = None if access.guard is None else f"if ({source.c(access.guard)})"
     for index in lines:
         guards = [h for h in source.headers(index) if h == wanted or _is_replica_guard(h)]
         if (wanted is None and not guards) or (wanted is not None and wanted in guards):
@@ -141,7 +177,7 @@ def check_mask(access: Access, source: PrintedSource, lines: Sequence[int]) -> s
     """None when the access has no mask, or some line of it is guarded by the printed mask."""
     if access.mask is None or (access.mask.is_const and access.mask.value != 0):
         return None
-    mask = c_text(access.mask)
+    mask = source.c(access.mask)
     for index in lines:
         if f"({mask} ? " in source.lines[index] or f"if ({mask})" in source.headers(index):
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +51,7 @@ from ir import dtypes, instructions
 from ir.instructions import Instruction
 from ir.placement import broadcast_gather
 from ir.printer import format_instruction
-from ir.program import Program
+from ir.program import BLOCK_INDICES, Program
 from ir.values import IntParam, RegisterTensor
 from ir.verifier import SHARED_ALIGNMENT
 from layout_algebra.function_layout import FunctionLayout
@@ -203,7 +203,9 @@ class LoweredKernel:
     budgets divide: those the launch bounds give, `layout_algebra.hardware.register_cap`) and
     `register_changes` (the ``setmaxnreg`` the kernel runs, `backend.lower.warp_classes.
     BudgetChange`; `backend.compile` checks them against the compiled kernel's registers,
-    which ptxas may leave below the launch bounds').
+    which ptxas may leave below the launch bounds') and `invariants` (each value computed once
+    at the kernel's start, as (definition, variable), `lower(..., hoist_invariants=True)`:
+    the source prints the recorded expressions through them, `replace_invariants`).
     """
 
     source: str
@@ -220,6 +222,7 @@ class LoweredKernel:
     tensor_maps: tuple[KernelTensorMapParam, ...] = ()
     register_budget: int | None = None
     register_changes: tuple[BudgetChange, ...] = ()
+    invariants: tuple[tuple[Expr, Expr], ...] = ()
 
 
 def local_index_expression(layout: RegisterLayout, coords: Sequence[Expr | int]) -> Expr:
@@ -431,13 +434,53 @@ def c_text(expr: Expr | int) -> str:
     return to_c(expr, atoms)
 
 
+def replace_invariants(expr: Expr, variables: Mapping[Expr, Expr]) -> Expr:
+    """`expr` with each largest sub-expression that is a key of `variables` (a hoisted
+    block-invariant value's definition, `LoweringContext.hoist_invariants`) replaced by its
+    variable: what the kernel prints for `expr`."""
+    found = variables.get(expr)
+    if found is not None:
+        return found
+    if not expr.args:
+        return expr
+    args = tuple(replace_invariants(arg, variables) for arg in expr.args)
+    if all(new is old for new, old in zip(args, expr.args)):
+        return expr
+    return Expr(expr.op, args)
+
+
+def invariant_declaration(variable: Expr, definition: Expr) -> str:
+    """The kernel's line computing a hoisted value once: an int, or a 64-bit value (read as its
+    copy ``la_w_<name>``) where the variable's bounds leave the int range."""
+    declared = (
+        f"int {variable.name}" if fits_int(variable) else f"long long {WIDE_PREFIX}{variable.name}"
+    )
+    return f"const {declared} = {c_text(definition)};"
+
+
 class LoweringContext:
     """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
 
     def __init__(
-        self, program: Program, arch: str | None, wgmma: bool = True, tma: bool = True
+        self,
+        program: Program,
+        arch: str | None,
+        wgmma: bool = True,
+        tma: bool = True,
+        hoist_invariants: bool = False,
     ) -> None:
         self.program = program
+        # Values the same for the whole block, computed once at the kernel's start where
+        # `hoist` (`hoist_invariants`): the names they may read, each hoisted expression's
+        # variable, and the declarations.
+        self.hoist = hoist_invariants
+        self.block_invariants = frozenset(
+            [index.name for index in BLOCK_INDICES]
+            + [param.name for param in program.params if isinstance(param, IntParam)]
+        )
+        self.hoisted: dict[Expr, Expr] = {}
+        self.invariant_lines: list[str] = []
+        self.invariants: list[tuple[Expr, Expr]] = []
         self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
         self.arch = arch
         self.plans: list[MmaPlan | LdmatrixPlan | WgmmaPlan | BulkTensorPlan] = []
@@ -682,8 +725,41 @@ class LoweringContext:
         return f"{CONSTANT_TABLE}[{index}]"
 
     def c(self, expr: Expr | int) -> str:
-        """C text of a scalar expression (`c_text`)."""
-        return c_text(expr)
+        """C text of a scalar expression (`c_text`); where the kernel hoists invariants, each
+        block-invariant part that divides by a value known only at run time read from its
+        variable (`hoist_invariants`)."""
+        return c_text(self.hoist_invariants(as_expr(expr)) if self.hoist else expr)
+
+    def hoist_invariants(self, expr: Expr) -> Expr:
+        """`expr` with each largest sub-expression that is the same for the whole block (it
+        reads only the block's indices and the int parameters), divides by a value known only
+        at run time (a `//` or `%` by a non-constant, e.g. a tile count of a runtime size)
+        replaced by a variable computed once at the kernel's start (an int, or a 64-bit value
+        where its bounds leave the int range)
+        (`invariant_lines`, written there when the kernel is finished). Printed at every use,
+        such a value is computed again wherever the compiler does not see it is the same,
+        inside loops too."""
+        if expr in self.hoisted:
+            return self.hoisted[expr]
+        found = expr
+        if expr.args:
+            if self._hoistable(expr):
+                low, high = expr.bounds()
+                name = f"la_inv{len(self.invariant_lines)}"
+                found = Expr("var", name=name, lo=low, hi=high)
+                self.invariant_lines.append(invariant_declaration(found, expr))
+                self.invariants.append((expr, found))
+            else:
+                args = tuple(self.hoist_invariants(arg) for arg in expr.args)
+                if any(new is not old for new, old in zip(args, expr.args)):
+                    found = Expr(expr.op, args)
+        self.hoisted[expr] = found
+        return found
+
+    def _hoistable(self, expr: Expr) -> bool:
+        if expr.is_boolean or not expr.free_vars() <= self.block_invariants:
+            return False
+        return any(node.op in ("//", "%") and node.args[1].op != "const" for node in expr.nodes())
 
     @contextlib.contextmanager
     def primary_replica(self, layout: RegisterLayout) -> Iterator[None]:

@@ -177,6 +177,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             for name in names:
                 out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
             out.line(f"const unsigned la_warp_mask = {self.warp_mask()};")
+            invariant_position = out.position()
             self.bulk_prologue()
             if program.programmatic_launch and not any(
                 isinstance(i, instructions.LaunchDependents) for i in program.body
@@ -184,6 +185,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 # The next kernel of the chain may start now: it waits for this one's memory.
                 out.line("la_launch_dependents();")
             self.execute_block_body(program.body)
+        if self.invariant_lines:
+            out.insert(
+                invariant_position, "\n".join("    " + line for line in self.invariant_lines)
+            )
         if self.constant_words:
             words = ", ".join(f"0x{value:08X}u" for value in self.constant_words)
             size = len(self.constant_words)
@@ -213,6 +218,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             tensor_maps=self.tensor_map_params(),
             register_budget=self.launch_registers if self.budget_changes else None,
             register_changes=tuple(self.budget_changes),
+            invariants=tuple(self.invariants),
         )
 
     def execute_block_body(self, body: Sequence[Instruction]) -> None:
@@ -633,6 +639,7 @@ def lower(
     constants: Mapping[str, int] | None = None,
     wgmma: bool = True,
     tma: bool = True,
+    hoist_invariants: bool = False,
 ) -> LoweredKernel:
     """Lower `program` to a CUDA C++ kernel (see the module docstring).
 
@@ -643,7 +650,12 @@ def lower(
     bulk tensor copies (TMA) for the `copy_bulk`s whose tiles are boxes of tensor maps
     (`backend.bulk_copy`; ``tma=False`` keeps them on ``cp.async``). Without it the
     kernel uses neither (it then runs on any architecture NVRTC targets, bit-exact with the
-    interpreter). `constants` gives the values of the program's compile-time constant
+    interpreter). With `hoist_invariants`, each value the same for the whole block that
+    divides by a value known only at run time (a grouped tile order's origin, say) is computed
+    once at the kernel's start (`LoweringContext.hoist_invariants`) instead of at every use:
+    ptxas serialises the wgmma of a grouped f16 matmul otherwise, but a kernel near its
+    register limit (stream-K's) spills more with it. `constants` gives the values of the
+    program's compile-time constant
     parameters (``int_param(name, constant=True)``): the program lowered is
     `ir.specialize.specialize(program, constants)`, whose scalars hold the values as literals,
     and the kernel refuses a call with another value (`backend.kernel.KernelIntParam.constant`);
@@ -662,4 +674,4 @@ def lower(
     specialised = specialize(program, {} if constants is None else constants)
     if specialised is not program:
         verify(specialised)
-    return KernelLowering(specialised, arch, wgmma, tma).kernel()
+    return KernelLowering(specialised, arch, wgmma, tma, hoist_invariants).kernel()

@@ -729,6 +729,39 @@ def test_tensor_core_kernel_matches_reference_bit_for_bit(
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"argument {k}"
 
 
+HOISTED = [case for case in DECODE if "stream_k" in case[0] or "group_m" in case[0]]
+"""The kernels above whose block-invariant values divide by runtime values (stream-K's
+segment bounds, a grouped tile order's origin), lowered again with those values computed once
+at the kernel's start (``hoist_invariants=True``)."""
+
+
+@pytest.fixture(scope="module")
+def hoisted_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
+    kernels = [
+        lower(program, "sm_90a", wgmma=False, tma=False, hoist_invariants=True)
+        for _, program, _, _, _ in HOISTED
+    ]
+    assert all("const int la_inv0 = " in kernel.source or "la_w_la_inv0 = " in kernel.source
+               for kernel in kernels)  # fmt: skip
+    return _emulator(kernels, tmp_path_factory, cxx_compiler)
+
+
+@pytest.mark.parametrize("index", range(len(HOISTED)), ids=[case[0] for case in HOISTED])
+def test_hoisted_invariants_keep_the_results_bit_for_bit(
+    hoisted_emulator: Emulator, index: int
+) -> None:
+    """Computed once at the kernel's start, the hoisted values give the interpreter's results
+    bit for bit, as the kernels that compute them at every use do."""
+    _, program, arguments, grid, _ = HOISTED[index]
+    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in arguments]
+    run_reference(program, *expected, grid=grid)
+    actual = [a.copy() if isinstance(a, np.ndarray) else a for a in arguments]
+    hoisted_emulator.run(index, actual, grid)
+    for k, (got, want) in enumerate(zip(actual, expected)):
+        if isinstance(got, np.ndarray):
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"argument {k}"
+
+
 RANDOM_DOT_CASES = 40
 
 
