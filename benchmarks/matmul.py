@@ -37,11 +37,14 @@ def warpgroup_config(
     bulk: bool = False,
     group_m: int = 1,
     block_m: int = 128,
+    hoist: bool = False,
 ) -> tuple[str, dict[str, int | bool]]:
     """(name, options) of a warpgroup form: `block_m` x `block_n` x 64 tiles, `warpgroups`
     stacked along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
     copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`); `group_m` takes the
-    tiles in groups of that many tile rows (`matmul`'s L2-friendly order)."""
+    tiles in groups of that many tile rows (`matmul`'s L2-friendly order); `hoist` compiles it
+    with its block-invariant values computed once (`backend.compile(...,
+    hoist_invariants=True)`: the grouped order's tile origin)."""
     plural = "s" if warpgroups > 1 else ""
     name = f"{block_m}x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
@@ -58,6 +61,8 @@ def warpgroup_config(
         name, options["bulk"] = f"{name} tma", True
     if group_m > 1:
         name, options["group_m"] = f"{name} group {group_m}", group_m
+    if hoist:
+        name, options["hoist_invariants"] = f"{name} hoisted", True
     return name, options
 
 
@@ -78,6 +83,8 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 4, bulk=True),
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8),
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8, hoist=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16, hoist=True),
         warpgroup_config(128, 3, bulk=True, group_m=8),
         warpgroup_config(256, 4, warpgroups=3, in_flight=True, bulk=True, block_m=192),
         warpgroup_config(256, 3, warpgroups=3, in_flight=True, bulk=True, block_m=192),
@@ -146,7 +153,11 @@ def measure(size: int, name: str, flush: torch.Tensor, repeats: int) -> Point:
         for _ in range(2)
     )
     c = torch.empty((size, size), device="cuda", dtype=torch.float16)
-    kernel = backend.compile(matmul(tensor_cores=True, **options))
+    program_options = {key: value for key, value in options.items() if key != "hoist_invariants"}
+    kernel = backend.compile(
+        matmul(tensor_cores=True, **program_options),
+        hoist_invariants=bool(options.get("hoist_invariants", False)),
+    )
     grid = (
         -(-size // options.get("block_n", 64)),
         -(-size // options.get("block_m", 64)),
