@@ -731,14 +731,14 @@ class LoweringContext:
         return c_text(self.hoist_invariants(as_expr(expr)) if self.hoist else expr)
 
     def hoist_invariants(self, expr: Expr) -> Expr:
-        """`expr` with each largest sub-expression that is the same for the whole block (it
-        reads only the block's indices and the int parameters), divides by a value known only
-        at run time (a `//` or `%` by a non-constant, e.g. a tile count of a runtime size)
-        replaced by a variable computed once at the kernel's start (an int, or a 64-bit value
-        where its bounds leave the int range)
-        (`invariant_lines`, written there when the kernel is finished). Printed at every use,
-        such a value is computed again wherever the compiler does not see it is the same,
-        inside loops too."""
+        """`expr` with a variable in place of each largest sub-expression that is the same
+        for the whole block (it reads only the block's indices and the int parameters) and
+        divides by a value known only at run time (a `//` or `%` by a non-constant, e.g. a
+        tile count of a runtime size). Each variable is computed once at the kernel's start,
+        an int or, where its bounds leave the int range, a 64-bit value (`invariant_lines`,
+        written there when the kernel is finished; `invariants` pairs it with its definition).
+        Printed at every use, such a value is computed again wherever the compiler does not
+        see that it is the same, inside loops too."""
         if expr in self.hoisted:
             return self.hoisted[expr]
         found = expr
@@ -757,6 +757,8 @@ class LoweringContext:
         return found
 
     def _hoistable(self, expr: Expr) -> bool:
+        """Whether `expr` is a value (not a condition) of the block's indices and int
+        parameters alone that divides by a non-constant somewhere."""
         if expr.is_boolean or not expr.free_vars() <= self.block_invariants:
             return False
         return any(node.op in ("//", "%") and node.args[1].op != "const" for node in expr.nodes())
