@@ -18,7 +18,10 @@ from ir.examples.matmul import matmul
 from layout_algebra import Expr, GlobalLayout, evaluate, var
 from proofs.lowering_validation import validate_access
 
-RLIMIT = 2_000_000
+RLIMIT = 20_000_000
+"""Z3 resource units for each access. 2 million suffice from a fresh context, but what a
+refutation takes depends on the terms earlier proofs left in the shared context (the
+counterexample's thread changes with them), and 2 million once ran out in the whole suite."""
 K = var("k", 0, 2**31 - 1)
 M = var("m", 1, 64)
 
