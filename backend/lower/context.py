@@ -471,15 +471,14 @@ class LoweringContext:
     ) -> None:
         self.program = program
         # Values the same for the whole block, computed once at the kernel's start where
-        # `hoist` (`hoist_invariants`): the names they may read, each hoisted expression's
-        # variable, and the declarations.
+        # `hoist` (`hoist_invariants`): the names they may read, what each expression seen is
+        # printed as, and the hoisted (definition, variable) pairs in order.
         self.hoist = hoist_invariants
         self.block_invariants = frozenset(
             [index.name for index in BLOCK_INDICES]
             + [param.name for param in program.params if isinstance(param, IntParam)]
         )
         self.hoisted: dict[Expr, Expr] = {}
-        self.invariant_lines: list[str] = []
         self.invariants: list[tuple[Expr, Expr]] = []
         self.tensor_cores = arch is not None and arch_number(arch) >= MINIMUM_MMA_ARCH
         self.arch = arch
@@ -735,8 +734,8 @@ class LoweringContext:
         for the whole block (it reads only the block's indices and the int parameters) and
         divides by a value known only at run time (a `//` or `%` by a non-constant, e.g. a
         tile count of a runtime size). Each variable is computed once at the kernel's start,
-        an int or, where its bounds leave the int range, a 64-bit value (`invariant_lines`,
-        written there when the kernel is finished; `invariants` pairs it with its definition).
+        an int or, where its bounds leave the int range, a 64-bit value (`invariants` pairs it
+        with its definition; `invariant_declaration` is written when the kernel is finished).
         Printed at every use, such a value is computed again wherever the compiler does not
         see that it is the same, inside loops too."""
         if expr in self.hoisted:
@@ -745,9 +744,8 @@ class LoweringContext:
         if expr.args:
             if self._hoistable(expr):
                 low, high = expr.bounds()
-                name = f"la_inv{len(self.invariant_lines)}"
+                name = f"la_inv{len(self.invariants)}"
                 found = Expr("var", name=name, lo=low, hi=high)
-                self.invariant_lines.append(invariant_declaration(found, expr))
                 self.invariants.append((expr, found))
             else:
                 args = tuple(self.hoist_invariants(arg) for arg in expr.args)

@@ -46,6 +46,7 @@ from backend.lower.context import (
     THREAD_NAME,
     WIDE_PREFIX,
     LoweredKernel,
+    invariant_declaration,
     loop_counter_type,
 )
 from backend.lower.memory import MemoryLowering
@@ -185,10 +186,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 # The next kernel of the chain may start now: it waits for this one's memory.
                 out.line("la_launch_dependents();")
             self.execute_block_body(program.body)
-        if self.invariant_lines:
-            out.insert(
-                invariant_position, "\n".join("    " + line for line in self.invariant_lines)
-            )
+        if self.invariants:
+            declarations = (invariant_declaration(v, d) for d, v in self.invariants)
+            # The kernel body's indentation: `insert` takes the lines as they are.
+            out.insert(invariant_position, "\n".join("    " + line for line in declarations))
         if self.constant_words:
             words = ", ".join(f"0x{value:08X}u" for value in self.constant_words)
             size = len(self.constant_words)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import backend
 from backend.errors import PerformanceWarning
 from backend.lower import lower
-from backend.lower.context import LoweringContext
+from backend.lower.context import LoweringContext, invariant_declaration
 from ir.examples.matmul import matmul
 from ir.program import BLOCK_INDICES
 from layout_algebra.symbolic import Expr, evaluate, minimum, var
@@ -67,13 +67,14 @@ def test_hoisting_table() -> None:
     assert first.bounds() == origin.bounds()
     address = ctx.hoist_invariants(origin + THREAD * 2 + LOOP * 64)
     assert address.free_vars() == {"la_inv0", "la_thread", "k0"}
-    assert len(ctx.invariant_lines) == 1
+    assert len(ctx.invariants) == 1
     condition = ctx.hoist_invariants(origin < M)
     assert condition.op == origin.__lt__(M).op and condition.free_vars() == {"la_inv0", "m"}
     column = ctx.hoist_invariants(grouped_row % minimum(M // 128 + 1, 2))
     assert (column.op, column.name) == ("var", "la_inv1")
-    assert ctx.invariant_lines[0].startswith("const long long la_w_la_inv0 = ")
-    assert ctx.invariant_lines[1].startswith("const int la_inv1 = ")
+    declarations = [invariant_declaration(v, d) for d, v in ctx.invariants]
+    assert declarations[0].startswith("const long long la_w_la_inv0 = ")
+    assert declarations[1].startswith("const int la_inv1 = ")
 
 
 def _expressions() -> st.SearchStrategy[Expr]:
@@ -114,13 +115,9 @@ def test_a_hoisted_expression_keeps_its_value(expr: Expr, values: dict[str, int]
     parameters."""
     ctx = context()
     hoisted = ctx.hoist_invariants(expr)
-    definitions = {
-        found.name: original for original, found in ctx.hoisted.items() if found.op == "var"
-        if found.name.startswith("la_inv")
-    }  # fmt: skip
+    definitions = {variable.name: original for original, variable in ctx.invariants}
     for original in definitions.values():
         assert original.free_vars() <= {"block_x", "block_y", "m", "n"}
-    assert len(definitions) == len(ctx.invariant_lines)
     environment = dict(values)
     environment.update({name: evaluate(original, values) for name, original in definitions.items()})
     assert evaluate(hoisted, environment) == evaluate(expr, values)
