@@ -38,13 +38,17 @@ def warpgroup_config(
     group_m: int = 1,
     block_m: int = 128,
     hoist: bool = False,
+    producer: bool = False,
+    persistent: int = 0,
 ) -> tuple[str, dict[str, int | bool]]:
     """(name, options) of a warpgroup form: `block_m` x `block_n` x 64 tiles, `warpgroups`
     stacked along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
     copies the tiles by `copy_bulk` (TMA on sm_90a, `backend.bulk_copy`); `group_m` takes the
     tiles in groups of that many tile rows (`matmul`'s L2-friendly order); `hoist` compiles it
     with its block-invariant values computed once (`backend.compile(...,
-    hoist_invariants=True)`: the grouped order's tile origin)."""
+    hoist_invariants=True)`: the grouped order's tile origin); `producer` gives the copies to a
+    producer warp of their own; `persistent` launches that many blocks, each looping over
+    tiles."""
     plural = "s" if warpgroups > 1 else ""
     name = f"{block_m}x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
@@ -59,6 +63,10 @@ def warpgroup_config(
         name, options["overlap_dot"] = f"{name} in flight", True
     if bulk:
         name, options["bulk"] = f"{name} tma", True
+    if producer:
+        name, options["producer"] = f"{name} producer", True
+    if persistent:
+        name, options["persistent"] = f"{name} persistent {persistent}", persistent
     if group_m > 1:
         name, options["group_m"] = f"{name} group {group_m}", group_m
     if hoist:
@@ -86,6 +94,14 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8, hoist=True),
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16, hoist=True),
         warpgroup_config(128, 3, bulk=True, group_m=8),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, producer=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, producer=True, persistent=132),
+        warpgroup_config(
+            256, 4, in_flight=True, bulk=True, producer=True, persistent=132, group_m=8, hoist=True
+        ),
+        warpgroup_config(
+            256, 4, in_flight=True, bulk=True, producer=True, persistent=132, group_m=16, hoist=True
+        ),
         warpgroup_config(256, 4, warpgroups=3, in_flight=True, bulk=True, block_m=192),
         warpgroup_config(256, 3, warpgroups=3, in_flight=True, bulk=True, block_m=192),
     ]
@@ -158,10 +174,10 @@ def measure(size: int, name: str, flush: torch.Tensor, repeats: int) -> Point:
         matmul(tensor_cores=True, **program_options),
         hoist_invariants=bool(options.get("hoist_invariants", False)),
     )
-    grid = (
-        -(-size // options.get("block_n", 64)),
-        -(-size // options.get("block_m", 64)),
-    )
+    # A persistent form declares its grid.
+    grid = None
+    if not options.get("persistent"):
+        grid = (-(-size // options.get("block_n", 64)), -(-size // options.get("block_m", 64)))
 
     def ours() -> torch.Tensor:
         kernel(size, size, size, a, b, c, grid=grid)

@@ -36,6 +36,7 @@ Requirements: `n` and `k` multiples of 8 at run time (``ROW_MULTIPLE``, declared
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -339,16 +340,26 @@ def ring_loop(
 
 
 def grouped_tile(
-    bld: ProgramBuilder, m: Expr, n: Expr, block_m: int, block_n: int, group_m: int
+    bld: ProgramBuilder,
+    m: Expr,
+    n: Expr,
+    block_m: int,
+    block_n: int,
+    group_m: int,
+    block: Expr | None = None,
 ) -> tuple[Expr, Expr]:
-    """(tile row, tile column) of this block when tiles are taken in groups of `group_m` tile
-    rows (`matmul`'s `group_m`): block b = y * tiles_n + x of the row-by-row numbering takes,
-    in group g = b // (group_m * tiles_n), whose r rows start at g * group_m, the tile
-    (g * group_m + i % r, i // r) with i = b % (group_m * tiles_n)."""
-    if group_m == 1:
-        return bld.block_y, bld.block_x
+    """(tile row, tile column) of output tile number `block` (None: this block's number
+    ``y * tiles_n + x`` in the launch grid) when tiles are taken in groups of `group_m` tile
+    rows (`matmul`'s `group_m`): number b takes, in group g = b // (group_m * tiles_n), whose r
+    rows start at g * group_m, the tile (g * group_m + i % r, i // r) with i = b % (group_m *
+    tiles_n). With no groups (1) and no `block`, block (x, y) takes tile (y, x)."""
     tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n
-    block = bld.block_y * tiles_n + bld.block_x
+    if block is None:
+        if group_m == 1:
+            return bld.block_y, bld.block_x
+        block = bld.block_y * tiles_n + bld.block_x
+    if group_m == 1:
+        return block // tiles_n, block % tiles_n
     per_group = group_m * tiles_n
     first = block // per_group * group_m
     rows = minimum(tiles_m - first, group_m)
@@ -370,6 +381,8 @@ def matmul(
     overlap_dot: bool = False,
     bulk: bool = False,
     group_m: int = 1,
+    producer: bool = False,
+    persistent: int = 0,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -406,6 +419,19 @@ def matmul(
     row by row over the launch grid, take the tiles of a group column by column, so that the
     blocks running at once share their B tiles as well as their A rows in the L2 cache (1:
     block (x, y) takes tile (x, y)). The grid is the same.
+
+    `producer` adds a producer warp to the block (threads `num_threads` up, a `thread_group`
+    of its own; the `num_threads` consumers are another): it alone issues the bulk copies,
+    stages - 1 k-tiles ahead (stages - 2 with `overlap_dot`), held back only by the consumers'
+    releases (`copy_bulk_release`) of the stages their dots are past, and no barrier of the
+    whole block is left in the loop. On sm_90a each group then runs its own loop
+    (`backend.lower.warp_classes`). It needs `wgmma` and `bulk`.
+
+    `persistent` (0: one block per output tile) launches that many blocks, or one per tile if
+    there are fewer: the program declares the grid ``(min(tiles, persistent), 1)``, and block x
+    computes the tiles x, x + persistent, ... in the order `group_m` gives. With `producer`,
+    the producer warp copies the next tile's first k-tiles while the consumers finish and
+    store the last one.
     """
     if isinstance(group_m, bool) or not isinstance(group_m, int) or group_m < 1:
         raise VerificationError(f"matmul: group_m={group_m!r}; expected an int >= 1")
@@ -413,6 +439,13 @@ def matmul(
         if not isinstance(value, bool):
             raise VerificationError(f"matmul: {name}={value!r}; expected True or False")
     check_overlap_dot("matmul", overlap_dot, stages)
+    if not isinstance(producer, bool) or (producer and not (wgmma and bulk)):
+        raise VerificationError(
+            f"matmul: producer={producer!r} with wgmma={wgmma!r}, bulk={bulk!r}; expected a "
+            "bool, True only with wgmma and bulk"
+        )
+    if isinstance(persistent, bool) or not isinstance(persistent, int) or persistent < 0:
+        raise VerificationError(f"matmul: persistent={persistent!r}; expected an int >= 0")
     if wgmma:
         tensor_cores, swizzle = True, True
         inner_k = block_k if inner_k is None else inner_k
@@ -428,7 +461,8 @@ def matmul(
         num_threads, block_m, block_n, inner_k, tensor_cores, wgmma
     )
     f16, f32 = dtypes.f16, dtypes.f32
-    with ProgramBuilder("matmul", num_threads) as bld:
+    threads = num_threads + (WARP_SIZE if producer else 0)
+    with ProgramBuilder("matmul", threads) as bld:
         m = bld.int_param("m")
         n = bld.int_param("n", multiple_of=ROW_MULTIPLE)
         k = bld.int_param("k", multiple_of=ROW_MULTIPLE)
@@ -444,48 +478,106 @@ def matmul(
         else:
             b_buffer = buffer(stages, block_k, block_n, **options)
         b_shared = bld.shared_tensor(f16, b_buffer)
-        tile_m, tile_n = grouped_tile(bld, m, n, block_m, block_n, group_m)
-        row0, col0 = tile_m * block_m, tile_n * block_n
         tiles = (k + block_k - 1) // block_k
-        accumulator = bld.register_tensor(f32, c_layout, 0.0)
 
         # The wgmma form's B stage is made of 64-column panels: a bulk copy each.
         panel = PANEL_BYTES // 2
         b_columns = panel if wgmma and block_n % panel == 0 else block_n
 
-        def prefetch(tile, stage):
-            if not bulk:
-                bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
-                bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
+        def compute_tile(tile_m: Expr, tile_n: Expr) -> None:
+            """C's output tile (tile_m, tile_n): its k loop over the ring, then its store."""
+            row0, col0 = tile_m * block_m, tile_n * block_n
+
+            def prefetch(tile, stage):
+                if not bulk:
+                    bld.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+                    bld.copy_async(b_shared, b_view, [tile * block_k, col0], [stage, 0, 0])
+                    return
+                bld.copy_bulk(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+                for first in range(0, block_n, b_columns):
+                    bld.copy_bulk(
+                        b_shared,
+                        b_view,
+                        [tile * block_k, col0 + first],
+                        [stage, 0, first],
+                        shape=(block_k, b_columns),
+                    )
+
+            if producer:
+                produced_tile(prefetch, row0, col0)
                 return
-            bld.copy_bulk(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
-            for first in range(0, block_n, b_columns):
-                bld.copy_bulk(
-                    b_shared,
-                    b_view,
-                    [tile * block_k, col0 + first],
-                    [stage, 0, first],
-                    shape=(block_k, b_columns),
-                )
+            accumulator = bld.register_tensor(f32, c_layout, 0.0)
+
+            def multiply(kt: Expr) -> None:
+                stage = kt % stages
+                a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
+                accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
+
+            ring_loop(
+                bld,
+                stages,
+                tiles,
+                prefetch,
+                multiply,
+                overlap_dot,
+                wait_tile=wait_tile if bulk else None,
+            )
+            bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+            if persistent:
+                # Every thread is past its reads of the ring before the next tile's copies.
+                bld.sync()
 
         def wait_tile(kt: Expr) -> None:
             stage = kt % stages
             bld.copy_bulk_wait(a_shared, [stage, 0, 0])
             bld.copy_bulk_wait(b_shared, [stage, 0, 0], shape=(block_k, block_n))
 
-        def multiply(kt: Expr) -> None:
-            stage = kt % stages
-            a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
-            accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
+        def release(stage: Expr) -> None:
+            bld.copy_bulk_release(a_shared, [stage, 0, 0], shape=(block_m, block_k))
+            bld.copy_bulk_release(b_shared, [stage, 0, 0], shape=(block_k, block_n))
 
-        ring_loop(
-            bld,
-            stages,
-            tiles,
-            prefetch,
-            multiply,
-            overlap_dot,
-            wait_tile=wait_tile if bulk else None,
-        )
-        bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+        def produced_tile(prefetch: Callable[[ExprLike, ExprLike], None], row0, col0) -> None:
+            """The producer form of `compute_tile`: the producer warp copies the k-tiles
+            ahead, held back only by the releases; the consumers wait, multiply, release
+            each stage once their dots are past it, and store."""
+            ahead = stages - 2 if overlap_dot else stages - 1
+            with producer_warp():
+                fill_ring(bld, ahead + 1, tiles, prefetch, commit=False)
+            with consumers():
+                accumulator = bld.register_tensor(f32, c_layout, 0.0)
+            with bld.for_range(tiles) as kt:
+                with producer_warp(), bld.if_(kt + ahead < tiles):
+                    prefetch(kt + ahead, (kt + ahead) % stages)
+                with consumers():
+                    wait_tile(kt)
+                    a, b = (a_shared, a_layout, kt % stages), (b_shared, b_layout, kt % stages)
+                    accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
+                    if not overlap_dot:
+                        release(kt % stages)
+                    else:
+                        # The dot of the k-tile before may have run into this one; every
+                        # thread is past it now (this one's may still run).
+                        with bld.if_(kt > 0):
+                            release((kt - 1) % stages)
+            with consumers():
+                if overlap_dot and persistent:
+                    # The last k-tile's stage, which no later k-tile releases: the next
+                    # tile's copies fill it.
+                    release((tiles - 1) % stages)
+                bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+
+        def consumers() -> contextlib.AbstractContextManager[None]:
+            return bld.thread_group(0, num_threads)
+
+        def producer_warp() -> contextlib.AbstractContextManager[None]:
+            return bld.thread_group(num_threads, WARP_SIZE)
+
+        if not persistent:
+            compute_tile(*grouped_tile(bld, m, n, block_m, block_n, group_m))
+        else:
+            count = ((m + block_m - 1) // block_m) * ((n + block_n - 1) // block_n)
+            bld.grid(minimum(count, persistent))
+            with bld.for_range((count - bld.block_x + persistent - 1) // persistent) as i:
+                number = bld.block_x + i * persistent
+                compute_tile(*grouped_tile(bld, m, n, block_m, block_n, group_m, number))
     return bld.program()

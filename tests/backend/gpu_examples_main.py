@@ -627,6 +627,35 @@ MATMUL_CASES = [
         "bulk": True,
         "group_m": 2,
     },
+    # A producer warp issuing the bulk copies against the consumers' releases (warp-specialised
+    # on sm_90a); then persistent blocks, fewer than the tiles, so that a block's producer
+    # copies its next tile while its consumers store the last, and persistent blocks with no
+    # producer (a barrier between tiles).
+    {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 256,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+        "producer": True,
+    },
+    {
+        "num_threads": 256,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+        "producer": True,
+        "persistent": 3,
+        "group_m": 2,
+    },
+    {"stages": 3, "swizzle": True, "bulk": True, "persistent": 3},
 ]
 
 
@@ -670,6 +699,8 @@ def matmul_cases(
             )
             arguments = [m, n, k, a, b, np.zeros(m * n, np.uint16)]
             grid = (-(-n // block_n), -(-m // block_m))
+            if options.get("persistent"):  # the grid it declares
+                grid = (min(grid[0] * grid[1], options["persistent"]), 1)
             text = " ".join(f"{key}={value}" for key, value in options.items())
             program = matmul(tensor_cores=True, **options)
             cases.append((f"matmul {text} m={m} n={n} k={k}", program, arguments, grid, True))

@@ -21,7 +21,7 @@ import pytest
 
 from backend.bulk_copy import plan_bulk_copies, unit_stride_order
 from backend.device import KernelResources, LoadedFunction
-from backend.errors import LaunchError
+from backend.errors import CompilationError, LaunchError
 from backend.kernel import Kernel, KernelArrayParam, KernelIntParam, KernelTensorMapParam
 from backend.lower import lower
 from backend.lower.memory import default_copy_layout
@@ -432,6 +432,24 @@ def test_bulk_kernels_compile_and_their_boxes_are_proved(program, arch: str) -> 
     assert (len(bulk) > 0) == (arch == "sm_90a")
     assert all(result.holds is True for _, result in bulk)
     assert all(result.holds is True for _, result in validation.results)
+
+
+def test_the_producer_matmul_is_proved_on_sm_90a_and_refused_without_tma() -> None:
+    """The f16 matmul whose producer warp issues the copies (persistent, grouped): on sm_90a
+    its boxes and every access are proved; on sm_80, where a bulk copy is the block's own
+    ``cp.async`` and no other warp could wait for it, the lowering refuses it by name."""
+    program = matmul(
+        256, 128, 128, 64, wgmma=True, stages=4, overlap_dot=True, bulk=True, producer=True,
+        persistent=3, group_m=2,
+    )  # fmt: skip
+    kernel = lower(program, "sm_90a")
+    assert compile_cuda(kernel.source, "sm_90a", kernel.options).cubin
+    # The tile origin's grouped order is a deeper term: a resource limit with room for it.
+    validation = validate_lowering(kernel, rlimit=20_000_000)
+    assert sum("bulk copy" in claim.name for claim, _ in validation.plan_results) > 0
+    assert validation.holds is True
+    with pytest.raises(CompilationError, match="issued by other threads than wait for them"):
+        lower(program, "sm_80")
 
 
 def test_a_wrong_box_is_refuted() -> None:

@@ -32,6 +32,7 @@ from backend.nvrtc import cubin_registers
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
+from ir.examples.matmul import matmul
 from ir.instructions import ForRange, Instruction, ThreadGroup
 from ir.interpreter import run_reference
 from ir.printer import format_program
@@ -362,3 +363,24 @@ def test_budget_problem_agrees_with_a_pool_simulation(registers, budgets, data) 
     assert (budget_problem(registers, changes) is None) == _pool_simulation(
         registers, changes, order
     )
+
+
+@pytest.mark.parametrize("persistent", [0, 132])
+def test_the_matmul_producer_warp_runs_the_copies_alone(persistent: int) -> None:
+    """The f16 matmul with a producer warp (`ir.examples.matmul.matmul`'s `producer`), one tile
+    a block or persistent: two classes of warps, the consumers' path with every wait, dot and
+    release and no bulk copy, the producer's with every bulk copy, and no block barrier past
+    the barriers' set-up."""
+    program = matmul(
+        256, 128, 256, 64, stages=4, wgmma=True, overlap_dot=True, bulk=True, producer=True,
+        persistent=persistent,
+    )  # fmt: skip
+    assert program.num_threads == 256 + 32
+    source = lower(program, "sm_90a").source
+    body = source[source.index("warp-specialised: 2 classes of warps") :]
+    consumers, producer = body.split("else if ((unsigned)(la_warp1 - 8) < 1u)")
+    assert "la_tma_load_2d(" not in consumers and "la_tma_load_2d(" in producer
+    assert "wgmma.mma_async" in consumers and "wgmma.mma_async" not in producer
+    assert "la_mbarrier_arrive(&la_free_s" in consumers
+    assert "__syncthreads()" not in body
+    assert ("for (long long" in body) == bool(persistent)

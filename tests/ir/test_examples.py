@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ir import dtypes
 from ir.errors import VerificationError
@@ -89,11 +91,25 @@ RINGS = [
     {"stages": 3, "bulk": True},
     {"stages": 4, "wgmma": True, "overlap_dot": True, "bulk": True, "group_m": 2},
     {"group_m": 3},
+    {"stages": 4, "wgmma": True, "overlap_dot": True, "bulk": True, "producer": True},
+    {"stages": 3, "wgmma": True, "bulk": True, "producer": True, "persistent": 3, "group_m": 2},
+    {
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+        "producer": True,
+        "persistent": 2,
+    },
+    {"stages": 3, "overlap_dot": True, "persistent": 2},
+    {"stages": 3, "bulk": True, "persistent": 3},
 ]
 """Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, the
 warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels), the
 rings ordered for a dot in flight (copies after the dot, S - 2 ahead), rings filled by bulk
-copies, and tiles taken in groups of tile rows (one group past the two tile rows here)."""
+copies, tiles taken in groups of tile rows (one group past the two tile rows here), a
+producer warp issuing the copies against the consumers' releases, and persistent blocks
+looping over the four tiles (fewer blocks than tiles, with and without a producer)."""
 
 
 @pytest.mark.parametrize("ring", RINGS, ids=str)
@@ -105,10 +121,36 @@ def test_matmul_is_bit_exact_against_the_sequential_formula(tensor_cores, ring):
     b = rng.standard_normal((k, n)).astype(np.float16)
     c = np.zeros((m, n), dtype=np.float16)
     program = matmul(tensor_cores=tensor_cores, **ring)
-    run_reference(program, m, n, k, a, b, c, grid=(ceil_div(n, 64), ceil_div(m, 64)))
+    grid = None if ring.get("persistent") else (ceil_div(n, 64), ceil_div(m, 64))
+    run_reference(program, m, n, k, a, b, c, grid=grid)
     np.testing.assert_array_equal(c.view(np.uint16), sequential_f32_matmul(a, b).view(np.uint16))
     reference = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), reference, rtol=2e-3, atol=2e-2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tiles_m=st.integers(1, 4),
+    tiles_n=st.integers(1, 4),
+    persistent=st.integers(1, 7),
+    group_m=st.integers(1, 3),
+    producer=st.booleans(),
+)
+def test_persistent_blocks_compute_every_tile_once(tiles_m, tiles_n, persistent, group_m, producer):
+    """However many persistent blocks there are (fewer than the tiles, as many, more) and in
+    whatever group order, the blocks between them compute every output tile: C equals the
+    sequential formula everywhere, the partial last tile row and column included, and the
+    program declares one block per tile at most."""
+    rng = np.random.default_rng(tiles_m * 100 + tiles_n * 10 + persistent)
+    m, n, k = 64 * tiles_m - 6, 64 * tiles_n - 8, 48
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    options = {"wgmma": True, "bulk": True, "producer": True} if producer else {}
+    program = matmul(stages=3, persistent=persistent, group_m=group_m, **options)
+    grid = (min(persistent, tiles_m * tiles_n), 1)
+    run_reference(program, m, n, k, a, b, c, grid=grid)
+    np.testing.assert_array_equal(c.view(np.uint16), sequential_f32_matmul(a, b).view(np.uint16))
 
 
 WEIGHT_DTYPES = [
@@ -232,6 +274,16 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         (lambda: quantized_matmul(stages=9), "quantized_matmul: stages=9; expected an int from"),
         (lambda: matmul(swizzle=1), "matmul: swizzle=1; expected True or False"),
         (lambda: matmul(group_m=0), "matmul: group_m=0; expected an int >= 1"),
+        (
+            lambda: matmul(stages=3, wgmma=True, producer=True),
+            "matmul: producer=True with wgmma=True, bulk=False; expected a bool, True only",
+        ),
+        (
+            lambda: matmul(bulk=True, producer=1),
+            "matmul: producer=1 with wgmma=False, bulk=True; expected a bool",
+        ),
+        (lambda: matmul(persistent=-1), r"matmul: persistent=-1; expected an int >= 0"),
+        (lambda: matmul(persistent=True), r"matmul: persistent=True; expected an int >= 0"),
         (
             lambda: quantized_matmul(swizzle=True),
             "quantized_matmul: swizzle=True with stages=1; expected a bool, True only with a ring",
