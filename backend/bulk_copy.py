@@ -29,7 +29,11 @@ The barriers: one ``mbarrier`` (8 bytes of static shared memory) per slot of eac
 initialised with an arrival count of 1 when the kernel starts. A copy into slot j of stage s
 (barrier i = s * slots + j): thread 0 fences the async proxy (shared memory the block wrote or
 read before the barrier that precedes the copy is done with), arrives on barrier i expecting
-the tile's bytes, and issues the copy, which completes the phase. A wait: every thread waits,
+the tile's bytes, and issues the copy, which completes the phase. The fence is left out where
+no thread touches the tensor through the generic proxy (`async_only`): its only writes are
+these copies and its only reads wgmma descriptors, so every access to it is the async proxy's,
+ordered by the barriers alone (a fence there costs the issuing thread a full memory barrier
+per copy, which bounds a producer warp's rate). A wait: every thread waits,
 for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
 bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule that a
 `sync` separates a wait on a tile from the next bulk copy into it keeps every thread's parity
@@ -58,6 +62,7 @@ layout holds it, for `proofs.lowering_validation.validate_lowering`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -419,3 +424,35 @@ def plan_bulk_copies(
             if key not in maps:
                 maps[key] = TensorMapUse(f"{TENSOR_MAP_PREFIX}{len(maps)}", copy.src, plan.box)
     return BulkCopies(plans, tuple(maps.values()))
+
+
+TMA_FENCE_MARK = "// la: proxy fence before a bulk copy into "
+"""Where a bulk tensor copy into a tensor (its name follows) gets `TMA_FENCE`, unless the
+lowering finds at the end that the tensor is `async_only`."""
+TMA_FENCE = "la_proxy_fence_shared();"
+"""The async-proxy fence before a bulk tensor copy."""
+
+
+def async_only(program: Program, name: str, generic_reads: set[str]) -> bool:
+    """Whether shared tensor `name` is touched by the async proxy alone: no instruction of
+    `program` but its allocation, bulk copies, their waits and releases and loads names it, and no
+    load from it was written through the generic proxy (`generic_reads`: the tensors some load
+    was written from as threads' reads, ldmatrix or plain; the others' loads are wgmma
+    descriptors)."""
+    if name in generic_reads:
+        return False
+    kept = (
+        instructions.SharedTensorAlloc,
+        instructions.CopyBulk,
+        instructions.CopyBulkWait,
+        instructions.CopyBulkRelease,
+        instructions.LoadShared,
+    )
+    for instruction in program.walk():
+        if isinstance(instruction, kept):
+            continue
+        for field in dataclasses.fields(instruction):
+            value = getattr(instruction, field.name)
+            if isinstance(value, SharedTensor) and value.name == name:
+                return False
+    return True

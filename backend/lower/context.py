@@ -492,6 +492,9 @@ class LoweringContext:
             id(load) for pair in self.wgmma_dots.values() for load in pair if load is not None
         }
         self.pending_loads: dict[int, instructions.LoadShared] = {}
+        # The shared tensors some load was written from as the threads' own reads (ldmatrix
+        # or plain), not as wgmma descriptors: the generic proxy touches them.
+        self.generic_reads: set[str] = set()
         # Dots kept in flight across their loop's iterations (`backend.wgmma_pipeline`), by
         # id(dot); the assigns their in-place accumulation replaces; and, by id(loop), the
         # accumulator words to wait for after a loop whose dot was issued that way.

@@ -20,7 +20,14 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from backend.bulk_copy import BULK_COPY_SOURCE, arrives_per_warp, tma_load_helper
+from backend.bulk_copy import (
+    BULK_COPY_SOURCE,
+    TMA_FENCE,
+    TMA_FENCE_MARK,
+    arrives_per_warp,
+    async_only,
+    tma_load_helper,
+)
 from backend.conversions import (
     CONVERSION_SOURCE,
 )
@@ -112,6 +119,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             else:
                 source = _drop_marks(source)
             alignment = max(alignment, SWIZZLED_ALIGNMENT)
+        for name in self.bulk.tensors:
+            needed = not async_only(self.program, name, self.generic_reads)
+            source = source.replace(f"{TMA_FENCE_MARK}{name}\n", TMA_FENCE + "\n" if needed else "")
         return source.replace(
             SHARED_DECLARATION.format(alignment=16),
             SHARED_DECLARATION.format(alignment=alignment),

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from backend.bulk_copy import arrives_per_warp, unit_stride_order
+from backend.bulk_copy import TMA_FENCE_MARK, arrives_per_warp, unit_stride_order
 from backend.cuda_codegen import (
     VECTOR_TYPES,
     pack_expression,
@@ -618,6 +618,7 @@ class MemoryLowering(LoweringContext):
     def lower_load_shared(self, instruction: instructions.LoadShared) -> None:
         """A `load_shared`: ldmatrix where a plan exists, else the generic tile load."""
         out, src = instruction.out, instruction.src
+        self.generic_reads.add(src.name)
         self.declare(out)
         plan, originals = None, {}
         if self.tensor_cores and src.dtype.nbits == 16:
@@ -833,8 +834,9 @@ class MemoryLowering(LoweringContext):
             self.wait_until_free(dst.name, f"({stage}) * {slots} + {slot}")
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
             # Shared memory the block touched before the barrier (or release) preceding this
-            # copy is done with before the async proxy writes it.
-            self.out.line("la_proxy_fence_shared();")
+            # copy is done with before the async proxy writes it (a mark: no fence where only
+            # the async proxy touches the tensor, `backend.bulk_copy.async_only`).
+            self.out.line(f"{TMA_FENCE_MARK}{dst.name}")
             self.out.line(f"la_mbarrier_expect({barrier}, {plan.box.nbytes}u);")
             self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
         if not any(p is plan for p in self.plans):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backend.bulk_copy import plan_bulk_copies, unit_stride_order
+from backend.bulk_copy import TMA_FENCE_MARK, plan_bulk_copies, unit_stride_order
 from backend.device import KernelResources, LoadedFunction
 from backend.errors import CompilationError, LaunchError
 from backend.kernel import Kernel, KernelArrayParam, KernelIntParam, KernelTensorMapParam
@@ -625,3 +625,28 @@ def test_a_tensor_map_of_no_array_parameter_is_refused() -> None:
             device=MapDevice(),
             tensor_maps=(TENSOR_MAP,),
         )
+
+
+@pytest.mark.parametrize(
+    ("options", "fences"),
+    [
+        ({"wgmma": True}, 0),  # written by TMA, read by wgmma: the async proxy alone
+        ({"wgmma": True, "producer": True}, 0),
+        ({"wgmma": False}, 15),  # read by ldmatrix: a fence before each of the 15 copies
+    ],
+    ids=["wgmma", "producer", "mma-sync"],
+)
+def test_a_copy_fences_the_async_proxy_only_where_threads_touch_its_tensor(options, fences):
+    """Before a bulk tensor copy, thread 0 fences the async proxy only where the generic proxy
+    touches the tensor (`backend.bulk_copy.async_only`): the f16 matmul's rings, written by TMA
+    and read by wgmma descriptors, need none; lowered to mma.sync, whose ldmatrix reads are the
+    threads' own, every copy has its fence (the fill's 2 k-tiles and the loop's 1, 5 boxes a
+    k-tile: A's and B's four panels)."""
+    wgmma = options.pop("wgmma")
+    program = matmul(
+        256, 128, 256, 64, stages=4, overlap_dot=True, bulk=True, wgmma=True, **options
+    )
+    source = lower(program, "sm_90a", wgmma=wgmma).source.split('extern "C"')[1]
+    assert source.count("la_proxy_fence_shared();") == fences
+    assert source.count("la_tma_load_2d(") == 15
+    assert TMA_FENCE_MARK not in source
