@@ -94,6 +94,10 @@ WARPGROUP_CONFIGS = dict(
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8, hoist=True),
         warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16, hoist=True),
         warpgroup_config(128, 3, bulk=True, group_m=8),
+        warpgroup_config(128, 4, warpgroups=4, in_flight=True, bulk=True, block_m=256),
+        warpgroup_config(
+            128, 4, warpgroups=4, in_flight=True, bulk=True, block_m=256, group_m=8, hoist=True
+        ),
         warpgroup_config(256, 4, in_flight=True, bulk=True, producer=True),
         warpgroup_config(256, 4, in_flight=True, bulk=True, producer=True, persistent=132),
         warpgroup_config(

@@ -656,6 +656,17 @@ MATMUL_CASES = [
         "group_m": 2,
     },
     {"stages": 3, "swizzle": True, "bulk": True, "persistent": 3},
+    # Four warpgroups stacked along M: 256 x 128 tiles, three boxes a k-tile.
+    {
+        "num_threads": 512,
+        "block_m": 256,
+        "block_n": 128,
+        "block_k": 64,
+        "stages": 4,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+    },
 ]
 
 
