@@ -148,7 +148,9 @@ CONFIGS = {
 """Name -> options of `ir.examples.matmul` (always with ``tensor_cores=True``; the wgmma ones
 run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`; "in flight" ones order the ring for a
 dot that runs on into the next k-tile, ``overlap_dot``, `backend.wgmma_pipeline`; "tma" ones
-copy the tiles by ``copy_bulk``, bulk tensor copies on sm_90a, `backend.bulk_copy`)."""
+copy the tiles by ``copy_bulk``, bulk tensor copies on sm_90a, `backend.bulk_copy`; "producer"
+ones issue them from a warp of their own, ``producer``; "persistent N" ones launch N blocks
+that loop over the tiles, ``persistent``)."""
 TOLERANCE = 1e-2
 """Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
 
