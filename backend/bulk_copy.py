@@ -32,9 +32,8 @@ read before the barrier that precedes the copy is done with), arrives on barrier
 the tile's bytes, and issues the copy, which completes the phase. The fence is left out where
 no thread touches the tensor through the generic proxy (`async_only`): its only writes are
 these copies and its only reads wgmma descriptors, so every access to it is the async proxy's,
-ordered by the barriers alone (a fence there costs the issuing thread a full memory barrier
-per copy, which bounds a producer warp's rate). A wait: every thread waits,
-for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
+ordered by the barriers alone (on sm_90a the fence is a full memory barrier of the issuing
+thread). A wait: every thread waits, for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
 bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule that a
 `sync` separates a wait on a tile from the next bulk copy into it keeps every thread's parity
 one phase behind at most.
