@@ -136,11 +136,12 @@ def test_matmul_is_bit_exact_against_the_sequential_formula(tensor_cores, ring):
     group_m=st.integers(1, 3),
     producer=st.booleans(),
 )
-def test_persistent_blocks_compute_every_tile_once(tiles_m, tiles_n, persistent, group_m, producer):
+def test_persistent_blocks_compute_every_tile(tiles_m, tiles_n, persistent, group_m, producer):
     """However many persistent blocks there are (fewer than the tiles, as many, more) and in
-    whatever group order, the blocks between them compute every output tile: C equals the
-    sequential formula everywhere, the partial last tile row and column included, and the
-    program declares one block per tile at most."""
+    whatever group order, the blocks between them compute every output tile: C (filled with
+    NaN before) equals the sequential formula everywhere, the partial last tile row and column
+    included; and the program declares min(persistent, tiles) blocks (the interpreter refuses
+    a launch on any other grid)."""
     rng = np.random.default_rng(tiles_m * 100 + tiles_n * 10 + persistent)
     m, n, k = 64 * tiles_m - 6, 64 * tiles_n - 8, 48
     a = rng.standard_normal((m, k)).astype(np.float16)
