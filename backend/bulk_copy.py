@@ -33,10 +33,10 @@ the tile's bytes, and issues the copy, which completes the phase. The fence is l
 no thread touches the tensor through the generic proxy (`async_only`): its only writes are
 these copies and its only reads wgmma descriptors, so every access to it is the async proxy's,
 ordered by the barriers alone (on sm_90a the fence is a full memory barrier of the issuing
-thread). A wait: every thread waits, for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
-bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule that a
-`sync` separates a wait on a tile from the next bulk copy into it keeps every thread's parity
-one phase behind at most.
+thread). A wait: every thread waits, for each barrier i of the tile, for its phase of parity
+``(phases >> i) & 1`` and flips that bit (a per-thread 32-bit mask of the tensor: at most 32
+barriers). The IR's rule that a `sync` separates a wait on a tile from the next bulk copy into
+it keeps every thread's parity one phase behind at most.
 
 Releases (`ir.instructions.CopyBulkRelease`): a tensor the program releases has a second
 barrier per slot of each stage, the slot's *free* barrier, initialised with an arrival count
