@@ -507,18 +507,12 @@ def matmul(
                 produced_tile(prefetch, row0, col0)
                 return
             accumulator = bld.register_tensor(f32, c_layout, 0.0)
-
-            def multiply(kt: Expr) -> None:
-                stage = kt % stages
-                a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
-                accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
-
             ring_loop(
                 bld,
                 stages,
                 tiles,
                 prefetch,
-                multiply,
+                lambda kt: multiply(accumulator, kt),
                 overlap_dot,
                 wait_tile=wait_tile if bulk else None,
             )
@@ -526,6 +520,12 @@ def matmul(
             if persistent:
                 # Every thread is past its reads of the ring before the next tile's copies.
                 bld.sync()
+
+        def multiply(accumulator: RegisterTensor, kt: Expr) -> None:
+            """``accumulator += A @ B`` over k-tile kt's stage of the ring."""
+            stage = kt % stages
+            a, b = (a_shared, a_layout, stage), (b_shared, b_layout, stage)
+            accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
 
         def wait_tile(kt: Expr) -> None:
             stage = kt % stages
@@ -550,8 +550,7 @@ def matmul(
                     prefetch(kt + ahead, (kt + ahead) % stages)
                 with consumers():
                     wait_tile(kt)
-                    a, b = (a_shared, a_layout, kt % stages), (b_shared, b_layout, kt % stages)
-                    accumulate_tiles(bld, accumulator, a, b, block_k, inner_k)
+                    multiply(accumulator, kt)
                     if not overlap_dot:
                         release(kt % stages)
                     else:

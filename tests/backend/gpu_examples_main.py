@@ -586,42 +586,26 @@ def prefill_cases(
     return cases
 
 
+WARPGROUP_TILE = {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 4}
+"""The warpgroup cases' tile: two warpgroups, 128 x 128 x 64, four stages."""
+
 MATMUL_CASES = [
     # Options of `ir.examples.matmul` on tensor cores: a ring of 3 and of 4 swizzled stages.
     {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True},
     {"stages": 4, "swizzle": True, "inner_k": 32},
     # The warpgroup form: wgmma reading both operands from shared memory on sm_90a.
-    {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 3, "wgmma": True},
+    {**WARPGROUP_TILE, "stages": 3, "wgmma": True},
     {"block_k": 64, "wgmma": True},
     # Its ring ordered for a dot in flight: each k-tile's wgmma runs on into the next.
-    {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
-        "wgmma": True,
-        "overlap_dot": True,
-    },
+    {**WARPGROUP_TILE, "wgmma": True, "overlap_dot": True},
     # Bulk copies: on sm_90a a TMA copy per tile (per 64-column panel of the wgmma B) on a
     # barrier per stage, partial tiles filled with zeros by the tensor map; the last also takes
     # its tiles in groups of two tile rows.
     {"stages": 3, "swizzle": True, "bulk": True},
+    {**WARPGROUP_TILE, "wgmma": True, "bulk": True},
     {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
-        "wgmma": True,
-        "bulk": True,
-    },
-    {
-        "num_threads": 256,
-        "block_m": 128,
+        **WARPGROUP_TILE,
         "block_n": 256,
-        "block_k": 64,
-        "stages": 4,
         "wgmma": True,
         "overlap_dot": True,
         "bulk": True,
@@ -632,22 +616,15 @@ MATMUL_CASES = [
     # copies its next tile while its consumers store the last, and persistent blocks with no
     # producer (a barrier between tiles).
     {
-        "num_threads": 256,
-        "block_m": 128,
+        **WARPGROUP_TILE,
         "block_n": 256,
-        "block_k": 64,
-        "stages": 4,
         "wgmma": True,
         "overlap_dot": True,
         "bulk": True,
         "producer": True,
     },
     {
-        "num_threads": 256,
-        "block_m": 128,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
+        **WARPGROUP_TILE,
         "wgmma": True,
         "overlap_dot": True,
         "bulk": True,
@@ -658,11 +635,9 @@ MATMUL_CASES = [
     {"stages": 3, "swizzle": True, "bulk": True, "persistent": 3},
     # Four warpgroups stacked along M: 256 x 128 tiles, three boxes a k-tile.
     {
+        **WARPGROUP_TILE,
         "num_threads": 512,
         "block_m": 256,
-        "block_n": 128,
-        "block_k": 64,
-        "stages": 4,
         "wgmma": True,
         "overlap_dot": True,
         "bulk": True,
