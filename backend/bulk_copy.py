@@ -26,30 +26,35 @@ A shared tensor's bulk copies qualify (`plan_bulk_copies`) when
   `tensor_map_arguments` checks the driver's other rules.
 
 The barriers: one ``mbarrier`` (8 bytes of static shared memory) per slot of each stage,
-initialised with an arrival count of 1 when the kernel starts. A copy into slot j of stage s
-(barrier i = s * slots + j): thread 0 fences the async proxy (shared memory the block wrote or
-read before the barrier that precedes the copy is done with), arrives on barrier i expecting
-the tile's bytes, and issues the copy, which completes the phase. The fence is left out where
-no thread touches the tensor through the generic proxy (`async_only`): its only writes are
-these copies and its only reads wgmma descriptors, so every access to it is the async proxy's,
-ordered by the barriers alone (on sm_90a the fence is a full memory barrier of the issuing
-thread). A wait: every thread waits, for each barrier i of the tile, for its phase of parity
-``(phases >> i) & 1`` and flips that bit (a per-thread 32-bit mask of the tensor: at most 32
-barriers). The IR's rule that a `sync` separates a wait on a tile from the next bulk copy into
-it keeps every thread's parity one phase behind at most.
+initialised with an arrival count of 1 when the kernel starts; or, where every wait and release
+of the tensor names whole stages (`BulkTensorPlan.per_stage`: a wgmma B stage of four panels),
+one per stage, counting an arrival per slot, so that a k-tile costs one wait however many boxes
+fill it. A copy into slot j of stage s (barrier i = s * slots + j, or s): thread 0 fences the
+async proxy (shared memory the block wrote or read before the barrier that precedes the copy is
+done with), arrives on barrier i expecting the tile's bytes, and issues the copy, which
+completes the phase. The fence is left out where no thread touches the tensor through the
+generic proxy (`async_only`): its only writes are these copies and its only reads wgmma
+descriptors, so every access to it is the async proxy's, ordered by the barriers alone (on
+sm_90a the fence is a full memory barrier of the issuing thread). A wait: every thread waits,
+for each barrier i of the tile, for its phase of parity ``(phases >> i) & 1`` and flips that
+bit (a per-thread 32-bit mask of the tensor: at most 32 barriers). The IR's rule that a `sync`
+separates a wait on a tile from the next bulk copy into it keeps every thread's parity one
+phase behind at most.
 
 Releases (`ir.instructions.CopyBulkRelease`): a tensor the program releases has a second
-barrier per slot of each stage, the slot's *free* barrier, initialised with an arrival count
-of its warps (of its threads where the block is not whole warps). A release of a tile: each
-warp synchronises its lanes (``__syncwarp``: their reads of the slot are done) and its lane 0
-arrives on the free barrier of each slot of the tile, with release semantics; where the
-thread count is not a multiple of 32, every thread arrives. A copy into the slot: thread 0
-first waits on the slot's free barrier for the phase of parity ``(free_phases >> i) & 1``
-(acquire) and flips that bit. The mask starts at all ones: a fresh barrier counts its phase
-before the first as complete, so each slot's first copy does not wait. The IR's release rule
-(one release between two copies into a slot, nothing but a release standing in for it) keeps
-the phases in step. Where the tensor's copies fall back to ``cp.async``, a release is a
-barrier of the block.
+barrier beside each barrier, its *free* barrier, initialised with an arrival count of its warps
+(of its threads where the block is not whole warps). A release of a tile: each warp
+synchronises its lanes (``__syncwarp``: their reads of the slot are done) and its lane 0
+arrives on the free barrier of each slot of the tile (of its stage, once, where the stage
+shares one), with release semantics; where the thread count is not a multiple of 32, every
+thread arrives. A copy into slot j of stage s: the copying warp first waits on the slot's (or
+stage's) free barrier for the phase of parity ``(free_phases >> b) & 1`` (acquire), b = s *
+slots + j whichever barrier it is, and flips that bit: each copy of a stage then waits for the
+release of its own last copy, in whatever order a stage's copies are issued. The mask starts at
+all ones: a fresh barrier counts its phase before the first as complete, so each slot's first
+copy does not wait. The IR's release rule (one release between two copies into a slot, nothing
+but a release standing in for it) keeps the phases in step. Where the tensor's copies fall back
+to ``cp.async``, a release is a barrier of the block.
 
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
@@ -177,9 +182,12 @@ class BulkTensorPlan:
     one of the constant trailing origins `slots`, in a stage named by the leading coordinates
     (`stages`: the leading extents, () for one stage). Slot j of stage s is written at byte
     ``slot_starts[j] + s * stage_bytes`` of the tensor, with the box's swizzle; its barrier is
-    ``s * len(slots) + j``. `checked`: the (origin, box) of every stage's every slot, each found
-    by `derive_box`. `released`: the program releases the tensor's tiles
-    (`ir.instructions.CopyBulkRelease`), so each slot has a free barrier as well."""
+    ``s * len(slots) + j``, or ``s`` where `per_stage`. `checked`: the (origin, box) of every
+    stage's every slot, each found by `derive_box`. `released`: the program releases the
+    tensor's tiles (`ir.instructions.CopyBulkRelease`), so each barrier has a free barrier as
+    well. `per_stage`: every wait and release of the tensor names whole stages, so a stage's
+    slots share one barrier (each copy arrives on it expecting its bytes) and one free barrier
+    (each warp arrives once a release)."""
 
     tensor: SharedTensor
     box: TmaBox
@@ -189,11 +197,29 @@ class BulkTensorPlan:
     slot_starts: tuple[int, ...]
     checked: tuple[tuple[tuple[int, ...], TmaBox], ...]
     released: bool = False
+    per_stage: bool = False
 
     @property
     def count(self) -> int:
-        """Barriers: stages times slots."""
-        return math.prod(self.stages) * len(self.slots)
+        """Barriers: one per stage where `per_stage`, else one per slot of each stage."""
+        return math.prod(self.stages) * (1 if self.per_stage else len(self.slots))
+
+    @property
+    def arrivals(self) -> int:
+        """Arrivals that complete a phase of a (full) barrier: one per copy it counts, the
+        stage's slots where `per_stage`."""
+        return len(self.slots) if self.per_stage else 1
+
+    def barrier(self, stage: str, slot: int) -> str:
+        """The index (C text) of the barrier of slot `slot` of the stage whose linear index is
+        the C text `stage`."""
+        return f"({stage})" if self.per_stage else f"({stage}) * {len(self.slots)} + {slot}"
+
+    def phase_bit(self, stage: str, slot: int) -> str:
+        """The bit (C text) of a copy's parity of its free barrier in the mask of its thread:
+        one per slot of each stage, so that each of a stage's copies waits for the release
+        of its own last copy, in whatever order they are issued."""
+        return f"({stage}) * {len(self.slots)} + {slot}"
 
     @property
     def dims(self) -> tuple[int, ...]:
@@ -382,6 +408,7 @@ def _tensor_plan(
     plan = BulkTensorPlan(
         tensor, first, stages, stage_bytes, tuple(slots), slot_starts, tuple(checked), released
     )
+    whole_stages = True
     for wait in waits:
         origin = _constant_origin(wait.offsets[lead:])
         if origin is None or len(wait.shape) != rank:
@@ -389,6 +416,9 @@ def _tensor_plan(
         inside = plan.covered(origin, wait.shape)
         if len(inside) * math.prod(shape) != math.prod(wait.shape):
             return None  # the wait's tile is not a union of whole slots
+        whole_stages = whole_stages and len(inside) == len(slots)
+    if whole_stages and len(slots) > 1:
+        return dataclasses.replace(plan, per_stage=True)
     return plan
 
 

@@ -492,10 +492,22 @@ class ProgramBuilder:
         self._emit(RegisterTensorInit(out, init))
         return out
 
-    def shared_tensor(self, dtype: DataType, layout: SharedLayout) -> SharedTensor:
-        """A shared-memory tensor of `dtype` addressed by the `SharedLayout` `layout`."""
+    def shared_tensor(
+        self, dtype: DataType, layout: SharedLayout, reuse: Sequence[SharedTensor] = ()
+    ) -> SharedTensor:
+        """A shared-memory tensor of `dtype` addressed by the `SharedLayout` `layout`.
+
+        `reuse`: earlier shared tensors whose memory it may take, which the program no longer
+        uses once it uses this one (a `sync` of the whole block between; `ir.shared_reuse`),
+        e.g. an output tile staged through the k loop's ring."""
+        if isinstance(reuse, (SharedTensor, str, bytes)) or not isinstance(reuse, Sequence):
+            raise VerificationError(
+                f"shared_tensor's reuse must be a sequence of SharedTensors, got {reuse!r}"
+            )
+        for tensor in reuse:
+            self._memory(tensor, SharedTensor, "shared_tensor reuses")
         out = SharedTensor(self._fresh("s"), dtype, layout)
-        self._emit(SharedTensorAlloc(out))
+        self._emit(SharedTensorAlloc(out, tuple(tensor.name for tensor in reuse)))
         return out
 
     def global_view(self, param: ArrayParam, dtype: DataType, layout: GlobalLayout) -> GlobalTensor:

@@ -266,10 +266,14 @@ class RegisterTensorInit(Instruction):
 
 @dataclass(frozen=True, eq=False)
 class SharedTensorAlloc(Instruction):
-    """`out = shared_tensor(out.dtype, out.layout)`: a statically allocated shared buffer."""
+    """`out = shared_tensor(out.dtype, out.layout)`: a statically allocated shared buffer.
+
+    `reuse` names earlier shared tensors whose memory `out` may take: the program uses none of
+    them once it uses `out`, a barrier of the whole block between (`ir.shared_reuse`)."""
 
     op: ClassVar[str] = "shared_tensor"
     out: SharedTensor = result()
+    reuse: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -55,7 +55,8 @@ class _LinePrinter(InstructionVisitor[str]):
 
     def visit_shared_tensor_alloc(self, instruction: instructions.SharedTensorAlloc) -> str:
         out = instruction.out
-        return f"{out.name}: {out.dtype} {out.layout!r} = shared_tensor()"
+        reuse = f"reuse=[{', '.join(instruction.reuse)}]" if instruction.reuse else ""
+        return f"{out.name}: {out.dtype} {out.layout!r} = shared_tensor({reuse})"
 
     def visit_global_view(self, instruction: instructions.GlobalView) -> str:
         out = instruction.out

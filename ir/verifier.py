@@ -28,8 +28,10 @@ instruction (its op and printed line) and the mismatch. It checks:
   of an `atomic_add` in a group is read in the rest of that body only; a register
   budget (`ThreadGroup.registers`) is asked for by whole warpgroups of the block's own body,
   a multiple of 8 from 24 to 256, one per warp, and then by every warp of the block;
-- shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes, is at most
-  `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block);
+- shared memory: the sum of the shared tensors' sizes, each rounded up to 16 bytes (less what
+  the tensors that one reuses free, `ir.shared_reuse.shared_footprint`), is at most
+  `shared_memory_limit` (default 227 KiB, the sm_90 opt-in maximum per block); a tensor that
+  reuses others keeps `ir.shared_reuse`'s rule (a top-level `sync` between their uses);
 - the declared grid (`Program.grid`, `check_grid_extents`): three extents over the int
   parameters only, each with an upper bound of at least 1, a constant one within the
   hardware's limits;
@@ -61,6 +63,7 @@ from ir.instructions import Instruction
 from ir.placement import broadcast_gather, dot_warp_gather, layout_table
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
+from ir.shared_reuse import check_reuse, shared_footprint
 from ir.values import ArrayParam, GlobalTensor, IntParam, RegisterTensor, SharedTensor
 from ir.visitor import InstructionVisitor
 from layout_algebra.global_layout import GlobalLayout
@@ -80,9 +83,6 @@ DEFAULT_SHARED_MEMORY_LIMIT = LARGEST_SHARED_MEMORY_LIMIT
 """Bytes of shared memory a block may use on the largest architecture (sm_90: 227 KiB); the
 lowering checks the limit of the architecture it compiles for
 (`layout_algebra.hardware.shared_memory_limit`)."""
-
-SHARED_ALIGNMENT = 16
-"""Each shared tensor starts at a multiple of this many bytes."""
 
 DOT_OPERAND_DTYPES = (dtypes.f16, dtypes.bf16)
 
@@ -714,7 +714,6 @@ class _Walker:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.names: set[str] = set()
-        self.shared_bytes = 0
         self.params = {id(p) for p in program.params if isinstance(p, ArrayParam)}
         # Register tensors by id: the threads (first block thread, count) that hold them.
         self.owners: dict[int, tuple[int, int]] = {}
@@ -771,9 +770,6 @@ class _Walker:
             scope.tensors.add(id(out))
             if isinstance(out, RegisterTensor):
                 self.owners[id(out)] = group
-        if isinstance(instruction, instructions.SharedTensorAlloc):
-            size = dtypes.packed_nbytes(instruction.out.layout.size, instruction.out.dtype)
-            self.shared_bytes += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
         if isinstance(instruction, instructions.ForRange):
             self.define(instruction, instruction.var.name)
         if isinstance(instruction, instructions.AtomicAdd):
@@ -912,9 +908,11 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
     walker.body(program.body, _Scope(set(), names))
     walker.coverage()
     _check_chain_link(program)  # after the walk: every instruction is one
-    if walker.shared_bytes > shared_memory_limit:
+    check_reuse(program)
+    footprint = shared_footprint(program)
+    if footprint > shared_memory_limit:
         raise VerificationError(
             f"shared memory past the limit: the program's shared tensors take "
-            f"{walker.shared_bytes} bytes, the limit is {shared_memory_limit}"
+            f"{footprint} bytes, the limit is {shared_memory_limit}"
         )
     return program

@@ -53,7 +53,7 @@ from ir.placement import broadcast_gather
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
 from ir.values import IntParam, RegisterTensor
-from ir.verifier import SHARED_ALIGNMENT
+from ir.shared_reuse import SHARED_ALIGNMENT
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import register_cap
@@ -458,6 +458,32 @@ def invariant_declaration(variable: Expr, definition: Expr) -> str:
     return f"const {declared} = {c_text(definition)};"
 
 
+def reused_base(
+    reuse: tuple[str, ...],
+    bases: Mapping[str, int],
+    ends: Mapping[str, int],
+    alignment: int,
+    size: int,
+) -> int | None:
+    """Where a shared tensor of `size` bytes and `alignment` that may reuse the shared tensors
+    named in `reuse` (`ir.shared_reuse`) goes: at the first aligned byte of the span they take
+    when no other tensor lies in that span and the tensor fits in it or the span ends the
+    allocation so far (`bases` and `ends`: every tensor placed so far); else None (its own
+    memory, after the others)."""
+    if not reuse:
+        return None
+    low = min(bases[name] for name in reuse)
+    high = max(ends[name] for name in reuse)
+    others = [name for name in bases if name not in reuse]
+    if any(bases[name] < high and ends[name] > low for name in others):
+        return None
+    base = -(-low // alignment) * alignment
+    last = max(ends.values())
+    if base + size > high and high != last:
+        return None
+    return base
+
+
 class LoweringContext:
     """The state of one kernel being lowered, and the helpers every part of the lowering uses."""
 
@@ -778,7 +804,8 @@ class LoweringContext:
             self.guard = outer
 
     def _allocate_shared(self) -> int:
-        """Give every shared tensor its byte offset in the dynamic allocation, and the slot
+        """Give every shared tensor its byte offset in the dynamic allocation (one that reuses
+        others where they lie, `reused_base`), and the slot
         through which atomic_add hands its old value to the threads that run it its offset,
         `ticket_slots`, keyed by thread group (None: the block): one for the block and one for
         each group with an atomic_add, since each atomic_add runs between two barriers of its
@@ -786,17 +813,23 @@ class LoweringContext:
         total = 0
         self.ticket_slots: dict[tuple[int, int] | None, int] = {}
         wgmma_tensors = self.wgmma_tensors()
+        ends: dict[str, int] = {}
         for instruction in self.program.walk():
             if isinstance(instruction, instructions.SharedTensorAlloc):
                 tensor = instruction.out
+                alignment = SHARED_ALIGNMENT
                 if tensor.layout.swizzle is not None and tensor.name in wgmma_tensors:
-                    total = -(-total // SWIZZLED_ALIGNMENT) * SWIZZLED_ALIGNMENT
+                    alignment = SWIZZLED_ALIGNMENT
                 if tensor.name in self.bulk.tensors:
-                    alignment = self.bulk.tensors[tensor.name].box.alignment
-                    total = -(-total // alignment) * alignment
-                self.shared_base[tensor.name] = total
+                    alignment = max(alignment, self.bulk.tensors[tensor.name].box.alignment)
                 size = dtypes.packed_nbytes(tensor.layout.size, tensor.dtype)
-                total += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+                size = -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+                base = reused_base(instruction.reuse, self.shared_base, ends, alignment, size)
+                if base is None:
+                    base = -(-total // alignment) * alignment
+                self.shared_base[tensor.name] = base
+                ends[tensor.name] = base + size
+                total = max(total, base + size)
             elif isinstance(instruction, instructions.AtomicAdd):
                 self.ticket_slots.setdefault(self.instruction_groups.get(id(instruction)), -1)
         for key in self.ticket_slots:

@@ -291,8 +291,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
 
     def bulk_prologue(self) -> None:
         """The barriers of the bulk copies written as TMA (one per slot of each stage of each
-        destination, arrival count 1, initialised by thread 0 and fenced before any thread uses
-        them) and each destination's mask of wait parities (`backend.bulk_copy`)."""
+        destination, arrival count 1, or one per stage counting an arrival per slot;
+        initialised by thread 0 and fenced before any thread uses them) and each destination's
+        mask of wait parities (`backend.bulk_copy`)."""
         if not self.bulk.tensors:
             return
         out = self.out
@@ -305,7 +306,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         with out.block(f"if ({THREAD_NAME} == 0)"):
             for name, plan in self.bulk.tensors.items():
                 with out.block(f"for (int la_i = 0; la_i < {plan.count}; ++la_i)"):
-                    out.line(f"la_mbarrier_init(&la_bar_{name}[la_i], 1u);")
+                    out.line(f"la_mbarrier_init(&la_bar_{name}[la_i], {plan.arrivals}u);")
                     if plan.released:
                         arrivals = self.release_arrivals(name)
                         out.line(f"la_mbarrier_init(&la_free_{name}[la_i], {arrivals}u);")

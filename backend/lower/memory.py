@@ -819,8 +819,7 @@ class MemoryLowering(LoweringContext):
         lead = len(plan.stages)
         slot = plan.slot(tuple(o.value for o in instruction.dst_offsets[lead:]))
         stage = self.c(as_expr(plan.stage_index(instruction.dst_offsets[:lead])))
-        slots = len(plan.slots)
-        barrier = f"&la_bar_{dst.name}[({stage}) * {slots} + {slot}]"
+        barrier = f"&la_bar_{dst.name}[{plan.barrier(stage, slot)}]"
         address = f"{dst.name} + ({plan.slot_starts[slot]} + ({stage}) * {plan.stage_bytes})"
         # The tensor map's coordinates: the box's innermost dimension first, 32-bit (outside
         # the tensor: zeros).
@@ -831,7 +830,7 @@ class MemoryLowering(LoweringContext):
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
         if plan.released:
-            self.wait_until_free(dst.name, f"({stage}) * {slots} + {slot}")
+            self.wait_until_free(dst.name, plan.barrier(stage, slot), plan.phase_bit(stage, slot))
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
             # Shared memory the block touched before the barrier (or release) preceding this
             # copy is done with before the async proxy writes it (a mark: no fence where only
@@ -843,23 +842,27 @@ class MemoryLowering(LoweringContext):
             self.plans.append(plan)
         self.note(f"bulk tensor copy {plan.box.nbytes} B")
 
-    def wait_until_free(self, name: str, index_text: str) -> None:
-        """Wait until every warp has released the slot's last copy (the first copy passes).
+    def wait_until_free(self, name: str, barrier_text: str, bit_text: str) -> None:
+        """Wait until every warp has released the slot's last copy (the first copy passes):
+        on free barrier `barrier_text` of shared tensor `name`, for the parity of bit
+        `bit_text` of the mask, then flip that bit (C texts; `BulkTensorPlan.barrier` and
+        `phase_bit`).
 
         Where the block is whole warps, warp 0's lanes all wait, on a condition read through
         a shuffle so that the compiler sees it is the same across the warp: a spin loop under
         a branch of one thread makes ptxas move the loop's scalar arithmetic out of the
         uniform datapath into vector registers. Every thread keeps the mask of parities."""
-        index = self.temporary("barrier")
+        index, bit = self.temporary("barrier"), self.temporary("bit")
         free = f"la_free_phases_{name}"
-        self.out.line(f"const unsigned {index} = (unsigned)({index_text});")
+        self.out.line(f"const unsigned {index} = (unsigned)({barrier_text});")
+        self.out.line(f"const unsigned {bit} = (unsigned)({bit_text});")
         if arrives_per_warp(self.threads):
             waiter = f"__shfl_sync(0xffffffffu, {THREAD_NAME} / {WARP_SIZE}, 0) == 0"
         else:
             waiter = f"{THREAD_NAME} == 0"
         with self.out.block(f"if ({waiter})"):
-            self.out.line(f"la_mbarrier_wait(&la_free_{name}[{index}], ({free} >> {index}) & 1u);")
-        self.out.line(f"{free} ^= 1u << {index};")
+            self.out.line(f"la_mbarrier_wait(&la_free_{name}[{index}], ({free} >> {bit}) & 1u);")
+        self.out.line(f"{free} ^= 1u << {bit};")
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
         """Wait on the stage's barrier for the phase the next copy completes, or, where the
@@ -876,12 +879,11 @@ class MemoryLowering(LoweringContext):
         stage_index, slots = plan.tile_slots(instruction.offsets, instruction.shape)
         stage = self.c(as_expr(stage_index))
         phases = f"la_phases_{dst.name}"
-        for slot in slots:
+        # One wait per barrier: the stage's, where its slots share one.
+        for slot in slots[:1] if plan.per_stage else slots:
             with self.out.block(""):
                 index = self.temporary("barrier")
-                self.out.line(
-                    f"const unsigned {index} = (unsigned)(({stage}) * {len(plan.slots)} + {slot});"
-                )
+                self.out.line(f"const unsigned {index} = (unsigned)({plan.barrier(stage, slot)});")
                 self.out.line(
                     f"la_mbarrier_wait(&la_bar_{dst.name}[{index}], ({phases} >> {index}) & 1u);"
                 )
@@ -915,8 +917,8 @@ class MemoryLowering(LoweringContext):
         if per_warp:
             self.out.line("__syncwarp();")
         arrive = f"if (({THREAD_NAME} & {WARP_SIZE - 1}) == 0) " if per_warp else ""
-        for slot in slots:
-            index = f"({stage}) * {len(plan.slots)} + {slot}"
+        for slot in slots[:1] if plan.per_stage else slots:
+            index = plan.barrier(stage, slot)
             self.out.line(f"{arrive}la_mbarrier_arrive(&la_free_{dst.name}[{index}]);")
         self.note("bulk copy release: an arrival per warp on its free barriers")
 

@@ -48,7 +48,7 @@ from ir.values import RegisterTensor, SharedTensor
 from layout_algebra.fragments import fragment, wgmma_fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import WARP_SIZE
-from layout_algebra.register import RegisterLayout, replicate, spatial
+from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import (
     SharedLayout,
     shared_product,
@@ -201,6 +201,24 @@ def wgmma_b_buffer(block_k: int, block_n: int, stages: int | None = None) -> Sha
         return shared_row_major_swizzle(*lead, block_k, block_n, element_bits=16)
     panels = shared_row_major(*lead, 1, block_n // panel)
     return shared_product(panels, shared_row_major_swizzle(block_k, panel, element_bits=16))
+
+
+def row_store_layout(num_threads: int, block_m: int, block_n: int) -> RegisterLayout:
+    """A (block_m, block_n) f16 tile in 16-byte runs along its rows: `COLUMNS_PER_THREAD`
+    consecutive elements a thread, a row's runs on consecutive threads, so that a warp's
+    stores are whole rows: ``local(P, 1).spatial(R, T).local(1, 8)`` with T = block_n / 8
+    threads a row, R = num_threads / T rows a pass and P = block_m / R passes. Raises
+    VerificationError when the sizes do not divide that way."""
+    runs = block_n // COLUMNS_PER_THREAD
+    if block_n % COLUMNS_PER_THREAD or runs == 0 or num_threads % runs:
+        raise VerificationError(
+            f"block_n {block_n} must be a multiple of {COLUMNS_PER_THREAD} whose runs ({runs}) "
+            f"divide num_threads {num_threads}"
+        )
+    rows = num_threads // runs
+    if block_m % rows:
+        raise VerificationError(f"block_m {block_m} must be a multiple of the {rows} rows a pass")
+    return local(block_m // rows, 1).spatial(rows, runs).local(1, COLUMNS_PER_THREAD)
 
 
 def dot_layouts(
@@ -383,6 +401,7 @@ def matmul(
     group_m: int = 1,
     producer: bool = False,
     persistent: int = 0,
+    staged_store: bool = False,
 ) -> Program:
     """The program ``matmul(m, n, k, a, b, c)``: c = f16(a @ b) with f32 accumulation.
 
@@ -432,6 +451,13 @@ def matmul(
     computes the tiles x, x + persistent, ... in the order `group_m` gives. With `producer`,
     the producer warp copies the next tile's first k-tiles while the consumers finish and
     store the last one.
+
+    `staged_store` writes C's tile through a shared tile (swizzled row-major, a barrier on
+    each side) and stores it from there in 16-byte runs along its rows (`row_store_layout`),
+    whole rows a warp, instead of from the dot's accumulator layout, whose threads hold pairs
+    of columns. With one tile a block the shared tile reuses the ring's memory
+    (`ir.shared_reuse`); persistent blocks and the producer form need the memory of one more C
+    tile.
     """
     if isinstance(group_m, bool) or not isinstance(group_m, int) or group_m < 1:
         raise VerificationError(f"matmul: group_m={group_m!r}; expected an int >= 1")
@@ -446,6 +472,8 @@ def matmul(
         )
     if isinstance(persistent, bool) or not isinstance(persistent, int) or persistent < 0:
         raise VerificationError(f"matmul: persistent={persistent!r}; expected an int >= 0")
+    if not isinstance(staged_store, bool):
+        raise VerificationError(f"matmul: staged_store={staged_store!r}; expected True or False")
     if wgmma:
         tensor_cores, swizzle = True, True
         inner_k = block_k if inner_k is None else inner_k
@@ -478,6 +506,13 @@ def matmul(
         else:
             b_buffer = buffer(stages, block_k, block_n, **options)
         b_shared = bld.shared_tensor(f16, b_buffer)
+        if staged_store:
+            store_layout = row_store_layout(num_threads, block_m, block_n)
+            # One tile a block: C's tile takes the ring's memory, which it no longer needs.
+            reuse = () if persistent or producer else (a_shared, b_shared)
+            c_shared = bld.shared_tensor(
+                f16, shared_row_major_swizzle(block_m, block_n, element_bits=16), reuse
+            )
         tiles = (k + block_k - 1) // block_k
 
         # The wgmma form's B stage is made of 64-column panels: a bulk copy each.
@@ -516,7 +551,7 @@ def matmul(
                 overlap_dot,
                 wait_tile=wait_tile if bulk else None,
             )
-            bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+            store_tile(accumulator, row0, col0)
             if persistent:
                 # Every thread is past its reads of the ring before the next tile's copies.
                 bld.sync()
@@ -563,7 +598,20 @@ def matmul(
                     # The last k-tile's stage, which no later k-tile releases: the next
                     # tile's copies fill it.
                     release((tiles - 1) % stages)
-                bld.store_global(c_view, bld.cast(accumulator, f16), [row0, col0])
+                store_tile(accumulator, row0, col0)
+
+        def store_tile(accumulator: RegisterTensor, row0: Expr, col0: Expr) -> None:
+            """C's tile at (row0, col0) = f16(accumulator): straight from the accumulator's
+            layout, or through `c_shared` in whole rows (`staged_store`)."""
+            result = bld.cast(accumulator, f16)
+            if staged_store:
+                # A barrier on each side: every thread is past its reads of the last tile
+                # (persistent blocks), and every thread's part has landed.
+                bld.sync()
+                bld.store_shared(c_shared, result)
+                bld.sync()
+                result = bld.load_shared(c_shared, store_layout)
+            bld.store_global(c_view, result, [row0, col0])
 
         def consumers() -> contextlib.AbstractContextManager[None]:
             return bld.thread_group(0, num_threads)

@@ -201,15 +201,42 @@ def test_a_swizzled_ring_is_planned_with_one_barrier_per_stage() -> None:
     assert (use.name, use.source.name) == ("la_tmap0", "g0")
 
 
-def test_column_slots_get_a_barrier_each() -> None:
+def test_column_slots_share_their_stage_barrier_where_every_wait_names_whole_stages() -> None:
     program = ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64)
     (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values()
-    assert plan.slots == ((0, 0), (0, 64)) and plan.count == 4
+    assert plan.slots == ((0, 0), (0, 64)) and plan.per_stage
+    assert (plan.count, plan.arrivals) == (2, 2)  # a barrier a stage, an arrival a slot
+    assert (plan.barrier("s", 1), plan.phase_bit("s", 1)) == ("(s)", "(s) * 2 + 1")
     assert plan.covered((0, 0), (32, 128)) == (0, 1)
     assert plan.slot_starts == (0, 4096) and plan.stage_bytes == 8192
     assert not plan.released
     (plan,) = plan_bulk_copies(_panel_ring(release=True), "sm_90a").tensors.values()
-    assert plan.released and plan.count == 4
+    assert plan.released and plan.per_stage and plan.count == 2
+
+
+def test_column_slots_get_a_barrier_each_where_a_wait_names_one_slot() -> None:
+    program = ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64, wait_offset=64)
+    (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values()
+    assert plan.slots == ((0, 0), (0, 64)) and not plan.per_stage
+    assert (plan.count, plan.arrivals) == (4, 1)
+    assert (plan.barrier("s", 1), plan.phase_bit("s", 1)) == ("(s) * 2 + 1", "(s) * 2 + 1")
+    source = lower(program, "sm_90a").source
+    assert "la_mbarrier_init(&la_bar_s0[la_i], 1u);" in source
+    loop = source[source.index("for (int k0") :]
+    # The wait names the second panel alone: one wait, on that slot's barrier.
+    assert loop.count("la_mbarrier_wait(&la_bar_s0[") == 1
+    assert "const unsigned la_barrier1 = (unsigned)((k0 & 1) * 2 + 1);" in loop
+
+
+def test_a_stage_barrier_is_waited_for_once_and_counts_each_slots_copy() -> None:
+    program = ring_program(columns=128, layout=_panels(2, 32, 128), slot_columns=64)
+    source = lower(program, "sm_90a").source
+    assert "__shared__ unsigned long long la_bar_s0[2];" in source
+    assert "la_mbarrier_init(&la_bar_s0[la_i], 2u);" in source
+    loop = source[source.index("for (int k0") :]
+    assert loop.count("la_mbarrier_wait(&la_bar_s0[") == 1
+    expects = re.findall(r"la_mbarrier_expect\(&la_bar_s0\[(.*)\], 4096u\);", loop)
+    assert len(expects) == 2 and len(set(expects)) == 1  # both copies on the stage's barrier
 
 
 def _panel_ring(release: bool = False):
@@ -373,34 +400,37 @@ def test_the_kernel_issues_one_copy_from_thread_0_and_waits_on_the_stage_parity(
 
 
 def test_a_released_ring_waits_on_free_barriers_instead_of_a_block_barrier() -> None:
-    """Two 64-column slots a stage, one warp: each slot's free barrier counts one arrival; warp
-    0's lanes wait on it, under a condition read through a shuffle (warp-uniform to the
-    compiler), with a parity from all ones that every thread flips per wait; then the copy's
-    thread fences and issues; the release is one __syncwarp and lane 0's arrival per slot; the
-    loop has no __syncthreads."""
+    """Two 64-column slots a stage, released whole, one warp: the stage's free barrier counts
+    one arrival; before each slot's copy warp 0's lanes wait on it, under a condition read
+    through a shuffle (warp-uniform to the compiler), with a parity from all ones kept per slot
+    that every thread flips per wait; then the copy's thread fences and issues; the release is
+    one __syncwarp and lane 0's one arrival on the stage's free barrier; the loop has no
+    __syncthreads."""
     source = lower(_panel_ring(release=True), "sm_90a").source
-    assert "__shared__ unsigned long long la_free_s0[4];" in source
+    assert "__shared__ unsigned long long la_free_s0[2];" in source
     assert "unsigned la_free_phases_s0 = ~0u;" in source
     assert "la_mbarrier_init(&la_free_s0[la_i], 1u);" in source
     loop = source[source.index("for (int k0") :]
     assert "__syncthreads();" not in loop
     waits = re.findall(
-        r"const unsigned (\w+) = \(unsigned\)\(\(.*\);\n\s*"
+        r"const unsigned (\w+) = \(unsigned\)\((.*)\);\n\s*"
+        r"const unsigned (\w+) = \(unsigned\)\((.*)\);\n\s*"
         r"if \(__shfl_sync\(0xffffffffu, la_thread / 32, 0\) == 0\) \{\n\s*(.*)\n\s*\}\n"
         r"\s*(.*)\n\s*if \(la_thread == 0\) \{\n\s*(.*)\n",
         loop,
     )
     assert len(waits) == 2
-    for index, wait, flip, first in waits:
-        parity = f"(la_free_phases_s0 >> {index}) & 1u"
+    for slot, (index, barrier, bit, phase_bit, wait, flip, first) in enumerate(waits):
+        assert (barrier, phase_bit) == ("(k0 & 1)", f"(k0 & 1) * 2 + {slot}")
+        parity = f"(la_free_phases_s0 >> {bit}) & 1u"
         assert wait == f"la_mbarrier_wait(&la_free_s0[{index}], {parity});"
-        assert flip == f"la_free_phases_s0 ^= 1u << {index};"
+        assert flip == f"la_free_phases_s0 ^= 1u << {bit};"
         assert first == "la_proxy_fence_shared();"
     assert loop.count("__syncwarp();") == 1
     arrivals = re.findall(
-        r"if \(\(la_thread & 31\) == 0\) la_mbarrier_arrive\(&la_free_s0\[.*\]\);", loop
+        r"if \(\(la_thread & 31\) == 0\) la_mbarrier_arrive\(&la_free_s0\[\(k0 & 1\)\]\);", loop
     )
-    assert len(arrivals) == 2
+    assert len(arrivals) == 1
 
 
 def test_a_release_without_bulk_tensor_copies_is_a_block_barrier() -> None:
