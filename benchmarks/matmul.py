@@ -40,6 +40,7 @@ def warpgroup_config(
     hoist: bool = False,
     producer: bool = False,
     persistent: int = 0,
+    staged: bool = False,
 ) -> tuple[str, dict[str, int | bool]]:
     """(name, options) of a warpgroup form: `block_m` x `block_n` x 64 tiles, `warpgroups`
     stacked along M, `stages` ring stages; `in_flight` orders the ring for a dot in flight; `bulk`
@@ -48,7 +49,7 @@ def warpgroup_config(
     with its block-invariant values computed once (`backend.compile(...,
     hoist_invariants=True)`: the grouped order's tile origin); `producer` gives the copies to a
     producer warp of their own; `persistent` launches that many blocks, each looping over
-    tiles."""
+    tiles; `staged` stores C's tile through shared memory in whole rows (`staged_store`)."""
     plural = "s" if warpgroups > 1 else ""
     name = f"{block_m}x{block_n}x64 {warpgroups} warpgroup{plural} {stages} stages wgmma"
     options: dict[str, int | bool] = {
@@ -71,6 +72,8 @@ def warpgroup_config(
         name, options["group_m"] = f"{name} group {group_m}", group_m
     if hoist:
         name, options["hoist_invariants"] = f"{name} hoisted", True
+    if staged:
+        name, options["staged_store"] = f"{name} staged store", True
     return name, options
 
 
@@ -108,6 +111,9 @@ WARPGROUP_CONFIGS = dict(
         ),
         warpgroup_config(256, 4, warpgroups=3, in_flight=True, bulk=True, block_m=192),
         warpgroup_config(256, 3, warpgroups=3, in_flight=True, bulk=True, block_m=192),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, staged=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=8, hoist=True, staged=True),
+        warpgroup_config(256, 4, in_flight=True, bulk=True, group_m=16, hoist=True, staged=True),
     ]
 )
 """The warpgroup forms measured (`warpgroup_config`)."""
@@ -150,7 +156,8 @@ run as ``wgmma.mma_async`` on sm_90a, `backend.wgmma`; "in flight" ones order th
 dot that runs on into the next k-tile, ``overlap_dot``, `backend.wgmma_pipeline`; "tma" ones
 copy the tiles by ``copy_bulk``, bulk tensor copies on sm_90a, `backend.bulk_copy`; "producer"
 ones issue them from a warp of their own, ``producer``; "persistent N" ones launch N blocks
-that loop over the tiles, ``persistent``)."""
+that loop over the tiles, ``persistent``; "staged store" ones store C's tile through shared
+memory in whole rows, ``staged_store``)."""
 TOLERANCE = 1e-2
 """Largest relative error (Frobenius) against cuBLAS: both accumulate in f32, in other orders."""
 
@@ -212,6 +219,15 @@ def table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chosen(name: str, wanted: str) -> bool:
+    """Whether configuration `name` is one `--configs` `wanted` names: it contains one of the
+    '|'-separated parts, or ends with one that ends in '$' (without it)."""
+    return any(
+        name.endswith(part[:-1]) if part.endswith("$") else part in name
+        for part in wanted.split("|")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -219,13 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     parser.add_argument(
-        "--configs", default="", help="measure only the configurations whose name contains this"
+        "--configs",
+        default="",
+        help="measure only the configurations whose name contains one of these '|'-separated "
+        "parts (a part ending in '$': whose name ends with it)",
     )
     options = parser.parse_args(argv)
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     sizes = [int(size) for size in options.sizes.split(",")]
-    names = [name for name in CONFIGS if options.configs in name]
+    names = [name for name in CONFIGS if chosen(name, options.configs)]
     if not names:
         parser.error(f"--configs {options.configs!r} names none of: {', '.join(CONFIGS)}")
     if not torch.cuda.is_available():

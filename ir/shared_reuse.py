@@ -49,7 +49,7 @@ def check_reuse(program: Program) -> None:
     body = program.body
     seen: set[str] = set()
     uses = [_names_used(instruction) for instruction in body]
-    for position, instruction in enumerate(body):
+    for instruction in body:
         for inner in [instruction, *_nested(instruction)]:
             if not isinstance(inner, instructions.SharedTensorAlloc) or not inner.reuse:
                 continue

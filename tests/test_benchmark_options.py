@@ -55,3 +55,29 @@ def test_option_sets_parse_integers_and_booleans() -> None:
     }
     with pytest.raises(ValueError, match="expected an integer, true or false"):
         benchmark.parse_overrides("block_m=wide")
+
+
+def _matmul_benchmark():
+    spec = importlib.util.spec_from_file_location("matmul_benchmark", BENCHMARKS / "matmul.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+@pytest.mark.parametrize(
+    ("wanted", "count"),
+    [
+        ("in flight tma$", 5),  # the five tile shapes, none with more after "tma"
+        ("in flight tma$|staged store", 8),
+        ("tma group 8 hoisted staged store$", 1),
+        ("no such configuration", 0),
+    ],
+)
+def test_the_f16_benchmark_chooses_configurations_by_parts(wanted: str, count: int) -> None:
+    matmul_benchmark = _matmul_benchmark()
+    names = [name for name in matmul_benchmark.CONFIGS if matmul_benchmark.chosen(name, wanted)]
+    assert len(names) == count, names

@@ -52,8 +52,8 @@ from ir.instructions import Instruction
 from ir.placement import broadcast_gather
 from ir.printer import format_instruction
 from ir.program import BLOCK_INDICES, Program
-from ir.values import IntParam, RegisterTensor
 from ir.shared_reuse import SHARED_ALIGNMENT
+from ir.values import IntParam, RegisterTensor
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.hardware import register_cap

@@ -633,6 +633,26 @@ MATMUL_CASES = [
         "group_m": 2,
     },
     {"stages": 3, "swizzle": True, "bulk": True, "persistent": 3},
+    # C's tile staged through shared memory and stored in whole rows: in the ring's memory
+    # (one tile a block), in memory of its own (a producer warp), and with SIMT stages.
+    {
+        **WARPGROUP_TILE,
+        "block_n": 256,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+        "staged_store": True,
+    },
+    {
+        **WARPGROUP_TILE,
+        "stages": 3,
+        "wgmma": True,
+        "overlap_dot": True,
+        "bulk": True,
+        "producer": True,
+        "staged_store": True,
+    },
+    {"stages": 3, "swizzle": True, "staged_store": True},
     # Four warpgroups stacked along M: 256 x 128 tiles, three boxes a k-tile.
     {
         **WARPGROUP_TILE,

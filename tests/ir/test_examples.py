@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from ir import dtypes
 from ir.errors import VerificationError
-from ir.examples.matmul import matmul, mma_dot_layouts, simt_dot_layouts, warp_grid
+from ir.examples.matmul import (
+    matmul,
+    mma_dot_layouts,
+    row_store_layout,
+    simt_dot_layouts,
+    warp_grid,
+)
 from ir.examples.quantized_matmul import quantized_matmul, weight_layouts
 from ir.examples.softmax import row_softmax
 from ir.examples.vector_add import vector_add
@@ -103,13 +109,18 @@ RINGS = [
     },
     {"stages": 3, "overlap_dot": True, "persistent": 2},
     {"stages": 3, "bulk": True, "persistent": 3},
+    {"stages": 3, "staged_store": True},
+    {"stages": 4, "wgmma": True, "overlap_dot": True, "bulk": True, "staged_store": True},
+    {"stages": 3, "wgmma": True, "bulk": True, "producer": True, "staged_store": True},
+    {"stages": 3, "bulk": True, "persistent": 3, "staged_store": True},
 ]
 """Shared-stage options of the matmul examples: the double buffer, rings of 3 and 4, the
 warpgroup form (its dot in wgmma layouts, one per 32-deep k-tile, B in swizzled panels), the
 rings ordered for a dot in flight (copies after the dot, S - 2 ahead), rings filled by bulk
 copies, tiles taken in groups of tile rows (one group past the two tile rows here), a
-producer warp issuing the copies against the consumers' releases, and persistent blocks
-looping over the four tiles (fewer blocks than tiles, with and without a producer)."""
+producer warp issuing the copies against the consumers' releases, persistent blocks
+looping over the four tiles (fewer blocks than tiles, with and without a producer), and C
+staged through shared memory (in the ring's memory, and in its own)."""
 
 
 @pytest.mark.parametrize("ring", RINGS, ids=str)
@@ -285,6 +296,15 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
         ),
         (lambda: matmul(persistent=-1), r"matmul: persistent=-1; expected an int >= 0"),
         (lambda: matmul(persistent=True), r"matmul: persistent=True; expected an int >= 0"),
+        (lambda: matmul(staged_store=1), "matmul: staged_store=1; expected True or False"),
+        (
+            lambda: row_store_layout(128, 64, 24),
+            r"block_n 24 must be a multiple of 8 whose runs \(3\) divide num_threads 128",
+        ),
+        (
+            lambda: row_store_layout(256, 4, 256),
+            "block_m 4 must be a multiple of the 8 rows a pass",
+        ),
         (
             lambda: quantized_matmul(swizzle=True),
             "quantized_matmul: swizzle=True with stages=1; expected a bool, True only with a ring",
@@ -306,6 +326,21 @@ def test_weight_layouts_put_one_chunk_of_bytes_under_eight_weights():
 def test_example_parameter_errors(build, message):
     with pytest.raises(VerificationError, match=message):
         build()
+
+
+@pytest.mark.parametrize(
+    ("threads", "block", "table"),
+    [
+        # (thread, register) -> (row, column): 8 columns a thread, whole rows a warp.
+        (256, (128, 256), {(0, 0): (0, 0), (0, 7): (0, 7), (1, 0): (0, 8), (32, 0): (1, 0)}),
+        (256, (128, 256), {(0, 8): (8, 0), (255, 127): (127, 255)}),
+        (128, (64, 64), {(8, 0): (1, 0), (0, 8): (16, 0), (127, 31): (63, 63)}),
+    ],
+)
+def test_row_store_layout_table(threads, block, table):
+    layout = row_store_layout(threads, *block)
+    assert layout.shape == block and layout.num_threads == threads
+    assert {key: layout.map(*key) for key in table} == table
 
 
 @pytest.mark.parametrize("n_cols", [1, 48, 100])
