@@ -60,6 +60,7 @@ def test_option_sets_parse_integers_and_booleans() -> None:
 def _matmul_benchmark():
     spec = importlib.util.spec_from_file_location("matmul_benchmark", BENCHMARKS / "matmul.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     sys.path.insert(0, str(BENCHMARKS))
     try:
         spec.loader.exec_module(module)

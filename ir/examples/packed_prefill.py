@@ -32,7 +32,7 @@ from ir.examples.split_sum import add_parts_last, sum_layout
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import RegisterLayout
+from layout_algebra.register import RegisterLayout, local
 from layout_algebra.shared import SharedLayout, row_swizzle
 from layout_algebra.symbolic import Expr, minimum
 
@@ -61,6 +61,9 @@ class PrefillTile:
     stream_k: int = 0
     """Persistent blocks sharing every tile's k-tiles (`ir.examples.stream_k`): 0 (none) where
     the configuration has no such field."""
+    staged_store: bool = False
+    """C's tile written through a shared tile and stored from there in 16-byte runs along C's
+    rows (`PrefillTensors.store`): False where the configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -121,6 +124,41 @@ def check_prefill_fields(
         )
     if config.warpgroups * WARPGROUP_WARPS * UNIT_LANES > 1024:
         raise VerificationError(f"{program}: warpgroups={config.warpgroups}; a block has at most 8")
+    staged = config.staged_store
+    threads = config.warpgroups * WARPGROUP_WARPS * UNIT_LANES
+    runs = config.block_n // RUN_ELEMENTS
+    if not isinstance(staged, bool) or (
+        staged and (threads % runs or config.block_m % (threads // runs))
+    ):
+        raise VerificationError(
+            f"{program}: staged_store={staged!r} with block_n={config.block_n}, "
+            f"block_m={config.block_m}; expected a bool, True only where the {threads} "
+            f"consumer threads cover whole rows of {runs} runs of {RUN_ELEMENTS} columns"
+        )
+
+
+RUN_ELEMENTS = 8
+"""Columns of C a thread stores at once from a staged tile: 16 bytes of 16-bit values."""
+
+
+def staging_layout(block_n: int, block_m: int, element_bits: int) -> SharedLayout:
+    """The shared (block_n, block_m) tile of C^T a staged store writes: C's orientation, each
+    row of C (a column of C^T) contiguous, with the XOR swizzle of `block_n`-element rows
+    (`layout_algebra.shared.row_swizzle`), so that the accumulator's writes (two rows of C a
+    thread, eight threads along a row) and the 16-byte reads along C's rows meet no bank
+    conflict."""
+    swizzle = row_swizzle(block_n, element_bits)
+    return SharedLayout((block_n, block_m), (block_n, block_m), (1, block_n), swizzle)
+
+
+def run_layout(threads: int, block_n: int, block_m: int) -> RegisterLayout:
+    """A (block_n, block_m) tile of C^T in runs of `RUN_ELEMENTS` along its first dimension
+    (C's rows): ``local(1, P).column_spatial(T, R).local(8, 1)``, T = block_n / 8 threads a
+    column, R = threads / T columns a pass, P = block_m / R passes; a warp stores whole
+    16-byte-aligned runs of one row of C."""
+    runs = block_n // RUN_ELEMENTS
+    rows = threads // runs
+    return local(1, block_m // rows).column_spatial(runs, rows).local(RUN_ELEMENTS, 1)
 
 
 def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
@@ -184,6 +222,7 @@ class PrefillTensors:
     split_sum: SplitSum | None
     part: TilePart | None
     stream: StreamKLaunch | None
+    staging: SharedTensor | None = None
 
     def rows(self, b: ProgramBuilder, group: Any, layout: RegisterLayout) -> list[RegisterTensor]:
         """Row `group` of the scale view, then of the zero-point view (if any), from the
@@ -231,7 +270,16 @@ class PrefillTensors:
                 self._store_part(b, result, act, part)
 
     def _store_whole(self, b: ProgramBuilder, result: RegisterTensor, act: DataType) -> None:
-        b.store_global(self.c_columns, b.cast(result, act), [self.col0, self.row0])
+        value = b.cast(result, act)
+        if self.staging is not None:
+            # Through the staging tile, a barrier of the storing threads on each side: every
+            # one is past its reads of the last tile's (stream-K), and every part has landed.
+            block_n, block_m = value.layout.shape
+            b.sync()
+            b.store_shared(self.staging, value)
+            b.sync()
+            value = b.load_shared(self.staging, run_layout(b.threads, block_n, block_m))
+        b.store_global(self.c_columns, value, [self.col0, self.row0])
 
     def _store_part(
         self, b: ProgramBuilder, result: RegisterTensor, act: DataType, part: TilePart
@@ -366,6 +414,9 @@ def declare_prefill(
     if split > 1:
         part = TilePart(b.block_y * tiles_n + b.block_x, b.block_z, split)
     ring = b.shared_tensor(act, transposed_ring(config.stages, block_k, block_m))
+    staging = None
+    if config.staged_store:
+        staging = b.shared_tensor(act, staging_layout(block_n, block_m, act.nbits))
     row0, col0 = b.block_y * block_m, b.block_x * block_n
     tiles = k // (block_k * split)
     return PrefillTensors(
@@ -387,6 +438,7 @@ def declare_prefill(
         split_sum,
         part,
         stream,
+        staging,
     )
 
 

@@ -145,6 +145,10 @@ class WgmmaDequantConfig(PrefillTile):
     of its own would hold a processing block's registers that the consumers need (with
     `min_blocks_per_sm` 2, 160 threads leave 168 registers a thread, 256 threads with budgets
     232 to the consumers). Requires `producer`.
+    `staged_store` writes the f16 (or bf16) tile of C through a shared tile of its own
+    (`packed_prefill.staging_layout`) and stores it from there in 16-byte runs along C's rows
+    (`packed_prefill.run_layout`), instead of two-byte stores from the accumulator, whose
+    threads hold pairs of C's rows; the consumer threads must cover whole rows of the tile.
     """
 
     warpgroups: int = 1
@@ -162,6 +166,7 @@ class WgmmaDequantConfig(PrefillTile):
     release: bool = False
     producer: bool = False
     producer_registers: int = 0
+    staged_store: bool = False
 
     @property
     def block_n(self) -> int:

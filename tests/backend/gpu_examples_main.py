@@ -439,6 +439,31 @@ PREFILL_CASES = [
         {"units_k": 2, "unroll": 2, "overlap_dot": True, "split_dot": True, "stream_k": 3},
         8,
     ),
+    # C staged through a shared tile and stored in 16-byte runs along its rows: alone (a
+    # partial last tile of rows), with a producer warpgroup, and in stream-K's whole tiles.
+    (dtypes.i4, dtypes.f16, False, "register", {"stages": 3, "staged_store": True}, 6),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {
+            "stages": 4,
+            "release": True,
+            "producer": True,
+            "producer_registers": 24,
+            "staged_store": True,
+        },
+        7,
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {"block_m": 24, "units_k": 2, "stream_k": 5, "staged_store": True},
+        6,
+    ),
     # Each k-tile's ring stage released by the warps' arrivals, not a block barrier: one
     # warpgroup, two, and k split over grid z.
     (dtypes.i4, dtypes.f16, False, "register", {"stages": 3, "release": True}, 8),

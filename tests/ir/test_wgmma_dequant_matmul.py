@@ -177,6 +177,24 @@ CASES = [
         1,
         8,
     ),
+    # C staged through a shared tile and stored in whole rows (alone, with a producer
+    # warpgroup, with a partial last tile of rows).
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, staged_store=True), 20, 2, 3),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            units_k=2,
+            stages=4,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            staged_store=True,
+        ),
+        9,
+        1,
+        4,
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -240,6 +258,15 @@ STREAM_K_CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles): tiles shared by blocks.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5), 20, 2, 5),
     (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=4, stages=4, stream_k=3), 9, 1, 8),
+    # The tiles one block covers stored through the staging tile, the others summed.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5, staged_store=True),
+        20,
+        2,
+        5,
+    ),
     # Stages released: a block's segments share the ring's free barriers, lap after lap.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, release=True), 9, 2, 7),
     (
@@ -988,6 +1015,15 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
         (
             WgmmaDequantConfig(stages=2, overlap_dot=True),
             "overlap_dot=True with stages=2; .* at least 3 stages",
+        ),
+        (
+            WgmmaDequantConfig(staged_store=1),
+            "staged_store=1 with block_n=256, block_m=64; expected a bool",
+        ),
+        (
+            WgmmaDequantConfig(units_n=8, staged_store=True),
+            "staged_store=True with block_n=2048, .* the 128 consumer threads cover whole rows "
+            "of 256 runs of 8 columns",
         ),
     ],
     ids=str,
