@@ -67,8 +67,10 @@ def check_reuse(program: Program) -> None:
                     "in the top-level body"
                 )
             reused = set(inner.reuse)
-            last = max((i for i, used in enumerate(uses) if used & reused), default=-1)
-            first = next((i for i, used in enumerate(uses) if name in used), len(body))
+            last = max((i for i, used in enumerate(uses) if used & reused), default=None)
+            first = next((i for i, used in enumerate(uses) if name in used), None)
+            if last is None or first is None:
+                continue  # one side never used: nothing to separate
             if first < last or not any(
                 isinstance(body[j], instructions.Sync) for j in range(last + 1, first)
             ):

@@ -5,6 +5,8 @@ matmul example's staged store is the program that uses it (test_examples.py runs
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ir import dtypes
 from ir.builder import ProgramBuilder
@@ -70,6 +72,11 @@ def test_a_tile_not_separated_by_a_barrier_is_refused(order, message):
         verify(staged(order))
 
 
+@pytest.mark.parametrize("order", ["use alloc", "alloc tile", "alloc"])
+def test_a_reuse_with_one_side_unused_needs_no_barrier(order):
+    check_reuse(staged(order))
+
+
 def test_a_tile_allocated_in_a_nested_body_is_refused():
     with pytest.raises(VerificationError, match="allocated inside a loop, if or thread group"):
         verify(staged("use sync alloc", nested=True))
@@ -93,3 +100,20 @@ def test_the_matmul_staged_store_reuses_the_ring_with_one_tile_a_block():
     assert shared_footprint(persistent) == plain + 128 * 256 * 2
     with pytest.raises(VerificationError, match="shared memory past the limit"):
         verify(persistent)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.sampled_from(["use", "sync", "tile"]), max_size=7))
+def test_the_rule_accepts_exactly_the_orders_a_barrier_separates(steps):
+    """Against the rule read off the step sequence: the tile is allocated first thing after
+    the ring; the program passes when the ring or the tile goes unused, or when a sync stands
+    after the ring's last use and before the tile's first."""
+    program = staged(" ".join(["alloc", *steps]))
+    ring = [i for i, step in enumerate(steps) if step == "use"]
+    tile = [i for i, step in enumerate(steps) if step == "tile"]
+    separated = not ring or not tile or "sync" in steps[max(ring) + 1 : min(tile)]
+    if separated:
+        check_reuse(program)
+    else:
+        with pytest.raises(VerificationError, match="no sync of the whole block"):
+            check_reuse(program)
