@@ -264,7 +264,10 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     The tile reaches shared memory through registers (`store_shared`), by `copy_async` (+
     commit and wait) or by `copy_bulk` (+ its wait); a `sync` precedes the read back. In the
     "bulk_released" form the bulk-copied tile is read back and stored once, released
-    (`copy_bulk_release`) and copied again, so the read back stores the same values twice.
+    (`copy_bulk_release`) and copied again, so the read back stores the same values twice. In
+    the "reused" form the tile goes through registers into a first shared tensor, back into
+    registers, and after a `sync` into a second one that reuses the first's memory
+    (`shared_tensor(..., reuse=...)`), from which it is read back.
     """
     num_threads = draw_threads(draw)
     first = draw(register_layouts(num_threads, 2))
@@ -278,7 +281,7 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
         )
     )
     dtype = draw(st.sampled_from(CASE_DTYPES))
-    how = draw(st.sampled_from(("registers", "async", "bulk", "bulk_released")))
+    how = draw(st.sampled_from(("registers", "async", "bulk", "bulk_released", "reused")))
     tile = first.shape
     m = draw(st.integers(1, tile[0]))
     n = draw(st.integers(1, tile[1]))
@@ -307,6 +310,13 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
             b.copy_bulk_release(buffer)
             b.copy_bulk(buffer, source, [0, 0])
             b.copy_bulk_wait(buffer)
+        elif how == "reused":
+            b.store_shared(buffer, b.load_global(source, [0, 0], first))
+            b.sync()
+            held = b.load_shared(buffer, first)
+            b.sync()
+            buffer = b.shared_tensor(dtype, shared_row_major(*tile), [buffer])
+            b.store_shared(buffer, held)
         else:
             b.store_shared(buffer, b.load_global(source, [0, 0], first))
         b.sync()

@@ -521,14 +521,10 @@ def _example_cases() -> list[tuple[str, Program, list[Any], tuple[int, ...]]]:
         )
     )
     m, n, k = 70, 72, 40
-    cases.append(
-        (
-            "matmul",
-            matmul(),
-            [m, n, k, *(packed_codes(rng, dtypes.f16, size) for size in (m * k, k * n, m * n))],
-            (2, 2),
-        )
-    )
+    for name, program in (("matmul", matmul()), ("matmul staged", matmul(staged_store=True))):
+        # The staged store's C tile takes the ring's memory (`ir.shared_reuse`).
+        codes = (packed_codes(rng, dtypes.f16, size) for size in (m * k, k * n, m * n))
+        cases.append((name, program, [m, n, k, *codes], (2, 2)))
     for weight in (dtypes.u4, dtypes.f4e2m1, dtypes.i3, dtypes.f6e3m2):
         m, n, k = 20, 72, 48
         program = quantized_matmul(weight, group_size=32)
