@@ -289,6 +289,62 @@ def tile_layouts(
     return grid * unit_element_layout(nbits), grid * unit_word_layout(nbits)
 
 
+FRAGMENT_WIDTHS = (4, 8)
+"""The bit widths whose packed lane order (`LANE_ORDERS`) puts each m16 A fragment's eight codes
+in whole 32-bit words of their own: the widths `fragment_tile_layouts` serves."""
+FRAGMENT_COLUMNS = 16
+"""Columns of W in one m16 A fragment of W^T (two n8 B fragments of a unit)."""
+
+
+def fragment_tile_layouts(
+    nbits: int, warpgroups: int, units_k: int
+) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
+    """(weight layout, word layout, scale layout) of a tile of `units_k` x `warpgroups` units in
+    which the four warps of a warpgroup share its unit: warp w holds, at each k16 step, the
+    eight codes of the unit's columns [16 w, 16 w + 16) (its m16 A fragment of W^T), which the
+    packed order keeps in b / 4 words of each lane (`FRAGMENT_WIDTHS`).
+
+    The weight layout (units_k * 16, warpgroups * 64) names the codes in the packed order, so
+    the word layout (units_k, warpgroups * 32 * b), a block of the packed tensor whose lane l of
+    warp w holds words [l b + w b / 4, l b + (w + 1) b / 4) of each unit row, `view`s into it.
+    The scale layout (1, warpgroups * 64) is what each thread reads of a block's packed scale
+    row (`pack_scales`): its two columns, 16 w + l // 4 and 8 above, four bytes together.
+    Raises VerificationError for a width outside `FRAGMENT_WIDTHS`.
+    """
+    if nbits not in FRAGMENT_WIDTHS:
+        raise VerificationError(
+            f"fragment tile: {nbits}-bit weights; expected one of {FRAGMENT_WIDTHS} bits, whose "
+            "packed order keeps each A fragment's codes in whole words"
+        )
+    order = LANE_ORDERS[nbits]
+    # Modes of unit_element_layout: k = (khi, lanes 4, klo), n = (f2, f1, f0, lanes 8). The
+    # fragment digits f2 f1 lead the packed order, so they select the warp.
+    mode_of = {"khi": 0, "klo": 2, "f0": 5}
+    unit = RegisterLayout(
+        (UNIT_K, UNIT_N),
+        (2, 4, 2, 2, 2, 2, 8),
+        (3, 4, 6, 1),
+        tuple(mode_of[digit] for digit in order[2:]),
+    )
+    codes = spatial(1, warpgroups).local(units_k, 1) * unit
+    per_warp = nbits // 4
+    words = RegisterLayout(
+        (units_k, warpgroups * UNIT_LANES * nbits),
+        (units_k, warpgroups, UNIT_LANES, UNIT_N // FRAGMENT_COLUMNS, per_warp),
+        (1, 3, 2),
+        (0, 4),
+    )
+    # A packed scale column 8 l8 + f holds natural column 8 f + l8 (`scale_permutation`):
+    # fragment w's two n8 fragments are f = 2 w and 2 w + 1, neighbours.
+    scales = RegisterLayout(
+        (1, warpgroups * UNIT_N),
+        (warpgroups, 8, UNIT_N // FRAGMENT_COLUMNS, 2),
+        (0, 2, 1, -4),
+        (3,),
+    )
+    return codes, words, scales
+
+
 def tile_value_layout(warps: int, units_k: int, units_n: int) -> RegisterLayout:
     """The tile of `tile_layouts` with each thread's elements in mma B-fragment order: what a
     `cast` of the packed-order codes produces for `dot`."""

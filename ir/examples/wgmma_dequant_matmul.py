@@ -66,11 +66,14 @@ from ir.examples.packed_prefill import (
     declare_prefill,
 )
 from ir.examples.packed_weights import (
+    FRAGMENT_COLUMNS,
+    FRAGMENT_WIDTHS,
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
     check_group_size,
     checked_arguments,
+    fragment_tile_layouts,
     program_name,
     tile_layouts,
     unit_scale_layout,
@@ -167,9 +170,12 @@ class WgmmaDequantConfig(PrefillTile):
     producer: bool = False
     producer_registers: int = 0
     staged_store: bool = False
+    warp_columns: int = UNIT_N
 
     @property
     def block_n(self) -> int:
+        if self.warp_columns == FRAGMENT_COLUMNS:
+            return UNIT_N * self.warpgroups
         return UNIT_N * self.warps * self.units_n
 
     def check(self, group_size: int) -> None:
@@ -205,6 +211,14 @@ class WgmmaDequantConfig(PrefillTile):
             raise VerificationError(
                 f"{PROGRAM}: overlap_dot={self.overlap_dot!r} with stages={stages}; expected a "
                 "bool, True only with at least 3 stages"
+            )
+        columns = self.warp_columns
+        if columns not in (UNIT_N, FRAGMENT_COLUMNS) or (
+            columns == FRAGMENT_COLUMNS and self.units_n != 1
+        ):
+            raise VerificationError(
+                f"{PROGRAM}: warp_columns={columns!r} with units_n={self.units_n}; expected "
+                f"{UNIT_N}, or {FRAGMENT_COLUMNS} with units_n 1"
             )
         check_group_size(PROGRAM, group_size, self.block_k)
 
@@ -253,17 +267,28 @@ def wgmma_dequant_matmul(
     steps = units_k if config.split_dot else 1
     step_units = units_k // steps
     step_k = UNIT_K * step_units
-    code_layout, word_layout = tile_layouts(nbits, warps, step_units, units_n)
-    code_layout = code_layout.permute(1, 0)  # the codes named as W^T
-    decoded_layout = transposed_weight_layout(warps, step_units, units_n)
     weight_layout, activation_layout, c_layout = wgmma_dot_layouts(
         UNIT_LANES * warps, block_n, block_m, step_k
     )
-    stored_layout = transposed_accumulator_layout(warps, units_n, block_m // 8)
-    scale_layouts = (
-        spatial(1, warps).local(1, units_n) * unit_scale_layout(),
-        reduce_layout(decoded_layout, [1], keepdims=True),
-    )
+    if config.warp_columns == FRAGMENT_COLUMNS:
+        if nbits not in FRAGMENT_WIDTHS:
+            raise VerificationError(
+                f"{PROGRAM}: warp_columns={FRAGMENT_COLUMNS} with {weight_dtype.name} weights; "
+                f"expected weights of {' or '.join(map(str, FRAGMENT_WIDTHS))} bits"
+            )
+        # A warp's A fragment of its warpgroup's unit: the cast gives the warpgroup's register-A
+        # layout itself, with W^T's rows in their own order (no renaming before or after).
+        code_layout, word_layout, scale_load = fragment_tile_layouts(
+            nbits, config.warpgroups, step_units
+        )
+        decoded_layout, stored_layout = weight_layout, c_layout
+    else:
+        code_layout, word_layout = tile_layouts(nbits, warps, step_units, units_n)
+        decoded_layout = transposed_weight_layout(warps, step_units, units_n)
+        stored_layout = transposed_accumulator_layout(warps, units_n, block_m // 8)
+        scale_load = spatial(1, warps).local(1, units_n) * unit_scale_layout()
+    code_layout = code_layout.permute(1, 0)  # the codes named as W^T
+    scale_layouts = (scale_load, reduce_layout(decoded_layout, [1], keepdims=True))
     row_words = UNIT_LANES * nbits
     name = program_name(PROGRAM, weight_dtype, act, zero_points)
     consumers = UNIT_LANES * warps
@@ -295,7 +320,7 @@ def wgmma_dequant_matmul(
         def product(tensors):
             """The f32 (block_n, block_m) tile of C^T of `tensors`' output tile over its
             k-tiles, in the accumulator layout."""
-            word_col0 = tensors.tile_n * (warps * units_n * row_words)
+            word_col0 = tensors.tile_n * (block_n // UNIT_N * row_words)
 
             def fetch(tile):
                 """The packed words (per step) of the k-tile of loop index `tile`, then its
@@ -351,7 +376,9 @@ def wgmma_dequant_matmul(
                 if zero_points:
                     weights = b.sub(weights, zero[0])
                 weights = b.mul(weights, scale)
-                renamed = b.view(weights, act, weight_layout)
+                renamed = weights
+                if decoded_layout != weight_layout:
+                    renamed = b.view(weights, act, weight_layout)
                 if j == 0:
                     b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
                     if config.overlap_dot and not config.release:

@@ -464,6 +464,34 @@ PREFILL_CASES = [
         {"block_m": 24, "units_k": 2, "stream_k": 5, "staged_store": True},
         6,
     ),
+    # Each warp one A fragment of its warpgroup's unit: 256 rows with a producer warpgroup and
+    # the dot in flight; two warpgroups and a split with zero points.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "block_m": 256,
+            "stages": 4,
+            "unroll": 2,
+            "min_blocks_per_sm": 1,
+            "overlap_dot": True,
+            "release": True,
+            "producer": True,
+            "producer_registers": 24,
+            "warp_columns": 16,
+        },
+        6,
+    ),
+    (
+        dtypes.u8,
+        dtypes.bf16,
+        True,
+        "register",
+        {"warpgroups": 2, "block_m": 32, "units_k": 2, "split": 2, "warp_columns": 16},
+        6,
+    ),
     # Each k-tile's ring stage released by the warps' arrivals, not a block barrier: one
     # warpgroup, two, and k split over grid z.
     (dtypes.i4, dtypes.f16, False, "register", {"stages": 3, "release": True}, 8),

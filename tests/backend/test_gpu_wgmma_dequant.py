@@ -329,6 +329,104 @@ def test_activation_types_and_zero_points_match_the_interpreter(
     assert failure is None, failure
 
 
+FRAGMENT_CASES = [
+    # (weight type, activation type, zero points, config, k-tiles): each warp one A fragment
+    # of its warpgroup's unit. The prefill benchmark's tile (256 rows, a producer warpgroup),
+    # the dot in flight, two warpgroups with a chain of dots, a split, stream-K, the staged
+    # store; 48 k-tiles where the ring laps many times.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        WgmmaDequantConfig(
+            block_m=256,
+            stages=4,
+            min_blocks_per_sm=1,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            warp_columns=16,
+        ),
+        48,
+    ),
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        WgmmaDequantConfig(
+            block_m=256,
+            stages=4,
+            unroll=2,
+            min_blocks_per_sm=1,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            warp_columns=16,
+        ),
+        48,
+    ),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        WgmmaDequantConfig(warpgroups=2, block_m=128, stages=3, split_dot=True, warp_columns=16),
+        6,
+    ),
+    (
+        dtypes.u8,
+        dtypes.f16,
+        True,
+        WgmmaDequantConfig(block_m=64, stages=4, split=2, warp_columns=16),
+        8,
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        WgmmaDequantConfig(block_m=128, stages=4, stream_k=3, release=True, warp_columns=16),
+        10,
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        WgmmaDequantConfig(
+            block_m=128,
+            stages=4,
+            unroll=2,
+            min_blocks_per_sm=2,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            staged_store=True,
+            warp_columns=16,
+        ),
+        48,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("weight", "activation", "zero_points", "config", "tiles"), FRAGMENT_CASES, ids=str
+)
+def test_fragment_columns_match_the_interpreter(
+    weight: DataType,
+    activation: DataType,
+    zero_points: bool,
+    config: WgmmaDequantConfig,
+    tiles: int,
+) -> None:
+    k = tiles * config.block_k
+    program = wgmma_dequant_matmul(
+        weight, GROUP_SIZE, config, activation_dtype=activation, zero_points=zero_points
+    )
+    kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
+    failure = _run(program, kernel, config, weight, activation, zero_points, tiles, k=k)
+    assert failure is None, failure
+
+
 @pytest.mark.parametrize(("form", "config"), LONG_CONFIGS, ids=str)
 def test_a_long_k_loop_matches_the_interpreter(form: str, config) -> None:
     """48 k-tiles: a loop the compiler does not unroll whole, the rings (and the staged form's

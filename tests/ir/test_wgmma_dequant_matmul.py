@@ -195,6 +195,42 @@ CASES = [
         1,
         4,
     ),
+    # Each warp one A fragment of its warpgroup's unit (64 columns a warpgroup, up to 256 rows):
+    # alone, two warpgroups with a producer warp, the dot in flight, a chain of dots with the
+    # staged store, a split (stream-K: `STREAM_K_CASES`).
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, warp_columns=16), 20, 2, 5),
+    (dtypes.i8, 64, WgmmaDequantConfig(block_m=24, stages=4, unroll=2, warp_columns=16), 7, 1, 4),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            block_m=8, units_k=2, warpgroups=2, release=True, producer=True, warp_columns=16
+        ),
+        3,
+        2,
+        5,
+    ),
+    (
+        dtypes.u8,
+        64,
+        WgmmaDequantConfig(
+            block_m=40, stages=3, unroll=2, overlap_dot=True, release=True, warp_columns=16
+        ),
+        41,
+        1,
+        6,
+    ),
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(
+            block_m=32, units_k=2, stages=3, split_dot=True, staged_store=True, warp_columns=16
+        ),
+        40,
+        1,
+        3,
+    ),
+    (dtypes.i8, 64, WgmmaDequantConfig(block_m=16, units_k=2, split=2, warp_columns=16), 20, 2, 6),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -258,6 +294,7 @@ STREAM_K_CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles): tiles shared by blocks.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5), 20, 2, 5),
     (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=4, stages=4, stream_k=3), 9, 1, 8),
+    (dtypes.u4, 32, WgmmaDequantConfig(units_k=2, stream_k=3, warp_columns=16), 9, 3, 4),
     # The tiles one block covers stored through the staging tile, the others summed.
     (
         dtypes.i4,
