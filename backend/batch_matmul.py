@@ -47,51 +47,43 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/3"
+NAMESPACE = "batch_matmul/4"
 """The autotuner's namespace of the path choice (a new version is a new set of records)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
+PRODUCER = {"release": True, "producer": True, "producer_registers": 24}
+"""The fields of a prefill path whose producer warpgroup issues the activation copies, keeping
+24 registers a thread and giving the rest to the consumers."""
+FRAGMENT_TILE = {
+    "warp_columns": 16,
+    "warpgroups": 2,
+    "block_m": 256,
+    "min_blocks_per_sm": 1,
+    "unroll": 2,
+    "overlap_dot": True,
+    **PRODUCER,
+}
+"""The fields of the 128 x 256 prefill tile: each warp one A fragment of its warpgroup's unit
+(`WgmmaDequantConfig.warp_columns`), two consumer warpgroups, 256 rows, each copy's dot in
+flight into the next."""
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
-    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2},
-    {
-        "path": "prefill",
-        "block_m": 64,
-        "stages": 4,
-        "min_blocks_per_sm": 2,
-        "split": 2,
-        "release": True,
-        "producer": True,
-        "producer_registers": 24,
-    },
-    {
-        "path": "prefill",
-        "block_m": 56,
-        "units_k": 4,
-        "stages": 4,
-        "unroll": 2,
-        "overlap_dot": True,
-        "split_dot": True,
-        "min_blocks_per_sm": 2,
-    },
-    {
-        "path": "prefill",
-        "block_m": 64,
-        "stages": 4,
-        "min_blocks_per_sm": 2,
-        "release": True,
-        "producer": True,
-        "producer_registers": 24,
-    },
+    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, **PRODUCER},
+    {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, "split": 2, **PRODUCER},
+    {"path": "prefill", **FRAGMENT_TILE, "units_k": 8, "stages": 3, "depth": 2},
+    {"path": "prefill", **FRAGMENT_TILE, "units_k": 8, "stages": 3, "depth": 2, "split": 2},
+    {"path": "prefill", **FRAGMENT_TILE, "stages": 4, "staged_store": True},
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
-quantized_matmul_notes.md, "Prefill, fifth part", "sixth part" and "a producer warpgroup"):
-64 rows, each k-tile waited for; 64 rows with k split in two and a producer warpgroup (for
-layers with fewer tiles than the GPU has block slots, such as 8192 x 8192 and 28672 x 8192 at
-256 rows; "the producer warpgroup with split k"); 56 rows, the k-tile a chain of k16 steps
-kept in flight into the next; 64 rows with a producer warpgroup issuing the activation copies
-and keeping 24 registers, the consumers 232 (the fastest at 4096 rows)."""
+quantized_matmul_notes.md, "the prefill tile of 256 rows"): 64 rows a block with a producer
+warpgroup, alone and with k split in two (the fastest forms of 64-row tiles, for batches a
+256-row tile would mostly leave empty); the 128 x 256 tile of `FRAGMENT_TILE` with 128-deep
+k-tiles (the fastest at 4096 rows), alone and with k split in two (for layers with fewer
+tiles than SMs at 256 rows, such as 8192 x 8192 and 28672 x 8192); and with 64-deep k-tiles
+and C staged through shared memory (4096 x 12288 at 256 rows). The 128-deep k-tiles need
+group sizes of 128 (others prune them); the 128 x 256 tile needs 4- or 8-bit weights."""
+
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""
 

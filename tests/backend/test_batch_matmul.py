@@ -46,20 +46,15 @@ def test_each_path_is_its_program() -> None:
     }
 
 
-def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
-    """Tune `problem` at M = 256 for sm_90a with a fake measure: `times` by a path's
-    description (``dequantize``, ``prefill64``, ``prefill56``, ``prefill64+producer`` with a
-    producer warpgroup, ``prefill64/2+producer`` the same with k split in two);
-    returns the operation and the descriptions measured."""
+def _tune(tmp_path, times: dict[int, float], problem: DecodeProblem = PROBLEM):
+    """Tune `problem` at M = 256 for sm_90a with a fake measure: `times` by a path's index in
+    `BATCH_PATHS`; returns the operation and the indices measured."""
     measured = []
 
     def measure(operation: BatchMatmul) -> float:
-        path = operation.path
-        name = path["path"] if path["path"] == "dequantize" else f"prefill{path['block_m']}"
-        name += f"/{path['split']}" if "split" in path else ""
-        name += "+producer" if path.get("producer") else ""
-        measured.append(name)
-        return times[name]
+        index = BATCH_PATHS.index(operation.path)
+        measured.append(index)
+        return times[index]
 
     operation = BatchMatmul.tuned(
         problem,
@@ -73,41 +68,43 @@ def _tune(tmp_path, times: dict[str, float], problem: DecodeProblem = PROBLEM):
     return operation, measured
 
 
+TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0}
+"""Measured times by path: the 128 x 256 tile with 128-deep k-tiles fastest."""
+
+
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 68.0, "prefill56": 65.0}
-    times["prefill64+producer"] = 66.0
-    operation, measured = _tune(tmp_path, times)
-    expected = ["dequantize", "prefill56", "prefill64", "prefill64+producer"]
-    expected.append("prefill64/2+producer")
-    assert sorted(measured) == expected
+    operation, measured = _tune(tmp_path, TIMES)
+    assert sorted(measured) == list(range(len(BATCH_PATHS)))
     assert operation.path == dict(BATCH_PATHS[3]) and operation.launches == 1
+    assert operation.prefill.warp_columns == 16 and operation.prefill.block_n == 128
+    assert operation.kernel.program.num_threads == 384  # two consumer warpgroups, a producer
     assert operation.tuning is not None and not operation.tuning.from_cache
     again, measured = _tune(tmp_path, {})  # a measure would fail: none is asked
     assert measured == [] and again.path == operation.path and again.tuning.from_cache
 
 
-def test_the_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 68.0, "prefill56": 65.0}
-    times["prefill64+producer"] = 63.0
-    operation, _ = _tune(tmp_path, times)
-    assert operation.path == dict(BATCH_PATHS[4]) and operation.launches == 1
+def test_the_64_row_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None:
+    operation, _ = _tune(tmp_path, {**TIMES, 1: 63.0})
+    assert operation.path == dict(BATCH_PATHS[1]) and operation.launches == 1
     assert operation.prefill.producer_registers == 24
     assert operation.kernel.program.num_threads == 256
 
 
-def test_the_split_kernel_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 80.0, "prefill64": 70.0, "prefill64/2+producer": 60.0, "prefill56": 65.0}
-    times["prefill64+producer"] = 66.0
-    operation, _ = _tune(tmp_path, times)
-    assert operation.path == dict(BATCH_PATHS[2]) and operation.prefill.split == 2
-    assert operation.prefill.producer_registers == 24
+@pytest.mark.parametrize(("index", "block_n"), [(2, 256), (4, 128)])
+def test_a_split_kernel_wins_where_it_is_faster(tmp_path, index: int, block_n: int) -> None:
+    operation, _ = _tune(tmp_path, {**TIMES, index: 60.0})
+    assert operation.path == dict(BATCH_PATHS[index]) and operation.prefill.split == 2
+    assert operation.prefill.producer_registers == 24 and operation.prefill.block_n == block_n
     assert [p.name for p in operation.kernel.program.params][-3:] == ["partial", "counters", "c"]
 
 
+def test_the_staged_store_wins_where_it_is_faster(tmp_path) -> None:
+    operation, _ = _tune(tmp_path, {**TIMES, 5: 60.0})
+    assert operation.path == dict(BATCH_PATHS[5]) and operation.prefill.staged_store
+
+
 def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
-    times = {"dequantize": 50.0, "prefill64": 70.0, "prefill64/2+producer": 60.0, "prefill56": 65.0}
-    times["prefill64+producer"] = 66.0
-    operation, _ = _tune(tmp_path, times)
+    operation, _ = _tune(tmp_path, {**TIMES, 0: 50.0})
     assert operation.path == DEQUANTIZE and operation.launches == 2
     assert operation.prefill is None
 
@@ -117,10 +114,24 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
     problem = DecodeProblem(dtypes.i4, 32, 256, 256)
     with pytest.raises(VerificationError, match="group_size=32"):
         batch_program(problem, BATCH_PATHS[1])
-    operation, measured = _tune(tmp_path, {"dequantize": 90.0}, problem)
-    assert measured == ["dequantize"] and operation.path == DEQUANTIZE
+    operation, measured = _tune(tmp_path, {0: 90.0}, problem)
+    assert measured == [0] and operation.path == DEQUANTIZE
     statuses = sorted(trial.status for trial in operation.tuning.trials)
-    assert statuses == ["measured", "pruned", "pruned", "pruned", "pruned"]
+    assert statuses == ["measured"] + ["pruned"] * (len(BATCH_PATHS) - 1)
+
+
+@pytest.mark.parametrize(
+    ("weight", "group_size", "pruned"),
+    [(dtypes.u3, 128, [3, 4, 5]), (dtypes.i8, 64, [3, 4]), (dtypes.u4, 128, [])],
+    ids=str,
+)
+def test_the_128_x_256_tile_is_pruned_where_it_does_not_fit(
+    tmp_path, weight, group_size: int, pruned: list[int]
+) -> None:
+    """That tile takes 4- and 8-bit weights; its 128-deep k-tiles groups of 128."""
+    problem = DecodeProblem(weight, group_size, 256, 256)
+    _, measured = _tune(tmp_path, TIMES, problem)
+    assert sorted(measured) == [i for i in range(len(BATCH_PATHS)) if i not in pruned]
 
 
 @pytest.mark.parametrize(

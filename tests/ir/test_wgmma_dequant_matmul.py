@@ -41,6 +41,7 @@ from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import transposed_ring
+from ir.examples.packed_weights import FRAGMENT_COLUMNS, FRAGMENT_WIDTHS
 from ir.examples.register_dequant_matmul import (
     transposed_accumulator_layout,
     transposed_weight_layout,
@@ -200,6 +201,7 @@ CASES = [
     # staged store, a split (stream-K: `STREAM_K_CASES`).
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, warp_columns=16), 20, 2, 5),
     (dtypes.i8, 64, WgmmaDequantConfig(block_m=24, stages=4, unroll=2, warp_columns=16), 7, 1, 4),
+    (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=8, units_k=2, warp_columns=16), 9, 1, 3),
     (
         dtypes.u4,
         32,
@@ -439,12 +441,17 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
     )
     if config.stages >= 3 and draw(st.booleans()):
         config = replace(config, overlap_dot=True)
+    fragment_widths = [d for d in F16_WEIGHT_DTYPES if d.nbits in FRAGMENT_WIDTHS]
+    fragments = config.units_n == 1 and draw(st.booleans())
+    if fragments:
+        config = replace(config, warp_columns=FRAGMENT_COLUMNS)
     split = draw(st.sampled_from([1, 1, 2, 3]))
     config = replace(config, split_dot=draw(st.booleans()), split=split)
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
     k = config.block_k * split * draw(st.integers(1, 4 // split + 1))
-    return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, config.block_n, k
+    weights = fragment_widths if fragments else F16_WEIGHT_DTYPES
+    return draw(st.sampled_from(weights)), group_size, config, m, config.block_n, k
 
 
 @settings(max_examples=10, deadline=None)
@@ -1062,6 +1069,11 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
             "staged_store=True with block_n=2048, .* the 128 consumer threads cover whole rows "
             "of 256 runs of 8 columns",
         ),
+        (WgmmaDequantConfig(warp_columns=32), "warp_columns=32 with units_n=1; expected 64, or 16"),
+        (
+            WgmmaDequantConfig(warp_columns=16, units_n=2),
+            "warp_columns=16 with units_n=2; expected 64, or 16 with units_n 1",
+        ),
     ],
     ids=str,
 )
@@ -1080,6 +1092,31 @@ def test_bad_group_size_is_refused(group_size: object) -> None:
 def test_bad_weight_dtype_is_refused(dtype: DataType) -> None:
     with pytest.raises(VerificationError, match=f"packed weights: {dtype} is not a weight type"):
         wgmma_dequant_matmul(dtype)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.u3, dtypes.i2, dtypes.f6e3m2], ids=str)
+def test_a_fragment_tile_of_other_widths_is_refused(dtype: DataType) -> None:
+    """Each warp's A fragment must be whole words of the packed lane: 4- and 8-bit weights."""
+    with pytest.raises(VerificationError, match=f"warp_columns=16 with {dtype} weights"):
+        wgmma_dequant_matmul(dtype, 128, WgmmaDequantConfig(warp_columns=16))
+
+
+@pytest.mark.parametrize(
+    ("config", "block_n", "accumulators"),
+    [
+        (WgmmaDequantConfig(), 256, 128),
+        (WgmmaDequantConfig(warp_columns=16, block_m=256), 64, 128),
+        (WgmmaDequantConfig(warp_columns=16, warpgroups=2, block_m=128), 128, 64),
+    ],
+    ids=str,
+)
+def test_fragment_tiles_cover_64_columns_a_warpgroup(
+    config: WgmmaDequantConfig, block_n: int, accumulators: int
+) -> None:
+    """The block's columns and each consumer thread's f32 accumulators."""
+    assert config.block_n == block_n
+    threads = 128 * config.warpgroups
+    assert block_n * config.block_m // threads == accumulators
 
 
 def test_a_stream_k_grid_needs_k() -> None:

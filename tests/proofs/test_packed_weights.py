@@ -18,8 +18,12 @@ import pytest
 
 from backend.lower import lower
 from ir import dtypes
+from ir.errors import VerificationError
+from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_weights import (
+    fragment_tile_layouts,
     pack_weights_program,
+    scale_permutation,
     tile_layouts,
     unit_element_layout,
     unit_word_layout,
@@ -100,6 +104,53 @@ def test_tile_layouts_are_bijections_that_view_into_each_other(
     assert_bijection(words)
 
 
+@pytest.mark.parametrize(
+    ("nbits", "warpgroups", "units_k"), [(4, 1, 1), (4, 2, 4), (8, 1, 2), (8, 2, 1)]
+)
+def test_fragment_tile_layouts_are_bijections_that_view_into_each_other(
+    nbits: int, warpgroups: int, units_k: int
+) -> None:
+    """Each warp one A fragment of its warpgroup's unit: the codes and the words bijections
+    that view into each other, each thread's codes those of its fragment in the packed order
+    (the unit's lane at the fragment's words), the same elements a thread of the ``wgmma``
+    register-A layout holds, and the scales the columns of its rows."""
+    codes, words, scales = fragment_tile_layouts(nbits, warpgroups, units_k)
+    threads = 128 * warpgroups
+    assert codes.shape == (16 * units_k, 64 * warpgroups)
+    assert words.shape == (units_k, 32 * nbits * warpgroups)
+    assert codes.num_threads == words.num_threads == scales.num_threads == threads
+    assert codes.local_size * nbits == words.local_size * 32
+    assert_bijection(codes)
+    assert_bijection(words)
+    unit = unit_element_layout(nbits)
+    a, _, _ = wgmma_dot_layouts(threads, 64 * warpgroups, 8, 16 * units_k)
+    permutation = scale_permutation()
+    for t in range(threads):
+        group, warp, lane = t // 128, t // 32 % 4, t % 32
+        held = [codes.map(t, i) for i in range(codes.local_size)]
+        assert held == [
+            (16 * s + k, 64 * group + n)
+            for s in range(units_k)
+            for k, n in (unit.map(lane, 8 * warp + c) for c in range(8))
+        ]
+        assert [words.map(t, i) for i in range(words.local_size)] == [
+            (s, 32 * nbits * group + nbits * lane + nbits // 4 * warp + w)
+            for s in range(units_k)
+            for w in range(nbits // 4)
+        ]
+        assert sorted((n, k) for k, n in held) == sorted(a.map(t, i) for i in range(a.local_size))
+        rows = sorted({a.map(t, i)[0] for i in range(a.local_size)})
+        read = [scales.map(t, i)[1] for i in range(scales.local_size)]
+        assert sorted(64 * (c // 64) + permutation[c % 64] for c in read) == rows
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 3, 5, 6, 7])
+def test_fragment_tile_layouts_refuse_split_fragments(nbits: int) -> None:
+    """At these widths a fragment's codes do not fill whole words of their own."""
+    with pytest.raises(VerificationError, match=f"{nbits}-bit weights; expected one of"):
+        fragment_tile_layouts(nbits, 1, 1)
+
+
 # ------------------------------------------------------------------------------ refutations
 
 
@@ -166,6 +217,28 @@ def test_stream_k_prefill_kernel_lowering_validates() -> None:
     prefill_config = WgmmaDequantConfig(block_m=64, min_blocks_per_sm=2, stream_k=264)
     prefill = wgmma_dequant_matmul(dtypes.i4, 128, prefill_config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
+def test_fragment_prefill_kernel_lowering_validates() -> None:
+    """The 128 x 256 prefill tile (each warp one A fragment, two consumer warpgroups, a
+    producer warpgroup, the dot in flight): every access and claim proved, wgmma's among them."""
+    config = WgmmaDequantConfig(
+        warp_columns=16,
+        warpgroups=2,
+        block_m=256,
+        units_k=8,
+        stages=3,
+        depth=2,
+        unroll=2,
+        min_blocks_per_sm=1,
+        overlap_dot=True,
+        release=True,
+        producer=True,
+        producer_registers=24,
+    )
+    prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
