@@ -85,7 +85,7 @@ from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.autotune import m_bucket
-from backend.batch_matmul import split_workspace
+from backend.batch_matmul import BATCH_PATHS, split_workspace
 from backend.decode_matmul import (
     DecodeMatmul,
     DecodeMeasure,
@@ -123,9 +123,10 @@ IN_FLIGHT_OPTIONS = MATMUL_CONFIGS["128x128x64 2 warpgroups 4 stages wgmma in fl
 flight (``overlap_dot``: activations 2 k-tiles ahead, the next k-tile's weights and scales
 loaded ahead), so that on sm_90a each k-tile's wgmma runs on into the next
 (`backend.wgmma_pipeline`)."""
-PREFILL_CONFIG = {"block_m": 64, "stages": 4, "min_blocks_per_sm": 2}
-"""The ``wgmma_dequant`` variant's `WgmmaDequantConfig` fields: one warpgroup of 256 columns
-by 64 rows, four activation stages, two blocks per SM (128 accumulator registers a thread)."""
+PREFILL_CONFIG = {name: value for name, value in BATCH_PATHS[3].items() if name != "path"}
+"""The ``wgmma_dequant`` variant's `WgmmaDequantConfig` fields: QuantizedLinear's 128 x 256
+tile with 128-deep k-tiles (`backend.batch_matmul.BATCH_PATHS`; each warp one A fragment, two
+consumer warpgroups, a producer warpgroup, the dot in flight), the fastest at 4096 rows."""
 STAGED_CONFIG = {"warpgroups": 4, "units_n": 4, "block_m": 128, "stages": 4}
 """The ``staged_dequant`` variant's `StagedDequantConfig` fields: four warpgroups sharing the
 dequantization of 256 columns by 64 k (the other fields' defaults), 128 rows of A, four
