@@ -36,9 +36,15 @@ into `register_dequant_matmul.transposed_accumulator_layout` renames them back. 
 still means C = A (W * S): the interpreter runs the renamed dot, and the GPU's result is its
 within the tensor cores' rounding.
 
-Tile: ``block_n = 256 * units_n * warpgroups`` columns of N, `block_m` rows of M (a multiple of
-8 up to 256), ``BK = 16 * units_k``. Registers per thread: ``2 * units_n * block_m`` f32
-accumulators (128 at the default 64 rows) besides the weights. `n` and `k` are compile-time
+**The fragment tile** (`warp_columns` 16): the four warps of a warpgroup load the same unit,
+warp w' only the words of its A fragment (columns 16 w' .. 16 w' + 15 of the unit,
+`packed_weights.fragment_tile_layouts`), so the cast gives the warpgroup register-A layout with
+W^T's rows in their own order, and no renaming is needed on either side of the dot.
+
+Tile: ``block_n = 256 * units_n * warpgroups`` columns of N (the fragment tile: ``64 *
+warpgroups``), `block_m` rows of M (a multiple of 8 up to 256), ``BK = 16 * units_k``.
+Registers per thread: ``2 * units_n * block_m`` f32 accumulators (128 at the default 64 rows;
+the fragment tile ``block_m / 2``) besides the weights. `n` and `k` are compile-time
 constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)`` (with
 `stream_k`, ``min(stream_k, W)`` blocks); `k` a multiple of BK * split and `group_size` of BK
 (one scale row per k-tile); rows of A past m read zeros and rows of C past m are not written.
