@@ -76,7 +76,7 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
-quantized_matmul_notes.md, "the prefill tile of 256 rows"): 64 rows a block with a producer
+quantized_matmul_notes.md, "a 128 x 256 tile"): 64 rows a block with a producer
 warpgroup, alone and with k split in two (the fastest forms of 64-row tiles, for batches a
 256-row tile would mostly leave empty); the 128 x 256 tile of `FRAGMENT_TILE` with 128-deep
 k-tiles (the fastest at 4096 rows), alone and with k split in two (for layers with fewer
