@@ -51,7 +51,7 @@ from ir.examples.wgmma_dequant_matmul import (
     consumer_registers,
     wgmma_dequant_matmul,
 )
-from ir.instructions import ThreadGroup
+from ir.instructions import Dot, ThreadGroup
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
@@ -1113,10 +1113,13 @@ def test_a_fragment_tile_of_other_widths_is_refused(dtype: DataType) -> None:
 def test_fragment_tiles_cover_64_columns_a_warpgroup(
     config: WgmmaDequantConfig, block_n: int, accumulators: int
 ) -> None:
-    """The block's columns and each consumer thread's f32 accumulators."""
+    """The block's columns, and each consumer thread's f32 accumulators in the program's dots
+    (the fragment tile: block_m / 2, so 256 rows fit the 64-row tile's 128)."""
     assert config.block_n == block_n
-    threads = 128 * config.warpgroups
-    assert block_n * config.block_m // threads == accumulators
+    program = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    dots = [i for i in program.walk() if isinstance(i, Dot)]
+    assert dots and {dot.c.layout.local_size for dot in dots} == {accumulators}
+    assert {dot.c.layout.shape for dot in dots} == {(block_n, config.block_m)}
 
 
 def test_a_stream_k_grid_needs_k() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from backend.batch_matmul import BATCH_PATHS, prefill_config
 from backend.lower import lower
 from ir import dtypes
 from ir.errors import VerificationError
@@ -221,22 +222,10 @@ def test_stream_k_prefill_kernel_lowering_validates() -> None:
 
 
 def test_fragment_prefill_kernel_lowering_validates() -> None:
-    """The 128 x 256 prefill tile (each warp one A fragment, two consumer warpgroups, a
-    producer warpgroup, the dot in flight): every access and claim proved, wgmma's among them."""
-    config = WgmmaDequantConfig(
-        warp_columns=16,
-        warpgroups=2,
-        block_m=256,
-        units_k=8,
-        stages=3,
-        depth=2,
-        unroll=2,
-        min_blocks_per_sm=1,
-        overlap_dot=True,
-        release=True,
-        producer=True,
-        producer_registers=24,
-    )
+    """QuantizedLinear's 128 x 256 prefill tile (each warp one A fragment, two consumer
+    warpgroups, a producer warpgroup, the dot in flight): every access and claim proved,
+    wgmma's among them."""
+    config = prefill_config(BATCH_PATHS[3])
     prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
