@@ -116,15 +116,15 @@ def split_workspace(
     config: PrefillTile, m: int, n: int, k: int, device: Any, counters: TileCounters
 ) -> tuple[Any, ...]:
     """The arguments a prefill launch of `config` for C of shape (m, n) and K = `k` takes
-    between the weights and C: none without a split or stream-K; else a new f32
-    (`PrefillTile.partial_slots`, m, n) partial-sum workspace and the zeroed tile counters
-    from `counters` (on `device`)."""
-    slots = config.partial_slots(m, n, k)
-    if not slots:
+    between the weights and C: none without a split or stream-K; else a new f32 partial-sum
+    workspace of `PrefillTile.partial_shape` and the zeroed tile counters from `counters` (on
+    `device`)."""
+    shape = config.partial_shape(m, n, k)
+    if not shape[0]:
         return ()
     import torch
 
-    partial = torch.empty((slots, m, n), dtype=torch.float32, device=device)
+    partial = torch.empty(shape, dtype=torch.float32, device=device)
     return partial, counters(config.tiles(m, n), device)
 
 

@@ -28,7 +28,7 @@ from ir.examples.packed_weights import (
     packed_views,
     tile_ahead,
 )
-from ir.examples.split_sum import add_parts_last, sum_layout
+from ir.examples.split_sum import add_parts_in_fragments, fragment_parts_view
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
@@ -90,13 +90,20 @@ class PrefillTile:
         return self.tiles(m, n) * (k // self.block_k)
 
     def partial_slots(self, m: int, n: int, k: int) -> int:
-        """The (slots, m, n) f32 partial sums a launch for C (m, n) and K = `k` takes: `split`
-        slots with a split, `ir.examples.stream_k.stream_k_slots` with `stream_k`, else 0 (no
-        workspace)."""
+        """The slots of partial sums a launch for C (m, n) and K = `k` takes, each a part of
+        every output tile (`partial_shape`): `split` slots with a split,
+        `ir.examples.stream_k.stream_k_slots` with `stream_k`, else 0 (no workspace)."""
         if self.stream_k:
             work = self.iterations(m, n, k)
             return stream_k_slots(k // self.block_k, work, min(self.stream_k, work))
         return self.split if self.split > 1 else 0
+
+    def partial_shape(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        """The f32 workspace a launch for C (m, n) and K = `k` takes, as (slots, tiles,
+        block_n * block_m): a whole tile's part per slot and output tile (rows past m
+        included), in the order of the accumulator registers
+        (`ir.examples.split_sum.fragment_parts_view`); slots 0 without a split or stream-K."""
+        return (self.partial_slots(m, n, k), self.tiles(m, n), self.block_n * self.block_m)
 
 
 def check_prefill_fields(
@@ -269,9 +276,14 @@ class PrefillTensors:
             with b.if_(part.count > 1):
                 self._store_part(b, result, act, part)
 
-    def _store_whole(self, b: ProgramBuilder, result: RegisterTensor, act: DataType) -> None:
+    def _store_whole(
+        self, b: ProgramBuilder, result: RegisterTensor, act: DataType, column: int = 0
+    ) -> None:
+        """Store `result` (f32, C^T's rows from `col0`, its columns from ``row0 + column``) as
+        `act` into C, through the staging tile where the program has one and `result` is the
+        whole tile."""
         value = b.cast(result, act)
-        if self.staging is not None:
+        if self.staging is not None and value.layout.shape == self.staging.layout.shape:
             # Through the staging tile, a barrier of the storing threads on each side: every
             # one is past its reads of the last tile's (stream-K), and every part has landed.
             block_n, block_m = value.layout.shape
@@ -279,25 +291,22 @@ class PrefillTensors:
             b.store_shared(self.staging, value)
             b.sync()
             value = b.load_shared(self.staging, run_layout(b.threads, block_n, block_m))
-        b.store_global(self.c_columns, value, [self.col0, self.row0])
+        b.store_global(self.c_columns, value, [self.col0, self.row0 + column])
 
     def _store_part(
         self, b: ProgramBuilder, result: RegisterTensor, act: DataType, part: TilePart
     ) -> None:
         sums = self.split_sum
         assert sums is not None
-        b.store_global(sums.part_columns, result, [part.slot, self.col0, self.row0])
-        block_n, block_m = result.layout.shape
-        add_parts_last(
+        add_parts_in_fragments(
             b,
             parts=sums.parts,
-            out=sums.out,
             counters=sums.counters,
             tile=part.tile,
-            origin=(self.row0, self.col0),
+            slot=part.slot,
             count=part.count,
-            layout=sum_layout(block_m, block_n, b.threads),
-            out_dtype=act,
+            value=result,
+            store=lambda piece, i: self._store_whole(b, piece, act, i * piece.layout.shape[1]),
         )
 
     @contextmanager
@@ -328,13 +337,12 @@ class PrefillTensors:
 
 @dataclass(frozen=True)
 class SplitSum:
-    """The views a prefill program's fused sum uses: `part_columns` the (slots, n, m) f32
-    partial sums as C^T tiles (where blocks store their parts), `parts` the same memory as
-    (slots, m, n), `out` C as (m, n), `counters` the (tiles,) i32 tile counters."""
+    """The views a prefill program's fused sum uses: `parts` the f32 partial sums, each
+    tile's in the order of the consumer threads' accumulator registers
+    (`ir.examples.split_sum.fragment_parts_view`), `counters` the (tiles,) i32 tile
+    counters."""
 
-    part_columns: GlobalTensor
     parts: GlobalTensor
-    out: GlobalTensor
     counters: GlobalTensor
 
 
@@ -405,10 +413,11 @@ def declare_prefill(
     c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T
     split_sum = part = None
     if fused:
+        threads = UNIT_LANES * config.warps
         split_sum = SplitSum(
-            b.global_view(partial, dtypes.f32, GlobalLayout((slots, n, m), (m * n, 1, n))),
-            b.global_view(partial, dtypes.f32, GlobalLayout((slots, m, n), (m * n, n, 1))),
-            b.global_view(c, act, GlobalLayout((m, n), (n, 1))),
+            fragment_parts_view(
+                b, partial, slots, tiles_n * tiles_m, block_n * block_m // threads, threads
+            ),
             b.global_view(counters, dtypes.i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
         )
     if split > 1:

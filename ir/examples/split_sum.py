@@ -9,22 +9,36 @@ The block whose ticket comes last adds the tile's parts in slot order, f32 adds 
 the result is the same bits whichever block finished last, casts the sum to C's type, stores
 it, and sets the counter back to zero, ready for the next launch.
 
-`register_dequant_matmul` (split-k and stream-K) and `wgmma_dequant_matmul` (split-k) add up
-their parts with `add_parts_last`; `sum_layout` is the tile's layout for those adds.
+`register_dequant_matmul` (split-k and stream-K) adds up its parts with `add_parts_last`, in C's
+(m, n) order (`sum_layout` is the tile's layout for those adds). The prefill programs
+(`ir.examples.packed_prefill`: split-k and stream-K) keep each part in the order of the
+accumulator registers instead (`add_parts_in_fragments`): a tile's part is one run of memory in
+which each thread's registers sit four by four beside its neighbours' (`part_order`), so every
+store and load is a 16-byte vector of whole warps' 512-byte runs, with no bounds to check (the
+workspace holds whole tiles), and the last block sums the parts straight into the
+accumulator's layout, a piece of its registers at a time (`part_pieces`), and stores C from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
+from ir.errors import VerificationError
 from ir.values import GlobalTensor, RegisterTensor
+from layout_algebra.divide import left_divide
+from layout_algebra.errors import LayoutError
+from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, local, replicate
 
 SUM_VECTOR = 4
 """f32 values a thread adds as one 16-byte vector."""
+PIECE_REGISTERS = 32
+"""The most f32 registers a thread sums at a time in `add_parts_in_fragments` (the sum and
+one part's term live together beside whatever else the thread holds)."""
 
 
 def sum_layout(block_m: int, block_n: int, threads: int) -> RegisterLayout:
@@ -60,5 +74,94 @@ def add_parts_last(
             b.assign(total, b.add(total, term))
         total = b.view(total, dtypes.f32, layout)
         b.store_global(out, b.cast(total, out_dtype), list(origin))
+        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
+        b.store_global(counters, zero, [tile])
+
+
+def part_order(registers: int, threads: int) -> RegisterLayout:
+    """The (registers / 4, threads, 4) order of a part in memory: thread t's register r at
+    ``[r // 4, t, r % 4]``, so a warp's 16-byte vectors of one ``r // 4`` are 512 consecutive
+    bytes. Requires `registers` a positive multiple of `SUM_VECTOR`."""
+    if registers <= 0 or registers % SUM_VECTOR:
+        raise VerificationError(
+            f"part_order: {registers} registers a thread; expected a positive multiple of "
+            f"{SUM_VECTOR}"
+        )
+    vectors = registers // SUM_VECTOR
+    return local(vectors, 1, 1).spatial(1, threads, 1).local(1, 1, SUM_VECTOR)
+
+
+def part_pieces(layout: RegisterLayout) -> tuple[int, RegisterLayout]:
+    """(p, piece): the most pieces p (a power of two, down to 1) into which `layout`'s dim 1
+    splits as ``local(1, p) * piece == layout``, with at least `PIECE_REGISTERS` registers a
+    thread in each piece while more remain, and whole 16-byte vectors. So registers ``[i R / p,
+    (i + 1) R / p)`` of a thread are its registers of piece i, the columns ``[i c, (i + 1) c)``
+    of the tile (c = dim 1 / p), in `piece`'s order."""
+    registers = layout.local_size
+    pieces = max(1, registers // PIECE_REGISTERS)
+    while pieces > 1:
+        if (registers // pieces) % SUM_VECTOR == 0 and layout.shape[1] % pieces == 0:
+            try:
+                return pieces, left_divide(layout, local(1, pieces))
+            except LayoutError:
+                pass
+        pieces //= 2
+    return 1, layout
+
+
+def fragment_parts_view(
+    b: ProgramBuilder, partial: Any, slots: Any, tiles: Any, registers: int, threads: int
+) -> GlobalTensor:
+    """The (slots, tiles, R / 4, T, 4) f32 view of the workspace array parameter `partial` in
+    which each of `tiles` output tiles held by T = `threads` threads in R = `registers`
+    registers each keeps `slots` parts in `part_order`: ``slots * tiles * R * T`` values."""
+    part_order(registers, threads)  # checks the registers
+    vectors = registers // SUM_VECTOR
+    tile_size = registers * threads
+    shape = (slots, tiles, vectors, threads, SUM_VECTOR)
+    strides = (tiles * tile_size, tile_size, threads * SUM_VECTOR, SUM_VECTOR, 1)
+    return b.global_view(partial, dtypes.f32, GlobalLayout(shape, strides))
+
+
+def add_parts_in_fragments(
+    b: ProgramBuilder,
+    *,
+    parts: GlobalTensor,
+    counters: GlobalTensor,
+    tile: Any,
+    slot: Any,
+    count: Any,
+    value: RegisterTensor,
+    store: Callable[[RegisterTensor, int], None],
+) -> None:
+    """Store `value`, this block's f32 part of output tile `tile` (any layout of R registers
+    a thread), in its `slot` of `parts` (`fragment_parts_view`) in `part_order`, then take a
+    ticket on ``counters[tile]``: the block whose ticket is ``count - 1`` adds the tile's
+    parts in slot order (f32, from slot 0: the same bits whichever block finished last) a
+    piece at a time (`part_pieces`), calling ``store(piece_sum, i)`` with the sum of piece i
+    in the piece's layout (columns ``[i c, (i + 1) c)`` of the tile), and zeroes the
+    counter."""
+    layout = value.layout
+    if layout.replication != 1:
+        raise VerificationError(
+            f"add_parts_in_fragments: a part of layout {layout} held by {layout.replication} "
+            "threads each; expected each element in one thread"
+        )
+    registers, threads = layout.local_size, layout.num_threads
+    whole = part_order(registers, threads)
+    b.store_global(
+        parts, b.view(value, dtypes.f32, whole.unsqueeze(0).unsqueeze(0)), [slot, tile, 0, 0, 0]
+    )
+    pieces, piece = part_pieces(layout)
+    vectors = registers // pieces // SUM_VECTOR
+    order = part_order(registers // pieces, threads).unsqueeze(0).unsqueeze(0)
+    ticket = b.atomic_add(counters, [tile])
+    with b.if_(ticket.eq(count - 1)):
+        for i in range(pieces):
+            total = b.load_global(parts, [0, tile, i * vectors, 0, 0], order)
+            with b.for_range(1, count) as part:
+                term = b.load_global(parts, [part, tile, i * vectors, 0, 0], order)
+                b.assign(total, b.add(total, term))
+            store(b.view(total, dtypes.f32, piece), i)
         zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
         b.store_global(counters, zero, [tile])

@@ -8,8 +8,8 @@ weights); `sequential_partials` is the f32 sum in k order that the interpreter's
 followed by `TAIL` sentinel elements that no kernel may write. `check_prefill_program` runs a
 prefill program of the packed weights in the interpreter against the sequential sum, and
 `check_zero_point_program` does so with zero points and f16 or bf16 activations, both with
-k split over the grid's z blocks where the program has a split-k sum (`reference_workspace`;
-`launch_workspace` is a launch's from its configuration, stream-K's too).
+k split over the grid's z blocks where the program has a split-k sum (`launch_workspace`: a
+launch's from its configuration, stream-K's too).
 `stream_k_parts` lists the k ranges a stream-K launch computes each output tile in, and
 `check_stream_k_program` runs a stream-K program (decode or prefill) against them.
 `zero_point_problem(...)` draws the inputs of a kernel with f16 or bf16 activations and
@@ -19,6 +19,7 @@ optional zero points (`ZeroPointProblem`), with its arguments in the packed form
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ import numpy as np
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.elementwise import fused_multiply_add
+from ir.examples.packed_prefill import PrefillTile
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.program import Program
 from ir.testing.cases import code_bit_offsets
@@ -140,24 +142,30 @@ def with_tail(size: int, dtype: type) -> np.ndarray:
 
 def check_prefill_program(
     program: Program,
+    config: Any,
     dtype: DataType,
     group_size: int,
     shape: tuple[int, int, int],
-    grid: tuple[int, ...],
     seed: int,
 ) -> None:
-    """Run `program`, a prefill program of the packed weights (``qmm(m, n, k, a, packed,
-    scales, [partial, counters,] c)``), on a random (m, n, k) `shape` of `dtype` codes in the
-    interpreter over `grid` (its z extent the split of k): C must be, bit for bit, the f32 sums
-    in k order of each part of k, added in order and rounded once, nothing past C written, and
-    the tile counters left zero."""
+    """Run `program`, a prefill program of the packed weights of `config` (a ``PrefillTile``;
+    ``qmm(m, n, k, a, packed, scales, [partial, counters,] c)``), on a random (m, n, k) `shape`
+    of `dtype` codes in the interpreter over the configuration's grid (its z extent the split
+    of k): C must be, bit for bit, the f32 sums in k order of each part of k, added in order
+    and rounded once, nothing past C or the workspace written, and the tile counters left
+    zero."""
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
-    split, workspace = reference_workspace(program, m * n, grid)
+    grid = config.grid(m, n)
+    split, workspace = grid[2], launch_workspace(program, config, m, n, k)
+    if workspace:
+        workspace[0] = with_tail(workspace[0].size, np.float32)
     c = with_tail(m * n, np.float16)
     scales = pack_scales(problem.scales)
     run_reference(program, m, n, k, problem.a, packed, scales, *workspace, c, grid=grid)
+    if workspace:
+        np.testing.assert_array_equal(workspace[0][-TAIL:], SENTINEL)
     np.testing.assert_array_equal(c[m * n :], SENTINEL)
     for counters in workspace[1:]:
         np.testing.assert_array_equal(counters, 0)
@@ -204,12 +212,18 @@ def check_stream_k_program(
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
-    partial = with_tail(slots * m * n, np.float32)
+    # The prefill programs keep whole tiles' parts (`PrefillTile.partial_shape`), the decode
+    # program (slots, m, n).
+    size = slots * m * n
+    if isinstance(config, PrefillTile):
+        assert config.partial_slots(m, n, k) == slots
+        size = math.prod(config.partial_shape(m, n, k))
+    partial = with_tail(size, np.float32)
     counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
     c = with_tail(m * n, np.float16)
     arguments = [problem.a, packed, pack_scales(problem.scales), partial, counters, c]
     run_reference(program, m, n, k, *arguments, grid=config.grid(m, n, k))
-    np.testing.assert_array_equal(partial[slots * m * n :], SENTINEL)
+    np.testing.assert_array_equal(partial[size:], SENTINEL)
     np.testing.assert_array_equal(counters, 0)
     np.testing.assert_array_equal(c[m * n :], SENTINEL)
     out = c[: m * n].reshape(m, n)
@@ -237,29 +251,15 @@ def check_stream_k_program(
         )
 
 
-def reference_workspace(
-    program: Program, size: int, grid: tuple[int, ...]
-) -> tuple[int, list[np.ndarray]]:
-    """(split, workspace) of a prefill program over `grid` for C of `size` elements: split 1
-    and none when its parameters end in ``c`` after the weights; else the grid's z extent, an
-    f32 partial-sum workspace of split * `size` values and the zeroed i32 counters of the
-    grid's x * y tiles (its parameters then end in ``partial, counters, c``)."""
-    if not has_workspace(program):
-        return 1, []
-    split = grid[2]
-    tiles = grid[0] * grid[1]
-    return split, [np.zeros(split * size, np.float32), np.zeros(tiles, np.int32)]
-
-
 def launch_workspace(program: Program, config: Any, m: int, n: int, k: int) -> list[np.ndarray]:
     """The workspace a launch of `program`, a prefill program of `config` (a
     ``PrefillTile``), takes for C (m, n) and K = `k`: none without; else the f32 partial sums
-    of ``config.partial_slots`` slots (a split's or stream-K's) and the zeroed i32 counters of
-    its ``config.tiles``."""
+    of ``config.partial_shape`` (a split's or stream-K's slots of whole tiles) and the zeroed
+    i32 counters of its ``config.tiles``."""
     if not has_workspace(program):
         return []
-    slots = config.partial_slots(m, n, k)
-    return [np.zeros(slots * m * n, np.float32), np.zeros(config.tiles(m, n), np.int32)]
+    size = math.prod(config.partial_shape(m, n, k))
+    return [np.zeros(size, np.float32), np.zeros(config.tiles(m, n), np.int32)]
 
 
 def has_workspace(program: Program) -> bool:
@@ -338,23 +338,24 @@ def zero_point_problem(
 
 def check_zero_point_program(
     program: Program,
+    config: Any,
     weight: DataType,
     activation: DataType,
     zero_points: bool,
     shape: tuple[int, int, int],
     group_size: int,
-    grid: tuple[int, ...],
     seed: int,
 ) -> None:
-    """Run `program` (``qmm(m, n, k, a, packed, scales, [zeros,] [partial, counters,] c)``
-    with `activation` operands) on a `zero_point_problem` of (m, n, k) `shape` in the
-    interpreter over `grid`: C = A @ act((W - Z) * S), every output the f32 sums in k order of
-    each part of k (`reference_workspace`), added in order and rounded once; the tile counters
-    left zero."""
+    """Run `program`, a prefill program of `config` (``qmm(m, n, k, a, packed, scales,
+    [zeros,] [partial, counters,] c)`` with `activation` operands), on a `zero_point_problem`
+    of (m, n, k) `shape` in the interpreter over the configuration's grid: C = A @ act((W - Z)
+    * S), every output the f32 sums in k order of each part of k (`launch_workspace`), added
+    in order and rounded once; the tile counters left zero."""
     m, n, k = shape
     rng = np.random.default_rng(seed)
     problem = zero_point_problem(weight, activation, zero_points, shape, group_size, rng)
-    split, workspace = reference_workspace(program, m * n, grid)
+    grid = config.grid(m, n)
+    split, workspace = grid[2], launch_workspace(program, config, m, n, k)
     c = np.zeros(m * n, dtype=np.uint16)
     run_reference(program, m, n, k, *problem.arguments(), *workspace, c, grid=grid)
     for counters in workspace[1:]:

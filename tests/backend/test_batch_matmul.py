@@ -159,19 +159,20 @@ def test_a_split_path_takes_the_parts_and_the_counters_before_c() -> None:
 
 
 def test_the_split_workspace_and_its_counters() -> None:
-    """Without a split no workspace; with one, f32 (split, m, n) parts and one zeroed counter
-    per output tile, the counters one buffer per device, reused while large enough; with
-    stream-K, the configuration's partial-sum slots."""
+    """Without a split no workspace; with one, f32 parts of whole tiles (slots, tiles,
+    block_n * block_m: the 100 rows take two 64-row tiles) and one zeroed counter per output
+    tile, the counters one buffer per device, reused while large enough; with stream-K, the
+    configuration's partial-sum slots."""
     torch = pytest.importorskip("torch")
     counters = TileCounters()
     assert split_workspace(WgmmaDequantConfig(), 100, 512, 1024, "cpu", counters) == ()
     streamed = WgmmaDequantConfig(block_m=64, stream_k=5)
     partial, tiles = split_workspace(streamed, 100, 512, 1024, "cpu", counters)
     # 4 tiles of 16 k-tiles shared by 5 blocks of 12 or 13: (16 - 1) // 12 + 2 slots.
-    assert partial.shape == (3, 100, 512) and tiles.shape == (4,)
+    assert partial.shape == (3, 4, 256 * 64) and tiles.shape == (4,)
     config = WgmmaDequantConfig(block_m=64, split=3)
     partial, tiles = split_workspace(config, 100, 512, 1536, "cpu", counters)
-    assert partial.shape == (3, 100, 512) and partial.dtype == torch.float32
+    assert partial.shape == (3, 4, 256 * 64) and partial.dtype == torch.float32
     assert tiles.shape == (config.tiles(100, 512),) == (4,) and tiles.dtype == torch.int32
     assert not tiles.any()
     fewer = counters(3, "cpu")

@@ -53,7 +53,7 @@ def run_staged(
     f32 formula of the dequantized weights, nothing past C written."""
     program = staged_dequant_matmul(dtype, group_size, config)
     shape = (m, config.block_n, k)
-    check_prefill_program(program, dtype, group_size, shape, config.grid(m, config.block_n), seed)
+    check_prefill_program(program, config, dtype, group_size, shape, seed)
 
 
 CASES = [
@@ -89,9 +89,8 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     program = staged_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=True
     )
-    grid = config.grid(m, n)
     check_zero_point_program(
-        program, weight, activation, True, (m, n, k), group_size, grid, weight.nbits
+        program, config, weight, activation, True, (m, n, k), group_size, weight.nbits
     )
 
 

@@ -71,7 +71,7 @@ def run_prefill(
     """Run the program in the interpreter: C bit for bit the sequential f32 formula of the
     dequantized weights, and nothing past C written."""
     program = wgmma_dequant_matmul(dtype, group_size, config)
-    check_prefill_program(program, dtype, group_size, (m, n, k), config.grid(m, n), seed)
+    check_prefill_program(program, config, dtype, group_size, (m, n, k), seed)
 
 
 CASES = [
@@ -150,6 +150,16 @@ CASES = [
         20,
         1,
         9,
+    ),
+    # The fragment tile's parts summed in two pieces of 32 registers (64 a thread), the second
+    # row tile past m.
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(block_m=128, units_k=2, split=2, warp_columns=16),
+        130,
+        1,
+        4,
     ),
     # The release with the dot in flight: each k-tile releases the stage of the one before
     # (with and without a producer warpgroup, a chain of dots, several laps of the ring).
@@ -286,9 +296,8 @@ def test_zero_points_and_bf16_activations_equal_numpy(
     program = wgmma_dequant_matmul(
         weight, group_size, config, activation_dtype=activation, zero_points=zero_points
     )
-    grid = config.grid(m, n)
     check_zero_point_program(
-        program, weight, activation, zero_points, (m, n, k), group_size, grid, weight.nbits
+        program, config, weight, activation, zero_points, (m, n, k), group_size, weight.nbits
     )
 
 
@@ -297,6 +306,14 @@ STREAM_K_CASES = [
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, stream_k=5), 20, 2, 5),
     (dtypes.u3, 128, WgmmaDequantConfig(block_m=8, units_k=4, stages=4, stream_k=3), 9, 1, 8),
     (dtypes.u4, 32, WgmmaDequantConfig(units_k=2, stream_k=3, warp_columns=16), 9, 3, 4),
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=128, units_k=2, stream_k=3, warp_columns=16),
+        130,
+        1,
+        4,
+    ),
     # The tiles one block covers stored through the staging tile, the others summed.
     (
         dtypes.i4,
