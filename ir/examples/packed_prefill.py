@@ -73,12 +73,19 @@ class PrefillTile:
     def block_k(self) -> int:
         return UNIT_K * self.units_k
 
+    @property
+    def granule(self) -> int:
+        """The run of k-tiles a stream-K share is counted in (`ir.examples.stream_k`): the
+        k loop's unroll count, so that each segment's loop runs whole groups of copies (1
+        without stream-K, or where the configuration has no ``unroll``)."""
+        return getattr(self, "unroll", 1) if self.stream_k else 1
+
     def grid(self, m: int, n: int, k: int | None = None) -> tuple[int, int, int]:
         """The launch grid for C of shape (m, n) (with `stream_k`, for K = `k`, required)."""
         if self.stream_k:
             if k is None:
                 raise VerificationError(f"{type(self).__name__}.grid: a stream_k grid needs k")
-            return (min(self.stream_k, self.iterations(m, n, k)), 1, 1)
+            return (min(self.stream_k, self.iterations(m, n, k) // self.granule), 1, 1)
         return (n // self.block_n, -(-m // self.block_m), self.split)
 
     def tiles(self, m: int, n: int) -> int:
@@ -94,8 +101,9 @@ class PrefillTile:
         every output tile (`partial_shape`): `split` slots with a split,
         `ir.examples.stream_k.stream_k_slots` with `stream_k`, else 0 (no workspace)."""
         if self.stream_k:
-            work = self.iterations(m, n, k)
-            return stream_k_slots(k // self.block_k, work, min(self.stream_k, work))
+            work, granule = self.iterations(m, n, k), self.granule
+            blocks = min(self.stream_k, work // granule)
+            return stream_k_slots(k // self.block_k, work, blocks, granule)
         return self.split if self.split > 1 else 0
 
     def partial_shape(self, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -238,14 +246,14 @@ class PrefillTensors:
         return [b.load_global(view, [group, self.col0], layout) for view in views]
 
     def stage(self, tile: Any, d: int = 0) -> Any:
-        """The ring stage of the k loop's index ``tile + d``: its place from `first`, modulo
-        the stages."""
+        """The ring stage of the k loop's index ``tile + d``: that k-tile's index (in its
+        output tile's k) modulo the stages. A stream-K block's next segment starts at whatever
+        stage its first k-tile falls on (the ring's barriers keep their phases per stage, so
+        the order of stages is free), and a stage written in the loop variable alone lets the
+        lowering prove a dot in flight reads no stage a copy refills
+        (`backend.wgmma_pipeline`)."""
         stages = self.ring.layout.shape[0]
-        # From 0 (no stream-K), written without the offset: the symbolic layer does not fold
-        # ``x - 0`` away everywhere, and those kernels keep their source.
-        if isinstance(self.first, int) and self.first == 0:
-            return (tile + d) % stages
-        return (tile + d - self.first) % stages
+        return (tile + d) % stages
 
     def copy_ahead(self, b: ProgramBuilder, tile: Any, d: int) -> None:
         """Copy the k-tile of the k loop's index ``tile + d`` of A^T, where the index is
@@ -321,6 +329,7 @@ class PrefillTensors:
             k_tiles=launch.k_tiles,
             work=launch.work,
             blocks=launch.blocks,
+            granule=launch.granule,
         )
         with schedule as segment:
             tile_m, tile_n = segment.tile // launch.tiles_n, segment.tile % launch.tiles_n
@@ -349,7 +358,8 @@ class SplitSum:
 @dataclass(frozen=True)
 class StreamKLaunch:
     """A stream-K launch's shape: `tiles_n` x `tiles_m` output tiles of `block_n` x `block_m`,
-    `k_tiles` k-tiles each, `work` iterations in all, `blocks` persistent blocks."""
+    `k_tiles` k-tiles each, `work` iterations in all, `blocks` persistent blocks sharing them
+    in runs of `granule` k-tiles."""
 
     tiles_n: Expr
     tiles_m: Expr
@@ -358,6 +368,7 @@ class StreamKLaunch:
     k_tiles: Expr
     work: Expr
     blocks: Expr
+    granule: int
 
 
 def declare_prefill(
@@ -387,7 +398,9 @@ def declare_prefill(
         b.min_blocks_per_sm(config.min_blocks_per_sm)
     m = b.int_param("m", lo=1)
     n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
-    k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
+    # k in whole parts of a split, or whole runs of a stream-K share (`PrefillTile.granule`).
+    k_unit = block_k * split * config.granule
+    k = b.int_param("k", lo=k_unit, multiple_of=k_unit, constant=True)
     operands = packed_operands(b, act, zero_points)
     fused = split > 1 or config.stream_k > 0
     if fused:
@@ -399,9 +412,10 @@ def declare_prefill(
     stream = None
     if config.stream_k:
         work = tiles_n * tiles_m * k_tiles
-        blocks = stream_k_blocks(config.stream_k, work)
-        stream = StreamKLaunch(tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks)
-        slots = stream_k_slots(k_tiles, work, blocks)
+        granule = config.granule
+        blocks = stream_k_blocks(config.stream_k, work, granule)
+        stream = StreamKLaunch(tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks, granule)
+        slots = stream_k_slots(k_tiles, work, blocks, granule)
         b.grid(blocks)
     elif split > 1:
         slots = split

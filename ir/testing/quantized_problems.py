@@ -175,14 +175,17 @@ def check_prefill_program(
 
 def stream_k_parts(config: Any, m: int, n: int, k: int) -> list[list[range]]:
     """Per output tile of a `stream_k` launch of `config` (row-major over the tile grid), the
-    k-tile ranges of its parts in block order: block g of G = min(stream_k, W) takes the
-    iterations [g W // G, (g + 1) W // G) of the W = tiles * K_T, tile t's from t * K_T."""
+    k-tile ranges of its parts in block order: block g of G = min(stream_k, W / u) takes the
+    iterations [u (g W' // G), u ((g + 1) W' // G)) of the W = tiles * K_T, tile t's from t *
+    K_T, with u the configuration's granule (1 where it has none) and W' = W / u."""
     k_tiles = k // config.block_k
     work = config.tiles(m, n) * k_tiles
-    blocks = min(config.stream_k, work)
+    granule = getattr(config, "granule", 1)
+    blocks = min(config.stream_k, work // granule)
     parts: list[list[range]] = [[] for _ in range(config.tiles(m, n))]
     for g in range(blocks):
-        start, stop = g * work // blocks, (g + 1) * work // blocks
+        start = g * (work // granule) // blocks * granule
+        stop = (g + 1) * (work // granule) // blocks * granule
         for i in range(start, stop):
             tile, local_tile = divmod(i, k_tiles)
             if not parts[tile] or parts[tile][-1].stop != local_tile or i == start:

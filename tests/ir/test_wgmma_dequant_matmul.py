@@ -38,7 +38,7 @@ from backend.nvrtc import compile_cuda, cubin_registers
 from backend.wgmma import PROXY_FENCE, WAIT_ALL, WgmmaPlan, plan_wgmma
 from ir import dtypes
 from ir.dtypes import DataType
-from ir.errors import VerificationError
+from ir.errors import SpecializationError, VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import transposed_ring
 from ir.examples.packed_weights import FRAGMENT_COLUMNS, FRAGMENT_WIDTHS
@@ -52,6 +52,7 @@ from ir.examples.wgmma_dequant_matmul import (
     wgmma_dequant_matmul,
 )
 from ir.instructions import Dot, ThreadGroup
+from ir.specialize import specialize
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     check_prefill_program,
@@ -340,7 +341,7 @@ STREAM_K_CASES = [
         ),
         9,
         1,
-        7,
+        8,
     ),  # fmt: skip
     # A producer warp (and a producer warpgroup) copying each segment's activations, held
     # back only by the consumers' releases; the consumers store or add the parts.
@@ -368,9 +369,10 @@ STREAM_K_CASES = [
         ),
         9,
         1,
-        7,
+        8,
     ),
     # The dot in flight with a release, without a producer: a segment's last stage released.
+    # (Unrolled twice, the shares count runs of two k-tiles: K_T even.)
     (
         dtypes.i4,
         64,
@@ -379,7 +381,7 @@ STREAM_K_CASES = [
         ),
         9,
         1,
-        7,
+        8,
     ),
     # More blocks than iterations: one k-tile each, every tile in K_T parts.
     (dtypes.i2, 64, WgmmaDequantConfig(block_m=8, units_k=4, stages=2, stream_k=99), 5, 1, 3),
@@ -430,18 +432,36 @@ def test_stream_k_grid_and_slots_table(
     stream_k=st.integers(1, 300),
     row_tiles=st.integers(1, 5),
     column_tiles=st.integers(1, 6),
-    k_tiles=st.integers(1, 70),
+    runs=st.integers(1, 35),
+    unroll=st.sampled_from([1, 2, 4]),
 )
 @settings(max_examples=200)
 def test_stream_k_parts_cover_each_tile_within_the_slots(
-    stream_k: int, row_tiles: int, column_tiles: int, k_tiles: int
+    stream_k: int, row_tiles: int, column_tiles: int, runs: int, unroll: int
 ) -> None:
-    """Every tile's parts are its k-tiles in order, no more of them than the slots."""
-    config = WgmmaDequantConfig(block_m=16, stream_k=stream_k)
+    """Every tile's parts are its k-tiles in order, no more of them than the slots, each a
+    whole number of runs of the unroll count (the granule), so that a segment's loop runs
+    whole groups of its copies; the grid has one block per share."""
+    config = WgmmaDequantConfig(block_m=16, stream_k=stream_k, unroll=unroll)
+    k_tiles = runs * unroll
     m, n, k = 16 * row_tiles, config.block_n * column_tiles, config.block_k * k_tiles
+    assert config.granule == unroll
+    assert config.grid(m, n, k) == (min(stream_k, config.tiles(m, n) * runs), 1, 1)
     for ranges in stream_k_parts(config, m, n, k):
         assert [r for span in ranges for r in span] == list(range(k_tiles))
         assert 1 <= len(ranges) <= config.partial_slots(m, n, k)
+        assert all(span.start % unroll == 0 and len(span) % unroll == 0 for span in ranges)
+
+
+def test_stream_k_needs_whole_runs_of_the_unroll_count() -> None:
+    """With stream-K unrolled twice, K is a multiple of two k-tiles (the granule); without
+    stream-K the granule is 1."""
+    config = WgmmaDequantConfig(block_m=16, stream_k=4, unroll=2)
+    program = wgmma_dequant_matmul(dtypes.i4, 64, config)
+    with pytest.raises(SpecializationError, match="k"):
+        specialize(program, {"n": config.block_n, "k": 3 * config.block_k})
+    specialize(program, {"n": config.block_n, "k": 4 * config.block_k})
+    assert WgmmaDequantConfig(unroll=2).granule == 1
 
 
 @st.composite
