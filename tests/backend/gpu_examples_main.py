@@ -572,7 +572,7 @@ PREFILL_CASES = [
             "producer": True,
             "producer_registers": 24,
         },
-        9,
+        10,  # whole runs of two k-tiles (unrolled twice, the stream-K granule)
     ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
