@@ -47,8 +47,9 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/4"
-"""The autotuner's namespace of the path choice (a new version is a new set of records)."""
+NAMESPACE = "batch_matmul/5"
+"""The autotuner's namespace of the path choice (a new version is a new set of records: 5 since
+the split paths sum their parts in the accumulator's register order, and got faster)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
 PRODUCER = {"release": True, "producer": True, "producer_registers": 24}
@@ -80,8 +81,9 @@ quantized_matmul_notes.md, "a 128 x 256 tile"): 64 rows a block with a producer
 warpgroup, alone and with k split in two (the fastest forms of 64-row tiles, for batches a
 256-row tile would mostly leave empty); the 128 x 256 tile of `FRAGMENT_TILE` with 128-deep
 k-tiles (the fastest at 4096 rows), alone and with k split in two (for layers with fewer
-tiles than SMs at 256 rows, such as 8192 x 8192 and 28672 x 8192); and with 64-deep k-tiles
-and C staged through shared memory (4096 x 12288 at 256 rows). The 128-deep k-tiles need
+tiles than SMs at 256 rows, such as 8192 x 8192 and 28672 x 8192: with the parts summed in
+the accumulator's register order, level with Humming there or faster); and with 64-deep
+k-tiles and C staged through shared memory (4096 x 12288 at 256 rows). The 128-deep k-tiles need
 group sizes of 128 (others prune them); the 128 x 256 tile needs 4- or 8-bit weights."""
 
 DEQUANTIZE_WARPS = 4

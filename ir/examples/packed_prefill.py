@@ -382,10 +382,10 @@ def declare_prefill(
     """The parameters ``qmm(m, n, k, a, packed, scales, [zeros,] c)`` of a prefill program of
     `config` (its ``block_m``, ``block_n``, ``block_k``, ``stages``, ``min_blocks_per_sm``,
     ``split``, ``stream_k``), with ``split`` > 1 or ``stream_k`` ``qmm(m, n, k, a, packed,
-    scales, [zeros,] partial, counters, c)`` (an f32 (`PrefillTile.partial_slots`, m, n)
-    workspace and `PrefillTile.tiles` i32 counters, zero before the launch and left zero
-    after it); its grid: ``(n // block_n, ceil(m / block_m), split)``, block z taking the z-th
-    of `split` equal parts of k, or with stream-K ``min(stream_k, W)`` persistent blocks; the
+    scales, [zeros,] partial, counters, c)`` (an f32 workspace of `PrefillTile.partial_shape`
+    and `PrefillTile.tiles` i32 counters, zero before the launch and left zero after it); its
+    grid: ``(n // block_n, ceil(m / block_m), split)``, block z taking the z-th of `split`
+    equal parts of k, or with stream-K ``min(stream_k, W / granule)`` persistent blocks; the
     views it reads and writes (A and C transposed) and its activation ring."""
     act, block_m, block_n, block_k, split = (
         activation_dtype,

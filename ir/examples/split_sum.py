@@ -3,7 +3,7 @@ parts.
 
 When several blocks compute parts of one output tile (k split over grid z, or a stream-K
 block's share of a tile), each block stores its f32 partial sums of the tile in a slot of a
-(slots, m, n) workspace and takes a ticket on the tile's i32 counter (`ProgramBuilder.
+workspace and takes a ticket on the tile's i32 counter (`ProgramBuilder.
 atomic_add`: the stores before it are visible to the block whose later ticket counts them).
 The block whose ticket comes last adds the tile's parts in slot order, f32 adds from slot 0, so
 the result is the same bits whichever block finished last, casts the sum to C's type, stores

@@ -21,8 +21,9 @@ side, up to 256). Per block, for each k-tile:
     copy into it; with `release`, a release of the stage instead); with `split_dot`, one k16
     step at a time from the casts to the dot
     then C^T viewed back in the decode's accumulator order, cast, stored; with `split`, the
-    f32 partial sums stored in the block's slot instead, and the last block of the tile adds
-    the slots in order into C (`ir.examples.split_sum`)
+    f32 partial sums stored in the block's slot instead, in the accumulator's register order,
+    and the last block of the tile adds the slots in order, a piece of its registers at a
+    time, each piece cast and stored into C (`ir.examples.split_sum.add_parts_in_fragments`)
 
 **The renaming.** A unit of the packed format is 64 columns of W for one warp: a lane holds four
 m16 A fragments of W^T, rows 16 j .. 16 j + 15 of its warp's 64 (j = 0 .. 3). A ``wgmma``
@@ -46,10 +47,12 @@ warpgroups``), `block_m` rows of M (a multiple of 8 up to 256), ``BK = 16 * unit
 Registers per thread: ``2 * units_n * block_m`` f32 accumulators (128 at the default 64 rows;
 the fragment tile ``block_m / 2``) besides the weights. `n` and `k` are compile-time
 constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)`` (with
-`stream_k`, ``min(stream_k, W)`` blocks); `k` a multiple of BK * split and `group_size` of BK
-(one scale row per k-tile); rows of A past m read zeros and rows of C past m are not written.
-With `split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a, packed, scales, [zeros,]
-partial, counters, c)``: `partial` an f32 (`PrefillTile.partial_slots`, m, n) workspace,
+`stream_k`, ``min(stream_k, W / unroll)`` blocks); `k` a multiple of BK * split (with
+`stream_k`, of BK * unroll: the shares are runs of `unroll` k-tiles, `PrefillTile.granule`)
+and `group_size` of BK (one scale row per k-tile); rows of A past m read zeros and rows of C
+past m are not written. With `split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a,
+packed, scales, [zeros,] partial, counters, c)``: `partial` an f32 workspace of
+`PrefillTile.partial_shape` (each slot a part of every whole tile),
 `counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch and left
 zero after it.
 """
@@ -127,8 +130,9 @@ class WgmmaDequantConfig(PrefillTile):
     of k; the last of a tile's blocks to finish adds the parts in order
     (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
     keeps every SM busy.
-    `stream_k` (0: none): persistent blocks, ``min(stream_k, W)`` of them for the W k-tile
-    iterations of all output tiles, each taking an equal share in tile order
+    `stream_k` (0: none): persistent blocks, ``min(stream_k, W / unroll)`` of them for the W
+    k-tile iterations of all output tiles, each taking an equal share in tile order, counted
+    in runs of `unroll` k-tiles (so each segment's loop runs whole groups of its copies)
     (`ir.examples.stream_k`): the k loop runs once per tile the share touches, on that tile's
     k-tiles of it; a tile one block covers is stored by it, the others go through the same
     ordered fused sum as a split, their parts in k order (`PrefillTile.partial_slots`
