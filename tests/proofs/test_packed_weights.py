@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -228,6 +229,21 @@ def test_fragment_prefill_kernel_lowering_validates() -> None:
     config = prefill_config(BATCH_PATHS[3])
     prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
+@pytest.mark.parametrize("form", ["split", "stream_k"])
+def test_fragment_tile_parts_lowering_validates(form: str) -> None:
+    """The 128 x 256 tile with its parts summed in the accumulator's register order
+    (`ir.examples.split_sum.add_parts_in_fragments`): QuantizedLinear's split path, and
+    stream-K in runs of the unroll count with the dot in flight; every access (the parts'
+    16-byte vectors, the pieces' stores into C) and claim proved, wgmma's among them."""
+    if form == "split":
+        config = prefill_config(BATCH_PATHS[4])
+    else:
+        config = replace(prefill_config(BATCH_PATHS[3]), stream_k=132)
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 2048}))
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
