@@ -61,6 +61,9 @@ class PrefillTile:
     stream_k: int = 0
     """Persistent blocks sharing every tile's k-tiles (`ir.examples.stream_k`): 0 (none) where
     the configuration has no such field."""
+    persistent: int = 0
+    """Persistent blocks computing whole tiles in turn (`persistent_tiles`): 0 (none) where
+    the configuration has no such field."""
     staged_store: bool = False
     """C's tile written through a shared tile and stored from there in 16-byte runs along C's
     rows (`PrefillTensors.store`): False where the configuration has no such field."""
@@ -86,6 +89,8 @@ class PrefillTile:
             if k is None:
                 raise VerificationError(f"{type(self).__name__}.grid: a stream_k grid needs k")
             return (min(self.stream_k, self.iterations(m, n, k) // self.granule), 1, 1)
+        if self.persistent:
+            return (min(self.persistent, self.tiles(m, n)), 1, 1)
         return (n // self.block_n, -(-m // self.block_m), self.split)
 
     def tiles(self, m: int, n: int) -> int:
@@ -121,11 +126,17 @@ def check_prefill_fields(
     ints >= 1, ``min_blocks_per_sm`` >= 0, ``stages`` from `least_stages` to 8, ``block_m`` a
     multiple of 8 up to `MAX_BLOCK_M`, ``warpgroups`` at most 8 (1024 threads)."""
     check_int_fields(program, config, positive, 1)
-    check_int_fields(program, config, ("min_blocks_per_sm", "stream_k"), 0)
+    check_int_fields(program, config, ("min_blocks_per_sm", "stream_k", "persistent"), 0)
     if config.stream_k and config.split != 1:
         raise VerificationError(
             f"{program}: stream_k={config.stream_k} with split={config.split}; stream-K "
             "shares the k-tiles of every tile itself, so it requires split 1"
+        )
+    if config.persistent and (config.split != 1 or config.stream_k):
+        raise VerificationError(
+            f"{program}: persistent={config.persistent} with split={config.split}, "
+            f"stream_k={config.stream_k}; persistent blocks compute whole tiles, so they "
+            "require split 1 and no stream-K"
         )
     stages = config.stages
     if isinstance(stages, bool) or not isinstance(stages, int) or not least_stages <= stages <= 8:
@@ -216,8 +227,9 @@ class PrefillTensors:
     `row0` and first column of N `col0`; the views of A^T, of the packed words, scale rows and
     zero-point rows (None without), of C^T; the activation ring; with a split or stream-K, the
     views of the fused sum (`SplitSum`) and the tile's part (`TilePart`), else None; with
-    stream-K, the launch's `StreamKLaunch`, whose `segments` give these per segment (the tile
-    fields are then those of the block's grid position, unused)."""
+    stream-K, the launch's `StreamKLaunch`, with persistent blocks its `PersistentLaunch`,
+    whose `segments` give these per segment or tile (the tile fields are then those of the
+    block's grid position, unused)."""
 
     m: Expr
     n: Expr
@@ -236,7 +248,7 @@ class PrefillTensors:
     ring: SharedTensor
     split_sum: SplitSum | None
     part: TilePart | None
-    stream: StreamKLaunch | None
+    stream: StreamKLaunch | PersistentLaunch | None
     staging: SharedTensor | None = None
 
     def rows(self, b: ProgramBuilder, group: Any, layout: RegisterLayout) -> list[RegisterTensor]:
@@ -320,9 +332,20 @@ class PrefillTensors:
     @contextmanager
     def segments(self, b: ProgramBuilder) -> Iterator[PrefillTensors]:
         """With stream-K: a loop over the block's segments (`ir.examples.stream_k`), its body
-        run with these tensors for each segment's tile, k-tiles and part."""
+        run with these tensors for each segment's tile, k-tiles and part; with persistent
+        blocks, a loop over the block's whole tiles (`persistent_tiles`)."""
         launch = self.stream
         assert launch is not None
+        if isinstance(launch, PersistentLaunch):
+            with persistent_tiles(b, launch.tiles_n * launch.tiles_m, launch.blocks) as tile:
+                tile_m, tile_n = tile // launch.tiles_n, tile % launch.tiles_n
+                yield replace(
+                    self,
+                    tile_n=tile_n,
+                    row0=tile_m * launch.block_m,
+                    col0=tile_n * launch.block_n,
+                )
+            return
         schedule = stream_k_segments(
             b,
             tiles=launch.tiles_n * launch.tiles_m,
@@ -369,6 +392,30 @@ class StreamKLaunch:
     work: Expr
     blocks: Expr
     granule: int
+
+
+@dataclass(frozen=True)
+class PersistentLaunch:
+    """A launch of persistent blocks: `tiles_n` x `tiles_m` output tiles of `block_n` x
+    `block_m`, `blocks` blocks each computing whole tiles in turn (`persistent_tiles`)."""
+
+    tiles_n: Expr
+    tiles_m: Expr
+    block_n: int
+    block_m: int
+    blocks: Expr
+
+
+@contextmanager
+def persistent_tiles(b: ProgramBuilder, tiles: Any, blocks: Any) -> Iterator[Expr]:
+    """In a program launched on `blocks` (G <= `tiles`) blocks along x: a loop over the output
+    tiles ``x, x + G, x + 2 G, ...`` below `tiles` (row-major over the tile grid), its body run
+    with each tile's index (written clamped below `tiles`, so that its bound shows). The tiles
+    in flight at once are the G neighbours a launch of one block per tile would run together,
+    so they share the activations' rows and the weights' columns in L2 as it would."""
+    g = b.block_x
+    with b.for_range((tiles - 1 - g) // blocks + 1) as i:
+        yield minimum(g + i * blocks, tiles - 1)
 
 
 def declare_prefill(
@@ -420,6 +467,10 @@ def declare_prefill(
     elif split > 1:
         slots = split
         b.grid(tiles_n, tiles_m, split)
+    elif config.persistent:
+        blocks = minimum(config.persistent, tiles_n * tiles_m)
+        stream = PersistentLaunch(tiles_n, tiles_m, block_n, block_m, blocks)
+        b.grid(blocks)
     else:
         b.grid(tiles_n, tiles_m)
     a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T

@@ -47,14 +47,14 @@ warpgroups``), `block_m` rows of M (a multiple of 8 up to 256), ``BK = 16 * unit
 Registers per thread: ``2 * units_n * block_m`` f32 accumulators (128 at the default 64 rows;
 the fragment tile ``block_m / 2``) besides the weights. `n` and `k` are compile-time
 constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)`` (with
-`stream_k`, ``min(stream_k, W / unroll)`` blocks); `k` a multiple of BK * split (with
-`stream_k`, of BK * unroll: the shares are runs of `unroll` k-tiles, `PrefillTile.granule`)
-and `group_size` of BK (one scale row per k-tile); rows of A past m read zeros and rows of C
-past m are not written. With `split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a,
-packed, scales, [zeros,] partial, counters, c)``: `partial` an f32 workspace of
-`PrefillTile.partial_shape` (each slot a part of every whole tile),
-`counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch and left
-zero after it.
+`stream_k`, ``min(stream_k, W / unroll)`` blocks; with `persistent`, ``min(persistent, T)``
+for the T output tiles); `k` a multiple of BK * split (with `stream_k`, of BK * unroll: the
+shares are runs of `unroll` k-tiles, `PrefillTile.granule`) and `group_size` of BK (one scale
+row per k-tile); rows of A past m read zeros and rows of C past m are not written. With
+`split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a, packed, scales, [zeros,]
+partial, counters, c)``: `partial` an f32 workspace of `PrefillTile.partial_shape` (each slot
+a part of every whole tile), `counters` one i32 per output tile (`PrefillTile.tiles`), zero
+before the launch and left zero after it.
 """
 
 from __future__ import annotations
@@ -138,6 +138,12 @@ class WgmmaDequantConfig(PrefillTile):
     ordered fused sum as a split, their parts in k order (`PrefillTile.partial_slots`
     slots). So a layer whose tiles leave a partial wave keeps every block slot busy to the
     end (with ``min_blocks_per_sm`` B, ask for B times the SMs). Requires split 1.
+    `persistent` (0: none): persistent blocks, ``min(persistent, T)`` of them for the T output
+    tiles, block g computing whole tiles g, g + G, g + 2 G, ... in turn
+    (`packed_prefill.persistent_tiles`: the tiles in flight at once are neighbours, as in a
+    launch of one block a tile), with no partial sums; with a producer, its copies of a
+    tile's first k-tiles wait only for the releases of the tile before, so they run while
+    the consumers store it. Requires split 1 and no stream-K.
     `release` ends a k-tile with a release of its ring stage (`copy_bulk_release`) instead of
     a block barrier: on sm_90a no warp waits for the others there; only the thread that
     issues the next copy into the stage waits, for the warps still reading it. With
@@ -176,6 +182,7 @@ class WgmmaDequantConfig(PrefillTile):
     split_dot: bool = False
     split: int = 1
     stream_k: int = 0
+    persistent: int = 0
     release: bool = False
     producer: bool = False
     producer_registers: int = 0

@@ -574,6 +574,15 @@ PREFILL_CASES = [
         },
         10,  # whole runs of two k-tiles (unrolled twice, the stream-K granule)
     ),
+    # Two persistent blocks for the tiles of both row blocks, C staged (a partial last tile).
+    (
+        dtypes.u4,
+        dtypes.f16,
+        False,
+        "register",
+        {"block_m": 16, "units_k": 2, "stages": 3, "persistent": 2, "staged_store": True},
+        4,
+    ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),

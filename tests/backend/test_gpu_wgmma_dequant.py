@@ -405,6 +405,26 @@ FRAGMENT_CASES = [
         ),
         48,
     ),
+    # One persistent block for both row tiles: the producer copies the second tile's first
+    # k-tiles while the consumers store the first.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        WgmmaDequantConfig(
+            block_m=64,
+            stages=4,
+            unroll=2,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            staged_store=True,
+            warp_columns=16,
+            persistent=1,
+        ),
+        8,
+    ),
 ]
 
 

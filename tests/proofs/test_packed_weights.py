@@ -232,6 +232,15 @@ def test_fragment_prefill_kernel_lowering_validates() -> None:
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
+def test_persistent_fragment_tile_lowering_validates() -> None:
+    """The 128 x 256 tile in persistent blocks (whole tiles in turn, the producer running
+    into the next tile): every access and claim proved, wgmma's among them."""
+    config = replace(prefill_config(BATCH_PATHS[3]), persistent=132)
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 2048}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
 @pytest.mark.parametrize("form", ["split", "stream_k"])
 def test_fragment_tile_parts_lowering_validates(form: str) -> None:
     """The 128 x 256 tile with its parts summed in the accumulator's register order
