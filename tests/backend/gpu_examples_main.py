@@ -574,13 +574,14 @@ PREFILL_CASES = [
         },
         10,  # whole runs of two k-tiles (unrolled twice, the stream-K granule)
     ),
-    # Two persistent blocks for the tiles of both row blocks, C staged (a partial last tile).
+    # One persistent block for the tiles of both row blocks in turn, C staged (the second
+    # tile partial).
     (
         dtypes.u4,
         dtypes.f16,
         False,
         "register",
-        {"block_m": 16, "units_k": 2, "stages": 3, "persistent": 2, "staged_store": True},
+        {"block_m": 16, "units_k": 2, "stages": 3, "persistent": 1, "staged_store": True},
         4,
     ),
     # The weights dequantized into shared tiles by every warp, the dot in flight.
