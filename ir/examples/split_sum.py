@@ -115,8 +115,7 @@ def fragment_parts_view(
     """The (slots, tiles, R / 4, T, 4) f32 view of the workspace array parameter `partial` in
     which each of `tiles` output tiles held by T = `threads` threads in R = `registers`
     registers each keeps `slots` parts in `part_order`: ``slots * tiles * R * T`` values."""
-    part_order(registers, threads)  # checks the registers
-    vectors = registers // SUM_VECTOR
+    vectors, _, _ = part_order(registers, threads).shape
     tile_size = registers * threads
     shape = (slots, tiles, vectors, threads, SUM_VECTOR)
     strides = (tiles * tile_size, tile_size, threads * SUM_VECTOR, SUM_VECTOR, 1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -329,6 +330,20 @@ def test_activation_types_and_zero_points_match_the_interpreter(
     assert failure is None, failure
 
 
+IN_FLIGHT_FRAGMENTS = WgmmaDequantConfig(
+    block_m=256,
+    stages=4,
+    unroll=2,
+    min_blocks_per_sm=1,
+    overlap_dot=True,
+    release=True,
+    producer=True,
+    producer_registers=24,
+    warp_columns=16,
+)
+"""The prefill benchmark's tile of fragments for one warpgroup: 256 rows, a producer
+warpgroup, the dot in flight (the cases below vary it)."""
+
 FRAGMENT_CASES = [
     # (weight type, activation type, zero points, config, k-tiles): each warp one A fragment
     # of its warpgroup's unit. The prefill benchmark's tile (256 rows, a producer warpgroup),
@@ -338,32 +353,14 @@ FRAGMENT_CASES = [
         dtypes.i4,
         dtypes.f16,
         False,
-        WgmmaDequantConfig(
-            block_m=256,
-            stages=4,
-            min_blocks_per_sm=1,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            warp_columns=16,
-        ),
+        replace(IN_FLIGHT_FRAGMENTS, unroll=1, overlap_dot=False),
         48,
     ),
     (
         dtypes.i8,
         dtypes.f16,
         False,
-        WgmmaDequantConfig(
-            block_m=256,
-            stages=4,
-            unroll=2,
-            min_blocks_per_sm=1,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            warp_columns=16,
-        ),
+        IN_FLIGHT_FRAGMENTS,
         48,
     ),
     (
@@ -391,18 +388,7 @@ FRAGMENT_CASES = [
         dtypes.i4,
         dtypes.f16,
         False,
-        WgmmaDequantConfig(
-            block_m=128,
-            stages=4,
-            unroll=2,
-            min_blocks_per_sm=2,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            staged_store=True,
-            warp_columns=16,
-        ),
+        replace(IN_FLIGHT_FRAGMENTS, block_m=128, min_blocks_per_sm=2, staged_store=True),
         48,
     ),
     # One persistent block for both row tiles: the producer copies the second tile's first
@@ -411,17 +397,8 @@ FRAGMENT_CASES = [
         dtypes.i4,
         dtypes.f16,
         False,
-        WgmmaDequantConfig(
-            block_m=64,
-            stages=4,
-            unroll=2,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            staged_store=True,
-            warp_columns=16,
-            persistent=1,
+        replace(
+            IN_FLIGHT_FRAGMENTS, block_m=64, min_blocks_per_sm=0, staged_store=True, persistent=1
         ),
         8,
     ),

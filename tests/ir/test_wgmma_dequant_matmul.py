@@ -257,6 +257,40 @@ CASES = [
         1,
         8,
     ),
+    # Persistent blocks computing whole tiles in turn: fewer blocks than tiles, the last row
+    # tile partial.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, persistent=3), 40, 2, 3),
+    # A producer warpgroup copying the next tile's first k-tiles while the consumers store,
+    # the dot in flight.
+    (
+        dtypes.u3,
+        32,
+        WgmmaDequantConfig(
+            block_m=8,
+            units_k=2,
+            stages=4,
+            unroll=2,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            persistent=2,
+        ),
+        20,
+        2,
+        4,
+    ),
+    # The fragment tile, C staged, more blocks asked for than tiles.
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(
+            block_m=64, units_k=2, stages=3, warp_columns=16, persistent=9, staged_store=True
+        ),
+        70,
+        3,
+        2,
+    ),
 ]
 
 
@@ -428,71 +462,22 @@ def test_stream_k_grid_and_slots_table(
     assert WgmmaDequantConfig().partial_slots(m, n, k) == 0
 
 
-PERSISTENT_CASES = [
-    # (weight type, group size, config, m, column blocks, k-tiles): blocks computing whole
-    # tiles in turn, fewer blocks than tiles, the last row tile partial.
-    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, persistent=3), 40, 2, 3),
-    # A producer warpgroup copying the next tile's first k-tiles while the consumers store,
-    # the dot in flight.
-    (
-        dtypes.u3,
-        32,
-        WgmmaDequantConfig(
-            block_m=8,
-            units_k=2,
-            stages=4,
-            unroll=2,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            persistent=2,
-        ),
-        20,
-        2,
-        4,
-    ),
-    # The fragment tile, C staged, more blocks asked for than tiles.
-    (
-        dtypes.i8,
-        64,
-        WgmmaDequantConfig(
-            block_m=64, units_k=2, stages=3, warp_columns=16, persistent=9, staged_store=True
-        ),
-        70,
-        3,
-        2,
-    ),
-]
-
-
 @pytest.mark.parametrize(
-    ("dtype", "group_size", "config", "m", "column_blocks", "tiles"),
-    PERSISTENT_CASES,
-    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(PERSISTENT_CASES)],
-)
-def test_persistent_blocks_equal_numpy(
-    dtype: DataType,
-    group_size: int,
-    config: WgmmaDequantConfig,
-    m: int,
-    column_blocks: int,
-    tiles: int,
+    ("config", "m", "n", "grid"),
+    [
+        # 128 x 256 tiles: 1536 of them, then 96.
+        (WgmmaDequantConfig(warp_columns=16, warpgroups=2, block_m=256, persistent=132), 4096,
+         12288, (132, 1, 1)),
+        (WgmmaDequantConfig(warp_columns=16, warpgroups=2, block_m=256, persistent=132), 256,
+         12288, (96, 1, 1)),
+        # One 256 x 64 tile for two blocks asked for.
+        (WgmmaDequantConfig(persistent=2), 9, 256, (1, 1, 1)),
+    ],
+)  # fmt: skip
+def test_persistent_grid_table(
+    config: WgmmaDequantConfig, m: int, n: int, grid: tuple[int, ...]
 ) -> None:
-    """Each tile whole in one block, bit for bit the unsplit formula, nothing past C."""
-    n, k = config.block_n * column_blocks, config.block_k * tiles
-    run_prefill(dtype, group_size, config, m, n, k, m + n)
-
-
-@pytest.mark.parametrize(
-    ("persistent", "m", "n", "grid"),
-    [(132, 4096, 12288, (132, 1, 1)), (132, 256, 12288, (96, 1, 1)), (2, 9, 256, (1, 1, 1))],
-)
-def test_persistent_grid_table(persistent: int, m: int, n: int, grid: tuple[int, ...]) -> None:
-    """min(persistent, tiles) blocks (128 x 256 tiles, or 64 x 256), no workspace."""
-    config = WgmmaDequantConfig(warp_columns=16, warpgroups=2, block_m=256, persistent=persistent)
-    if m == 9:
-        config = WgmmaDequantConfig(persistent=persistent)
+    """min(persistent, tiles) blocks, no workspace."""
     assert config.grid(m, n) == grid
     assert config.partial_slots(m, n, 1024) == 0
 
