@@ -61,6 +61,7 @@ past m read zeros and rows of C past m are not written.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ir import dtypes
@@ -83,6 +84,8 @@ from ir.examples.packed_weights import (
     unit_accumulator_scale_layouts,
     unit_scale_layout,
 )
+from ir.examples.packed_prefill import copy_activations as bulk_copy_activations
+from ir.examples.packed_prefill import transposed_ring
 from ir.examples.split_sum import add_parts_last, sum_layout
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.program import Program
@@ -90,8 +93,9 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
-from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
+from layout_algebra.shared import SharedLayout, shared_row_major, shared_row_major_swizzle
 from layout_algebra.symbolic import minimum
+from layout_algebra.tma_box import MAX_BOX_EXTENT
 
 PROGRAM = "register_dequant_matmul"
 """The program's name in its error messages."""
@@ -158,6 +162,16 @@ class DequantConfig:
     words it later loads (`copy_async` with the words' register layout), so they are visible
     to it after the wait without a barrier: the bytes in flight per block are S - 1 k-tiles
     of weights, held in shared memory rather than registers.
+    `release` (with `stages`): the ring's activation tiles are bulk copies (`copy_bulk`, a TMA
+    box per 64 values of k on sm_90, into `packed_prefill.transposed_ring`), each waited for
+    on its barrier (`copy_bulk_wait`) and handed back to the next copy into its stage by a
+    release (`copy_bulk_release`) once the warps have read it: the k loop has no block
+    barrier, so a block's warps run apart by up to S - 2 k-tiles instead of meeting twice a
+    k-tile.
+    `bulk_weights` (with `release`): the weights' words are bulk copies too, one TMA box per up
+    to 256 words of a k-tile's rows, issued by one thread instead of each thread's own
+    `copy_async` of its words, waited for and released like the activations: the loop issues
+    no copy instruction but that thread's.
     """
 
     warps: int = 4
@@ -176,6 +190,8 @@ class DequantConfig:
     late_trigger: bool = False
     stages: int = 0
     magic_bias: bool = False
+    release: bool = False
+    bulk_weights: bool = False
 
     @property
     def block_m(self) -> int:
@@ -247,6 +263,15 @@ def transposed_accumulator_layout(warps: int, units_n: int, units_m: int = 1) ->
     return spatial(warps, 1).local(4 * units_n, units_m) * fragment("mma.m16n8k16.c").layout
 
 
+def panelled_rows(stages: int, rows: int, columns: int, panel: int) -> SharedLayout:
+    """`stages` (rows, columns) tiles, each in panels of `panel` columns whose rows lie
+    contiguous: element (s, r, c) at ``s rows columns + (c // panel) rows panel + r panel + c %
+    panel``, the layout one bulk copy per panel writes (a box's rows are dense)."""
+    modes = (stages, rows, columns // panel, panel)
+    strides = (rows * columns, panel, rows * panel, 1)
+    return SharedLayout((stages, rows, columns), modes, strides)
+
+
 def _check_config(group_size: int, config: DequantConfig) -> None:
     positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll")
     check_int_fields(PROGRAM, config, positive, 1)
@@ -257,7 +282,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
     flags = ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger")
-    for name in (*flags, "magic_bias"):
+    for name in (*flags, "magic_bias", "release", "bulk_weights"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -268,6 +293,16 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: stages={config.stages} with depth={config.depth}; a "
             "shared ring needs at least 2 stages and takes the place of the register ring "
             "(depth 1)"
+        )
+    if config.release and not config.stages:
+        raise VerificationError(
+            "register_dequant_matmul: release=True with stages=0; the releases hand back the "
+            "stages of a shared ring (stages >= 2)"
+        )
+    if config.bulk_weights and not config.release:
+        raise VerificationError(
+            "register_dequant_matmul: bulk_weights=True without release; the weights' bulk "
+            "copies share the released ring"
         )
     if config.late_trigger is True and not config.programmatic_launch:
         raise VerificationError(
@@ -392,27 +427,42 @@ def register_dequant_matmul(
         a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
         packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
         stages = config.stages
-        a_shared = b.shared_tensor(
-            act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)
-        )
+        if config.release:
+            # Bulk-copied as A^T, k-major panels (one TMA box each), released a k-tile at a time.
+            a_shared = b.shared_tensor(act, transposed_ring(stages, block_k, block_m))
+            a_columns = b.global_view(a, act, GlobalLayout((k, m), (1, k)))
+        else:
+            a_shared = b.shared_tensor(
+                act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)
+            )
         tiles_per_group = group_size // block_k
         word_cols = warps * config.units_n * row_words
         # The weights' shared ring: each thread's words of a k-tile, as it loads them (no
-        # swizzle: a warp's lanes read consecutive vectors).
-        w_shared = (
-            b.shared_tensor(i32, shared_row_major(stages, config.units_k, word_cols))
-            if stages
-            else None
-        )
+        # swizzle: a warp's lanes read consecutive vectors); bulk-copied, in panels of a box's
+        # width (a box writes its rows densely).
+        weight_box = math.gcd(word_cols, MAX_BOX_EXTENT)
+        w_tile = (config.units_k, word_cols)
+        w_shared = None
+        if config.bulk_weights:
+            w_shared = b.shared_tensor(i32, panelled_rows(stages, *w_tile, weight_box))
+        elif stages:
+            w_shared = b.shared_tensor(i32, shared_row_major(stages, *w_tile))
 
         def weight_words(tile, word_col0):
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)
 
         def copy_weights(tile, stage, word_col0):
-            b.copy_async(
-                w_shared, packed_view, [tile * config.units_k, word_col0], [stage, 0, 0],
-                layout=word_layout,
-            )  # fmt: skip
+            row = tile * config.units_k
+            if not config.bulk_weights:
+                b.copy_async(
+                    w_shared, packed_view, [row, word_col0], [stage, 0, 0], layout=word_layout
+                )
+                return
+            for first in range(0, word_cols, weight_box):
+                b.copy_bulk(
+                    w_shared, packed_view, [row, word_col0 + first], [stage, 0, first],
+                    shape=(config.units_k, weight_box),
+                )  # fmt: skip
 
         def ahead_of(first, d, end, copy):
             tile_ahead(b, first, d, end, copy)
@@ -430,7 +480,10 @@ def register_dequant_matmul(
                 negated_biases = b.neg(biases)
 
             def copy_activations(tile, stage):
-                b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
+                if config.release:
+                    bulk_copy_activations(b, a_shared, a_columns, tile, stage, row0)
+                else:
+                    b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 
             if stages:
                 ring = []
@@ -447,7 +500,8 @@ def register_dequant_matmul(
             # its weights too): a k-tile's data is complete once its group is.
             for d in range(max(stages - 1, 1)):
                 ahead_of(first, d, end, lambda t, d=d: copy_activations(t, d))
-                b.copy_async_commit()
+                if not config.bulk_weights:
+                    b.copy_async_commit()
             with b.for_range(first, end, unroll=config.unroll) as tile:
                 if stages:
                     stage = (tile - first) % stages
@@ -458,10 +512,15 @@ def register_dequant_matmul(
                         copy_activations(t, ahead_stage)
 
                     ahead_of(tile, stages - 1, end, copy_ahead)
-                    b.copy_async_commit()
-                    b.copy_async_wait(stages - 1)
-                    # This thread's own words: visible to it after the wait, no barrier.
-                    b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
+                    if config.bulk_weights:
+                        b.copy_bulk_wait(w_shared, [stage, 0, 0], w_tile)
+                        b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
+                        b.copy_bulk_release(w_shared, [stage, 0, 0], w_tile)
+                    else:
+                        b.copy_async_commit()
+                        b.copy_async_wait(stages - 1)
+                        # This thread's own words: visible to it after the wait, no barrier.
+                        b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
                 else:
                     stage = (tile - first) % 2
                     b.assign(current, ring[0])
@@ -492,13 +551,25 @@ def register_dequant_matmul(
                     weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
                 if not stages:
                     b.copy_async_wait(1)
-                b.sync()
-                if transposed:
-                    # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named as A^T.
-                    loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
-                    activations = b.view(loaded, act, a_layout)
+                if config.release:
+                    a_tile = ([stage, 0, 0], (block_k, block_m))
+                    b.copy_bulk_wait(a_shared, *a_tile)
+                    # The ring holds A^T: loaded as such, named as A where the dot wants A.
+                    if transposed:
+                        activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
+                    else:
+                        loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
+                        activations = b.view(loaded, act, a_layout)
+                    # This warp is past its reads of the stage: the next copy into it may start.
+                    b.copy_bulk_release(a_shared, *a_tile)
                 else:
-                    activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
+                    b.sync()
+                    if transposed:
+                        # The (BM, BK) tile as loaded (ldmatrix rows are rows of A), named A^T.
+                        loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
+                        activations = b.view(loaded, act, a_layout)
+                    else:
+                        activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
 
                 def product(w, c_in):
                     if transposed:
@@ -516,9 +587,10 @@ def register_dequant_matmul(
                     b.assign(acc, b.fma(products, scale, acc))
                 else:
                     b.assign(acc, product(weights, acc))
-                # Every thread is past its reads of this stage before the next tile's copy
-                # into it.
-                b.sync()
+                if not config.release:
+                    # Every thread is past its reads of this stage before the next tile's copy
+                    # into it.
+                    b.sync()
             return acc
 
         def c_tile(param, dtype, parts=None):

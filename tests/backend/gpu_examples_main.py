@@ -283,6 +283,19 @@ DECODE_CASES = [
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
     (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
+    # ... its activations bulk-copied and released (no block barrier), the weights too.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {"units_k": 8, "weights_as_a": True, "stages": 3, "release": True},
+    ),
+    (
+        dtypes.u2,
+        dtypes.bf16,
+        True,
+        {"units_k": 4, "stages": 4, "split": 2, "release": True, "bulk_weights": True},
+    ),
     # A float's bias moved to the late scale: its cast places bits with no fma.
     (dtypes.f4e2m1, dtypes.f16, False, {"units_k": 8, "late_scale": True, "weights_as_a": True}),
     (dtypes.f6e3m2, dtypes.f16, False, {"warps": 2, "units_k": 8, "late_scale": True}),

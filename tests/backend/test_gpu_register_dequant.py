@@ -65,6 +65,13 @@ CONFIGS = [
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=2, stages=4, unroll=4),
     DequantConfig(warps=2, units_k=2, stages=3),
     DequantConfig(units_k=4, units_m=2, stages=2, split=4, fused_sum=False),
+    # The ring's activations bulk-copied and released (no block barrier in the k loop), and
+    # the weights' words too.
+    DequantConfig(
+        units_k=8, late_scale=True, weights_as_a=True, units_m=2, stages=4, unroll=4, release=True
+    ),
+    DequantConfig(units_k=8, late_scale=True, split=2, stages=4, release=True, bulk_weights=True),
+    DequantConfig(warps=2, units_k=2, stages=3, stream_k=5, release=True, bulk_weights=True),
 ]
 GROUP_SIZE = 128
 

@@ -279,6 +279,37 @@ CASES = [
     (dtypes.f4e2m1, 64, DequantConfig(weights_as_a=True, stages=4, units_m=2), 9, 1, 6),
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
+    # The ring's activations bulk-copied and released (no block barrier in the k loop): two
+    # panels a k-tile, a k-tile of one 32-byte row, laps of the ring, split and stream-K.
+    (dtypes.i4, 128, DequantConfig(units_k=8, stages=3, late_scale=True, release=True), 5, 1, 7),
+    (dtypes.i2, 32, DequantConfig(warps=2, units_k=2, stages=2, release=True, split=2), 17, 1, 3),
+    (
+        dtypes.f4e2m1,
+        64,
+        DequantConfig(weights_as_a=True, units_m=2, stages=4, release=True, unroll=1),
+        9,
+        1,
+        6,
+    ),
+    (dtypes.i4, 64, DequantConfig(warps=1, stages=3, release=True, stream_k=5), 17, 2, 3),
+    # ... and the weights' words bulk-copied too (boxes of 256, 128 and 32 words).
+    (dtypes.i4, 128, DequantConfig(units_k=8, stages=4, release=True, bulk_weights=True), 9, 1, 6),
+    (
+        dtypes.i3,
+        128,
+        DequantConfig(units_k=8, stages=3, late_scale=True, release=True, bulk_weights=True),
+        1,
+        2,
+        4,
+    ),
+    (
+        dtypes.u1,
+        64,
+        DequantConfig(warps=1, units_k=4, stages=2, release=True, bulk_weights=True, split=2),
+        16,
+        1,
+        3,
+    ),
     # The magic numbers' biases kept by the cast, taken out by a dot from their negation.
     (dtypes.i4, 128, DequantConfig(units_k=8, late_scale=True, magic_bias=True), 5, 1, 2),
     (
