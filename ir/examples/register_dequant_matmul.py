@@ -68,6 +68,8 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
+from ir.examples.packed_prefill import copy_activations as bulk_copy_activations
+from ir.examples.packed_prefill import transposed_ring
 from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
@@ -84,8 +86,6 @@ from ir.examples.packed_weights import (
     unit_accumulator_scale_layouts,
     unit_scale_layout,
 )
-from ir.examples.packed_prefill import copy_activations as bulk_copy_activations
-from ir.examples.packed_prefill import transposed_ring
 from ir.examples.split_sum import add_parts_last, sum_layout
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.program import Program
