@@ -300,8 +300,10 @@ def shared_operand_dots_in(
     """The dots of one instruction list whose b (and maybe a) comes straight from shared
     memory: ``id(dot) -> (load of a or None, load of b)``, where each load is in the list
     before the dot, its result is read by that dot alone (`uses`, from `operand_uses`), and
-    what stands between the load and the dot has no body (no loop or branch) and neither
-    stores nor copies into the load's tensor (so its tile is unchanged when the dot runs).
+    what stands between the load and the dot has no body (no loop or branch), no barrier of
+    the block, and neither stores nor copies into the load's tensor nor releases a tile of it
+    (so its tile is unchanged when the dot runs: after a barrier or a release, another
+    thread's next write may land before a load written at the dot).
     The lowering asks again for the copies of an unrolled loop's body, which are new
     instructions over the same tensors."""
     found = {}
@@ -314,7 +316,7 @@ def shared_operand_dots_in(
             written: set[str] = set()
             for earlier in range(position - 1, -1, -1):
                 candidate = body[earlier]
-                if candidate.bodies():
+                if candidate.bodies() or isinstance(candidate, instructions.Sync):
                     break
                 if isinstance(candidate, LoadShared) and candidate.out is operand:
                     if uses.get(id(operand)) == 1 and candidate.src.name not in written:
@@ -322,7 +324,12 @@ def shared_operand_dots_in(
                     break
                 if isinstance(
                     candidate,
-                    (instructions.StoreShared, instructions.CopyAsync, instructions.CopyBulk),
+                    (
+                        instructions.StoreShared,
+                        instructions.CopyAsync,
+                        instructions.CopyBulk,
+                        instructions.CopyBulkRelease,
+                    ),
                 ):
                     written.add(candidate.dst.name)
         b_load = loads[1]

@@ -680,3 +680,22 @@ def test_a_copy_fences_the_async_proxy_only_where_threads_touch_its_tensor(optio
     assert source.count("la_proxy_fence_shared();") == fences
     assert source.count("la_tma_load_2d(") == 15
     assert TMA_FENCE_MARK not in source
+
+
+def test_a_released_tile_is_read_before_its_release() -> None:
+    """The decode kernel releases its activation stage right after loading it, before the
+    dot: the load may not be written at the dot (as the lowering writes loads a dot may take
+    as wgmma descriptors), or the next bulk copy into the stage could land before it. Every
+    warp's ldmatrix reads come before its arrival on the stage's free barrier."""
+    from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
+
+    config = DequantConfig(units_k=8, weights_as_a=True, stages=3, release=True)
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    source = lower(program, "sm_90a", constants={"n": 512, "k": 1024}).source
+    body = source.split('extern "C"')[1]
+    releases = [match.start() for match in re.finditer(r"la_mbarrier_arrive\(&la_free_", body)]
+    reads = [match.start() for match in re.finditer(r"la_ldmatrix_x\d", body)]
+    assert releases and reads
+    for release in releases:  # the reads of its k-tile lie between the last release and it
+        previous = max([0] + [r for r in releases if r < release])
+        assert any(previous < read < release for read in reads)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -303,3 +304,73 @@ def test_activation_types_and_zero_points_match_the_interpreter() -> None:
             if not np.array_equal(final.view(torch.int16).cpu().numpy().view(np.uint16), reduced):
                 failures.append(f"{weight} {activation}: split_k_sum differs")
     assert not failures, failures
+
+
+RELEASED_CASES = [
+    # (weight type, m, released configuration): the ring laps many times (K = 8192: 64 k-tiles).
+    (
+        dtypes.i4,
+        1,
+        DequantConfig(
+            units_k=8, late_scale=True, weights_as_a=True, split=2, stages=4, release=True
+        ),
+    ),
+    (
+        dtypes.i4,
+        16,
+        DequantConfig(
+            units_k=8,
+            late_scale=True,
+            weights_as_a=True,
+            units_m=2,
+            stages=4,
+            unroll=4,
+            release=True,
+            bulk_weights=True,
+        ),
+    ),
+    (
+        dtypes.i2,
+        5,
+        DequantConfig(warps=2, units_k=8, stages=3, stream_k=7, release=True, bulk_weights=True),
+    ),
+]
+
+
+def _launch(kernel, config: DequantConfig, m: int, n: int, k: int, inputs) -> np.ndarray:
+    """C of one launch of a compiled decode kernel on `inputs` (device a, packed, scales)."""
+    torch = _torch()
+    arguments = [m, n, k, *inputs]
+    if config.split > 1 or config.stream_k:
+        parts = config.stream_k_slots(m, n, k) if config.stream_k else config.split
+        arguments.append(torch.zeros((parts, m, n), dtype=torch.float32, device="cuda"))
+        arguments.append(torch.zeros(config.tiles(m, n), dtype=torch.int32, device="cuda"))
+    out = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+    kernel(*arguments, out, grid=config.grid(m, n, k))
+    torch.cuda.synchronize()
+    return out.cpu().numpy()
+
+
+@pytest.mark.parametrize(
+    ("weight", "m", "config"), RELEASED_CASES, ids=[f"{c[0]}-m{c[1]}" for c in RELEASED_CASES]
+)
+def test_a_released_ring_gives_the_bits_of_the_barrier_ring(weight, m, config) -> None:
+    """The ring handed back by releases (no block barrier; warps apart by up to S - 2
+    k-tiles) computes what the ring handed back by barriers computes, bit for bit, over many
+    laps of the ring and many blocks: a stage overwritten before a warp read it would show."""
+    k, n = 8192, config.block_n * 32
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    codes = rng.integers(0, 1 << weight.nbits, (k, n))
+    packed, _ = pack_weights(codes, weight)
+    scales = rng.uniform(0.5, 1.5, (k // GROUP_SIZE, n)) / 2 ** (weight.nbits - 1)
+    inputs = [_device(a), _device(packed), _device(pack_scales(scales.astype(np.float16)))]
+    barrier = replace(config, release=False, bulk_weights=False)
+    outputs = []
+    for variant in (config, barrier):
+        program = register_dequant_matmul(weight, GROUP_SIZE, variant)
+        kernel = backend.compile(program, constants={"n": n, "k": k})
+        outputs.append(_launch(kernel, variant, m, n, k, inputs))
+    released, reference = outputs
+    assert np.abs(reference.astype(np.float64)).max() > 0
+    assert np.array_equal(released.view(np.uint16), reference.view(np.uint16))

@@ -121,13 +121,14 @@ def _shared_dot(
     read_twice: bool = False,
     store_between: bool = False,
     b_read_twice: bool = False,
+    sync_between: bool = False,
 ) -> Program:
     """One warpgroup: (64 x 64) @ (64 x 64) from shared tiles copied in, the result stored.
     `b_layout_of` "panel" (one 128-byte swizzled panel, readable by a descriptor) or "plain"
     (unswizzled 128-byte rows: no descriptor reads them with a swizzle, and not as interleaved
     either); `read_twice` stores the loaded a back after the dot (a second reader of its
     registers), `b_read_twice` the same for b; `store_between` stores into a's tile between
-    its load and the dot."""
+    its load and the dot; `sync_between` puts a barrier of the block there."""
     f16, f32 = dtypes.f16, dtypes.f32
     a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 64)
     with ProgramBuilder("shared_dot", 128) as bld:
@@ -153,6 +154,8 @@ def _shared_dot(
         b_tile = bld.load_shared(b_shared, b_layout, [0, 0])
         if store_between:
             bld.store_shared(a_shared, a_tile, [0, 0])
+        if sync_between:
+            bld.sync()
         acc = bld.register_tensor(f32, c_layout, 0.0)
         out = bld.dot(a_tile, b_tile, acc)
         if read_twice:
@@ -192,6 +195,16 @@ def test_a_b_load_read_elsewhere_keeps_the_dot_off_wgmma() -> None:
     program = _shared_dot(b_read_twice=True)
     assert shared_operand_dots(program) == {}
     assert not any(isinstance(plan, WgmmaPlan) for plan in _plans(program))
+
+
+def test_a_barrier_between_the_loads_and_the_dot_keeps_both_loads_in_place() -> None:
+    """Past a barrier another thread may write the tiles: loads written at the dot (as its
+    descriptors or its ldmatrix) could read that write, so neither load is deferred."""
+    program = _shared_dot(sync_between=True)
+    assert shared_operand_dots(program) == {}
+    source = lower(program, "sm_90a").source.split('extern "C"')[1]
+    barrier = source.rindex("__syncthreads();")  # the one between the loads and the dot
+    assert 0 < source.rindex("la_ldmatrix") < barrier < source.index("mma")
 
 
 def test_a_b_tile_no_descriptor_reads_falls_back_with_its_loads() -> None:
