@@ -201,15 +201,27 @@ def assert_fully_proved(kernel: Any) -> Any:
     return report
 
 
+RELEASED_RING = DequantConfig(
+    units_k=8, late_scale=True, weights_as_a=True, stages=3, release=True, bulk_weights=True
+)
+"""The decode kernel's ring of bulk copies handed back by releases (activations and weights)."""
+
+
 @pytest.mark.parametrize(
-    "config", [DequantConfig(), DequantConfig(split=2, depth=2)], ids=["default", "split2_depth2"]
+    "config",
+    [DequantConfig(), DequantConfig(split=2, depth=2), RELEASED_RING],
+    ids=["default", "split2_depth2", "released_ring"],
 )
 def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
+    """Every access and claim of the decode kernel proved: the mma operands, the ldmatrix
+    reads, and with the released ring each bulk copy's box (activations and weights)."""
     program = register_dequant_matmul(dtypes.i4, 128, config)
     report = assert_fully_proved(lower(program, "sm_90a", constants=LAYER))
     names = [claim.name for claim, _ in report.plan_results]
     assert {"mma operand a", "mma operand b", "mma accumulator c"} <= set(names)
     assert any(name.startswith("ldmatrix") for name in names)
+    if config.bulk_weights:  # 3 stages of 2 activation panels and 2 boxes of 256 words
+        assert len({name for name in names if name.startswith("bulk copy of")}) == 12
 
 
 def test_stream_k_prefill_kernel_lowering_validates() -> None:
