@@ -22,7 +22,10 @@ weights, so the program keeps them out of shared memory:
         scale layout)
         wait for the activation tile, sync, load it in the A-fragment layout, dot, sync (the
         second barrier also keeps the compiler from interleaving the unrolled k-tiles, which
-        took the i2 kernel from 106 to 254 registers a thread when it was moved)
+        took the i2 kernel from 106 to 254 registers a thread when it was moved); with
+        `release`, the ring's activation tiles are bulk copies waited for on their barriers
+        and released after the load instead (no barrier of the block), and with
+        `bulk_weights` the weight words too
         (with `late_scale`, the weights are not scaled; the dot starts from zero and its
         product, times the group's scale row as f32 in C's layout, is added to C in one fma;
         a float weight type is then cast scaled by ``2^(bias - B)``, its bits placed under the
