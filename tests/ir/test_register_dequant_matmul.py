@@ -280,7 +280,7 @@ CASES = [
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
     # The ring's activations bulk-copied and released (no block barrier in the k loop): two
-    # panels a k-tile, a k-tile of one 32-byte row, laps of the ring, split and stream-K.
+    # panels a k-tile, a k-tile of one 64-byte panel, laps of the ring, split and stream-K.
     (dtypes.i4, 128, DequantConfig(units_k=8, stages=3, late_scale=True, release=True), 5, 1, 7),
     (dtypes.i2, 32, DequantConfig(warps=2, units_k=2, stages=2, release=True, split=2), 17, 1, 3),
     (
@@ -544,6 +544,9 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(stages=-2), "stages=-2; expected an int >= 0"),
         (DequantConfig(stages=1), "stages=1 with depth=1; a shared ring needs at least 2"),
         (DequantConfig(stages=3, depth=2), "stages=3 with depth=2; .* register ring"),
+        (DequantConfig(release=True), "release=True with stages=0; the releases hand back"),
+        (DequantConfig(stages=3, release=1), "release=1; expected True or False"),
+        (DequantConfig(stages=3, bulk_weights=True), "bulk_weights=True without release"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
     ],
     ids=str,
