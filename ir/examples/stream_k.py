@@ -31,15 +31,14 @@ def stream_k_blocks(stream_k: int, work: Any, granule: int = 1) -> Any:
     """G, the blocks of a launch asking for `stream_k` blocks for `work` iterations (an int
     or an expression of the program's parameters) shared in runs of `granule`:
     ``min(stream_k, W / u)``."""
-    return minimum(stream_k, work if granule == 1 else work // granule)
+    return minimum(stream_k, work // granule)
 
 
 def stream_k_slots(k_tiles: Any, work: Any, blocks: Any, granule: int = 1) -> Any:
     """The partial-sum slots a launch needs: the most blocks one tile's `k_tiles` iterations
     can span when `blocks` blocks share `work` iterations in runs of `granule`, ``(K_T / u -
     1) // (W / u // G) + 2``."""
-    if granule != 1:
-        k_tiles, work = k_tiles // granule, work // granule
+    k_tiles, work = k_tiles // granule, work // granule
     return (k_tiles - 1) // (work // blocks) + 2
 
 
@@ -68,18 +67,15 @@ def stream_k_segments(
     computes them; `granule` (dividing `k_tiles`) the run of k-tiles the shares are counted
     in, so that each segment's `first` and `end` are its multiples."""
     g = b.block_x
-    if granule != 1:
-        k_tiles, work = k_tiles // granule, work // granule
+    k_tiles, work = k_tiles // granule, work // granule
     start, stop = g * work // blocks, (g + 1) * work // blocks
     with b.for_range(start // k_tiles, (stop - 1) // k_tiles + 1) as t:
         base = t * k_tiles
         first_block = ((base + 1) * blocks - 1) // work
-        first = minimum(maximum(start - base, 0), k_tiles - 1)
-        end = maximum(minimum(stop - base, k_tiles), 1)
         yield StreamKSegment(
             tile=minimum(t, tiles - 1),
-            first=first if granule == 1 else first * granule,
-            end=end if granule == 1 else end * granule,
+            first=minimum(maximum(start - base, 0), k_tiles - 1) * granule,
+            end=maximum(minimum(stop - base, k_tiles), 1) * granule,
             slot=g - first_block,
             count=((base + k_tiles) * blocks - 1) // work - first_block + 1,
         )
