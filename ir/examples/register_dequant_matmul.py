@@ -500,7 +500,9 @@ def register_dequant_matmul(
                 # scales, partial sums and counters below may be what it writes.
                 b.wait_prior_grid()
             # Group d of the prologue holds k-tile first + d's activations (the first one all
-            # its weights too): a k-tile's data is complete once its group is.
+            # its weights too): a k-tile's data is complete once its group is. (Released, the
+            # activations are bulk copies with barriers of their own: the groups hold only the
+            # weights, none at all with `bulk_weights`.)
             for d in range(max(stages - 1, 1)):
                 ahead_of(first, d, end, lambda t, d=d: copy_activations(t, d))
                 if not config.bulk_weights:
