@@ -6,6 +6,15 @@ in the program's top-level body, a `sync` of the whole block stands after every 
 that uses one of R (in its own fields or anywhere in its bodies) and before every instruction
 that uses X. Then no thread touches R once any thread touches X, and the lowering may place X
 where R lie (`backend.lower.context`); the interpreter keeps them apart, as the program means.
+
+A barrier of one thread group does as well where that group alone touches X and the other
+threads touch R only by bulk-copying into it (a producer warp filling the consumers' ring):
+in the top-level body with the bodies of its thread groups opened, a `sync` in a body of the
+group G (start and threads of a top-level `thread_group`) stands after every use of R and
+before every use of X, every use of X is G's, and every use of R outside G is a `copy_bulk`
+into it. The copies have landed once G waited for them, so after G's barrier no thread
+touches R again (a warp-specialised kernel has no barrier of the whole block after its loop).
+
 What the rule cannot see is the program's to keep: each bulk or asynchronous copy into one of R
 has landed (was waited for) before that barrier.
 
@@ -14,6 +23,8 @@ tensors it reuses (`shared_footprint`, what the verifier holds to the limit).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from ir import dtypes, instructions
 from ir.errors import VerificationError
@@ -71,16 +82,75 @@ def check_reuse(program: Program) -> None:
             first = next((i for i, used in enumerate(uses) if name in used), None)
             if last is None or first is None:
                 continue  # one side never used: nothing to separate
-            if first < last or not any(
-                isinstance(body[j], instructions.Sync) for j in range(last + 1, first)
+            if first < last or not (
+                any(isinstance(body[j], instructions.Sync) for j in range(last + 1, first))
+                or _group_barrier_separates(body, reused, name)
             ):
                 raise VerificationError(
                     f"{name} reuses the memory of {sorted(reused)}, but no sync of the whole "
                     f"block in the top-level body stands between their last use (top-level "
-                    f"instruction {last}) and its first (instruction {first})"
+                    f"instruction {last}) and its first (instruction {first}), nor a sync of "
+                    "the one thread group that uses it where the other threads only "
+                    "bulk-copy into them"
                 )
         if isinstance(instruction, instructions.SharedTensorAlloc):
             seen.add(instruction.out.name)
+
+
+Group = tuple[int, int] | None
+"""A top-level thread group's (start, threads), or None outside every thread group."""
+
+
+def _opened(body: tuple[Instruction, ...]) -> list[tuple[Instruction, Group]]:
+    """The top-level body with the bodies of its thread groups opened: each instruction with
+    the top-level thread group it belongs to."""
+    opened: list[tuple[Instruction, Group]] = []
+    for instruction in body:
+        if isinstance(instruction, instructions.ThreadGroup):
+            group = (instruction.start, instruction.threads)
+            opened.extend((inner, group) for inner in instruction.body)
+        else:
+            opened.append((instruction, None))
+    return opened
+
+
+def _direct_uses(
+    instruction: Instruction, names: set[str], group: Group
+) -> Iterator[tuple[Instruction, Group]]:
+    """Every instruction at any depth inside `instruction` (itself included) that names one of
+    `names` in its own fields, with the outermost thread group around it (else `group`)."""
+    if any(isinstance(t, SharedTensor) and t.name in names for t in instruction.operands()):
+        yield instruction, group
+    if isinstance(instruction, instructions.ThreadGroup) and group is None:
+        group = (instruction.start, instruction.threads)
+    for body in instruction.bodies():
+        for inner in body:
+            yield from _direct_uses(inner, names, group)
+
+
+def _group_barrier_separates(body: tuple[Instruction, ...], reused: set[str], name: str) -> bool:
+    """Whether a barrier of one top-level thread group G separates the uses of `reused` from
+    those of `name` as the module docstring says: G alone uses `name`, the others only bulk-copy
+    into `reused`, and a sync in G's body stands after every use of `reused` and before every
+    use of `name`."""
+    opened = _opened(body)
+    tile_groups = {
+        group for entry in opened for _, group in _direct_uses(entry[0], {name}, entry[1])
+    }
+    if len(tile_groups) != 1 or None in tile_groups:
+        return False
+    (group,) = tile_groups
+    for instruction, owner in (u for e in opened for u in _direct_uses(e[0], reused, e[1])):
+        copy = isinstance(instruction, instructions.CopyBulk) and instruction.dst.name in reused
+        if owner != group and not copy:
+            return False
+    uses = [_names_used(instruction) for instruction, _ in opened]
+    last = max(i for i, used in enumerate(uses) if used & reused)
+    first = next(i for i, used in enumerate(uses) if name in used)
+    return any(
+        isinstance(opened[j][0], instructions.Sync) and opened[j][1] == group
+        for j in range(last + 1, first)
+    )
 
 
 def _nested(instruction: Instruction) -> list[Instruction]:

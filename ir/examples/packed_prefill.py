@@ -490,7 +490,11 @@ def declare_prefill(
     ring = b.shared_tensor(act, transposed_ring(config.stages, block_k, block_m))
     staging = None
     if config.staged_store:
-        staging = b.shared_tensor(act, staging_layout(block_n, block_m, act.nbits))
+        # A block of one tile stages C in the ring's memory, once the storing threads' barrier
+        # has passed their last reads of it (`ir.shared_reuse`); a block of several tiles keeps
+        # the ring across them.
+        reuse = () if stream is not None else (ring,)
+        staging = b.shared_tensor(act, staging_layout(block_n, block_m, act.nbits), reuse)
     row0, col0 = b.block_y * block_m, b.block_x * block_n
     tiles = k // (block_k * split)
     return PrefillTensors(

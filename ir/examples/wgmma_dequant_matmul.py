@@ -164,10 +164,13 @@ class WgmmaDequantConfig(PrefillTile):
     of its own would hold a processing block's registers that the consumers need (with
     `min_blocks_per_sm` 2, 160 threads leave 168 registers a thread, 256 threads with budgets
     232 to the consumers). Requires `producer`.
-    `staged_store` writes the f16 (or bf16) tile of C through a shared tile of its own
+    `staged_store` writes the f16 (or bf16) tile of C through a shared tile
     (`packed_prefill.staging_layout`) and stores it from there in 16-byte runs along C's rows
     (`packed_prefill.run_layout`), instead of two-byte stores from the accumulator, whose
     threads hold pairs of C's rows; the consumer threads must cover whole rows of the tile.
+    A block of one tile (no `stream_k`, no `persistent`) puts that tile in the ring's memory
+    (`ir.shared_reuse`), so the staged store needs no shared memory beyond the ring's; blocks
+    of several tiles give it memory of its own.
     """
 
     warpgroups: int = 1

@@ -477,6 +477,30 @@ PREFILL_CASES = [
         {"block_m": 24, "units_k": 2, "stream_k": 5, "staged_store": True},
         6,
     ),
+    # The 128 x 256 tile with 128-deep k-tiles, C staged in the ring's memory once the
+    # consumers' barrier has passed their last reads of it.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "block_m": 256,
+            "warpgroups": 2,
+            "units_k": 8,
+            "stages": 3,
+            "depth": 2,
+            "unroll": 2,
+            "min_blocks_per_sm": 1,
+            "overlap_dot": True,
+            "release": True,
+            "producer": True,
+            "producer_registers": 24,
+            "warp_columns": 16,
+            "staged_store": True,
+        },
+        6,
+    ),
     # Each warp one A fragment of its warpgroup's unit: 256 rows with a producer warpgroup and
     # the dot in flight; two warpgroups and a split with zero points.
     (

@@ -391,6 +391,15 @@ FRAGMENT_CASES = [
         replace(IN_FLIGHT_FRAGMENTS, block_m=128, min_blocks_per_sm=2, staged_store=True),
         48,
     ),
+    # QuantizedLinear's 128 x 256 tile with 128-deep k-tiles: C staged in the ring's memory
+    # (its three stages leave no room for a tile of its own) after the consumers' barrier.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        replace(IN_FLIGHT_FRAGMENTS, warpgroups=2, units_k=8, stages=3, depth=2, staged_store=True),
+        6,
+    ),
     # One persistent block for both row tiles: the producer copies the second tile's first
     # k-tiles while the consumers store the first.
     (

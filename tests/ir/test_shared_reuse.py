@@ -1,20 +1,27 @@
 """`ir.shared_reuse`: a shared tensor that takes the memory of earlier ones - the rule the
 verifier holds it to, the footprint it counts, how it prints, and the builder's checks; the
-matmul example's staged store is the program that uses it (test_examples.py runs it)."""
+matmul example's staged store and the prefill tile's are the programs that use it (test_examples.py
+and test_wgmma_dequant_matmul.py run them)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.batch_matmul import FRAGMENT_TILE
 from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
 from ir.examples.matmul import matmul
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 from ir.printer import format_program
+from ir.program import Program
 from ir.shared_reuse import check_reuse, shared_footprint
 from ir.verifier import verify
+from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import spatial
 from layout_algebra.shared import shared_row_major
 
@@ -100,6 +107,90 @@ def test_the_matmul_staged_store_reuses_the_ring_with_one_tile_a_block():
     assert shared_footprint(persistent) == plain + 128 * 256 * 2
     with pytest.raises(VerificationError, match="shared memory past the limit"):
         verify(persistent)
+
+
+PRODUCER, CONSUMER = 32, 0
+"""The first threads of the producer and the consumer warp of `producer_consumer`."""
+
+
+def producer_consumer(
+    *regions: tuple[int, str],
+) -> Program:
+    """A 64-thread program: a producer warp (threads 32-63) bulk-copies a 32 x 32 f32 ring
+    `s0` that a consumer warp (threads 0-31) waits for and loads; a tile `s1` of 32 x 32 f32
+    reuses the ring. `regions` are thread-group bodies in order, each (its first thread, its
+    steps): "copy" (a bulk copy into the ring), "wait" (a wait for it), "load" (a load of the
+    ring), "sync" (a barrier of the group), "tile" (a store into the tile). The default is the
+    warp-specialised order: the producer copies, the consumer waits, reads the ring, passes
+    its own barrier and writes the tile."""
+    regions = regions or ((PRODUCER, "copy"), (CONSUMER, "wait load sync tile"))
+    with ProgramBuilder("producer_consumer", 64) as b:
+        source = b.array_param("a", F32)
+        view = b.global_view(source, F32, GlobalLayout((32, 32), (32, 1)))
+        ring = b.shared_tensor(F32, shared_row_major(32, 32))
+        tile = b.shared_tensor(F32, shared_row_major(32, 32), [ring])
+        for start, steps in regions:
+            with b.thread_group(start, 32):
+                for step in steps.split():
+                    if step == "copy":
+                        b.copy_bulk(ring, view, [0, 0], [0, 0], shape=(32, 32))
+                    elif step == "wait":
+                        b.copy_bulk_wait(ring, [0, 0], shape=(32, 32))
+                    elif step == "load":
+                        b.load_shared(ring, LAYOUT)
+                    elif step == "sync":
+                        b.sync()
+                    elif step == "tile":
+                        b.store_shared(tile, b.register_tensor(F32, LAYOUT, 1.0))
+    return b.program()
+
+
+def test_a_barrier_of_the_group_that_alone_uses_the_tile_separates_a_producers_copies():
+    program = producer_consumer()
+    check_reuse(program)
+    assert shared_footprint(program) == 32 * 32 * 4
+
+
+@pytest.mark.parametrize(
+    "regions",
+    [
+        ((PRODUCER, "copy"), (CONSUMER, "wait load tile")),
+        ((PRODUCER, "copy"), (CONSUMER, "wait load tile sync")),
+        ((PRODUCER, "copy load"), (CONSUMER, "wait load sync tile")),
+        ((PRODUCER, "copy tile"), (CONSUMER, "wait load sync tile")),
+        ((PRODUCER, "copy"), (CONSUMER, "wait load"), (PRODUCER, "sync"), (CONSUMER, "tile")),
+        ((PRODUCER, "copy"), (CONSUMER, "wait sync tile"), (CONSUMER, "load")),
+    ],
+    ids=[
+        "no-barrier",
+        "barrier-after",
+        "producer-reads",
+        "producer-tile",
+        "other-group-barrier",
+        "read-after",
+    ],
+)
+def test_a_group_barrier_is_refused_unless_it_separates_all_other_touches(regions):
+    with pytest.raises(VerificationError, match="nor a sync of the one thread group"):
+        check_reuse(producer_consumer(*regions))
+
+
+def test_the_prefill_tile_stages_c_in_the_ring_with_one_tile_a_block():
+    """The 128 x 256 prefill tile with 128-deep k-tiles: three 64 KiB stages leave no room for
+    a 64 KiB staging tile of its own; with one tile a block it takes the ring's memory (a
+    barrier of the consumers after the loop), with stream-K it needs its own and is refused."""
+    config = WgmmaDequantConfig(**FRAGMENT_TILE, units_k=8, stages=3, depth=2)
+    plain = shared_footprint(wgmma_dequant_matmul(dtypes.i4, 128, config))
+    staged_config = replace(config, staged_store=True)
+    staged_program = wgmma_dequant_matmul(dtypes.i4, 128, staged_config)
+    verify(staged_program)
+    assert shared_footprint(staged_program) == plain == 3 * 128 * 256 * 2
+    split = wgmma_dequant_matmul(dtypes.i4, 128, replace(staged_config, split=2))
+    assert shared_footprint(split) == plain
+    stream = wgmma_dequant_matmul(dtypes.i4, 128, replace(staged_config, stream_k=132))
+    assert shared_footprint(stream) == plain + 256 * 128 * 2
+    with pytest.raises(VerificationError, match="shared memory past the limit"):
+        verify(stream)
 
 
 @settings(max_examples=60, deadline=None)
