@@ -122,7 +122,7 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("weight", "group_size", "pruned"),
-    [(dtypes.u3, 128, [3, 4, 5]), (dtypes.i8, 64, [3, 4]), (dtypes.u4, 128, [])],
+    [(dtypes.u3, 128, [3, 4, 5]), (dtypes.i8, 64, [3, 4, 5]), (dtypes.u4, 128, [])],
     ids=str,
 )
 def test_the_128_x_256_tile_is_pruned_where_it_does_not_fit(

@@ -244,6 +244,17 @@ def test_fragment_prefill_kernel_lowering_validates() -> None:
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
+def test_staged_fragment_tile_lowering_validates() -> None:
+    """The 128 x 256 tile with C staged in its ring's memory (QuantizedLinear's staged path):
+    every access (the staging tile's writes and 16-byte reads where the ring lies) and claim
+    proved, wgmma's among them."""
+    config = prefill_config(BATCH_PATHS[5])
+    assert config.staged_store
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
 def test_persistent_fragment_tile_lowering_validates() -> None:
     """The 128 x 256 tile in persistent blocks (whole tiles in turn, the producer running
     into the next tile): every access and claim proved, wgmma's among them."""
