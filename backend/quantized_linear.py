@@ -22,13 +22,13 @@ is ``x @ dequantize() + bias``, computed by:
   `backend.autotune` for M's bucket (`m_bucket`), or of the configuration pinned by
   `set_decode_config`, built lazily, one per (M bucket, dtype, device), and kept on the module
   (`decode_ops`);
-- CUDA, 64 < M <= `BATCH_MAX_ROWS` = 1024: `backend.batch_matmul.BatchMatmul`, the fastest
+- CUDA, 64 < M <= `BATCH_MAX_ROWS` = 4096: `backend.batch_matmul.BatchMatmul`, the fastest
   of dequantize-then-matmul (the weight expanded by the tile program
   `ir.examples.dequantize_weights`, then cuBLAS) and the prefill kernel
   `ir.examples.wgmma_dequant_matmul` on the packed weights, measured once per (M bucket,
   dtype, device) by `backend.autotune` and remembered on disk (`batch_ops`);
   dequantize-then-matmul is always a candidate, so the choice is not slower than it;
-- otherwise (CUDA with M > 1024, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
+- otherwise (CUDA with M > 4096, or CPU): ``torch.matmul(x, dequantize(x.dtype))``, the weight
   dequantized for the call on the module's device: on CUDA by the tile program (compiled once
   per dtype and device, kept on the module), on the CPU with torch operations; both give the
   same bits.
@@ -96,14 +96,15 @@ DECODE_MAX_ROWS = 64
 the four benchmark shapes, benchmarks/results/quantized_linear.md): at M = 32 and 64 the decode
 kernel (four m16 tiles at most) takes 0.24x to 0.64x the time of dequantize-then-matmul, whose
 dequantized f16 weight alone costs more than streaming the packed one."""
-BATCH_MAX_ROWS = 1024
+BATCH_MAX_ROWS = 4096
 """The largest M that `forward` sends to the tuned choice of `backend.batch_matmul` on CUDA;
-above it, dequantize-then-matmul directly. Measured on the H200 (i4, the four benchmark
-shapes, benchmarks/results/quantized_linear_batch_paths.md): at M = 256 the tuned path took the
-prefill kernel on two shapes, 1.15x and 1.20x faster than dequantize-then-matmul, and
-dequantize-then-matmul on the others (1.00x, 1.01x); at M = 4096 it took dequantize-then-
-matmul everywhere, but at 8192 x 57344 its `forward` measured 0.92x of the direct call, which
-is not explained yet (the same kernels, the product written into a given output)."""
+above it, dequantize-then-matmul directly (the largest M whose choice was measured). On the
+H200 (i4 and i8, the four benchmark shapes, benchmarks/results/
+quantized_matmul_prefill_staged_in_ring.md) the prefill kernel's 128 x 256 tile with C staged
+in its ring's memory beats dequantize-then-matmul at M = 4096 on most layers (i4: 565.1 /
+719.0 / 5223.3 / 2462.6 us against 563.7 / 740.1 / 5394.5 / 2588.6 measured for that path a
+session before), and dequantize-then-matmul stays a candidate, so the choice is not slower
+than it."""
 ACTIVATION_DTYPES = {torch.float16: dtypes.f16, torch.bfloat16: dtypes.bf16}
 """The activation (and scale) dtypes, torch's and the IR's."""
 EXTRA_STATE_KEY = "_extra_state"
