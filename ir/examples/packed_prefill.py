@@ -29,7 +29,12 @@ from ir.examples.packed_weights import (
     tile_ahead,
 )
 from ir.examples.split_sum import add_parts_in_fragments, fragment_parts_view
-from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
+from ir.examples.stream_k import (
+    stream_k_blocks,
+    stream_k_prefix,
+    stream_k_segments,
+    stream_k_slots,
+)
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, local
@@ -61,6 +66,10 @@ class PrefillTile:
     stream_k: int = 0
     """Persistent blocks sharing every tile's k-tiles (`ir.examples.stream_k`): 0 (none) where
     the configuration has no such field."""
+    stream_k_tail: bool = False
+    """With `stream_k` S: the tiles before the last one to two waves of S are computed whole,
+    one block each, and only the rest shared (`ir.examples.stream_k.stream_k_prefix`): False
+    where the configuration has no such field."""
     persistent: int = 0
     """Persistent blocks computing whole tiles in turn (`persistent_tiles`): 0 (none) where
     the configuration has no such field."""
@@ -88,7 +97,8 @@ class PrefillTile:
         if self.stream_k:
             if k is None:
                 raise VerificationError(f"{type(self).__name__}.grid: a stream_k grid needs k")
-            return (min(self.stream_k, self.iterations(m, n, k) // self.granule), 1, 1)
+            blocks = min(self.stream_k, self.shared_iterations(m, n, k) // self.granule)
+            return (self.prefix_tiles(m, n) + blocks, 1, 1)
         if self.persistent:
             return (min(self.persistent, self.tiles(m, n)), 1, 1)
         return (n // self.block_n, -(-m // self.block_m), self.split)
@@ -101,22 +111,34 @@ class PrefillTile:
         """W: k-tile iterations of all output tiles of C (m, n) for K = `k`."""
         return self.tiles(m, n) * (k // self.block_k)
 
+    def prefix_tiles(self, m: int, n: int) -> int:
+        """D, the tiles of C (m, n) a `stream_k_tail` launch computes whole first (else 0)."""
+        if not (self.stream_k and self.stream_k_tail):
+            return 0
+        return max(self.tiles(m, n) // self.stream_k - 1, 0) * self.stream_k
+
+    def shared_iterations(self, m: int, n: int, k: int) -> int:
+        """The k-tile iterations of the tiles whose k-tiles blocks share (past the prefix)."""
+        return (self.tiles(m, n) - self.prefix_tiles(m, n)) * (k // self.block_k)
+
     def partial_slots(self, m: int, n: int, k: int) -> int:
         """The slots of partial sums a launch for C (m, n) and K = `k` takes, each a part of
-        every output tile (`partial_shape`): `split` slots with a split,
+        every shared output tile (`partial_shape`): `split` slots with a split,
         `ir.examples.stream_k.stream_k_slots` with `stream_k`, else 0 (no workspace)."""
         if self.stream_k:
-            work, granule = self.iterations(m, n, k), self.granule
+            work, granule = self.shared_iterations(m, n, k), self.granule
             blocks = min(self.stream_k, work // granule)
             return stream_k_slots(k // self.block_k, work, blocks, granule)
         return self.split if self.split > 1 else 0
 
     def partial_shape(self, m: int, n: int, k: int) -> tuple[int, int, int]:
         """The f32 workspace a launch for C (m, n) and K = `k` takes, as (slots, tiles,
-        block_n * block_m): a whole tile's part per slot and output tile (rows past m
-        included), in the order of the accumulator registers
-        (`ir.examples.split_sum.fragment_parts_view`); slots 0 without a split or stream-K."""
-        return (self.partial_slots(m, n, k), self.tiles(m, n), self.block_n * self.block_m)
+        block_n * block_m): a whole tile's part per slot and shared output tile (every tile,
+        or those past the prefix with `stream_k_tail`; rows past m included), in the order of
+        the accumulator registers (`ir.examples.split_sum.fragment_parts_view`); slots 0
+        without a split or stream-K."""
+        shared = self.tiles(m, n) - self.prefix_tiles(m, n)
+        return (self.partial_slots(m, n, k), shared, self.block_n * self.block_m)
 
 
 def check_prefill_fields(
@@ -127,6 +149,11 @@ def check_prefill_fields(
     multiple of 8 up to `MAX_BLOCK_M`, ``warpgroups`` at most 8 (1024 threads)."""
     check_int_fields(program, config, positive, 1)
     check_int_fields(program, config, ("min_blocks_per_sm", "stream_k", "persistent"), 0)
+    if not isinstance(config.stream_k_tail, bool) or (config.stream_k_tail and not config.stream_k):
+        raise VerificationError(
+            f"{program}: stream_k_tail={config.stream_k_tail!r} with "
+            f"stream_k={config.stream_k}; expected a bool, True only with stream_k"
+        )
     if config.stream_k and config.split != 1:
         raise VerificationError(
             f"{program}: stream_k={config.stream_k} with split={config.split}; stream-K "
@@ -209,9 +236,10 @@ def transposed_ring(stages: int, block_k: int, block_m: int) -> SharedLayout:
 @dataclass(frozen=True)
 class TilePart:
     """The part of an output tile a block computes, for the fused sum: `tile` the tile's index
-    (row-major over the tile grid), `slot` the block's slot among the tile's parts, `count`
-    the parts (an int with a split of k; with stream-K an expression, 1 for a tile the block
-    computes whole)."""
+    among those whose parts the launch sums (row-major over the tile grid; with
+    `PrefillTile.stream_k_tail`, counted from the first shared tile), where its parts and its
+    counter are; `slot` the block's slot among the tile's parts, `count` the parts (an int
+    with a split of k; with stream-K an expression, 1 for a tile the block computes whole)."""
 
     tile: Expr
     slot: Expr
@@ -353,6 +381,8 @@ class PrefillTensors:
             work=launch.work,
             blocks=launch.blocks,
             granule=launch.granule,
+            prefix=launch.prefix,
+            slots=None if isinstance(launch.prefix, int) else launch.slots,
         )
         with schedule as segment:
             tile_m, tile_n = segment.tile // launch.tiles_n, segment.tile % launch.tiles_n
@@ -363,7 +393,7 @@ class PrefillTensors:
                 tile_n=tile_n,
                 row0=tile_m * launch.block_m,
                 col0=tile_n * launch.block_n,
-                part=TilePart(segment.tile, segment.slot, segment.count),
+                part=TilePart(segment.shared, segment.slot, segment.count),
             )
 
 
@@ -381,8 +411,10 @@ class SplitSum:
 @dataclass(frozen=True)
 class StreamKLaunch:
     """A stream-K launch's shape: `tiles_n` x `tiles_m` output tiles of `block_n` x `block_m`,
-    `k_tiles` k-tiles each, `work` iterations in all, `blocks` persistent blocks sharing them
-    in runs of `granule` k-tiles."""
+    `k_tiles` k-tiles each, the first `prefix` computed whole by a block each
+    (`ir.examples.stream_k.stream_k_prefix`; 0: none), `work` iterations of the others,
+    `blocks` persistent blocks sharing them in runs of `granule` k-tiles, in `slots` slots of
+    partial sums."""
 
     tiles_n: Expr
     tiles_m: Expr
@@ -392,6 +424,8 @@ class StreamKLaunch:
     work: Expr
     blocks: Expr
     granule: int
+    prefix: Expr | int = 0
+    slots: Expr | int = 0
 
 
 @dataclass(frozen=True)
@@ -457,13 +491,18 @@ def declare_prefill(
     tiles_n, tiles_m = n // block_n, (m + block_m - 1) // block_m
     k_tiles = k // block_k
     stream = None
+    shared_tiles = tiles_n * tiles_m
     if config.stream_k:
-        work = tiles_n * tiles_m * k_tiles
+        prefix = stream_k_prefix(shared_tiles, config.stream_k) if config.stream_k_tail else 0
+        shared_tiles = shared_tiles - prefix
+        work = shared_tiles * k_tiles
         granule = config.granule
         blocks = stream_k_blocks(config.stream_k, work, granule)
-        stream = StreamKLaunch(tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks, granule)
         slots = stream_k_slots(k_tiles, work, blocks, granule)
-        b.grid(blocks)
+        stream = StreamKLaunch(
+            tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks, granule, prefix, slots
+        )
+        b.grid(prefix + blocks)
     elif split > 1:
         slots = split
         b.grid(tiles_n, tiles_m, split)
@@ -481,7 +520,7 @@ def declare_prefill(
         threads = UNIT_LANES * config.warps
         split_sum = SplitSum(
             fragment_parts_view(
-                b, partial, slots, tiles_n * tiles_m, block_n * block_m // threads, threads
+                b, partial, slots, shared_tiles, block_n * block_m // threads, threads
             ),
             b.global_view(counters, dtypes.i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
         )

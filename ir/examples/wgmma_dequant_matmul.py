@@ -138,6 +138,10 @@ class WgmmaDequantConfig(PrefillTile):
     ordered fused sum as a split, their parts in k order (`PrefillTile.partial_slots`
     slots). So a layer whose tiles leave a partial wave keeps every block slot busy to the
     end (with ``min_blocks_per_sm`` B, ask for B times the SMs). Requires split 1.
+    `stream_k_tail` (with `stream_k` S): the data-parallel and stream-K hybrid. The tiles
+    before the last one to two waves of S (``max(T // S - 1, 0) S`` of them,
+    `ir.examples.stream_k.stream_k_prefix`) are computed whole, one block each, ahead of the
+    S blocks that share the rest; the workspace holds the shared tiles' parts alone.
     `persistent` (0: none): persistent blocks, ``min(persistent, T)`` of them for the T output
     tiles, block g computing whole tiles g, g + G, g + 2 G, ... in turn
     (`packed_prefill.persistent_tiles`: the tiles in flight at once are neighbours, as in a
@@ -185,6 +189,7 @@ class WgmmaDequantConfig(PrefillTile):
     split_dot: bool = False
     split: int = 1
     stream_k: int = 0
+    stream_k_tail: bool = False
     persistent: int = 0
     release: bool = False
     producer: bool = False

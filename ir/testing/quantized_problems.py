@@ -175,17 +175,23 @@ def check_prefill_program(
 
 def stream_k_parts(config: Any, m: int, n: int, k: int) -> list[list[range]]:
     """Per output tile of a `stream_k` launch of `config` (row-major over the tile grid), the
-    k-tile ranges of its parts in block order: block g of G = min(stream_k, W / u) takes the
-    iterations [u (g W' // G), u ((g + 1) W' // G)) of the W = tiles * K_T, tile t's from t *
-    K_T, with u the configuration's granule (1 where it has none) and W' = W / u."""
-    k_tiles = k // config.block_k
-    work = config.tiles(m, n) * k_tiles
+    k-tile ranges of its parts in block order: with ``stream_k_tail`` (where the configuration
+    has it), the first D = max(T // S - 1, 0) S tiles whole, one part each (S = stream_k);
+    of the rest, block g of G = min(stream_k, W / u) takes the iterations [u (g W' // G), u
+    ((g + 1) W' // G)) of their W = (T - D) K_T (tile D + s's from s K_T), with u the
+    configuration's granule (1 where it has none) and W' = W / u."""
+    k_tiles, tiles = k // config.block_k, config.tiles(m, n)
+    prefix = 0
+    if getattr(config, "stream_k_tail", False):
+        prefix = max(tiles // config.stream_k - 1, 0) * config.stream_k
+    work = (tiles - prefix) * k_tiles
     granule = getattr(config, "granule", 1)
     blocks = min(config.stream_k, work // granule)
-    parts: list[list[range]] = [[] for _ in range(config.tiles(m, n))]
+    parts: list[list[range]] = [[range(0, k_tiles)] for _ in range(prefix)]
+    parts += [[] for _ in range(tiles - prefix)]
     for g in range(blocks):
-        start = g * (work // granule) // blocks * granule
-        stop = (g + 1) * (work // granule) // blocks * granule
+        start = prefix * k_tiles + g * (work // granule) // blocks * granule
+        stop = prefix * k_tiles + (g + 1) * (work // granule) // blocks * granule
         for i in range(start, stop):
             tile, local_tile = divmod(i, k_tiles)
             if not parts[tile] or parts[tile][-1].stop != local_tile or i == start:

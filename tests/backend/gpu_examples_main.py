@@ -477,6 +477,16 @@ PREFILL_CASES = [
         {"block_m": 24, "units_k": 2, "stream_k": 5, "staged_store": True},
         6,
     ),
+    # The data-parallel and stream-K hybrid: the first row tile whole, the second the
+    # stream-K block's.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {"block_m": 16, "units_k": 2, "stages": 3, "stream_k": 1, "stream_k_tail": True},
+        6,
+    ),
     # The 128 x 256 tile with 128-deep k-tiles, C staged in the ring's memory once the
     # consumers' barrier has passed their last reads of it.
     (

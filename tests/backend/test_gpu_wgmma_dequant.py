@@ -167,14 +167,17 @@ def _k(config: WgmmaDequantConfig) -> int:
     return math.lcm(GROUP_SIZE, config.block_k) * 2
 
 
-def _run(program, kernel, config, weight, activation, zero_points, seed, k=None) -> str | None:
-    """Run one case on the GPU and in the interpreter (K = `k`, default `_k`); a failure's
+def _run(
+    program, kernel, config, weight, activation, zero_points, seed, k=None, m=None, n=None
+) -> str | None:
+    """Run one case on the GPU and in the interpreter (K = `k`, default `_k`; one column
+    block and a partial second row block unless `n` and `m` say otherwise); a failure's
     description, or None."""
     torch = _torch()
     rng = np.random.default_rng(seed)
-    n = config.block_n
+    n = config.block_n if n is None else n
     k = _k(config) if k is None else k
-    m = config.block_m + 1 + seed % 13  # a partial second row block
+    m = config.block_m + 1 + seed % 13 if m is None else m
     groups = k // GROUP_SIZE
     a = activation.encode(rng.uniform(-1, 1, (m, k)))
     packed, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
@@ -441,4 +444,33 @@ def test_a_long_k_loop_matches_the_interpreter(form: str, config) -> None:
     program = FORMS[form][0](dtypes.i4, GROUP_SIZE, config)
     kernel = backend.compile(program, constants={"n": config.block_n, "k": k})
     failure = _run(program, kernel, config, dtypes.i4, dtypes.f16, False, 5, k=k)
+    assert failure is None, failure
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        WgmmaDequantConfig(block_m=16, stages=3, stream_k=4, stream_k_tail=True),
+        replace(
+            IN_FLIGHT_FRAGMENTS,
+            warpgroups=2,
+            units_k=8,
+            stages=3,
+            depth=2,
+            stream_k=4,
+            stream_k_tail=True,
+        ),
+    ],
+    ids=["64-column-tile", "128x256-tile"],
+)
+def test_the_stream_k_tail_matches_the_interpreter(config: WgmmaDequantConfig) -> None:
+    """The data-parallel and stream-K hybrid over 9 row blocks (the last partial) and two
+    column blocks: 18 tiles on waves of 4, the first 12 whole, one block each, the last 6
+    shared by 4 blocks; the same bits on a second launch."""
+    n, k = 2 * config.block_n, 6 * config.block_k
+    m = 8 * config.block_m + 5
+    assert config.prefix_tiles(m, n) == 12 and config.grid(m, n, k) == (16, 1, 1)
+    program = wgmma_dequant_matmul(dtypes.i4, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": n, "k": k})
+    failure = _run(program, kernel, config, dtypes.i4, dtypes.f16, False, 3, k=k, m=m, n=n)
     assert failure is None, failure

@@ -417,6 +417,44 @@ STREAM_K_CASES = [
         1,
         8,
     ),
+    # The hybrid (stream_k_tail): 8 tiles on 3 blocks' waves, the first 3 whole, one block
+    # each, the other 5 shared by 3 blocks (a partial row tile among them); with a producer
+    # warpgroup and the dot in flight, unrolled twice; 2 tiles on 3, all shared.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stages=3, stream_k=3, stream_k_tail=True),
+        30,
+        2,
+        5,
+    ),
+    (
+        dtypes.u4,
+        32,
+        WgmmaDequantConfig(
+            block_m=8,
+            units_k=2,
+            stages=4,
+            unroll=2,
+            overlap_dot=True,
+            stream_k=3,
+            stream_k_tail=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+        ),
+        28,
+        2,
+        6,
+    ),
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, stream_k_tail=True),
+        9,
+        1,
+        4,
+    ),
     # More blocks than iterations: one k-tile each, every tile in K_T parts.
     (dtypes.i2, 64, WgmmaDequantConfig(block_m=8, units_k=4, stages=2, stream_k=99), 5, 1, 3),
     # As many blocks as tiles' worth: each tile whole in one block, stored without the sum.
@@ -460,6 +498,40 @@ def test_stream_k_grid_and_slots_table(
     assert config.partial_slots(m, n, k) == slots
     assert WgmmaDequantConfig(split=3).partial_slots(m, n, k) == 3
     assert WgmmaDequantConfig().partial_slots(m, n, k) == 0
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "prefix", "grid", "shape"),
+    [
+        # 448 tiles of 64 k-tiles on 132: 264 whole, 184 shared by 132 blocks (89 or 90 each).
+        (256, 57344, 8192, 264, (396, 1, 1), (2, 184, 32768)),
+        # 1536 tiles of 32 on 132: 1320 whole, 216 shared (52 or 53 k-tiles each).
+        (4096, 12288, 4096, 1320, (1452, 1, 1), (2, 216, 32768)),
+        # 96 tiles, fewer than two waves: none whole, the plain stream-K launch.
+        (256, 12288, 4096, 0, (132, 1, 1), (3, 96, 32768)),
+        # 264 tiles, two waves exactly: one whole, one shared, a block a tile (no parts summed
+        # but the workspace's slots, which a launch counts as stream-K's do).
+        (256, 33792, 4096, 132, (264, 1, 1), (2, 132, 32768)),
+    ],
+)
+def test_stream_k_tail_grid_and_workspace_table(
+    m: int, n: int, k: int, prefix: int, grid: tuple[int, int, int], shape: tuple[int, ...]
+) -> None:
+    """The 128 x 256 tile's hybrid launches at the benchmark's layers: D whole tiles first,
+    132 blocks sharing the rest, the workspace for the shared tiles alone."""
+    config = WgmmaDequantConfig(
+        warpgroups=2, units_k=8, block_m=256, warp_columns=16, stream_k=132, stream_k_tail=True
+    )
+    assert config.prefix_tiles(m, n) == prefix
+    assert config.grid(m, n, k) == grid
+    assert config.partial_shape(m, n, k) == shape
+
+
+def test_stream_k_tail_requires_stream_k() -> None:
+    with pytest.raises(VerificationError, match="stream_k_tail=True with stream_k=0; expected"):
+        wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig(stream_k_tail=True))
+    with pytest.raises(VerificationError, match="stream_k_tail=1 with stream_k=3; expected"):
+        wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig(stream_k=3, stream_k_tail=1))
 
 
 @pytest.mark.parametrize(

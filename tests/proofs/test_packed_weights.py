@@ -279,6 +279,25 @@ def test_fragment_tile_parts_lowering_validates(form: str) -> None:
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
+HYBRID_RLIMIT = 200_000_000
+"""Z3 resource units an access of the hybrid schedule may use: its k-tile ranges are piecewise
+in the block's index (whole tiles below D, shares above), and one access (of 52) needs about
+ten times `RLIMIT` (a few seconds)."""
+
+
+def test_stream_k_tail_lowering_validates() -> None:
+    """The data-parallel and stream-K hybrid (`stream_k_tail`: whole tiles one a block, then
+    the shared tail) on a small tile, for any m: every access (the clamped segment ranges, the
+    slots and shared-tile indices of the parts) and claim proved."""
+    config = WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, stream_k_tail=True)
+    kernel = lower(
+        wgmma_dequant_matmul(dtypes.i4, 64, config), "sm_90a", constants={"n": 256, "k": 512}
+    )
+    report = validate_lowering(kernel, rlimit=HYBRID_RLIMIT)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+    assert len(report.results) == 52
+
+
 def test_split_k_sum_lowering_validates() -> None:
     assert_fully_proved(lower(split_k_sum(2), "sm_90a"))
 
