@@ -115,7 +115,7 @@ class PrefillTile:
         """D, the tiles of C (m, n) a `stream_k_tail` launch computes whole first (else 0)."""
         if not (self.stream_k and self.stream_k_tail):
             return 0
-        return max(self.tiles(m, n) // self.stream_k - 1, 0) * self.stream_k
+        return int(stream_k_prefix(self.tiles(m, n), self.stream_k))
 
     def shared_iterations(self, m: int, n: int, k: int) -> int:
         """The k-tile iterations of the tiles whose k-tiles blocks share (past the prefix)."""

@@ -414,6 +414,20 @@ def decode_cases(
     return cases + dequantize_cases(rng) + matmul_cases(rng)
 
 
+FRAGMENT_TILE = {
+    "block_m": 256,
+    "stages": 4,
+    "unroll": 2,
+    "min_blocks_per_sm": 1,
+    "overlap_dot": True,
+    "release": True,
+    "producer": True,
+    "producer_registers": 24,
+    "warp_columns": 16,
+}
+"""The prefill cases' 256-row tile of fragments: each warp one A fragment of its warpgroup's
+unit, a producer warpgroup, the dot in flight."""
+
 PREFILL_CASES = [
     # (weight type, activation type, zero points, program, its config fields, k-tiles);
     # "register": `wgmma_dequant_matmul`, "staged": `staged_dequant_matmul`.
@@ -495,18 +509,11 @@ PREFILL_CASES = [
         False,
         "register",
         {
-            "block_m": 256,
+            **FRAGMENT_TILE,
             "warpgroups": 2,
             "units_k": 8,
             "stages": 3,
             "depth": 2,
-            "unroll": 2,
-            "min_blocks_per_sm": 1,
-            "overlap_dot": True,
-            "release": True,
-            "producer": True,
-            "producer_registers": 24,
-            "warp_columns": 16,
             "staged_store": True,
         },
         6,
@@ -518,17 +525,7 @@ PREFILL_CASES = [
         dtypes.f16,
         False,
         "register",
-        {
-            "block_m": 256,
-            "stages": 4,
-            "unroll": 2,
-            "min_blocks_per_sm": 1,
-            "overlap_dot": True,
-            "release": True,
-            "producer": True,
-            "producer_registers": 24,
-            "warp_columns": 16,
-        },
+        FRAGMENT_TILE,
         6,
     ),
     (

@@ -75,6 +75,19 @@ def run_prefill(
     check_prefill_program(program, config, dtype, group_size, (m, n, k), seed)
 
 
+PRODUCER_IN_FLIGHT = WgmmaDequantConfig(
+    block_m=8,
+    units_k=2,
+    stages=4,
+    unroll=2,
+    overlap_dot=True,
+    release=True,
+    producer=True,
+    producer_registers=24,
+)
+"""A small tile with a producer warpgroup and the dot in flight, unrolled twice: the cases
+below run it with persistent blocks, stream-K and the hybrid."""
+
 CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles)
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3), 20, 1, 5),
@@ -265,17 +278,7 @@ CASES = [
     (
         dtypes.u3,
         32,
-        WgmmaDequantConfig(
-            block_m=8,
-            units_k=2,
-            stages=4,
-            unroll=2,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-            persistent=2,
-        ),
+        replace(PRODUCER_IN_FLIGHT, persistent=2),
         20,
         2,
         4,
@@ -390,17 +393,7 @@ STREAM_K_CASES = [
     (
         dtypes.u4,
         32,
-        WgmmaDequantConfig(
-            block_m=8,
-            units_k=2,
-            stages=4,
-            unroll=2,
-            overlap_dot=True,
-            stream_k=3,
-            release=True,
-            producer=True,
-            producer_registers=24,
-        ),
+        replace(PRODUCER_IN_FLIGHT, stream_k=3),
         9,
         1,
         8,
@@ -431,18 +424,7 @@ STREAM_K_CASES = [
     (
         dtypes.u4,
         32,
-        WgmmaDequantConfig(
-            block_m=8,
-            units_k=2,
-            stages=4,
-            unroll=2,
-            overlap_dot=True,
-            stream_k=3,
-            stream_k_tail=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
-        ),
+        replace(PRODUCER_IN_FLIGHT, stream_k=3, stream_k_tail=True),
         28,
         2,
         6,
