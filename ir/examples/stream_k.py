@@ -117,8 +117,10 @@ def stream_k_segments(
             tail = maximum(t - prefix, 0) * k_tiles
             first_tail = ((tail + 1) * blocks - 1) // work
             first_block = minimum(t, prefix) + first_tail
+            # A whole tile (t < D) counts one block: tail is 0 there, and the shared work is at
+            # least S tiles' iterations when D > 0, so its first k_tiles end within one share.
             spans = ((tail + k_tiles) * blocks - 1) // work - first_tail
-            count = minimum(maximum(t - prefix + 1, 0), 1) * spans + 1
+            count = spans + 1
         slot = g - first_block
         if slots is not None:
             slot = minimum(maximum(slot, 0), slots - 1)
