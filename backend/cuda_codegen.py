@@ -39,7 +39,20 @@ VECTOR_TYPES: dict[int, str] = {
 
 _VECTOR_WORDS = {8: ("x", "y"), 16: ("x", "y", "z", "w")}
 
-OPERATION_SOURCE = r"""
+MIXED_MIN_MAX_SOURCE = r"""
+/* min and max of an int and a 64-bit integer: index expressions print min and max as calls
+   (`Expr.to_c`) and mix the two widths, where CUDA declares them for one operand type. */
+static __device__ __forceinline__ long long min(long long a, int b) { return a < b ? a : b; }
+static __device__ __forceinline__ long long min(int a, long long b) { return a < b ? a : b; }
+static __device__ __forceinline__ long long max(long long a, int b) { return a > b ? a : b; }
+static __device__ __forceinline__ long long max(int a, long long b) { return a > b ? a : b; }
+"""
+"""The overloads of `min` and `max` that CUDA lacks and the lowering's C text needs (`c_text`
+widens one operand of an operation, so the two of a min may be an int and a long long)."""
+
+OPERATION_SOURCE = (
+    MIXED_MIN_MAX_SOURCE
+    + r"""
 /* ---- operation and memory helpers (see backend/cuda_codegen.py) ---- */
 
 /* A float32 result of the contract's arithmetic class: a NaN is the positive quiet NaN. The
@@ -224,6 +237,7 @@ static __device__ __forceinline__ void la_store_bits(unsigned char* base, long l
     }
 }
 """
+)
 
 
 ASYNC_COPY_SOURCE = r"""

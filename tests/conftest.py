@@ -132,12 +132,27 @@ def run_c(tmp_path: Path, c_compiler: str) -> Callable[..., list[int]]:
     return run
 
 
+C_MIN_MAX = """\
+static long long min(long long a, long long b) { return a < b ? a : b; }
+static long long max(long long a, long long b) { return a > b ? a : b; }
+"""
+"""C definitions of the functions `Expr.to_c` prints min and max as (CUDA's, on the device), in
+64 bits: any integer operand converts to them in C."""
+
+
+@pytest.fixture
+def c_min_max() -> str:
+    """`C_MIN_MAX`, for a test's C program of printed expressions."""
+    return C_MIN_MAX
+
+
 @pytest.fixture
 def run_c_expressions(run_c: Callable[..., list[int]]) -> Callable[..., list[int]]:
-    """``run_c_expressions(cases, parameters, arguments, prologue="", flags=("-std=c99",))``:
-    the value of each C expression of `cases` ((text, environment) pairs), each the body of a
-    function ``long long e<i>(<parameters>) { <prologue> return <text>; }`` called with
-    ``arguments(environment)`` (the C argument list) by one program (`run_c`)."""
+    """``run_c_expressions(cases, parameters, arguments, prologue="", flags=("-std=c99",),
+    header=C_MIN_MAX)``: the value of each C expression of `cases` ((text, environment) pairs),
+    each the body of a function ``long long e<i>(<parameters>) { <prologue> return <text>; }``
+    (after the `header`'s definitions) called with ``arguments(environment)`` (the C argument
+    list) by one program (`run_c`)."""
 
     def run(
         cases: Sequence[tuple[str, dict[str, int]]],
@@ -145,8 +160,9 @@ def run_c_expressions(run_c: Callable[..., list[int]]) -> Callable[..., list[int
         arguments: Callable[[dict[str, int]], str],
         prologue: str = "",
         flags: Sequence[str] = ("-std=c99",),
+        header: str = C_MIN_MAX,
     ) -> list[int]:
-        lines = ["#include <stdio.h>"]
+        lines = ["#include <stdio.h>", header]
         for index, (text, _) in enumerate(cases):
             lines.append(f"static long long e{index}({parameters}) {{ {prologue} return {text}; }}")
         lines.append("int main(void) {")

@@ -279,7 +279,10 @@ class Expr:
         analysis proves the dividend non-negative and the divisor positive (a constant power of
         two divisor then prints as a shift or a mask); elsewhere they print as a guarded pure
         expression with Python's floor semantics, e.g. `x // 4` with `x` of unknown sign is
-        `x / 4 - (x % 4 < 0)`. min and max print as `(a < b ? a : b)`, select as `?:`,
+        `x / 4 - (x % 4 < 0)`. min and max print as `(a < b ? a : b)`, or, where the operands'
+        text is long, as CUDA's functions `min(a, b)` and `max(a, b)` (overloaded per integer
+        type, so both operands must have one; the conditional would name each twice, and
+        nested clamps would double the text at each level), select as `?:`,
         logical operators as `&&`, `||`, `!`, comparisons as C comparisons (which give 0 or 1).
         `& | ^ << >>` print as themselves, with every operand that is not a name or a
         non-negative constant in parentheses, and `&`, `^`, `|` in parentheses wherever they are

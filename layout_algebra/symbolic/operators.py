@@ -93,7 +93,8 @@ class Operator:
     - `array`: the value on NumPy int64 arrays, elementwise (bool arrays for truth values);
       None for leaves;
     - `c_text`, `c_precedence`: the C spelling of the operator and the precedence of its printed
-      form; for `min` and `max`, the relation of their conditional `(a < b ? a : b)`; for `//`
+      form; for `min` and `max`, the name of CUDA's function, printed for long operands (else
+      a conditional on their relation, `printing.CONDITIONAL_EXTREMUM_LIMIT`); for `//`
       and `%`, the C operator of the plain form, printed only where the operands allow it;
     - `python_text`, `python_precedence`: the spelling in `repr`, which rebuilds the expression
       from the package's names: an infix operator, a function (`minimum`, `select`, ...) or, for
@@ -172,8 +173,8 @@ _RECORDS = (
     _infix("*", "arithmetic", operator.mul, np.multiply, MULTIPLICATIVE),
     _infix("//", "division", operator.floordiv, np.floor_divide, MULTIPLICATIVE),
     _infix("%", "division", operator.mod, np.mod, MULTIPLICATIVE, sympy="Mod"),
-    Operator("min", 2, "extremum", min, np.minimum, "<", python_text="minimum", sympy="Min"),
-    Operator("max", 2, "extremum", max, np.maximum, ">", python_text="maximum", sympy="Max"),
+    Operator("min", 2, "extremum", min, np.minimum, "min", python_text="minimum", sympy="Min"),
+    Operator("max", 2, "extremum", max, np.maximum, "max", python_text="maximum", sympy="Max"),
     _bitwise("&", operator.and_, np.bitwise_and, _PYTHON_BITAND, "bitwise_and", r"\mathbin{\&}"),
     _bitwise("|", operator.or_, np.bitwise_or, _PYTHON_BITOR, "bitwise_or", r"\mathbin{|}"),
     _bitwise("^", operator.xor, np.bitwise_xor, _PYTHON_BITXOR, "bitwise_xor", r"\oplus"),

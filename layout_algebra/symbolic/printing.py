@@ -29,6 +29,12 @@ from layout_algebra.symbolic.operators import (
     Operator,
 )
 
+CONDITIONAL_EXTREMUM_LIMIT = 300
+"""The most characters of min's or max's two operands (in C) that print as a conditional
+``(a < b ? a : b)``; longer ones print as CUDA's function ``min(a, b)``, which names each
+operand once, where the conditional would double the text at every level of nested clamps
+(the kernels' clamped tile and split indices over a row count)."""
+
 _Printed = tuple[str, int, str]
 """Text, the precedence of its outermost operator, and that operator (empty for an atom)."""
 
@@ -160,9 +166,13 @@ def _c_operator(node: Expr, record: Operator, args: list[_Printed]) -> _Printed:
     if kind == "division":
         return _c_division(node, args[0], args[1])
     if kind == "extremum":
-        # min and max as a conditional on their relation: (a < b ? a : b).
         x, y = (_wrap(arg, arg[1] <= RELATIONAL) for arg in args)
-        return f"({x} {text} {y} ? {x} : {y})", precedence, ""
+        if len(x) + len(y) <= CONDITIONAL_EXTREMUM_LIMIT:
+            # A conditional on the relation, (a < b ? a : b), naming each operand twice.
+            relation = "<" if node.op == "min" else ">"
+            return f"({x} {relation} {y} ? {x} : {y})", precedence, ""
+        # CUDA's function, naming each once (overloaded per integer type: both operands of one).
+        return f"{text}({args[0][0]}, {args[1][0]})", ATOM, ""
     if kind == "select":
         cond, x, y = (_wrap(arg, arg[1] <= LOGICAL_OR) for arg in args)
         return f"({cond} ? {x} : {y})", precedence, ""

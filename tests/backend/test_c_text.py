@@ -20,8 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend.cuda_codegen import MIXED_MIN_MAX_SOURCE
 from backend.lower.context import WIDE_PREFIX, c_text, fits_int, is_wide, loop_counter_type
-from layout_algebra.symbolic import Expr, as_expr, maximum, minimum, select, var
+from layout_algebra.symbolic import Expr, as_expr, maximum, minimum, printing, select, var
+from layout_algebra.symbolic.printing import CONDITIONAL_EXTREMUM_LIMIT
 
 C_INT_MAX = 2**31 - 1
 VARIABLES = {
@@ -92,8 +94,24 @@ WIDE_COPIES = " ".join(f"const long long {WIDE_PREFIX}{name} = {name};" for name
 """The variables' 64-bit copies, declared as the kernels declare them."""
 
 
-C_FLAGS = ("-O0", "-std=c99", "-fwrapv", "-Wno-unused-variable")
-"""Signed overflow wraps, so a sub-expression computed in the wrong width gives a wrong value."""
+C_FLAGS = ("-x", "c++", "-std=c++17", "-O0", "-fwrapv", "-Wno-unused-variable")
+"""Signed overflow wraps, so a sub-expression computed in the wrong width gives a wrong value;
+C++, so that min and max resolve among overloads as CUDA's do (`CUDA_MIN_MAX`)."""
+
+CUDA_MIN_MAX = (
+    """\
+#define __device__
+#define __forceinline__ inline
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+"""
+    + MIXED_MIN_MAX_SOURCE
+)
+"""min and max as a kernel has them: CUDA's overloads for one operand type (int, long long)
+and the kernel's own for an int and a long long (`MIXED_MIN_MAX_SOURCE`): an operand pair of
+another type is ambiguous and does not compile, and each result has its operands' width."""
 
 
 # ---------------------------------------------------------------------------------------- exact
@@ -144,6 +162,28 @@ def test_loop_counter_type(values: tuple[Expr, ...], kind: str) -> None:
 # ------------------------------------------------------------------------------------ property
 
 
+def test_long_operands_print_min_and_max_as_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the limit, CUDA's functions: here a 64-bit operand beside an int (the kernel's own
+    overload), the int result cast back."""
+    monkeypatch.setattr(printing, "CONDITIONAL_EXTREMUM_LIMIT", 0)
+    text = "(int)(min(max(la_w_b * 4096 - q * 64, 0), 63))"
+    assert c_text(minimum(maximum(B * 4096 - Q * 64, 0), 63)) == text
+    assert minimum(T, 100).to_c() == "min(t, 100)"
+
+
+def test_nested_clamps_print_in_linear_size() -> None:
+    """Twelve levels, each clamping the last into bounds of the row count (as the stream-K
+    schedule's tile and share indices do): the text grows by a bounded amount a level, where
+    conditionals would double it at each."""
+    expr, sizes = M, []
+    for level in range(12):
+        expr = minimum(maximum(expr * 3 - B, 0), M // (level + 2) + T)
+        sizes.append(len(c_text(expr)))
+    # (The first levels' operands are short enough for conditionals.)
+    growth = [after - before for before, after in zip(sizes[2:], sizes[3:])]
+    assert max(growth) < 120 and sizes[-1] < 2000, sizes
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.randoms(use_true_random=False), st.integers(1, 5))
 def test_int_expressions_print_as_themselves_and_fitting_wide_ones_are_cast(
@@ -162,9 +202,13 @@ def test_int_expressions_print_as_themselves_and_fitting_wide_ones_are_cast(
 # -------------------------------------------------------------------------------- differential
 
 
+@pytest.mark.parametrize("limit", [CONDITIONAL_EXTREMUM_LIMIT, 0], ids=["as-printed", "calls"])
 def test_c_text_computes_what_evaluate_computes(
-    run_c_expressions: Callable[..., list[int]],
+    run_c_expressions: Callable[..., list[int]], monkeypatch: pytest.MonkeyPatch, limit: int
 ) -> None:
+    """Also with every min and max printed as a call (limit 0), whose two operands' widths
+    must pick one of the overloads a kernel has (`CUDA_MIN_MAX`)."""
+    monkeypatch.setattr(printing, "CONDITIONAL_EXTREMUM_LIMIT", limit)
     generator = random.Random(20261203)
     cases: list[tuple[str, dict[str, int]]] = []
     expected: list[int] = []
@@ -182,5 +226,7 @@ def test_c_text_computes_what_evaluate_computes(
                 expected.append(value)
     # Most expressions need 64 bits somewhere, so the widths are what is tested.
     assert wide > expressions // 5
-    values = run_c_expressions(cases, INT_PARAMETERS, int_arguments, WIDE_COPIES, C_FLAGS)
+    values = run_c_expressions(
+        cases, INT_PARAMETERS, int_arguments, WIDE_COPIES, C_FLAGS, CUDA_MIN_MAX
+    )
     assert values == expected

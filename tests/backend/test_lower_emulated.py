@@ -74,6 +74,13 @@ SHIM = r"""
 #define __constant__ static const
 #define __align__(bytes)
 
+/* CUDA's integer min and max, of one operand type (the kernel adds the mixed int and 64-bit
+   ones). */
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+
 struct la_dim3 { unsigned x, y, z; };
 static thread_local la_dim3 threadIdx;
 static thread_local la_dim3 blockIdx;
@@ -405,6 +412,8 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
         assert "asm" not in source
         source = source.replace(f" {lowered.entry}(", f" la_entry_{index}(", 1)
         parts.append(f"namespace kernel_{index} {{")
+        # The kernel's own (mixed-width) min and max would hide the shim's in the namespace.
+        parts.append("using ::max;\nusing ::min;")
         parts.append(f"alignas(16) unsigned char la_smem[{SHARED_BYTES}];")
         parts.append(source)
         parts.append("}")

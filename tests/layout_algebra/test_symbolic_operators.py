@@ -14,8 +14,18 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from layout_algebra.symbolic import OPERATORS, Expr, Operator, const, evaluate, select, var
+from layout_algebra.symbolic import (
+    OPERATORS,
+    Expr,
+    Operator,
+    const,
+    evaluate,
+    printing,
+    select,
+    var,
+)
 from layout_algebra.symbolic.folding import build
+from layout_algebra.symbolic.printing import CONDITIONAL_EXTREMUM_LIMIT
 
 # ------------------------------------------------------------------------------------ records
 
@@ -28,8 +38,8 @@ RECORD_TABLE = {
     "*": (2, "arithmetic", "*", "*", None),
     "//": (2, "division", "/", "//", None),  # C's `/`, guarded where it would truncate
     "%": (2, "division", "%", "%", None),
-    "min": (2, "extremum", "<", "minimum", None),  # C: the relation of (a < b ? a : b)
-    "max": (2, "extremum", ">", "maximum", None),
+    "min": (2, "extremum", "min", "minimum", None),  # C: CUDA's function min(a, b)
+    "max": (2, "extremum", "max", "maximum", None),
     "&": (2, "bitwise", "&", "&", None),
     "|": (2, "bitwise", "|", "|", None),
     "^": (2, "bitwise", "^", "^", None),
@@ -133,14 +143,15 @@ def random_env(generator: random.Random) -> dict[str, int]:
     return {name: generator.randint(lo, hi) for name, (lo, hi) in LEAF_RANGES.items()}
 
 
-def c_program(cases: list[tuple[str, dict[str, int]]]) -> str:
+def c_program(cases: list[tuple[str, dict[str, int]]], header: str) -> str:
     """One C program whose `main` prints the value of each C expression from a block that
-    declares the case's variables with their values."""
+    declares the case's variables with their values (after the `header`'s definitions)."""
     blocks = []
     for text, env in cases:
         declarations = ", ".join(f"{name} = {value}" for name, value in env.items())
         blocks.append(f'  {{ long long {declarations}; printf("%lld\\n", (long long)({text})); }}')
-    return "\n".join(["#include <stdio.h>", "int main(void) {", *blocks, "  return 0;", "}"]) + "\n"
+    lines = ["#include <stdio.h>", header, "int main(void) {", *blocks, "  return 0;", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def differential_cases(generator: random.Random) -> list[tuple[Expr, dict[str, int], int]]:
@@ -178,10 +189,15 @@ def test_every_operator_agrees_on_ints_arrays_and_folding() -> None:
         assert build(expression.op, tuple(map(const, operands))) == const(value), expression
 
 
-def test_every_operator_agrees_with_its_c_text(run_c: Callable[..., list[int]]) -> None:
+@pytest.mark.parametrize("limit", [CONDITIONAL_EXTREMUM_LIMIT, 0], ids=["as-printed", "calls"])
+def test_every_operator_agrees_with_its_c_text(
+    run_c: Callable[..., list[int]], c_min_max: str, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """(With min and max as conditionals, and, limit 0, as calls.)"""
+    monkeypatch.setattr(printing, "CONDITIONAL_EXTREMUM_LIMIT", limit)
     cases = differential_cases(random.Random(20261202))
     printed = [(expression.to_c(), env) for expression, env, _ in cases]
-    assert run_c(c_program(printed)) == [value for _, _, value in cases]
+    assert run_c(c_program(printed, c_min_max)) == [value for _, _, value in cases]
 
 
 # -------------------------------------------------------------------------------------- nodes
