@@ -76,6 +76,9 @@ class PrefillTile:
     staged_store: bool = False
     """C's tile written through a shared tile and stored from there in 16-byte runs along C's
     rows (`PrefillTensors.store`): False where the configuration has no such field."""
+    group_m: int = 1
+    """Tile rows a group of the launch grid takes, rows first (`PrefillTile.grid`): 1 (row by
+    row) where the configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -101,7 +104,10 @@ class PrefillTile:
             return (self.prefix_tiles(m, n) + blocks, 1, 1)
         if self.persistent:
             return (min(self.persistent, self.tiles(m, n)), 1, 1)
-        return (n // self.block_n, -(-m // self.block_m), self.split)
+        tiles_m = -(-m // self.block_m)
+        if self.group_m > 1:
+            return grouped_grid(tiles_m, n // self.block_n, self.group_m)
+        return (n // self.block_n, tiles_m, self.split)
 
     def tiles(self, m: int, n: int) -> int:
         """Output tiles of C of shape (m, n): the counters a split-k sum needs."""
@@ -149,6 +155,14 @@ def check_prefill_fields(
     multiple of 8 up to `MAX_BLOCK_M`, ``warpgroups`` at most 8 (1024 threads)."""
     check_int_fields(program, config, positive, 1)
     check_int_fields(program, config, ("min_blocks_per_sm", "stream_k", "persistent"), 0)
+    check_int_fields(program, config, ("group_m",), 1)
+    if config.group_m > 1 and (config.split != 1 or config.stream_k or config.persistent):
+        raise VerificationError(
+            f"{program}: group_m={config.group_m} with split={config.split}, "
+            f"stream_k={config.stream_k}, persistent={config.persistent}; groups of tile rows "
+            "order a launch of one block a tile, so they require split 1, no stream-K and no "
+            "persistent blocks"
+        )
     if not isinstance(config.stream_k_tail, bool) or (config.stream_k_tail and not config.stream_k):
         raise VerificationError(
             f"{program}: stream_k_tail={config.stream_k_tail!r} with "
@@ -440,6 +454,17 @@ class PersistentLaunch:
     blocks: Expr
 
 
+def grouped_grid(tiles_m: Any, tiles_n: Any, group_m: int) -> tuple[Any, Any, Any]:
+    """The launch grid that takes a (`tiles_m`, `tiles_n`) tile grid in groups of `group_m`
+    tile rows, rows first within a group: block (x, y, z) computes tile (z * group_m + x, y),
+    ``(min(group_m, tiles_m), tiles_n, ceil(tiles_m / group_m))`` blocks (a last group of
+    fewer rows leaves blocks past the last tile row, whose rows of A and C lie past m). The
+    hardware starts blocks x first, so a wave of blocks shares group_m tile rows of A and the
+    weights of few column tiles, which stay in L2 while the group's rows pass over them; the
+    order costs the kernel no division, as numbering the tiles in software would."""
+    return minimum(group_m, tiles_m), tiles_n, (tiles_m + group_m - 1) // group_m
+
+
 @contextmanager
 def persistent_tiles(b: ProgramBuilder, tiles: Any, blocks: Any) -> Iterator[Expr]:
     """In a program launched on `blocks` (G <= `tiles`) blocks along x: a loop over the output
@@ -510,6 +535,8 @@ def declare_prefill(
         blocks = minimum(config.persistent, tiles_n * tiles_m)
         stream = PersistentLaunch(tiles_n, tiles_m, block_n, block_m, blocks)
         b.grid(blocks)
+    elif config.group_m > 1:
+        b.grid(*grouped_grid(tiles_m, tiles_n, config.group_m))
     else:
         b.grid(tiles_n, tiles_m)
     a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
@@ -534,7 +561,10 @@ def declare_prefill(
         # the ring across them.
         reuse = () if stream is not None else (ring,)
         staging = b.shared_tensor(act, staging_layout(block_n, block_m, act.nbits), reuse)
-    row0, col0 = b.block_y * block_m, b.block_x * block_n
+    tile_m, tile_n = b.block_y, b.block_x
+    if config.group_m > 1:
+        tile_m, tile_n = b.block_z * config.group_m + b.block_x, b.block_y
+    row0, col0 = tile_m * block_m, tile_n * block_n
     tiles = k // (block_k * split)
     return PrefillTensors(
         m,
@@ -543,7 +573,7 @@ def declare_prefill(
         0,
         tiles,
         b.block_z * tiles if split > 1 else 0,
-        b.block_x,
+        tile_n,
         row0,
         col0,
         a_columns,

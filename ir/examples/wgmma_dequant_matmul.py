@@ -175,6 +175,11 @@ class WgmmaDequantConfig(PrefillTile):
     A block of one tile (no `stream_k`, no `persistent`) puts that tile in the ring's memory
     (`ir.shared_reuse`), so the staged store needs no shared memory beyond the ring's; blocks
     of several tiles give it memory of its own.
+    `group_m` (1: none) launches the tiles in groups of `group_m` tile rows, rows first within
+    a group (`packed_prefill.grouped_grid`: block (x, y, z) computes tile (z * group_m + x,
+    y)): a wave of blocks then reads the weights of fewer column tiles, which stay in L2
+    while the group's rows of A pass over them, where row by row each wave reads every
+    column's. Requires split 1, no stream-K and no persistent blocks.
     """
 
     warpgroups: int = 1
@@ -196,6 +201,7 @@ class WgmmaDequantConfig(PrefillTile):
     producer_registers: int = 0
     staged_store: bool = False
     warp_columns: int = UNIT_N
+    group_m: int = 1
 
     @property
     def block_n(self) -> int:

@@ -150,15 +150,15 @@ def check_prefill_program(
 ) -> None:
     """Run `program`, a prefill program of the packed weights of `config` (a ``PrefillTile``;
     ``qmm(m, n, k, a, packed, scales, [partial, counters,] c)``), on a random (m, n, k) `shape`
-    of `dtype` codes in the interpreter over the configuration's grid (its z extent the split
-    of k): C must be, bit for bit, the f32 sums in k order of each part of k, added in order
+    of `dtype` codes in the interpreter over the configuration's grid (``config.split``
+    parts of k): C must be, bit for bit, the f32 sums in k order of each part of k, added in order
     and rounded once, nothing past C or the workspace written, and the tile counters left
     zero."""
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     grid = config.grid(m, n)
-    split, workspace = grid[2], launch_workspace(program, config, m, n, k)
+    split, workspace = config.split, launch_workspace(program, config, m, n, k)
     if workspace:
         workspace[0] = with_tail(workspace[0].size, np.float32)
     c = with_tail(m * n, np.float16)
@@ -364,7 +364,7 @@ def check_zero_point_program(
     rng = np.random.default_rng(seed)
     problem = zero_point_problem(weight, activation, zero_points, shape, group_size, rng)
     grid = config.grid(m, n)
-    split, workspace = grid[2], launch_workspace(program, config, m, n, k)
+    split, workspace = config.split, launch_workspace(program, config, m, n, k)
     c = np.zeros(m * n, dtype=np.uint16)
     run_reference(program, m, n, k, *problem.arguments(), *workspace, c, grid=grid)
     for counters in workspace[1:]:

@@ -501,6 +501,23 @@ PREFILL_CASES = [
         {"block_m": 16, "units_k": 2, "stages": 3, "stream_k": 1, "stream_k_tail": True},
         6,
     ),
+    # Tile rows launched in groups (block (x, y, z) computes tile (z * group_m + x, y)),
+    # more rows to a group than the two tile rows: the grid's x clamped to them.
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "warpgroups": 2,
+            "block_m": 16,
+            "units_k": 2,
+            "warp_columns": 16,
+            "staged_store": True,
+            "group_m": 4,
+        },
+        4,
+    ),
     # The 128 x 256 tile with 128-deep k-tiles, C staged in the ring's memory once the
     # consumers' barrier has passed their last reads of it.
     (

@@ -37,10 +37,11 @@ from backend.lower import lower
 from backend.nvrtc import compile_cuda, cubin_registers
 from backend.wgmma import PROXY_FENCE, WAIT_ALL, WgmmaPlan, plan_wgmma
 from ir import dtypes
+from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
-from ir.examples.matmul import wgmma_dot_layouts
-from ir.examples.packed_prefill import transposed_ring
+from ir.examples.matmul import grouped_tile, wgmma_dot_layouts
+from ir.examples.packed_prefill import grouped_grid, transposed_ring
 from ir.examples.packed_weights import FRAGMENT_COLUMNS, FRAGMENT_WIDTHS
 from ir.examples.register_dequant_matmul import (
     transposed_accumulator_layout,
@@ -62,6 +63,7 @@ from ir.testing.quantized_problems import (
 )
 from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.hardware import register_cap
+from layout_algebra.symbolic import const, evaluate
 from proofs import check_equivalent
 from proofs.lowering_validation import validate_lowering
 
@@ -283,6 +285,21 @@ CASES = [
         2,
         4,
     ),
+    # Groups of tile rows in the launch grid: 3 tile rows in groups of 2 (the second group's
+    # blocks past the last row compute nothing that lands), and the fragment tile with C
+    # staged in 4 rows in groups of 2, the last tile row partial.
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, group_m=2), 40, 2, 3),
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(
+            block_m=16, units_k=2, stages=3, warp_columns=16, staged_store=True, group_m=2
+        ),
+        50,
+        2,
+        3,
+    ),
+    (dtypes.u4, 32, replace(PRODUCER_IN_FLIGHT, group_m=3), 20, 3, 4),
     # The fragment tile, C staged, more blocks asked for than tiles.
     (
         dtypes.i8,
@@ -545,6 +562,67 @@ def test_persistent_grid_table(
     ],
 )
 def test_persistent_refusals(fields: dict, words: str) -> None:
+    with pytest.raises(VerificationError, match=re.escape(words)):
+        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
+
+
+@pytest.mark.parametrize(
+    ("group_m", "m", "n", "grid"),
+    [
+        # 16 tile rows of 256 and 96 column tiles, in two groups of 8 rows.
+        (8, 4096, 12288, (8, 96, 2)),
+        # 16 rows in one group; one row of tiles, in a group of one.
+        (16, 4096, 12288, (16, 96, 1)),
+        (8, 256, 12288, (1, 96, 1)),
+        # 5 rows in groups of 4: the second group's blocks past the fifth row idle.
+        (4, 1200, 57344, (4, 448, 2)),
+    ],
+)
+def test_grouped_grid_table(group_m: int, m: int, n: int, grid: tuple[int, ...]) -> None:
+    config = WgmmaDequantConfig(warp_columns=16, warpgroups=2, block_m=256, group_m=group_m)
+    assert config.grid(m, n) == grid
+    assert config.partial_slots(m, n, 1024) == 0
+
+
+@given(tiles_m=st.integers(1, 40), tiles_n=st.integers(1, 12), group_m=st.integers(1, 9))
+@settings(max_examples=200)
+def test_grouped_grid_takes_the_tiles_in_grouped_tile_order(
+    tiles_m: int, tiles_n: int, group_m: int
+) -> None:
+    """Block (x, y, z) computes tile (z * group_m + x, y); in the order the hardware starts
+    blocks (x first, then y, then z), the tiles below the last row are each tile once, in the
+    order of the f16 matmul's software numbering (`ir.examples.matmul.grouped_tile`)."""
+    gx, gy, gz = grouped_grid(tiles_m, tiles_n, group_m)
+    started = [
+        (z * group_m + x, y)
+        for z in range(gz)
+        for y in range(gy)
+        for x in range(gx)
+        if z * group_m + x < tiles_m
+    ]
+    builder = ProgramBuilder("order", 32)
+    numbered = []
+    for number in range(tiles_m * tiles_n):
+        row, column = grouped_tile(
+            builder, const(tiles_m * 8), const(tiles_n * 8), 8, 8, group_m, const(number)
+        )
+        numbered.append((int(evaluate(row, {})), int(evaluate(column, {}))))
+    assert started == numbered
+    # Blocks past the last row: fewer than a group's rows for each column tile.
+    assert gx * gy * gz - len(started) < group_m * tiles_n
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"group_m": 2, "split": 2}, "group_m=2 with split=2"),
+        ({"group_m": 2, "stream_k": 3}, "group_m=2 with split=1, stream_k=3"),
+        ({"group_m": 4, "persistent": 2}, "group_m=4 with split=1, stream_k=0, persistent=2"),
+        ({"group_m": 0}, "group_m=0; expected an int >= 1"),
+        ({"group_m": True}, "group_m=True; expected an int >= 1"),
+    ],
+)
+def test_grouped_grid_refusals(fields: dict, words: str) -> None:
     with pytest.raises(VerificationError, match=re.escape(words)):
         wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
 

@@ -255,6 +255,16 @@ def test_staged_fragment_tile_lowering_validates() -> None:
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
+def test_grouped_staged_fragment_tile_lowering_validates() -> None:
+    """The staged 128 x 256 tile launched in groups of 8 tile rows (block (x, y, z) computing
+    tile (8 z + x, y)), for any m: every access (A's rows and C's stores from the grouped
+    origin, past m in a last group's idle blocks) and claim proved, wgmma's among them."""
+    config = replace(prefill_config(BATCH_PATHS[5]), group_m=8)
+    prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
 def test_persistent_fragment_tile_lowering_validates() -> None:
     """The 128 x 256 tile in persistent blocks (whole tiles in turn, the producer running
     into the next tile): every access and claim proved, wgmma's among them."""
