@@ -447,6 +447,30 @@ def test_a_long_k_loop_matches_the_interpreter(form: str, config) -> None:
     assert failure is None, failure
 
 
+@pytest.mark.parametrize("group_m", [2, 4])
+def test_grouped_tile_rows_match_the_interpreter(group_m: int) -> None:
+    """The staged 128 x 256 tile launched in groups of tile rows (`grouped_grid`) over 5 row
+    blocks (the last partial) and 3 column blocks: in groups of 2, the third group's block past
+    the fifth row idles; in groups of 4, the second group's three do."""
+    config = replace(
+        IN_FLIGHT_FRAGMENTS,
+        warpgroups=2,
+        units_k=8,
+        stages=3,
+        depth=2,
+        staged_store=True,
+        group_m=group_m,
+    )
+    n, k = 3 * config.block_n, 6 * config.block_k
+    m = 4 * config.block_m + 5
+    grid = config.grid(m, n, k)
+    assert grid == (group_m, 3, -(-5 // group_m))
+    program = wgmma_dequant_matmul(dtypes.i8, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": n, "k": k})
+    failure = _run(program, kernel, config, dtypes.i8, dtypes.f16, False, 5, k=k, m=m, n=n)
+    assert failure is None, failure
+
+
 @pytest.mark.parametrize(
     "config",
     [
