@@ -346,6 +346,9 @@ IN_FLIGHT_FRAGMENTS = WgmmaDequantConfig(
 )
 """The prefill benchmark's tile of fragments for one warpgroup: 256 rows, a producer
 warpgroup, the dot in flight (the cases below vary it)."""
+BATCH_TILE = replace(IN_FLIGHT_FRAGMENTS, warpgroups=2, units_k=8, stages=3, depth=2)
+"""QuantizedLinear's 128 x 256 tile: two consumer warpgroups, 128-deep k-tiles in three
+stages, two k-tiles of weights in flight."""
 
 FRAGMENT_CASES = [
     # (weight type, activation type, zero points, config, k-tiles): each warp one A fragment
@@ -452,15 +455,7 @@ def test_grouped_tile_rows_match_the_interpreter(group_m: int) -> None:
     """The staged 128 x 256 tile launched in groups of tile rows (`grouped_grid`) over 5 row
     blocks (the last partial) and 3 column blocks: in groups of 2, the third group's block past
     the fifth row idles; in groups of 4, the second group's three do."""
-    config = replace(
-        IN_FLIGHT_FRAGMENTS,
-        warpgroups=2,
-        units_k=8,
-        stages=3,
-        depth=2,
-        staged_store=True,
-        group_m=group_m,
-    )
+    config = replace(BATCH_TILE, staged_store=True, group_m=group_m)
     n, k = 3 * config.block_n, 6 * config.block_k
     m = 4 * config.block_m + 5
     grid = config.grid(m, n, k)
@@ -475,15 +470,7 @@ def test_grouped_tile_rows_match_the_interpreter(group_m: int) -> None:
     "config",
     [
         WgmmaDequantConfig(block_m=16, stages=3, stream_k=4, stream_k_tail=True),
-        replace(
-            IN_FLIGHT_FRAGMENTS,
-            warpgroups=2,
-            units_k=8,
-            stages=3,
-            depth=2,
-            stream_k=4,
-            stream_k_tail=True,
-        ),
+        replace(BATCH_TILE, stream_k=4, stream_k_tail=True),
     ],
     ids=["64-column-tile", "128x256-tile"],
 )
