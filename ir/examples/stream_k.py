@@ -96,7 +96,8 @@ def stream_k_segments(
     (`stream_k_slots`), below which the segments' slots are written clamped."""
     g = b.block_x
     k_tiles, work = k_tiles // granule, work // granule
-    if isinstance(prefix, int) and prefix == 0:
+    hybrid = not (isinstance(prefix, int) and prefix == 0)
+    if not hybrid:
         start, stop = g * work // blocks, (g + 1) * work // blocks
     else:
         # Blocks below D own their tile's k_tiles iterations; the others share the rest. (The
@@ -106,7 +107,7 @@ def stream_k_segments(
         stop = minimum(g + 1, prefix) * k_tiles + maximum(g + 1 - prefix, 0) * work // blocks
     with b.for_range(start // k_tiles, (stop - 1) // k_tiles + 1) as t:
         base, tile = t * k_tiles, minimum(t, tiles - 1)
-        if isinstance(prefix, int) and prefix == 0:
+        if not hybrid:
             shared, first_block = tile, ((base + 1) * blocks - 1) // work
             count = ((base + k_tiles) * blocks - 1) // work - first_block + 1
         else:
