@@ -45,8 +45,10 @@ from backend.nvrtc import cubin_kernels as cubin_kernels
 from backend.nvrtc import nvrtc_version as nvrtc_version
 from backend.tensor_core import LdmatrixPlan as LdmatrixPlan
 from backend.tensor_core import MmaPlan as MmaPlan
+from backend.tensor_core import StmatrixPlan as StmatrixPlan
 from backend.tensor_core import mma_operand_layouts as mma_operand_layouts
 from backend.tensor_core import plan_ldmatrix as plan_ldmatrix
 from backend.tensor_core import plan_mma as plan_mma
+from backend.tensor_core import plan_stmatrix as plan_stmatrix
 from backend.timing import flush_buffer as flush_buffer
 from backend.timing import median_us as median_us

@@ -1,4 +1,5 @@
-"""Tensor cores for `dot`: the choice of ``mma.sync`` m16n8k16 and ``ldmatrix``, and their C++.
+"""Tensor cores for `dot`: the choice of ``mma.sync`` m16n8k16, ``ldmatrix`` and ``stmatrix``, and
+their C++.
 
 The lowering asks two questions and gets a plan (or None, then it uses its generic code):
 
@@ -7,6 +8,8 @@ The lowering asks two questions and gets a plan (or None, then it uses its gener
 - `plan_ldmatrix(shared_layout, register_layout, dtype, offsets, values)`: can this
   `load_shared` of 16-bit elements run as ``ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans]``?
   `emit_ldmatrix` prints it.
+- `plan_stmatrix(...)`, the same for a `store_shared` of 16-bit elements by
+  ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans]`` (sm_90 and newer); `emit_stmatrix` prints it.
 
 `TENSOR_CORE_SOURCE` defines the device functions the printed code calls; the lowering includes
 it once per kernel. Register arrays follow `backend.cuda_codegen`: one array element per tile
@@ -37,15 +40,23 @@ bytes, 16-byte aligned), and 32-bit register m of lane l receives two elements o
 ``l // 4``). A load qualifies when every pair of registers (elements 2p, 2p + 1) of every warp is
 such a matrix: its 64 elements form 8 rows of 8 consecutive, 16-byte aligned shared offsets.
 
-**Proofs.** Every choice has a symbolic form for `proofs.check_equivalent`: `MmaPlan.claims()`
-and `LdmatrixPlan.claims()` return pairs (`Claim`) of the function the emitted code computes,
-built from the printed register indices and row addresses composed with the PTX semantics of the
-instruction (`layout_algebra.fragments`' ``ptx`` formulas), and the function the IR asks for
-(the operand layouts, the shared layout). A plan is right exactly when each pair is equivalent.
+**stmatrix** (sm_90) moves the same matrices the other way: lane ``8m + r`` gives the address of
+row r of matrix m, and 32-bit register m of lane l is written to the elements ldmatrix would
+have filled it from. So a store qualifies exactly when the load of the same tile would, and its
+plan is the load's with the direction reversed (`StmatrixPlan`). The lowering takes it only where
+it needs fewer instructions than the generic store and no two threads hold the same element.
+
+**Proofs.** Every choice has a symbolic form for `proofs.check_equivalent`: `MmaPlan.claims()` and
+`LdmatrixPlan.claims()` (`StmatrixPlan`'s alike) return pairs (`Claim`) of the function the emitted
+code computes, built from the printed register indices and row addresses composed with the PTX
+semantics of the instruction (`layout_algebra.fragments`' ``ptx`` formulas), and the function the IR
+asks for (the operand layouts, the shared layout). A plan is right exactly when each pair is
+equivalent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -71,6 +82,8 @@ MMA_M, MMA_N, MMA_K = 16, 8, 16
 """The tile of one ``mma.sync`` m16n8k16: (M, N, K)."""
 MINIMUM_MMA_ARCH = 80
 """``mma.sync`` m16n8k16 with f16 or bf16 inputs needs sm_80 or newer."""
+MINIMUM_STMATRIX_ARCH = 90
+"""``stmatrix`` needs sm_90 or newer."""
 MAX_OFFSET_POINTS = 4096
 """`plan_ldmatrix` checks alignment at every combination of the offsets' values; it declines
 (returns None) above this many combinations."""
@@ -131,6 +144,29 @@ def _ldmatrix_name(count: int, transpose: bool) -> str:
     return f"la_ldmatrix_x{count}{'_trans' if transpose else ''}"
 
 
+def _stmatrix_function(count: int, transpose: bool) -> str:
+    name = _stmatrix_name(count, transpose)
+    inputs = ", ".join(f"unsigned int r{k}" for k in range(count))
+    operands = ", ".join(f"%{k + 1}" for k in range(count))
+    constraints = ", ".join(f'"r"(r{k})' for k in range(count))
+    suffix = ".trans" if transpose else ""
+    return f"""
+__device__ __forceinline__ void {name}(void* row, {inputs})
+{{
+    const unsigned int address = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("stmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 "
+                 "[%0], {{{operands}}};\\n"
+                 :
+                 : "r"(address), {constraints}
+                 : "memory");
+}}
+"""
+
+
+def _stmatrix_name(count: int, transpose: bool) -> str:
+    return f"la_stmatrix_x{count}{'_trans' if transpose else ''}"
+
+
 TENSOR_CORE_SOURCE = (
     "\n/* ---- tensor-core helpers (see backend/tensor_core.py) ---- */\n"
     + """
@@ -153,6 +189,17 @@ d as float32 bits, a and b as pairs of 16-bit codes (`la_pack_b16x2`), fragments
 ISA. ``la_ldmatrix_x{1,2,4}[_trans](r0.., row)``: one ``ldmatrix``; `row` is the generic
 address of this lane's 16-byte row in shared memory.
 """
+
+STMATRIX_SOURCE = (
+    "\n/* ---- stmatrix helpers, sm_90 and newer (see backend/tensor_core.py) ---- */\n"
+    + "".join(
+        _stmatrix_function(count, transpose) for count in (1, 2, 4) for transpose in (False, True)
+    )
+)
+"""Device functions called by `emit_stmatrix` (sm_90 and newer, so apart from
+`TENSOR_CORE_SOURCE`). ``la_stmatrix_x{1,2,4}[_trans](row, r0..)``: one ``stmatrix``; `row` is
+the generic address of this lane's 16-byte row in shared memory, r0.. the 32-bit registers
+stored (two 16-bit codes each, `la_pack_b16x2`'s order)."""
 
 
 def arch_number(arch: str) -> int:
@@ -513,18 +560,26 @@ class Ldmatrix:
     ``first_pair .. first_pair + count - 1`` (register pair p = elements 2p, 2p + 1 of the
     load's array), plain or `transpose`d, and `row_address`: the element offset, from the
     start of the shared tensor, of the row that thread ``t`` gives (an `Expr` in the variable
-    ``t`` and the load's offset variables, simplified: the text `emit_ldmatrix` prints)."""
+    ``t`` and the load's offset variables, simplified: the text `emit_ldmatrix` prints). With
+    `store`, one ``stmatrix`` of a store: the same matrices, from those registers."""
 
     first_pair: int
     count: int
     transpose: bool
     row_address: Expr
+    store: bool = False
+
+    @property
+    def mnemonic(self) -> str:
+        """``ldmatrix`` or ``stmatrix``: also the prefix of its fragment's name
+        (`layout_algebra.fragments`)."""
+        return "stmatrix" if self.store else "ldmatrix"
 
     @property
     def name(self) -> str:
         """The PTX instruction."""
         suffix = ".trans" if self.transpose else ""
-        return f"ldmatrix.sync.aligned.m8n8.x{self.count}{suffix}.shared.b16"
+        return f"{self.mnemonic}.sync.aligned.m8n8.x{self.count}{suffix}.shared.b16"
 
 
 @dataclass(frozen=True)
@@ -544,11 +599,12 @@ class LdmatrixPlan:
     instructions: tuple[Ldmatrix, ...]
 
     def claims(self) -> tuple[Claim, ...]:
-        """One proof obligation per instruction: the element offsets its lanes receive equal
-        those of the generic load.
+        """One proof obligation per instruction: the element offsets its lanes receive (for a
+        store: write) equal those of the generic load (store).
 
         emitted (t, i): with lane ``l = t % 32``, matrix ``m = i // 2`` and ``(8 m + r, col) =
-        ldmatrix.x{count}[.trans](l, i)`` (the PTX formula of `layout_algebra.fragments`),
+        ldmatrix.x{count}[.trans](l, i)`` (the PTX formula of `layout_algebra.fragments`;
+        ``stmatrix`` for a store),
         the printed row address at thread ``32 (t // 32) + 8 m + r``, plus col.
         required (t, i): ``shared_layout.offset(offsets + register_layout.map(t, 2 first_pair
         + i))``. The offsets' variables stay parameters of both maps, each variable v of
@@ -565,7 +621,7 @@ class LdmatrixPlan:
     def _claim(self, instruction: Ldmatrix, t: Expr, i: Expr, steps: Mapping[str, Expr]) -> Claim:
         layout = self.register_layout
         suffix = ".trans" if instruction.transpose else ""
-        hardware = fragment(f"ldmatrix.x{instruction.count}{suffix}").ptx
+        hardware = fragment(f"{instruction.mnemonic}.x{instruction.count}{suffix}").ptx
         stacked_row, col = hardware.map(t % WARP_SIZE, i)
         supplier = WARP_SIZE * (t // WARP_SIZE) + stacked_row
         emitted = instruction.row_address.substitute({"t": supplier}) + col
@@ -582,6 +638,13 @@ class LdmatrixPlan:
                 "required", layout.num_threads, registers, as_expr(required).substitute(steps)
             ),
         )
+
+
+@dataclass(frozen=True)
+class StmatrixPlan(LdmatrixPlan):
+    """How a `store_shared` runs as ``stmatrix`` instructions: an `LdmatrixPlan` of the same
+    tile whose `instructions` store (`Ldmatrix.store`), each from the registers the load would
+    have filled; `register_layout` is the stored tensor's layout."""
 
 
 def _padded(coords: Sequence[Any], rank: int) -> tuple[Any, ...]:
@@ -729,6 +792,29 @@ def plan_ldmatrix(
     return LdmatrixPlan(shared_layout, register_layout, origin, values, tuple(instructions))
 
 
+def plan_stmatrix(
+    shared_layout: SharedLayout,
+    register_layout: RegisterLayout,
+    dtype: DataType,
+    offsets: Sequence[ExprLike] | None = None,
+    values: Mapping[str, range] | None = None,
+) -> StmatrixPlan | None:
+    """The `StmatrixPlan` of storing a register tensor of `register_layout` into the tile at
+    `offsets` of a shared tensor, or None when ``stmatrix`` cannot do it: exactly when
+    `plan_ldmatrix` cannot load that tile (same arguments, same conditions, same LayoutError),
+    since both instructions move the same matrices. Needs sm_90 (`MINIMUM_STMATRIX_ARCH`)."""
+    load = plan_ldmatrix(shared_layout, register_layout, dtype, offsets, values)
+    if load is None:
+        return None
+    return StmatrixPlan(
+        load.shared_layout,
+        load.register_layout,
+        load.offsets,
+        load.values,
+        tuple(dataclasses.replace(instruction, store=True) for instruction in load.instructions),
+    )
+
+
 def emit_ldmatrix(
     plan: LdmatrixPlan,
     shared: str,
@@ -760,4 +846,26 @@ def emit_ldmatrix(
         for k, register in enumerate(registers):
             lines.append(f"    {out}[{instruction.first_pair + k}] = {register};")
         lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def emit_stmatrix(
+    plan: StmatrixPlan,
+    shared: str,
+    src: str,
+    thread: str,
+    substitutions: Mapping[str, Expr] | None = None,
+) -> str:
+    """C++ statements storing the register tensor `src` (16-bit codes, two per word) by the
+    plan: one ``stmatrix`` call per instruction, on the words (register pairs) it stores.
+    `shared`, `thread` and `substitutions` as `emit_ldmatrix`'s. Requires `STMATRIX_SOURCE`.
+    """
+    lines = []
+    thread_index = var(thread, 0, plan.register_layout.num_threads - 1)
+    for instruction in plan.instructions:
+        replace = {"t": thread_index, **(substitutions or {})}
+        address = instruction.row_address.substitute(replace).to_c()
+        words = [f"{src}[{instruction.first_pair + k}]" for k in range(instruction.count)]
+        function = _stmatrix_name(instruction.count, instruction.transpose)
+        lines.append(f"{function}({shared} + ({address}), {', '.join(words)});")
     return "\n".join(lines) + "\n"

@@ -66,7 +66,9 @@ from backend.lower.warp_classes import (
     warp_classes,
 )
 from backend.tensor_core import (
+    STMATRIX_SOURCE,
     TENSOR_CORE_SOURCE,
+    StmatrixPlan,
     arch_number,
 )
 from backend.wgmma import (
@@ -102,13 +104,17 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
     docstring); the instructions are lowered by the methods of the memory and compute parts."""
 
     def finished_source(self, includes_end: int) -> str:
-        """The kernel's text, with what its wgmma dots need when any dot got a `WgmmaPlan`: the
+        """The kernel's text, with the stmatrix helpers (`STMATRIX_SOURCE`, inserted at
+        `includes_end`) when a store got a `StmatrixPlan`, and what its wgmma dots need when
+        any dot got a `WgmmaPlan`: the
         helper functions (inserted at `includes_end`), the async-proxy fences at the marks of
         the barriers and dots where threads write what the dots read
         (`threads_write_wgmma_tensors`), and an allocation aligned to the swizzle repeat; else
         without the marks. With
         bulk copies written as TMA, the allocation is aligned to their boxes' alignment too."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
+        if any(isinstance(plan, StmatrixPlan) for plan in self.plans):
+            self.out.insert(includes_end, STMATRIX_SOURCE)
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.scratch_source(self.out.text()))
         else:

@@ -30,11 +30,17 @@ from backend.lower.context import (
     Tile,
     is_false,
     is_true,
+    primary_condition,
 )
 from backend.tensor_core import (
     MAX_OFFSET_POINTS,
+    MINIMUM_STMATRIX_ARCH,
+    LdmatrixPlan,
+    arch_number,
     emit_ldmatrix,
+    emit_stmatrix,
     plan_ldmatrix,
+    plan_stmatrix,
 )
 from backend.wgmma import PROXY_FENCE_MARK
 from ir import instructions
@@ -622,16 +628,7 @@ class MemoryLowering(LoweringContext):
         self.declare(out)
         plan, originals = None, {}
         if self.tensor_cores and src.dtype.nbits == 16:
-            # First over the values the offsets take (few, and claims that z3 settles fast),
-            # then over the values of the variables behind them.
-            ranges = self.loop_ranges(instruction.offsets)
-            abstract = offset_values(instruction.offsets, ranges)
-            if abstract is not None:
-                offsets, values, originals = abstract
-                plan = plan_ldmatrix(src.layout, out.layout, src.dtype, offsets, values)
-            if plan is None and self.few_offset_values(instruction.offsets, ranges):
-                originals = {}
-                plan = plan_ldmatrix(src.layout, out.layout, src.dtype, instruction.offsets, ranges)
+            plan, originals = self.matrix_plan(plan_ldmatrix, src, out.layout, instruction.offsets)
         if plan is not None:
             self.plans.append(plan)
             self.note("ldmatrix", len(plan.instructions))
@@ -640,6 +637,29 @@ class MemoryLowering(LoweringContext):
             return
         tile = self.register_tile(src, out.layout, instruction.offsets, "src")
         self.load_tile(out, src.name, tile, self.shared_width(tile), masked=False)
+
+    def matrix_plan(
+        self,
+        planner: Callable[..., LdmatrixPlan | None],
+        shared: SharedTensor,
+        layout: RegisterLayout,
+        offsets: Sequence[Expr],
+    ) -> tuple[LdmatrixPlan | None, dict[str, Expr]]:
+        """The ldmatrix or stmatrix plan (`planner`: `plan_ldmatrix` or `plan_stmatrix`) of
+        moving the tile of `layout` at `offsets` of `shared`, and the original offsets of its
+        fresh variables (for the emitter's substitutions); (None, {}) when there is none."""
+        # First over the values the offsets take (few, and claims that z3 settles fast),
+        # then over the values of the variables behind them.
+        ranges = self.loop_ranges(offsets)
+        abstract = offset_values(offsets, ranges)
+        if abstract is not None:
+            fresh, values, originals = abstract
+            plan = planner(shared.layout, layout, shared.dtype, fresh, values)
+            if plan is not None:
+                return plan, originals
+        if self.few_offset_values(offsets, ranges):
+            return planner(shared.layout, layout, shared.dtype, offsets, ranges), {}
+        return None, {}
 
     @staticmethod
     def few_offset_values(offsets: Sequence[Expr], ranges: dict[str, range]) -> bool:
@@ -673,9 +693,26 @@ class MemoryLowering(LoweringContext):
         return {name: values for name, values in ranges.items() if len(values)}
 
     def visit_store_shared(self, instruction: instructions.StoreShared) -> None:
+        """A `store_shared`: stmatrix where a plan exists and takes fewer instructions than
+        the generic store's vectors, and no two threads hold one element (sm_90 and newer);
+        else the generic tile store (by the primary replica)."""
         dst, src = instruction.dst, instruction.src
         tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
-        self.store_tile(src, dst.name, tile, self.shared_width(tile), masked=False)
+        width = self.shared_width(tile)
+        if (
+            self.arch is not None
+            and arch_number(self.arch) >= MINIMUM_STMATRIX_ARCH
+            and dst.dtype.nbits == 16
+            and primary_condition(src.layout, self.thread) is None
+        ):
+            plan, originals = self.matrix_plan(plan_stmatrix, dst, src.layout, instruction.offsets)
+            if plan is not None and len(plan.instructions) < src.layout.local_size // width:
+                self.plans.append(plan)
+                self.note("stmatrix", len(plan.instructions))
+                pointer = f"((unsigned short*){dst.name})"
+                self.out.lines(emit_stmatrix(plan, pointer, src.name, THREAD_NAME, originals))
+                return
+        self.store_tile(src, dst.name, tile, width, masked=False)
 
     def visit_copy_async(self, instruction: instructions.CopyAsync) -> None:
         dst, src = instruction.dst, instruction.src

@@ -33,8 +33,10 @@ from ir.testing import program_cases
 from layout_algebra import (
     GlobalLayout,
     RegisterLayout,
+    SharedLayout,
     local,
     replicate,
+    shared_column_major,
     shared_row_major,
     shared_row_major_swizzle,
     spatial,
@@ -339,6 +341,58 @@ def test_tensor_cores_are_used_from_sm_80_on() -> None:
     )
     assert "la_ldmatrix_x4(la_r0, la_r1, la_r2, la_r3, ((unsigned short*)s0) + (" in kernel.source
     assert "la_ldmatrix_x4_trans(" in kernel.source
+
+
+def _tile_store_program(layout: RegisterLayout, shared: SharedLayout) -> Program:
+    """An f16 tile in `layout`, loaded from global memory and stored to `shared`."""
+    rows, cols = layout.shape
+    with ProgramBuilder("stage", layout.num_threads) as b:
+        x = b.array_param("x", dtypes.f16)
+        view = b.global_view(x, dtypes.f16, GlobalLayout((rows, cols), (cols, 1)))
+        b.store_shared(b.shared_tensor(dtypes.f16, shared), b.load_global(view, [0, 0], layout))
+    return b.program()
+
+
+@pytest.mark.parametrize(
+    ("arch", "shared", "instruction"),
+    [
+        ("sm_90a", shared_row_major(16, 16), "la_stmatrix_x2("),
+        ("sm_90a", shared_column_major(16, 16), "la_stmatrix_x2_trans("),
+        ("sm_80", shared_column_major(16, 16), None),
+        (None, shared_column_major(16, 16), None),
+    ],
+)
+def test_accumulator_stores_to_shared_memory_use_stmatrix_from_sm_90_on(
+    arch: str | None, shared: SharedLayout, instruction: str | None
+) -> None:
+    """An mma accumulator tile (pairs of C's columns a thread) stored to shared memory: one x2
+    stmatrix a warp on sm_90 - plain into row-major C, transposed into column-major C - where
+    the generic store writes 4-byte pairs (row-major) or 2-byte elements (column-major)."""
+    _, _, c = mma_operand_layouts(1, 2, 16, 16, 16)
+    kernel = lower(_tile_store_program(c, shared), arch)
+    body = kernel.source.split("__launch_bounds__")[1]
+    names = [type(plan).__name__ for plan in kernel.plans]
+    if instruction is None:
+        assert "StmatrixPlan" not in names
+        assert "la_stmatrix" not in body
+    else:
+        assert names == ["StmatrixPlan"]
+        assert body.count(instruction) == 1
+        paths = [path.name for step in kernel.report.steps for path in step.paths]
+        assert "stmatrix" in paths
+
+
+def test_stmatrix_is_not_taken_where_it_saves_nothing_or_threads_share_elements() -> None:
+    """A lone 8 x 8 matrix (one x1 stmatrix, or one 4-byte store a thread: no saving) and an
+    accumulator tile held by two warps (two threads an element, which the generic store
+    writes from one of them) keep the generic store."""
+    lone = spatial(8, 4).local(1, 2)
+    assert lower(_tile_store_program(lone, shared_row_major(8, 8)), "sm_90a").plans == ()
+    _, _, c = mma_operand_layouts(1, 1, 16, 8, 16)
+    replicated = replicate(2) * c
+    kernel = lower(_tile_store_program(replicated, shared_column_major(16, 8)), "sm_90a")
+    assert kernel.plans == ()
+    assert "if (" in kernel.source.split("store_shared")[1]
 
 
 @pytest.mark.parametrize("arch", [None, "sm_75"])

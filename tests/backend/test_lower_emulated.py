@@ -8,18 +8,18 @@ the warp, atomics GCC's atomic builtins, shared memory one static buffer per ker
 ``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, and the
 four primitives of the fast conversions (`backend.fast_conversions`, inline PTX too) exact host
 functions. The float intrinsics (``__fadd_rn`` ...) are the host's IEEE float32 operations, as
-NumPy's. The tensor-core helpers are warp-collective host functions (exchanging operands through
-the warp's barrier): ``ldmatrix`` as the PTX ISA defines it, ``mma.sync`` m16n8k16 as the IR's
-`dot` (products added in k order in float32), so a tensor-core kernel - the decode kernels of
-the GPU differential run - matches the interpreter bit for bit here, where the GPU's tensor core
+NumPy's. The tensor-core helpers are warp-collective host functions (exchanging operands through the
+warp's barrier): ``ldmatrix`` and ``stmatrix`` as the PTX ISA defines them, ``mma.sync`` m16n8k16 as
+the IR's `dot` (products added in k order in float32), so a tensor-core kernel - the decode kernels
+of the GPU differential run - matches the interpreter bit for bit here, where the GPU's tensor core
 matches it within its own rounding.
 
 This checks the logic of the generated code (addresses, vectors and their packing, masks,
 sub-byte atomics, replica stores, reductions in the interpreter's order, the SIMT dot, casts and
 views, fragment registers) bit for bit against `ir.run_reference` on every example, on the
 decode kernels and on random programs of `ir.testing`. It cannot check the PTX of ``cp.async``,
-``mma`` or ``ldmatrix``, the device-only f16/bf16 conversion intrinsics or anything about
-timing; the GPU differential tests do.
+``mma``, ``ldmatrix`` or ``stmatrix``, the device-only f16/bf16 conversion intrinsics or
+anything about timing; the GPU differential tests do.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from backend.cuda_codegen import (
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
 from backend.kernel import KernelArrayParam
 from backend.lower import LoweredKernel, lower
-from backend.tensor_core import TENSOR_CORE_SOURCE
+from backend.tensor_core import STMATRIX_SOURCE, TENSOR_CORE_SOURCE, StmatrixPlan
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.examples.matmul import matmul
@@ -397,6 +397,64 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
 """
 
 
+STMATRIX_EMULATION = r"""
+/* ---- stmatrix on the host: lane 8m + r gives row r of matrix m; register m of lane l goes
+   to row l / 4, columns 2 (l % 4) and + 1 (.trans: rows 2 (l % 4) and + 1 of column l / 4) ---- */
+static inline void la_stmatrix_emulated(const unsigned int* in, int count, int trans, void* row)
+{
+    const unsigned thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
+    la_current->rows[thread] = row;
+    la_current->warps[warp]->arrive_and_wait();
+    for (int m = 0; m < count; ++m) {
+        for (int h = 0; h < 2; ++h) {
+            const unsigned short half = (unsigned short)(in[m] >> (16 * h));
+            if (trans) {
+                unsigned short* target =
+                    (unsigned short*)la_current->rows[warp * 32 + 8 * m + 2 * (lane % 4) + h];
+                target[lane / 4] = half;
+            } else {
+                unsigned short* target =
+                    (unsigned short*)la_current->rows[warp * 32 + 8 * m + lane / 4];
+                target[2 * (lane % 4) + h] = half;
+            }
+        }
+    }
+    la_current->warps[warp]->arrive_and_wait();
+}
+
+static inline void la_stmatrix_x1(void* row, unsigned int r0)
+{
+    la_stmatrix_emulated(&r0, 1, 0, row);
+}
+static inline void la_stmatrix_x1_trans(void* row, unsigned int r0)
+{
+    la_stmatrix_emulated(&r0, 1, 1, row);
+}
+static inline void la_stmatrix_x2(void* row, unsigned int r0, unsigned int r1)
+{
+    const unsigned int in[2] = {r0, r1};
+    la_stmatrix_emulated(in, 2, 0, row);
+}
+static inline void la_stmatrix_x2_trans(void* row, unsigned int r0, unsigned int r1)
+{
+    const unsigned int in[2] = {r0, r1};
+    la_stmatrix_emulated(in, 2, 1, row);
+}
+static inline void la_stmatrix_x4(void* row, unsigned int r0, unsigned int r1, unsigned int r2,
+                                  unsigned int r3)
+{
+    const unsigned int in[4] = {r0, r1, r2, r3};
+    la_stmatrix_emulated(in, 4, 0, row);
+}
+static inline void la_stmatrix_x4_trans(void* row, unsigned int r0, unsigned int r1,
+                                        unsigned int r2, unsigned int r3)
+{
+    const unsigned int in[4] = {r0, r1, r2, r3};
+    la_stmatrix_emulated(in, 4, 1, row);
+}
+"""
+
+
 def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
     """One C++ file of the kernels given with their indices, each launched by
     ``la_launch_<index>``."""
@@ -406,6 +464,7 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
         source = source.replace(GROUP_BARRIER_SOURCE.strip("\n"), GROUP_BARRIER_EMULATION)
         source = source.replace(REGISTER_BUDGET_SOURCE.strip("\n"), REGISTER_BUDGET_EMULATION)
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
+        source = source.replace(STMATRIX_SOURCE.strip("\n"), STMATRIX_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)
         source = source.replace(FAST_CONVERSION_PRIMITIVES.strip("\n"), FAST_CONVERSION_EMULATION)
@@ -701,17 +760,18 @@ DECODE = [
 """The decode kernel in the configurations of the GPU differential run (late scales, the fused
 split-k sum with tickets, partial sums, zero points with bf16, a deep ring, the weights as A,
 several row blocks), its split-k sum, its packing program, the dequantizing program and the
-f16 matmul with a ring of swizzled stages, lowered for sm_90a: mma.sync and ldmatrix
-included. wgmma and TMA have no host emulation, so every sm_90a lowering here keeps mma.sync
-(``wgmma=False``: the warpgroup matmul forms run their mma.sync fallback, their loads written at
-the dot) and ``cp.async`` for bulk copies (``tma=False``); the GPU differential run covers
-wgmma and TMA."""
+f16 matmul with a ring of swizzled stages, lowered for sm_90a: mma.sync, ldmatrix and stmatrix (the
+staged stores of C, the dequantizing program's tiles) included. wgmma and TMA have no host
+emulation, so every sm_90a lowering here keeps mma.sync (``wgmma=False``: the warpgroup matmul forms
+run their mma.sync fallback, their loads written at the dot) and ``cp.async`` for bulk copies
+(``tma=False``); the GPU differential run covers wgmma and TMA."""
 
 
 @pytest.fixture(scope="module")
 def decode_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
     kernels = [lower(program, "sm_90a", wgmma=False, tma=False) for _, program, _, _, _ in DECODE]
     assert any(kernel.plans for kernel in kernels)
+    assert any(isinstance(plan, StmatrixPlan) for kernel in kernels for plan in kernel.plans)
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 

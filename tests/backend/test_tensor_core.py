@@ -1,11 +1,13 @@
-"""The tensor-core plans: mma.sync m16n8k16 for `dot` and ldmatrix for `load_shared`.
+"""The tensor-core plans: mma.sync m16n8k16 for `dot`, ldmatrix for `load_shared` and stmatrix for
+`store_shared`.
 
 Literal tables pin the plans of worked examples (calls, repeat layouts, instruction lists, the
 printed C); the claims of every plan are proved with Z3 (`proofs.check_equivalent`) and checked
 by brute force (hypothesis over warp grids and repeat counts), and a corrupted plan is refuted
-with a counterexample; the emitted C compiles with NVRTC for sm_80 and sm_90a; on a GPU, a
-harness kernel runs the emitted ldmatrix and mma code and is compared with the layouts' tables
-(bit for bit) and with a float64 matmul (within the tensor core's rounding).
+with a counterexample; stmatrix plans are also run by the PTX rule in NumPy against the generic
+store; the emitted C compiles with NVRTC for sm_80 and sm_90a; on a GPU, harness kernels run the
+emitted ldmatrix, stmatrix and mma code and are compared with the layouts' tables (bit for bit)
+and with a float64 matmul (within the tensor core's rounding).
 """
 
 from __future__ import annotations
@@ -21,20 +23,25 @@ import proofs
 from backend.errors import ArchitectureError
 from backend.nvrtc import compile_cuda, cubin_kernels
 from backend.tensor_core import (
+    STMATRIX_SOURCE,
     TENSOR_CORE_SOURCE,
     LdmatrixPlan,
     MmaCall,
     MmaPlan,
+    StmatrixPlan,
     arch_number,
     emit_ldmatrix,
     emit_mma,
+    emit_stmatrix,
     mma_operand_layouts,
     plan_ldmatrix,
     plan_mma,
     plan_mma_layouts,
+    plan_stmatrix,
 )
 from ir import dtypes
 from ir.examples.matmul import simt_dot_layouts
+from ir.examples.packed_prefill import staging_layout
 from ir.instructions import Dot
 from ir.values import RegisterTensor
 from layout_algebra import (
@@ -47,7 +54,7 @@ from layout_algebra import (
     spatial,
     var,
 )
-from layout_algebra.fragments import fragment
+from layout_algebra.fragments import fragment, wgmma_fragment
 
 RLIMIT = 50_000_000
 TIMEOUT = 60.0
@@ -321,6 +328,136 @@ def test_ldmatrix_claims_refute_a_wrong_address() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# stmatrix
+# ------------------------------------------------------------------------------------------------
+
+
+def _stmatrix_image(plan, size: int) -> np.ndarray:
+    """The shared memory (`size` elements, -1 where nothing is written) after every thread runs
+    the plan's stmatrix instructions by the PTX rule, thread t's element i holding the code
+    ``t * local_size + i``: lane 8m + r gives row r of matrix m, register m of lane l goes to
+    row l // 4, columns 2 (l % 4) and + 1 (.trans: rows 2 (l % 4) and + 1 of column l // 4)."""
+    layout = plan.register_layout
+    threads = np.arange(layout.num_threads)
+    memory = np.full(size, -1, dtype=np.int64)
+    for instruction in plan.instructions:
+        rows = np.broadcast_to(instruction.row_address.evaluate({"t": threads}), threads.shape)
+        for t in threads:
+            warp, lane = divmod(int(t), 32)
+            for m in range(instruction.count):
+                for h in range(2):
+                    if instruction.transpose:
+                        offset = rows[32 * warp + 8 * m + 2 * (lane % 4) + h] + lane // 4
+                    else:
+                        offset = rows[32 * warp + 8 * m + lane // 4] + 2 * (lane % 4) + h
+                    element = 2 * (instruction.first_pair + m) + h
+                    memory[offset] = t * layout.local_size + element
+    return memory
+
+
+def _generic_image(shared, layout, size: int) -> np.ndarray:
+    """The same memory after the generic store: element i of thread t at its shared offset."""
+    table = layout.table()
+    offsets = np.asarray(shared.offset(tuple(table[..., d] for d in range(layout.rank))))
+    memory = np.full(size, -1, dtype=np.int64)
+    codes = np.arange(layout.num_threads)[:, None] * layout.local_size + np.arange(
+        layout.local_size
+    )
+    memory[np.broadcast_to(offsets, codes.shape).ravel()] = codes.ravel()
+    return memory
+
+
+def test_plan_stmatrix_literal_accumulator() -> None:
+    _, _, c = mma_operand_layouts(1, 1, 16, 8, 16)
+    # Row-major C: each register pair is two columns of one row, a plain matrix.
+    plan = plan_stmatrix(shared_row_major(16, 8), c, dtypes.f16)
+    assert isinstance(plan, StmatrixPlan)
+    assert [(x.first_pair, x.count, x.transpose, x.store) for x in plan.instructions] == [
+        (0, 2, False, True)
+    ]
+    assert plan.instructions[0].name == "stmatrix.sync.aligned.m8n8.x2.shared.b16"
+    assert emit_stmatrix(plan, "s", "r", "tid") == (
+        "la_stmatrix_x2(s + ((tid & 7) * 8 + ((tid >> 3) & 1) * 64), r[0], r[1]);\n"
+    )
+    # Column-major C (C^T's rows contiguous, as a staged C^T tile is): the transposed form.
+    plan_t = plan_stmatrix(shared_column_major(16, 8), c, dtypes.f16)
+    assert [(x.first_pair, x.count, x.transpose) for x in plan_t.instructions] == [(0, 2, True)]
+    assert [claim.name for claim in plan_t.claims()] == [
+        "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 into register pairs 0..1"
+    ]
+
+
+def test_plan_stmatrix_declines_as_ldmatrix_does() -> None:
+    _, _, c = mma_operand_layouts(2, 2, 64, 64, 16)
+    # Rows of 36 elements (72 bytes) are not 16-byte aligned; 32-bit elements; the SIMT layout.
+    assert plan_stmatrix(shared_row_major(64, 36), c, dtypes.f16) is None
+    assert plan_stmatrix(shared_row_major(64, 64), c, dtypes.f32) is None
+    _, _, simt_c = simt_dot_layouts(128, 64, 64, 16)
+    assert plan_stmatrix(shared_row_major(64, 64), simt_c, dtypes.f16) is None
+    kk = var("kk", 0, 31)
+    with pytest.raises(LayoutError, match=r"values\['k'\] = range\(0, 2\): expected a non-empty"):
+        plan_stmatrix(shared_row_major(64, 64), c, dtypes.f16, [kk, 0], {"k": range(2)})
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    warps_m=st.sampled_from([1, 2, 4]),
+    warps_n=st.sampled_from([1, 2]),
+    repeat_m=st.integers(1, 2),
+    repeat_n=st.integers(1, 3),
+    shared=st.sampled_from(["row", "column", "swizzle"]),
+)
+def test_stmatrix_plans_write_what_the_generic_store_writes(
+    warps_m: int, warps_n: int, repeat_m: int, repeat_n: int, shared: str
+) -> None:
+    """Run by the PTX rule, a stmatrix plan of an mma accumulator tile writes every element
+    where the generic store writes it, and nothing else; a plan exists for each of these
+    tiles, plain where C's rows are contiguous and transposed where its columns are."""
+    m, n = 16 * warps_m * repeat_m, 8 * warps_n * repeat_n * 2
+    _, _, c = mma_operand_layouts(warps_m, warps_n, m, n, 16)
+    layout = {
+        "row": shared_row_major(m, n),
+        "column": shared_column_major(m, n),
+        "swizzle": shared_row_major_swizzle(m, n, element_bits=16),
+    }[shared]
+    plan = plan_stmatrix(layout, c, dtypes.f16)
+    assert plan is not None
+    assert all(x.transpose == (shared == "column") for x in plan.instructions)
+    assert np.array_equal(_stmatrix_image(plan, m * n), _generic_image(layout, c, m * n))
+
+
+def test_stmatrix_of_the_staged_wgmma_tile() -> None:
+    """The prefill kernel's staged store: a warpgroup's m64n64 wgmma accumulator, cast to f16,
+    into the swizzled C^T staging tile (C's rows contiguous) - transposed x4 stmatrix, right by
+    the PTX rule and proved with Z3."""
+    d = wgmma_fragment("d", 64).layout
+    shared = staging_layout(64, 64, 16)
+    plan = plan_stmatrix(shared, d, dtypes.f16)
+    assert [(x.count, x.transpose) for x in plan.instructions] == [(4, True)] * 4
+    assert np.array_equal(_stmatrix_image(plan, 64 * 64), _generic_image(shared, d, 64 * 64))
+    for claim in plan.claims():
+        result = proofs.check_equivalent(
+            claim.emitted, claim.required, timeout=TIMEOUT, rlimit=RLIMIT
+        )
+        assert _proved(result), (claim.name, result.reason)
+
+
+def test_stmatrix_claims_refute_a_wrong_direction() -> None:
+    """A plan whose instructions store plain matrices where the tile wants them transposed
+    writes elsewhere: its claim is refuted with a counterexample."""
+    _, _, c = mma_operand_layouts(1, 1, 16, 8, 16)
+    plan = plan_stmatrix(shared_column_major(16, 8), c, dtypes.f16)
+    wrong = dataclasses.replace(
+        plan,
+        instructions=tuple(dataclasses.replace(x, transpose=False) for x in plan.instructions),
+    )
+    (claim,) = wrong.claims()
+    result = proofs.check_equivalent(claim.emitted, claim.required, timeout=TIMEOUT, rlimit=RLIMIT)
+    assert result.holds is False
+    assert result.counterexample["a"] != result.counterexample["b"]
+
+
+# ------------------------------------------------------------------------------------------------
 # Emitted C: NVRTC, and the GPU
 # ------------------------------------------------------------------------------------------------
 
@@ -446,3 +583,66 @@ def test_gpu_ldmatrix_and_mma_match_the_layouts(dtype: dtypes.DataType) -> None:
     # Products are exact; the tensor core adds 16 of them (|a b| <= 4) and the accumulator in
     # its own order, truncating alignment bits: a few float32 ulps of 2^7 per k step.
     np.testing.assert_allclose(result, expected, rtol=0, atol=1e-3)
+
+
+def _stmatrix_harness() -> tuple[str, StmatrixPlan, int]:
+    """A kernel of one warpgroup storing its m64n64 wgmma accumulator codes (thread t's word
+    w from ``words[t * 32 + w]``) into the swizzled C^T staging tile by the emitted stmatrix
+    plan, then copying the tile out (0xFFFF where nothing was written); the plan; the tile's
+    size."""
+    layout = wgmma_fragment("d", 64).layout
+    plan = plan_stmatrix(staging_layout(64, 64, 16), layout, dtypes.f16)
+    words, size = layout.local_size // 2, 64 * 64
+    source = (
+        STMATRIX_SOURCE
+        + f"""
+extern "C" __global__ void __launch_bounds__(128) stmatrix_harness(
+    const unsigned int* words, unsigned short* out)
+{{
+    __shared__ __align__(16) unsigned short tile[{size}];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < {size}; e += 128) {{
+        tile[e] = 0xFFFF;
+    }}
+    __syncthreads();
+    unsigned int r[{words}];
+    for (int i = 0; i < {words}; ++i) {{
+        r[i] = words[tid * {words} + i];
+    }}
+{emit_stmatrix(plan, "tile", "r", "tid")}
+    __syncthreads();
+    for (int e = tid; e < {size}; e += 128) {{
+        out[e] = tile[e];
+    }}
+}}
+"""
+    )
+    return source, plan, size
+
+
+def test_emitted_stmatrix_compiles_with_nvrtc() -> None:
+    source = _stmatrix_harness()[0]
+    assert cubin_kernels(compile_cuda(source, "sm_90a").cubin) == ("stmatrix_harness",)
+
+
+@pytest.mark.gpu
+def test_gpu_stmatrix_writes_the_layouts_offsets() -> None:
+    """On the GPU, the emitted transposed x4 stmatrix writes each register's two codes where
+    the shared layout puts those elements, bit for bit, and nothing else."""
+    torch = pytest.importorskip("torch")
+    from backend.kernel import KernelArrayParam, build_kernel
+
+    source, plan, size = _stmatrix_harness()
+    layout = plan.register_layout
+    params = (
+        KernelArrayParam("words", 32, 128 * layout.local_size // 2),
+        KernelArrayParam("out", 16, size),
+    )
+    kernel = build_kernel(source, "stmatrix_harness", params, block_threads=128)
+    codes = np.arange(128 * layout.local_size, dtype=np.uint32).astype(np.uint16)
+    words = torch.from_numpy(codes.view(np.int32).copy()).to("cuda")
+    out = torch.zeros(size, dtype=torch.int16, device="cuda")
+    kernel(words, out, grid=1)
+    written = out.cpu().numpy().view(np.uint16).astype(np.int64)
+    expected = _generic_image(plan.shared_layout, layout, size)
+    assert np.array_equal(np.where(written == 0xFFFF, -1, written), expected)

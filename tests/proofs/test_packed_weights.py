@@ -246,13 +246,15 @@ def test_fragment_prefill_kernel_lowering_validates() -> None:
 
 def test_staged_fragment_tile_lowering_validates() -> None:
     """The 128 x 256 tile with C staged in its ring's memory (QuantizedLinear's staged path):
-    every access (the staging tile's writes and 16-byte reads where the ring lies) and claim
-    proved, wgmma's among them."""
+    every access (the staging tile's 16-byte reads where the ring lies) and claim proved,
+    wgmma's among them and the transposed stmatrix stores of the staging tile's writes."""
     config = prefill_config(BATCH_PATHS[5])
     assert config.staged_store
     prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
-    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+    names = [claim.name for claim, _ in report.plan_results]
+    assert any(name.startswith("wgmma") for name in names)
+    assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == 16
 
 
 def test_grouped_staged_fragment_tile_lowering_validates() -> None:
