@@ -759,6 +759,31 @@ def _group_tickets(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("group_tickets", b.program(), _ticket_arguments(rng, parts, width), (parts,))
 
 
+def _paired_half_casts(rng: np.random.Generator) -> FeatureCase:
+    """f32 -> f16 casts of 32 values a thread (16 output words, each one paired conversion):
+    magnitudes from below f16's subnormals to past its overflow, and a NaN of either sign with
+    a random payload in about one value of 64, which the paired conversion must give the
+    canonical code with its sign (the hardware's own NaN is positive)."""
+    threads, per_thread = 64, 32
+    count = threads * per_thread
+    values = rng.standard_normal(count) * 2.0 ** rng.integers(-30, 20, count)
+    codes = dtypes.f32.encode(values.astype(np.float32)).astype(np.int64)
+    nan = rng.random(count) < 1 / 64
+    payloads = rng.integers(1, 1 << 23, count)
+    signs = rng.integers(0, 2, count) << 31
+    codes[nan] = signs[nan] | 0x7F800000 | payloads[nan]
+    line = GlobalLayout((count,), (1,))
+    with ProgramBuilder("paired_half_casts", threads) as b:
+        x = b.array_param("x", dtypes.f32)
+        out = b.array_param("out", dtypes.f16)
+        values_in = b.load_global(
+            b.global_view(x, dtypes.f32, line), [0], spatial(threads).local(per_thread)
+        )
+        b.store_global(b.global_view(out, dtypes.f16, line), b.cast(values_in, dtypes.f16), [0])
+    arguments = (dtypes.pack(codes, dtypes.f32), np.zeros(2 * count, dtype=np.uint8))
+    return FeatureCase("paired_half_casts", b.program(), arguments, (1,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -783,5 +808,6 @@ def feature_cases() -> list[FeatureCase]:
         _thread_groups,
         _register_budgets,
         _group_tickets,
+        _paired_half_casts,
     )
     return [make(rng) for make in makers]
