@@ -106,12 +106,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
     def finished_source(self, includes_end: int) -> str:
         """The kernel's text, with the stmatrix helpers (`STMATRIX_SOURCE`, inserted at
         `includes_end`) when a store got a `StmatrixPlan`, and what its wgmma dots need when
-        any dot got a `WgmmaPlan`: the
-        helper functions (inserted at `includes_end`), the async-proxy fences at the marks of
-        the barriers and dots where threads write what the dots read
-        (`threads_write_wgmma_tensors`), and an allocation aligned to the swizzle repeat; else
-        without the marks. With
-        bulk copies written as TMA, the allocation is aligned to their boxes' alignment too."""
+        any dot got a `WgmmaPlan`: the helper functions (inserted at `includes_end`), the
+        async-proxy fences at the marks of the barriers and dots where threads write what the
+        dots read (`threads_write_wgmma_tensors`), and an allocation aligned to the swizzle
+        repeat; else without the marks. With bulk copies written as TMA, the allocation is
+        aligned to their boxes' alignment too."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if any(isinstance(plan, StmatrixPlan) for plan in self.plans):
             self.out.insert(includes_end, STMATRIX_SOURCE)
