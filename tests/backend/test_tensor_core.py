@@ -263,15 +263,20 @@ def test_plan_ldmatrix_operand_a(shared, expected: list[tuple[int, int, bool]]) 
     assert _instructions(plan_ldmatrix(shared, a, dtypes.f16)) == expected
 
 
-def test_plan_ldmatrix_declines() -> None:
+@pytest.mark.parametrize("planner", [plan_ldmatrix, plan_stmatrix])
+def test_plan_ldmatrix_and_stmatrix_decline(planner) -> None:
+    """The same tiles that ldmatrix cannot load, stmatrix cannot store."""
     a, _, _ = mma_operand_layouts(2, 2, 64, 64, 32)
     # Rows of 36 f16 are 72 bytes: row starts are not 16-byte aligned.
-    assert plan_ldmatrix(shared_row_major(64, 36), a, dtypes.f16) is None
-    # 32-bit elements: ldmatrix moves 16-bit ones.
-    assert plan_ldmatrix(shared_row_major(64, 32), a, dtypes.f32) is None
+    assert planner(shared_row_major(64, 36), a, dtypes.f16) is None
+    # 32-bit elements: ldmatrix and stmatrix move 16-bit ones.
+    assert planner(shared_row_major(64, 32), a, dtypes.f32) is None
     # The SIMT operand layout: each thread's pairs are not spread as 8 x 8 matrices.
     simt_a, _, _ = simt_dot_layouts(128, 64, 64, 16)
-    assert plan_ldmatrix(shared_row_major(64, 16), simt_a, dtypes.f16) is None
+    assert planner(shared_row_major(64, 16), simt_a, dtypes.f16) is None
+    kk = var("kk", 0, 31)
+    with pytest.raises(LayoutError, match=r"values\['k'\] = range\(0, 2\): expected a non-empty"):
+        planner(shared_row_major(64, 32), a, dtypes.f16, [kk, 0], {"k": range(2)})
 
 
 def test_plan_ldmatrix_offsets_need_their_values() -> None:
@@ -385,18 +390,6 @@ def test_plan_stmatrix_literal_accumulator() -> None:
     assert [claim.name for claim in plan_t.claims()] == [
         "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 into register pairs 0..1"
     ]
-
-
-def test_plan_stmatrix_declines_as_ldmatrix_does() -> None:
-    _, _, c = mma_operand_layouts(2, 2, 64, 64, 16)
-    # Rows of 36 elements (72 bytes) are not 16-byte aligned; 32-bit elements; the SIMT layout.
-    assert plan_stmatrix(shared_row_major(64, 36), c, dtypes.f16) is None
-    assert plan_stmatrix(shared_row_major(64, 64), c, dtypes.f32) is None
-    _, _, simt_c = simt_dot_layouts(128, 64, 64, 16)
-    assert plan_stmatrix(shared_row_major(64, 64), simt_c, dtypes.f16) is None
-    kk = var("kk", 0, 31)
-    with pytest.raises(LayoutError, match=r"values\['k'\] = range\(0, 2\): expected a non-empty"):
-        plan_stmatrix(shared_row_major(64, 64), c, dtypes.f16, [kk, 0], {"k": range(2)})
 
 
 @settings(max_examples=25, deadline=None)
