@@ -69,6 +69,7 @@ from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import (
+    PANEL_K,
     PrefillTile,
     RegisterRing,
     check_prefill_fields,
@@ -126,6 +127,11 @@ class WgmmaDequantConfig(PrefillTile):
     same accumulator: on sm_90a the steps' wgmma calls form one chain
     (`backend.wgmma_pipeline.dot_chains`), so each step's dequantization runs while the
     tensor cores work on the steps before, and only the k-tile's last step is waited for.
+    `panel_waits` writes the k-tile as one dot per ``PANEL_K``-deep panel of the activation
+    stage (each panel is a bulk copy of its own) and has each dot wait for its own panel
+    alone: the k-tile's first dot starts while its later panels still land, and on sm_90a
+    the panels' wgmma form one chain as `split_dot`'s steps do. Requires block_k a multiple
+    of ``PANEL_K`` of at least two panels.
     `split` blocks along k (grid z) each compute the product over one of `split` equal parts
     of k; the last of a tile's blocks to finish adds the parts in order
     (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
@@ -192,6 +198,7 @@ class WgmmaDequantConfig(PrefillTile):
     min_blocks_per_sm: int = 0
     overlap_dot: bool = False
     split_dot: bool = False
+    panel_waits: bool = False
     split: int = 1
     stream_k: int = 0
     stream_k_tail: bool = False
@@ -218,6 +225,13 @@ class WgmmaDequantConfig(PrefillTile):
             raise VerificationError(f"{PROGRAM}: split_dot={self.split_dot!r}; expected a bool")
         if not isinstance(self.release, bool):
             raise VerificationError(f"{PROGRAM}: release={self.release!r}; expected a bool")
+        panels, rest = divmod(self.block_k, PANEL_K)
+        if not isinstance(self.panel_waits, bool) or (self.panel_waits and (rest or panels < 2)):
+            raise VerificationError(
+                f"{PROGRAM}: panel_waits={self.panel_waits!r} with block_k={self.block_k}; "
+                f"expected a bool, True only with block_k a multiple of {PANEL_K} of at least "
+                "two panels"
+            )
         if not isinstance(self.producer, bool) or (self.producer and not self.release):
             raise VerificationError(
                 f"{PROGRAM}: producer={self.producer!r} with release={self.release!r}; "
@@ -295,9 +309,14 @@ def wgmma_dequant_matmul(
     block_m, block_n, block_k = config.block_m, config.block_n, config.block_k
     stages, depth = config.stages, config.depth
     # The k-tile's dot in `steps` dots of `step_units` k16 units each.
-    steps = units_k if config.split_dot else 1
+    if config.split_dot:
+        steps = units_k
+    else:
+        steps = block_k // PANEL_K if config.panel_waits else 1
     step_units = units_k // steps
     step_k = UNIT_K * step_units
+    # The activations a wait covers: the whole stage, or one panel (a bulk copy of its own).
+    waited_k = PANEL_K if config.panel_waits else block_k
     weight_layout, activation_layout, c_layout = wgmma_dot_layouts(
         UNIT_LANES * warps, block_n, block_m, step_k
     )
@@ -401,21 +420,33 @@ def wgmma_dequant_matmul(
             dots into `acc`, and the stage handed back (a sync, or a release)."""
             stage = tensors.stage(tile)
             scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
-            for j in range(steps):
+
+            def dequantized(j):
                 codes = b.view(current[j], weight_dtype, code_layout)
                 weights = b.cast(codes, act, decoded_layout)
                 if zero_points:
                     weights = b.sub(weights, zero[0])
                 weights = b.mul(weights, scale)
-                renamed = weights
                 if decoded_layout != weight_layout:
-                    renamed = b.view(weights, act, weight_layout)
-                if j == 0:
-                    b.copy_bulk_wait(tensors.ring, [stage, 0, 0], shape=(block_k, block_m))
-                    if config.overlap_dot and not config.release:
-                        # Every thread is past its reads of the stage the copy after the dot
-                        # fills.
-                        b.sync()
+                    return b.view(weights, act, weight_layout)
+                return weights
+
+            # The panels' dots wait for their own panels only; their weights are all
+            # dequantized first, so no dot's A registers are written while another runs (on
+            # sm_90a ptxas would serialise the chain). split_dot dequantizes step by step.
+            ahead_of_dots = config.panel_waits and not config.split_dot
+            decoded = [dequantized(j) for j in range(steps)] if ahead_of_dots else []
+            for j in range(steps):
+                renamed = decoded[j] if ahead_of_dots else dequantized(j)
+                if j * step_k % waited_k == 0:
+                    # The stage, or with panel_waits this step's panel alone (the later ones
+                    # may still be landing).
+                    b.copy_bulk_wait(
+                        tensors.ring, [stage, j * step_k, 0], shape=(waited_k, block_m)
+                    )
+                if j == 0 and config.overlap_dot and not config.release:
+                    # Every thread is past its reads of the stage the copy after the dot fills.
+                    b.sync()
                 activations = b.load_shared(tensors.ring, activation_layout, [stage, j * step_k, 0])
                 b.assign(acc, b.dot(renamed, activations, acc))
             if config.release and config.overlap_dot:

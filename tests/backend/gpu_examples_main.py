@@ -648,6 +648,41 @@ PREFILL_CASES = [
     # The weights dequantized into shared tiles by every warp, the dot in flight.
     (dtypes.i4, dtypes.f16, False, "staged", {"block_m": 64}, 7),
     (dtypes.u3, dtypes.bf16, True, "staged", {"warpgroups": 2, "k_warps": 2, "block_m": 40}, 5),
+    # Each 64-deep activation panel waited for alone before its own dot: a 128-deep k-tile in
+    # two dots, unrolled and in flight without a producer (the CPU emulation runs it), with the
+    # fragment tile's producer and C staged.
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "block_m": 16,
+            "units_k": 8,
+            "stages": 3,
+            "unroll": 2,
+            "overlap_dot": True,
+            "release": True,
+            "panel_waits": True,
+        },
+        4,
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            **FRAGMENT_TILE,
+            "warpgroups": 2,
+            "units_k": 8,
+            "stages": 3,
+            "depth": 2,
+            "staged_store": True,
+            "panel_waits": True,
+        },
+        6,
+    ),
 ]
 
 

@@ -466,6 +466,20 @@ def test_grouped_tile_rows_match_the_interpreter(group_m: int) -> None:
     assert failure is None, failure
 
 
+@pytest.mark.parametrize("staged_store", [False, True])
+def test_panel_waits_match_the_interpreter(staged_store: bool) -> None:
+    """The 128 x 256 tile (producer warpgroup, dot in flight) with each 64-deep activation
+    panel waited for on its own barrier before its own dot, over 3 row blocks (the last
+    partial) and 2 column blocks, C stored plain and staged."""
+    config = replace(BATCH_TILE, staged_store=staged_store, panel_waits=True)
+    n, k = 2 * config.block_n, 6 * config.block_k
+    m = 2 * config.block_m + 9
+    program = wgmma_dequant_matmul(dtypes.i8, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": n, "k": k})
+    failure = _run(program, kernel, config, dtypes.i8, dtypes.f16, False, 7, k=k, m=m, n=n)
+    assert failure is None, failure
+
+
 @pytest.mark.parametrize(
     "config",
     [

@@ -300,6 +300,17 @@ CASES = [
         3,
     ),
     (dtypes.u4, 32, replace(PRODUCER_IN_FLIGHT, group_m=3), 20, 3, 4),
+    # Each 64-deep panel of the activations waited for alone, its own dot: a 128-deep k-tile
+    # in two dots, plain and with a producer warpgroup and the dot in flight.
+    (
+        dtypes.i4,
+        128,
+        WgmmaDequantConfig(block_m=16, units_k=8, stages=3, panel_waits=True),
+        20,
+        1,
+        3,
+    ),
+    (dtypes.i8, 128, replace(PRODUCER_IN_FLIGHT, units_k=8, panel_waits=True), 12, 2, 4),
     # The fragment tile, C staged, more blocks asked for than tiles.
     (
         dtypes.i8,
@@ -562,6 +573,18 @@ def test_persistent_grid_table(
     ],
 )
 def test_persistent_refusals(fields: dict, words: str) -> None:
+    with pytest.raises(VerificationError, match=re.escape(words)):
+        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"units_k": 4, "panel_waits": True}, "panel_waits=True with block_k=64"),
+        ({"units_k": 8, "panel_waits": 1}, "panel_waits=1 with block_k=128"),
+    ],
+)
+def test_panel_waits_refusals(fields: dict, words: str) -> None:
     with pytest.raises(VerificationError, match=re.escape(words)):
         wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
 
@@ -1366,3 +1389,26 @@ def test_a_stream_k_grid_needs_k() -> None:
 def test_a_config_of_another_kind_is_refused() -> None:
     with pytest.raises(VerificationError, match="expected a WgmmaDequantConfig or None"):
         wgmma_dequant_matmul(dtypes.i4, 128, {"block_m": 64})  # type: ignore[arg-type]
+
+
+def test_panel_waits_wait_for_each_panel_on_its_own_barrier() -> None:
+    """With `panel_waits`, the 128-deep k-tile's two panels have a barrier each (the ring's
+    bulk copies are no longer completed per stage) and each of the k-tile's two dots waits for
+    its own panel just before it: twice the barrier waits and commits of the k-tile written as
+    one dot, the same ``wait_group 1`` per k-tile, the dot still in flight into the next
+    k-tile, and no register A word written while a wgmma may still read it (the PTX)."""
+    base = WgmmaDequantConfig(units_k=8, stages=3, unroll=2, overlap_dot=True, release=True)
+    texts = {}
+    for panel_waits in (False, True):
+        config = replace(base, panel_waits=panel_waits)
+        lowered = lower(wgmma_dequant_matmul(dtypes.i8, 128, config), "sm_90a", constants=LAYER)
+        (plan,) = [plan for plan in lowered.plans if isinstance(plan, BulkTensorPlan)]
+        assert (len(plan.slots), plan.per_stage) == (2, not panel_waits)
+        texts[panel_waits] = lowered.source
+    for panel_waits, source in texts.items():
+        loop = source.split('extern "C"')[1]
+        links = 2 if panel_waits else 1
+        assert loop.count("la_mbarrier_wait(&la_bar_s0[") == 2 * links
+        assert loop.count("la_wgmma_commit();") == 2 * links
+        assert loop.count("la_wgmma_wait_prior();") == 2
+    assert _writes_in_flight(_ptx(texts[True]), 2) == []

@@ -257,6 +257,15 @@ def test_staged_fragment_tile_lowering_validates() -> None:
     assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == 16
 
 
+def test_panel_waits_fragment_tile_lowering_validates() -> None:
+    """The staged 128 x 256 tile with each 64-deep activation panel waited for alone before
+    its own dot: every access and claim proved, the wgmma chain's among them."""
+    config = replace(prefill_config(BATCH_PATHS[5]), panel_waits=True)
+    prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 256, "k": 1024}))
+    assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
+
+
 def test_grouped_staged_fragment_tile_lowering_validates() -> None:
     """The staged 128 x 256 tile launched in groups of 8 tile rows (block (x, y, z) computing
     tile (8 z + x, y)), for any m: every access (A's rows and C's stores from the grouped
