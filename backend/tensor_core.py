@@ -121,50 +121,35 @@ __device__ __forceinline__ void {name}(
 """
 
 
-def _ldmatrix_function(count: int, transpose: bool) -> str:
-    name = _ldmatrix_name(count, transpose)
-    outputs = ", ".join(f"unsigned int& r{k}" for k in range(count))
-    operands = ", ".join(f"%{k}" for k in range(count))
-    constraints = ", ".join(f'"=r"(r{k})' for k in range(count))
+def _matrix_function(count: int, transpose: bool, store: bool) -> str:
+    """The device function of one ``ldmatrix`` (registers out) or, with `store`, one
+    ``stmatrix`` (registers in) of `count` matrices, plain or `transpose`d."""
+    name = _matrix_name(count, transpose, store)
     suffix = ".trans" if transpose else ""
+    if store:
+        parameters = "void* row, " + ", ".join(f"unsigned int r{k}" for k in range(count))
+        operands = "[%0], {" + ", ".join(f"%{k + 1}" for k in range(count)) + "}"
+        outputs, inputs = "", '"r"(address), ' + ", ".join(f'"r"(r{k})' for k in range(count))
+    else:
+        parameters = ", ".join(f"unsigned int& r{k}" for k in range(count)) + ", const void* row"
+        operands = "{" + ", ".join(f"%{k}" for k in range(count)) + f"}}, [%{count}]"
+        outputs, inputs = " " + ", ".join(f'"=r"(r{k})' for k in range(count)), '"r"(address)'
+    mnemonic = "stmatrix" if store else "ldmatrix"
     return f"""
-__device__ __forceinline__ void {name}({outputs}, const void* row)
+__device__ __forceinline__ void {name}({parameters})
 {{
     const unsigned int address = (unsigned int)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 "
-                 "{{{operands}}}, [%{count}];\\n"
-                 : {constraints}
-                 : "r"(address)
+    asm volatile("{mnemonic}.sync.aligned.m8n8.x{count}{suffix}.shared.b16 "
+                 "{operands};\\n"
+                 :{outputs}
+                 : {inputs}
                  : "memory");
 }}
 """
 
 
-def _ldmatrix_name(count: int, transpose: bool) -> str:
-    return f"la_ldmatrix_x{count}{'_trans' if transpose else ''}"
-
-
-def _stmatrix_function(count: int, transpose: bool) -> str:
-    name = _stmatrix_name(count, transpose)
-    inputs = ", ".join(f"unsigned int r{k}" for k in range(count))
-    operands = ", ".join(f"%{k + 1}" for k in range(count))
-    constraints = ", ".join(f'"r"(r{k})' for k in range(count))
-    suffix = ".trans" if transpose else ""
-    return f"""
-__device__ __forceinline__ void {name}(void* row, {inputs})
-{{
-    const unsigned int address = (unsigned int)__cvta_generic_to_shared(row);
-    asm volatile("stmatrix.sync.aligned.m8n8.x{count}{suffix}.shared.b16 "
-                 "[%0], {{{operands}}};\\n"
-                 :
-                 : "r"(address), {constraints}
-                 : "memory");
-}}
-"""
-
-
-def _stmatrix_name(count: int, transpose: bool) -> str:
-    return f"la_stmatrix_x{count}{'_trans' if transpose else ''}"
+def _matrix_name(count: int, transpose: bool, store: bool) -> str:
+    return f"la_{'st' if store else 'ld'}matrix_x{count}{'_trans' if transpose else ''}"
 
 
 TENSOR_CORE_SOURCE = (
@@ -179,7 +164,9 @@ __device__ __forceinline__ unsigned int la_pack_b16x2(unsigned short low, unsign
     + _mma_function(_MMA_FUNCTIONS[dtypes.f16], "f16")
     + _mma_function(_MMA_FUNCTIONS[dtypes.bf16], "bf16")
     + "".join(
-        _ldmatrix_function(count, transpose) for count in (1, 2, 4) for transpose in (False, True)
+        _matrix_function(count, transpose, False)
+        for count in (1, 2, 4)
+        for transpose in (False, True)
     )
 )
 """Device functions called by `emit_mma` and `emit_ldmatrix` (sm_80 and newer).
@@ -193,7 +180,9 @@ address of this lane's 16-byte row in shared memory.
 STMATRIX_SOURCE = (
     "\n/* ---- stmatrix helpers, sm_90 and newer (see backend/tensor_core.py) ---- */\n"
     + "".join(
-        _stmatrix_function(count, transpose) for count in (1, 2, 4) for transpose in (False, True)
+        _matrix_function(count, transpose, True)
+        for count in (1, 2, 4)
+        for transpose in (False, True)
     )
 )
 """Device functions called by `emit_stmatrix` (sm_90 and newer, so apart from
@@ -839,7 +828,7 @@ def emit_ldmatrix(
         replace = {"t": thread_index, **(substitutions or {})}
         address = instruction.row_address.substitute(replace).to_c()
         registers = [f"la_r{k}" for k in range(instruction.count)]
-        function = _ldmatrix_name(instruction.count, instruction.transpose)
+        function = _matrix_name(instruction.count, instruction.transpose, False)
         lines.append("{")
         lines.append(f"    unsigned int {', '.join(registers)};")
         lines.append(f"    {function}({', '.join(registers)}, {shared} + ({address}));")
@@ -866,6 +855,6 @@ def emit_stmatrix(
         replace = {"t": thread_index, **(substitutions or {})}
         address = instruction.row_address.substitute(replace).to_c()
         words = [f"{src}[{instruction.first_pair + k}]" for k in range(instruction.count)]
-        function = _stmatrix_name(instruction.count, instruction.transpose)
+        function = _matrix_name(instruction.count, instruction.transpose, True)
         lines.append(f"{function}({shared} + ({address}), {', '.join(words)});")
     return "\n".join(lines) + "\n"

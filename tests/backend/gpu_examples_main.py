@@ -428,6 +428,17 @@ FRAGMENT_TILE = {
 """The prefill cases' 256-row tile of fragments: each warp one A fragment of its warpgroup's
 unit, a producer warpgroup, the dot in flight."""
 
+STAGED_BATCH_TILE = {
+    **FRAGMENT_TILE,
+    "warpgroups": 2,
+    "units_k": 8,
+    "stages": 3,
+    "depth": 2,
+    "staged_store": True,
+}
+"""QuantizedLinear's staged 128 x 256 tile: two consumer warpgroups over 256 rows, 128-deep
+k-tiles in three stages, C staged in the ring's memory."""
+
 PREFILL_CASES = [
     # (weight type, activation type, zero points, program, its config fields, k-tiles);
     # "register": `wgmma_dequant_matmul`, "staged": `staged_dequant_matmul`.
@@ -525,14 +536,7 @@ PREFILL_CASES = [
         dtypes.f16,
         False,
         "register",
-        {
-            **FRAGMENT_TILE,
-            "warpgroups": 2,
-            "units_k": 8,
-            "stages": 3,
-            "depth": 2,
-            "staged_store": True,
-        },
+        STAGED_BATCH_TILE,
         6,
     ),
     # Each warp one A fragment of its warpgroup's unit: 256 rows with a producer warpgroup and
@@ -672,15 +676,7 @@ PREFILL_CASES = [
         dtypes.f16,
         False,
         "register",
-        {
-            **FRAGMENT_TILE,
-            "warpgroups": 2,
-            "units_k": 8,
-            "stages": 3,
-            "depth": 2,
-            "staged_store": True,
-            "panel_waits": True,
-        },
+        {**STAGED_BATCH_TILE, "panel_waits": True},
         6,
     ),
 ]
