@@ -47,9 +47,9 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/6"
-"""The autotuner's namespace of the path choice (a new version is a new set of records: 6 since
-the staged path takes 128-deep k-tiles, C staged in the ring's memory)."""
+NAMESPACE = "batch_matmul/7"
+"""The autotuner's namespace of the path choice (a new version is a new set of records: 7 since
+the candidates include tiles of 128 rows)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
 PRODUCER = {"release": True, "producer": True, "producer_registers": 24}
@@ -67,6 +67,9 @@ FRAGMENT_TILE = {
 """The fields of the 128 x 256 prefill tile: each warp one A fragment of its warpgroup's unit
 (`WgmmaDequantConfig.warp_columns`), two consumer warpgroups, 256 rows, each copy's dot in
 flight into the next."""
+ROW_TILE_128 = {"block_m": 128, "units_k": 8, "stages": 4, "staged_store": True}
+"""The fields the 128-row tiles share: 128 rows, 128-deep k-tiles in four stages (32 KB
+each), C staged in the ring's memory."""
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
     {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, **PRODUCER},
@@ -81,6 +84,16 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
         "depth": 2,
         "staged_store": True,
     },
+    {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "depth": 2},
+    {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "warpgroups": 3, "depth": 1},
+    {
+        "path": "prefill",
+        **FRAGMENT_TILE,
+        **ROW_TILE_128,
+        "warpgroups": 3,
+        "depth": 1,
+        "overlap_dot": False,
+    },
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
@@ -93,8 +106,15 @@ the accumulator's register order, level with Humming there or faster); and the u
 tile with C staged through the ring's memory and stored in 16-byte runs (up to 4 % faster
 than the plain tile at 4096 rows; it replaced the 64-deep staged form, which it matched or beat
 at 15 of the 16 points measured, i4 and i8 at 256 and 4096 rows, the plain tile beating both
-at the sixteenth). The 128-deep k-tiles need group sizes of
-128 (others prune them); the 128 x 256 tile needs 4- or 8-bit weights."""
+at the sixteenth); then tiles of 128 rows (`ROW_TILE_128`), for batches whose 256-row tiles
+leave SMs idle: 128 x 128 (at 256 rows, 8192 x 8192 has 128 such tiles for 132 SMs where it
+has 64 of 128 x 256, and 8192 x 57344 seven waves of them nearly full where it has 3.4 waves
+of the larger tile) and 192 x 128 with three consumer warpgroups (4096 x 12288 at 256 rows:
+128 tiles where 128 x 256 gives 96), whose consumers' register budget of 160 holds the
+weights of one k-tile ahead (depth 1), with each k-tile's dot in flight (no spills with 4-bit
+weights) or waited for (none with 8-bit ones either). The 128-deep k-tiles need group sizes
+of 128 (others prune them); the fragment tiles need 4- or 8-bit weights, and N a multiple of
+their columns."""
 
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""

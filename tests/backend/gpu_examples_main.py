@@ -679,6 +679,32 @@ PREFILL_CASES = [
         {**STAGED_BATCH_TILE, "panel_waits": True},
         6,
     ),
+    # Three consumer warpgroups of fragment columns, C staged: 192 x 128 with a producer
+    # warpgroup and the dot in flight (QuantizedLinear's tile), and 192 x 32 without (the CPU
+    # emulation runs it).
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {**STAGED_BATCH_TILE, "warpgroups": 3, "block_m": 128, "stages": 4, "depth": 1},
+        6,
+    ),
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "warpgroups": 3,
+            "warp_columns": 16,
+            "block_m": 32,
+            "units_k": 2,
+            "stages": 3,
+            "staged_store": True,
+        },
+        4,
+    ),
 ]
 
 

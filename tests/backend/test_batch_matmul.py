@@ -68,13 +68,16 @@ def _tune(tmp_path, times: dict[int, float], problem: DecodeProblem = PROBLEM):
     return operation, measured
 
 
-TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0}
+TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0, 6: 69.0, 7: 71.0, 8: 72.0}
 """Measured times by path: the 128 x 256 tile with 128-deep k-tiles fastest."""
+COLUMNS_192 = [7, 8]
+"""The paths of 192 x 128 tiles: N = 256 is not a multiple of their columns, so they are
+pruned at `PROBLEM`."""
 
 
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
     operation, measured = _tune(tmp_path, TIMES)
-    assert sorted(measured) == list(range(len(BATCH_PATHS)))
+    assert sorted(measured) == [i for i in range(len(BATCH_PATHS)) if i not in COLUMNS_192]
     assert operation.path == dict(BATCH_PATHS[3]) and operation.launches == 1
     assert operation.prefill.warp_columns == 16 and operation.prefill.block_n == 128
     assert operation.kernel.program.num_threads == 384  # two consumer warpgroups, a producer
@@ -103,6 +106,26 @@ def test_the_staged_store_wins_where_it_is_faster(tmp_path) -> None:
     assert operation.path == dict(BATCH_PATHS[5]) and operation.prefill.staged_store
 
 
+@pytest.mark.parametrize(
+    ("index", "n", "block_n", "threads", "in_flight"),
+    [(6, 256, 128, 384, True), (7, 384, 192, 512, True), (8, 384, 192, 512, False)],
+)
+def test_a_128_row_tile_wins_where_it_is_faster(
+    tmp_path, index: int, n: int, block_n: int, threads: int, in_flight: bool
+) -> None:
+    """The 128 x 128 tile (two consumer warpgroups) and the 192 x 128 tiles (three, the dot
+    in flight or waited for), C staged; the 192-column ones are measured where they divide N
+    (384), pruned where they do not (256)."""
+    problem = DecodeProblem(dtypes.i4, 128, 256, n)
+    operation, measured = _tune(tmp_path, {**TIMES, index: 60.0}, problem)
+    assert operation.path == dict(BATCH_PATHS[index])
+    config = operation.prefill
+    assert (config.block_n, config.block_m, config.block_k) == (block_n, 128, 128)
+    assert config.staged_store and config.overlap_dot == in_flight
+    assert operation.kernel.program.num_threads == threads  # the consumers and a producer
+    assert set(COLUMNS_192).issubset(measured) == (n % 192 == 0)
+
+
 def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
     operation, _ = _tune(tmp_path, {**TIMES, 0: 50.0})
     assert operation.path == DEQUANTIZE and operation.launches == 2
@@ -122,13 +145,18 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("weight", "group_size", "pruned"),
-    [(dtypes.u3, 128, [3, 4, 5]), (dtypes.i8, 64, [3, 4, 5]), (dtypes.u4, 128, [])],
+    [
+        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192]),
+        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192]),
+        (dtypes.u4, 128, COLUMNS_192),
+    ],
     ids=str,
 )
-def test_the_128_x_256_tile_is_pruned_where_it_does_not_fit(
+def test_the_fragment_tiles_are_pruned_where_they_do_not_fit(
     tmp_path, weight, group_size: int, pruned: list[int]
 ) -> None:
-    """That tile takes 4- and 8-bit weights; its 128-deep k-tiles groups of 128."""
+    """Those tiles take 4- and 8-bit weights; their 128-deep k-tiles groups of 128; N a
+    multiple of their columns."""
     problem = DecodeProblem(weight, group_size, 256, 256)
     _, measured = _tune(tmp_path, TIMES, problem)
     assert sorted(measured) == [i for i in range(len(BATCH_PATHS)) if i not in pruned]

@@ -12,7 +12,8 @@
   (`DECODE_MAX_ROWS`) and never for larger M, which get batch operations instead, here through
   the autotuner (whose timing is its own; the test times nothing).
 
-The layer is (K, N) = (1024, 1000): N is padded to 1024 at packing and the output sliced. The
+The layer is (K, N) = (1024, 1500): N is padded to 1536 at packing and the output sliced (a
+multiple of every batch path's columns: 128, 192 and 256). The
 forward tests pin one decode configuration per weight type (`set_decode_config`; a cold tuning
 per case would measure a dozen candidates each), covering split-k, a register ring of depth 2
 and two warps.
@@ -37,7 +38,7 @@ torch = pytest.importorskip("torch")
 from backend.batch_matmul import BATCH_PATHS, BatchMatmul  # noqa: E402
 from backend.quantized_linear import DECODE_MAX_ROWS, QuantizedLinear  # noqa: E402
 
-IN_FEATURES, OUT_FEATURES, GROUP_SIZE = 1024, 1000, 128
+IN_FEATURES, OUT_FEATURES, GROUP_SIZE = 1024, 1500, 128
 WEIGHT_TYPES = [dtypes.i4, dtypes.i8, dtypes.u4]
 CONFIGS = {
     dtypes.i4: DequantConfig(),

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import backend
+from backend.batch_matmul import BATCH_PATHS, prefill_config
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.examples.packed_weights import pack_scales, pack_weights
@@ -477,6 +478,21 @@ def test_panel_waits_match_the_interpreter(staged_store: bool) -> None:
     program = wgmma_dequant_matmul(dtypes.i8, GROUP_SIZE, config)
     kernel = backend.compile(program, constants={"n": n, "k": k})
     failure = _run(program, kernel, config, dtypes.i8, dtypes.f16, False, 7, k=k, m=m, n=n)
+    assert failure is None, failure
+
+
+@pytest.mark.parametrize("weight", [dtypes.i4, dtypes.i8], ids=str)
+@pytest.mark.parametrize("path", [6, 7, 8])
+def test_128_row_tiles_match_the_interpreter(path: int, weight: DataType) -> None:
+    """QuantizedLinear's tiles of 128 rows (`backend.batch_matmul.ROW_TILE_128`: 128 x 128
+    with two consumer warpgroups, 192 x 128 with three, the dot in flight or waited for), C
+    staged in the ring's memory, over 3 row blocks (the last partial) and 2 column blocks."""
+    config = prefill_config(BATCH_PATHS[path])
+    n, k = 2 * config.block_n, 6 * config.block_k
+    m = 2 * config.block_m + 9
+    program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": n, "k": k})
+    failure = _run(program, kernel, config, weight, dtypes.f16, False, 5, k=k, m=m, n=n)
     assert failure is None, failure
 
 

@@ -311,6 +311,39 @@ CASES = [
         3,
     ),
     (dtypes.i8, 128, replace(PRODUCER_IN_FLIGHT, units_k=8, panel_waits=True), 12, 2, 4),
+    # Three consumer warpgroups of fragment columns (192 columns a block) with a producer
+    # warpgroup, the dot in flight and C staged, the last row tile partial; and without a
+    # producer, the dot waited for.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(
+            warpgroups=3,
+            warp_columns=16,
+            block_m=16,
+            units_k=2,
+            stages=4,
+            unroll=2,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            staged_store=True,
+        ),
+        20,
+        2,
+        4,
+    ),
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(
+            warpgroups=3, warp_columns=16, block_m=32, units_k=2, stages=3, staged_store=True
+        ),
+        30,
+        1,
+        3,
+    ),
     # The fragment tile, C staged, more blocks asked for than tiles.
     (
         dtypes.i8,

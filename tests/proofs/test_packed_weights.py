@@ -257,6 +257,25 @@ def test_staged_fragment_tile_lowering_validates() -> None:
     assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == 16
 
 
+@pytest.mark.parametrize(
+    ("index", "weight", "n", "stmatrix"), [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8)]
+)
+def test_128_row_fragment_tiles_lowering_validates(
+    index: int, weight: Any, n: int, stmatrix: int
+) -> None:
+    """The 128-row tiles of QuantizedLinear's batch paths, C staged in the ring's memory: 128 x
+    128 (two consumer warpgroups) and 192 x 128 (three, consumer budgets of 160 registers):
+    every access and claim proved, wgmma's among them and each consumer thread's transposed
+    stmatrix stores of its rows of the staging tile."""
+    config = prefill_config(BATCH_PATHS[index])
+    assert config.block_m == 128 and config.staged_store
+    prefill = wgmma_dequant_matmul(weight, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": n, "k": 1024}))
+    names = [claim.name for claim, _ in report.plan_results]
+    assert any(name.startswith("wgmma") for name in names)
+    assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == stmatrix
+
+
 def test_panel_waits_fragment_tile_lowering_validates() -> None:
     """The staged 128 x 256 tile with each 64-deep activation panel waited for alone before
     its own dot: every access and claim proved, the wgmma chain's among them."""
