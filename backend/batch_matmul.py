@@ -85,14 +85,22 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
         "staged_store": True,
     },
     {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "depth": 2},
-    {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "warpgroups": 3, "depth": 1},
     {
         "path": "prefill",
         **FRAGMENT_TILE,
         **ROW_TILE_128,
         "warpgroups": 3,
         "depth": 1,
-        "overlap_dot": False,
+        "refill_in_place": True,
+    },
+    {
+        "path": "prefill",
+        **FRAGMENT_TILE,
+        "units_k": 8,
+        "stages": 3,
+        "depth": 1,
+        "staged_store": True,
+        "refill_in_place": True,
     },
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
@@ -111,10 +119,11 @@ leave SMs idle: 128 x 128 (at 256 rows, 8192 x 8192 has 128 such tiles for 132 S
 has 64 of 128 x 256, and 8192 x 57344 seven waves of them nearly full where it has 3.4 waves
 of the larger tile) and 192 x 128 with three consumer warpgroups (4096 x 12288 at 256 rows:
 128 tiles where 128 x 256 gives 96), whose consumers' register budget of 160 holds the
-weights of one k-tile ahead (depth 1), with each k-tile's dot in flight (no spills with 4-bit
-weights) or waited for (none with 8-bit ones either). The 128-deep k-tiles need group sizes
-of 128 (others prune them); the fragment tiles need 4- or 8-bit weights, and N a multiple of
-their columns."""
+weights of one k-tile, the next loaded into its registers once it is dequantized
+(`refill_in_place`; with a ring of registers, 8-bit weights spill); and the staged 128 x 256
+tile with its weights refilled in place (no register copies in its k loop). The 128-deep
+k-tiles need group sizes of 128 (others prune them); the fragment tiles need 4- or 8-bit
+weights, and N a multiple of their columns."""
 
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""

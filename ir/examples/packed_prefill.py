@@ -616,7 +616,12 @@ class RegisterRing:
     a k-tile's list of tensors (its packed words, then its group's scale row and zero points),
     issued `depth` k-tiles before `current` holds them. Made before the k loop over the
     k-tiles ``[first, end)`` (the first `depth` k-tiles' loads); `advance(tile)` at the top of
-    the loop body moves k-tile `tile` into `current` and loads k-tile ``tile + depth``."""
+    the loop body moves k-tile `tile` into `current` and loads k-tile ``tile + depth``.
+
+    `in_place` (depth 1): `current` is the only copy. `advance` returns it as it is, and
+    `refill(tile)`, called once the body has read all of k-tile `tile`'s tensors, loads k-tile
+    ``tile + 1`` into the same tensors: one k-tile's registers instead of two, and no register
+    copies, whose reads of words still loading stall a warp where the loop body moves them."""
 
     def __init__(
         self,
@@ -625,10 +630,20 @@ class RegisterRing:
         first: Any,
         end: Any,
         depth: int,
+        in_place: bool = False,
     ):
+        if in_place and depth != 1:
+            raise VerificationError(
+                f"RegisterRing: in_place with depth={depth}; expected depth 1 (the next "
+                "k-tile's loads take the current k-tile's registers)"
+            )
         self.b, self.fetch, self.end, self.depth = b, fetch, end, depth
+        self.in_place = in_place
         self.in_flight = [list(fetch(minimum(first + d, end - 1))) for d in range(depth)]
-        self.current = [b.register_tensor(x.dtype, x.layout, 0) for x in self.in_flight[0]]
+        if in_place:
+            self.current = self.in_flight[0]
+        else:
+            self.current = [b.register_tensor(x.dtype, x.layout, 0) for x in self.in_flight[0]]
 
     def _refill(self, slot: Sequence[RegisterTensor], fetched: Sequence[RegisterTensor]) -> None:
         for held, value in zip(slot, fetched):
@@ -636,10 +651,20 @@ class RegisterRing:
 
     def advance(self, tile: Any) -> list[RegisterTensor]:
         """In the k loop's body: k-tile `tile`'s tensors into `current` (returned), and the
-        loads of k-tile ``tile + depth`` where it is before `end`."""
+        loads of k-tile ``tile + depth`` where it is before `end` (`in_place`: `current` as it
+        is; `refill` loads)."""
+        if self.in_place:
+            return self.current
         self._refill(self.current, self.in_flight[0])
         for d in range(self.depth - 1):
             self._refill(self.in_flight[d], self.in_flight[d + 1])
         last = self.in_flight[self.depth - 1]
         tile_ahead(self.b, tile, self.depth, self.end, lambda t: self._refill(last, self.fetch(t)))
         return self.current
+
+    def refill(self, tile: Any) -> None:
+        """With `in_place`, after the body's last read of k-tile `tile`'s tensors: the loads of
+        k-tile ``tile + 1`` into them, where it is before `end`. Nothing otherwise."""
+        if self.in_place:
+            current = self.current
+            tile_ahead(self.b, tile, 1, self.end, lambda t: self._refill(current, self.fetch(t)))

@@ -132,6 +132,12 @@ class WgmmaDequantConfig(PrefillTile):
     alone: the k-tile's first dot starts while its later panels still land, and on sm_90a
     the panels' wgmma form one chain as `split_dot`'s steps do. Requires block_k a multiple
     of ``PANEL_K`` of at least two panels.
+    `refill_in_place` loads the next k-tile's packed words and scale rows into the registers
+    of the current k-tile once its dequantization has read them, before its dots
+    (`packed_prefill.RegisterRing`, ``in_place``): one k-tile's registers instead of two, and
+    none of the register copies by which a ring of registers moves its k-tiles along, whose
+    reads of words still in flight stall the warp. Requires depth 1 and no `split_dot` (the
+    whole k-tile is dequantized before its dots).
     `split` blocks along k (grid z) each compute the product over one of `split` equal parts
     of k; the last of a tile's blocks to finish adds the parts in order
     (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
@@ -199,6 +205,7 @@ class WgmmaDequantConfig(PrefillTile):
     overlap_dot: bool = False
     split_dot: bool = False
     panel_waits: bool = False
+    refill_in_place: bool = False
     split: int = 1
     stream_k: int = 0
     stream_k_tail: bool = False
@@ -231,6 +238,14 @@ class WgmmaDequantConfig(PrefillTile):
                 f"{PROGRAM}: panel_waits={self.panel_waits!r} with block_k={self.block_k}; "
                 f"expected a bool, True only with block_k a multiple of {PANEL_K} of at least "
                 "two panels"
+            )
+        if not isinstance(self.refill_in_place, bool) or (
+            self.refill_in_place and (self.depth != 1 or self.split_dot)
+        ):
+            raise VerificationError(
+                f"{PROGRAM}: refill_in_place={self.refill_in_place!r} with depth={self.depth}, "
+                f"split_dot={self.split_dot}; expected a bool, True only with depth 1 and no "
+                "split_dot"
             )
         if not isinstance(self.producer, bool) or (self.producer and not self.release):
             raise VerificationError(
@@ -393,7 +408,9 @@ def wgmma_dequant_matmul(
                 for d in range(ahead):
                     tensors.copy_ahead(b, tensors.first, d)
             with consumer():
-                registers = RegisterRing(b, fetch, tensors.first, tensors.end, depth)
+                registers = RegisterRing(
+                    b, fetch, tensors.first, tensors.end, depth, config.refill_in_place
+                )
                 acc = b.register_tensor(f32, c_layout, 0.0)
             # The copy after the dot (overlap_dot) is the consumers' own; a producer's comes
             # first, its stage released an iteration before.
@@ -403,7 +420,7 @@ def wgmma_dequant_matmul(
                     with producer():
                         tensors.copy_ahead(b, tile, ahead)
                 with consumer():
-                    consume(tensors, tile, registers.advance(tile), acc)
+                    consume(tensors, tile, registers, acc)
                     if not copy_first:
                         tensors.copy_ahead(b, tile, ahead)
             with consumer():
@@ -414,10 +431,12 @@ def wgmma_dequant_matmul(
                     b.copy_bulk_release(tensors.ring, [last, 0, 0], shape=(block_k, block_m))
                 return b.view(acc, f32, stored_layout)
 
-        def consume(tensors, tile, current, acc) -> None:
-            """One k-tile in the consumer warps: its weights `current` (packed words per step,
-            then the scale and zero-point rows) dequantized, the activations waited for, the
-            dots into `acc`, and the stage handed back (a sync, or a release)."""
+        def consume(tensors, tile, registers, acc) -> None:
+            """One k-tile in the consumer warps: its weights (from `registers`, the
+            `RegisterRing`: packed words per step, then the scale and zero-point rows)
+            dequantized, the activations waited for, the dots into `acc`, and the stage handed
+            back (a sync, or a release)."""
+            current = registers.advance(tile)
             stage = tensors.stage(tile)
             scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
 
@@ -434,8 +453,11 @@ def wgmma_dequant_matmul(
             # The panels' dots wait for their own panels only; their weights are all
             # dequantized first, so no dot's A registers are written while another runs (on
             # sm_90a ptxas would serialise the chain). split_dot dequantizes step by step.
-            ahead_of_dots = config.panel_waits and not config.split_dot
+            # In place, the next k-tile's loads follow the last read of this one's, before the
+            # dots (and the wait for the dot before, which the lowering puts after them).
+            ahead_of_dots = (config.panel_waits or config.refill_in_place) and not config.split_dot
             decoded = [dequantized(j) for j in range(steps)] if ahead_of_dots else []
+            registers.refill(tile)
             for j in range(steps):
                 renamed = decoded[j] if ahead_of_dots else dequantized(j)
                 if j * step_k % waited_k == 0:

@@ -680,14 +680,21 @@ PREFILL_CASES = [
         6,
     ),
     # Three consumer warpgroups of fragment columns, C staged: 192 x 128 with a producer
-    # warpgroup and the dot in flight (QuantizedLinear's tile), and 192 x 32 without (the CPU
-    # emulation runs it).
+    # warpgroup, the dot in flight and the weights refilled in place (QuantizedLinear's tile),
+    # and 192 x 32 without (the CPU emulation runs it).
     (
-        dtypes.i4,
+        dtypes.i8,
         dtypes.f16,
         False,
         "register",
-        {**STAGED_BATCH_TILE, "warpgroups": 3, "block_m": 128, "stages": 4, "depth": 1},
+        {
+            **STAGED_BATCH_TILE,
+            "warpgroups": 3,
+            "block_m": 128,
+            "stages": 4,
+            "depth": 1,
+            "refill_in_place": True,
+        },
         6,
     ),
     (
@@ -704,6 +711,23 @@ PREFILL_CASES = [
             "staged_store": True,
         },
         4,
+    ),
+    # The next k-tile's words loaded into the registers of the one just dequantized, the dot
+    # in flight (the CPU emulation runs it).
+    (
+        dtypes.u4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "block_m": 16,
+            "units_k": 8,
+            "stages": 3,
+            "unroll": 2,
+            "overlap_dot": True,
+            "refill_in_place": True,
+        },
+        5,
     ),
 ]
 

@@ -70,9 +70,9 @@ def _tune(tmp_path, times: dict[int, float], problem: DecodeProblem = PROBLEM):
 
 TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0, 6: 69.0, 7: 71.0, 8: 72.0}
 """Measured times by path: the 128 x 256 tile with 128-deep k-tiles fastest."""
-COLUMNS_192 = [7, 8]
-"""The paths of 192 x 128 tiles: N = 256 is not a multiple of their columns, so they are
-pruned at `PROBLEM`."""
+COLUMNS_192 = [7]
+"""The path of 192 x 128 tiles: N = 256 is not a multiple of its columns, so it is pruned at
+`PROBLEM`."""
 
 
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
@@ -107,21 +107,27 @@ def test_the_staged_store_wins_where_it_is_faster(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("index", "n", "block_n", "threads", "in_flight"),
-    [(6, 256, 128, 384, True), (7, 384, 192, 512, True), (8, 384, 192, 512, False)],
+    ("index", "n", "tile", "threads", "in_place"),
+    [
+        (6, 256, (128, 128), 384, False),
+        (7, 384, (192, 128), 512, True),
+        (8, 256, (128, 256), 384, True),
+    ],
 )
-def test_a_128_row_tile_wins_where_it_is_faster(
-    tmp_path, index: int, n: int, block_n: int, threads: int, in_flight: bool
+def test_a_later_tile_wins_where_it_is_faster(
+    tmp_path, index: int, n: int, tile: tuple[int, int], threads: int, in_place: bool
 ) -> None:
-    """The 128 x 128 tile (two consumer warpgroups) and the 192 x 128 tiles (three, the dot
-    in flight or waited for), C staged; the 192-column ones are measured where they divide N
-    (384), pruned where they do not (256)."""
+    """The 128 x 128 tile (two consumer warpgroups), the 192 x 128 tile (three) and the
+    staged 128 x 256 tile with its weights refilled in place, all with C staged and 128-deep
+    k-tiles; the 192-column one is measured where it divides N (384), pruned where it does
+    not (256)."""
     problem = DecodeProblem(dtypes.i4, 128, 256, n)
     operation, measured = _tune(tmp_path, {**TIMES, index: 60.0}, problem)
     assert operation.path == dict(BATCH_PATHS[index])
     config = operation.prefill
-    assert (config.block_n, config.block_m, config.block_k) == (block_n, 128, 128)
-    assert config.staged_store and config.overlap_dot == in_flight
+    assert (config.block_n, config.block_m, config.block_k) == (*tile, 128)
+    assert config.staged_store and config.overlap_dot
+    assert config.refill_in_place == in_place and config.depth == (1 if in_place else 2)
     assert operation.kernel.program.num_threads == threads  # the consumers and a producer
     assert set(COLUMNS_192).issubset(measured) == (n % 192 == 0)
 
@@ -146,8 +152,8 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("weight", "group_size", "pruned"),
     [
-        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192]),
-        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192]),
+        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192, 8]),
+        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192, 8]),
         (dtypes.u4, 128, COLUMNS_192),
     ],
     ids=str,

@@ -52,7 +52,8 @@ from ir.examples.wgmma_dequant_matmul import (
     consumer_registers,
     wgmma_dequant_matmul,
 )
-from ir.instructions import Dot, ThreadGroup
+from ir.instructions import Assign, Dot, ForRange, LoadGlobal, ThreadGroup
+from ir.program import walk as walk_body
 from ir.specialize import specialize
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
@@ -311,6 +312,28 @@ CASES = [
         3,
     ),
     (dtypes.i8, 128, replace(PRODUCER_IN_FLIGHT, units_k=8, panel_waits=True), 12, 2, 4),
+    # The next k-tile's words loaded into the current one's registers: plain, with the
+    # producer warpgroup and the dot in flight over laps of the ring, with panel waits, in
+    # persistent blocks, and with a split (stream-K: `STREAM_K_CASES`).
+    (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, stages=3, refill_in_place=True), 20, 1, 5),
+    (dtypes.u3, 32, replace(PRODUCER_IN_FLIGHT, refill_in_place=True), 9, 1, 8),
+    (
+        dtypes.i8,
+        128,
+        replace(PRODUCER_IN_FLIGHT, units_k=8, panel_waits=True, refill_in_place=True),
+        12,
+        2,
+        4,
+    ),
+    (dtypes.u4, 32, replace(PRODUCER_IN_FLIGHT, persistent=2, refill_in_place=True), 20, 2, 4),
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2, refill_in_place=True),
+        20,
+        2,
+        6,
+    ),
     # Three consumer warpgroups of fragment columns (192 columns a block) with a producer
     # warpgroup, the dot in flight and C staged, the last row tile partial; and without a
     # producer, the dot waited for.
@@ -424,6 +447,15 @@ STREAM_K_CASES = [
     ),
     # Stages released: a block's segments share the ring's free barriers, lap after lap.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, release=True), 9, 2, 7),
+    # The next k-tile's words loaded into the current one's registers, a ring per segment.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stream_k=3, refill_in_place=True),
+        9,
+        2,
+        7,
+    ),
     (
         dtypes.u4,
         32,
@@ -620,6 +652,57 @@ def test_persistent_refusals(fields: dict, words: str) -> None:
 def test_panel_waits_refusals(fields: dict, words: str) -> None:
     with pytest.raises(VerificationError, match=re.escape(words)):
         wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"depth": 2, "refill_in_place": True}, "refill_in_place=True with depth=2"),
+        (
+            {"split_dot": True, "refill_in_place": True},
+            "refill_in_place=True with depth=1, split_dot=True",
+        ),
+        ({"refill_in_place": 1}, "refill_in_place=1"),
+    ],
+)
+def test_refill_in_place_refusals(fields: dict, words: str) -> None:
+    with pytest.raises(VerificationError, match=re.escape(words)):
+        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
+
+
+def _register_copies(program) -> list[tuple[str, str]]:
+    """(destination, source) of each assignment of one register tensor to another in the
+    program's k loops (the loops that hold a dot)."""
+    loops = [
+        i
+        for i in program.walk()
+        if isinstance(i, ForRange) and any(isinstance(j, Dot) for j in walk_body(i.body))
+    ]
+    return [
+        (i.dst.name, i.src.name)
+        for loop in loops
+        for i in walk_body(loop.body)
+        if isinstance(i, Assign)
+    ]
+
+
+def test_refill_in_place_loads_into_the_current_registers() -> None:
+    """With `refill_in_place` the k loop copies no register tensor but the loads' results
+    (into the tensors that held the k-tile just dequantized) and the dot's (into the
+    accumulator); the register ring of depth 1 moves the k-tile ahead into the current one
+    first."""
+    config = WgmmaDequantConfig(block_m=16, units_k=8, stages=3, unroll=2, overlap_dot=True)
+    ring = _register_copies(wgmma_dequant_matmul(dtypes.i8, 128, config))
+    in_place = wgmma_dequant_matmul(dtypes.i8, 128, replace(config, refill_in_place=True))
+    loaded = {i.out.name for i in in_place.walk() if isinstance(i, LoadGlobal)}
+    dots = {i.out.name for i in in_place.walk() if isinstance(i, Dot)}
+    copies = _register_copies(in_place)
+    # A k-tile is two tensors (its packed words, its scale row): the ring also copies each
+    # from the k-tile ahead into the current one.
+    assert len(ring) == len(copies) + 2
+    assert all(src in loaded | dots for _, src in copies)
+    assert sum(src in loaded for _, src in copies) == 2
+    assert not all(src in loaded | dots for _, src in ring)
 
 
 @pytest.mark.parametrize(

@@ -258,17 +258,19 @@ def test_staged_fragment_tile_lowering_validates() -> None:
 
 
 @pytest.mark.parametrize(
-    ("index", "weight", "n", "stmatrix"), [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8)]
+    ("index", "weight", "n", "stmatrix"),
+    [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8), (8, dtypes.i8, 256, 16)],
 )
-def test_128_row_fragment_tiles_lowering_validates(
+def test_later_fragment_tiles_lowering_validates(
     index: int, weight: Any, n: int, stmatrix: int
 ) -> None:
-    """The 128-row tiles of QuantizedLinear's batch paths, C staged in the ring's memory: 128 x
-    128 (two consumer warpgroups) and 192 x 128 (three, consumer budgets of 160 registers):
-    every access and claim proved, wgmma's among them and each consumer thread's transposed
-    stmatrix stores of its rows of the staging tile."""
+    """The later tiles of QuantizedLinear's batch paths, C staged in the ring's memory: 128 x
+    128 (two consumer warpgroups), 192 x 128 (three, consumer budgets of 160 registers, the
+    weights refilled in place) and 128 x 256 refilled in place: every access and claim
+    proved, wgmma's among them and each consumer thread's transposed stmatrix stores of its
+    rows of the staging tile."""
     config = prefill_config(BATCH_PATHS[index])
-    assert config.block_m == 128 and config.staged_store
+    assert config.staged_store and config.block_k == 128
     prefill = wgmma_dequant_matmul(weight, 128, config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": n, "k": 1024}))
     names = [claim.name for claim, _ in report.plan_results]
