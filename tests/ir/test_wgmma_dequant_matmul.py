@@ -806,7 +806,7 @@ def test_stream_k_needs_whole_runs_of_the_unroll_count() -> None:
 def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig, int, int, int]:
     """A weight type of exact f16 values, a valid configuration and group size, a small shape."""
     config = WgmmaDequantConfig(
-        warpgroups=draw(st.sampled_from([1, 1, 2])),
+        warpgroups=draw(st.sampled_from([1, 1, 2, 3])),
         units_n=draw(st.sampled_from([1, 1, 2])),
         units_k=draw(st.sampled_from([1, 2, 4])),
         block_m=8 * draw(st.integers(1, 5)),
@@ -822,6 +822,8 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
         config = replace(config, warp_columns=FRAGMENT_COLUMNS)
     split = draw(st.sampled_from([1, 1, 2, 3]))
     config = replace(config, split_dot=draw(st.booleans()), split=split)
+    if config.depth == 1 and not config.split_dot and draw(st.booleans()):
+        config = replace(config, refill_in_place=True)
     group_size = config.block_k * draw(st.sampled_from([1, 2]))
     m = draw(st.integers(1, 2 * config.block_m + 1))
     k = config.block_k * split * draw(st.integers(1, 4 // split + 1))
