@@ -439,6 +439,10 @@ STAGED_BATCH_TILE = {
 """QuantizedLinear's staged 128 x 256 tile: two consumer warpgroups over 256 rows, 128-deep
 k-tiles in three stages, C staged in the ring's memory."""
 
+IN_FLIGHT_K128 = {"block_m": 16, "units_k": 8, "stages": 3, "unroll": 2, "overlap_dot": True}
+"""A 16-row tile of 128-deep k-tiles, unrolled twice with each k-tile's dot in flight and no
+producer (so the CPU emulation runs its variants)."""
+
 PREFILL_CASES = [
     # (weight type, activation type, zero points, program, its config fields, k-tiles);
     # "register": `wgmma_dequant_matmul`, "staged": `staged_dequant_matmul`.
@@ -660,15 +664,7 @@ PREFILL_CASES = [
         dtypes.f16,
         False,
         "register",
-        {
-            "block_m": 16,
-            "units_k": 8,
-            "stages": 3,
-            "unroll": 2,
-            "overlap_dot": True,
-            "release": True,
-            "panel_waits": True,
-        },
+        {**IN_FLIGHT_K128, "release": True, "panel_waits": True},
         4,
     ),
     (
@@ -714,21 +710,7 @@ PREFILL_CASES = [
     ),
     # The next k-tile's words loaded into the registers of the one just dequantized, the dot
     # in flight (the CPU emulation runs it).
-    (
-        dtypes.u4,
-        dtypes.f16,
-        False,
-        "register",
-        {
-            "block_m": 16,
-            "units_k": 8,
-            "stages": 3,
-            "unroll": 2,
-            "overlap_dot": True,
-            "refill_in_place": True,
-        },
-        5,
-    ),
+    (dtypes.u4, dtypes.f16, False, "register", {**IN_FLIGHT_K128, "refill_in_place": True}, 5),
 ]
 
 
