@@ -99,9 +99,10 @@ from backend.device import current_arch
 from backend.timing import flush_buffer, median_us
 from ir import dtypes
 from ir.dtypes import DataType
+from ir.errors import VerificationError
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.examples.quantized_matmul import quantized_matmul
-from ir.examples.register_dequant_matmul import DequantConfig
+from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
 from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 
@@ -427,7 +428,9 @@ def register_dequant_operations(
     """The register-dequant kernel's operations by batch: first those of the tuned
     configurations (`recorded` None: tuned at `batches`, a larger M using the largest tuning
     batch not above it) or of the `recorded` ones (a point they lack tuned at its own batch),
-    then for each of `variants` the same configurations with its fields replaced."""
+    then for each of `variants` the same configurations with its fields replaced (a
+    configuration the replaced fields make invalid, `VerificationError`, left out: e.g.
+    ``refill_in_place`` for one with a shared ring)."""
     if recorded is None:
         base = tuned(problem, batches, flush, repeats, compact)
     else:
@@ -441,8 +444,16 @@ def register_dequant_operations(
             if m not in known:
                 base.update(tuned(problem, [m], flush, repeats, compact))
         base = dict(sorted(base.items()))
-    keys = [(index, m) for index in range(len(variants)) for m in base]
-    configs = [replace(base[m].decode.config, **variants[index]) for index, m in keys]
+    keys, configs = [], []
+    for index in range(len(variants)):
+        for m in base:
+            config = replace(base[m].decode.config, **variants[index])
+            try:
+                register_dequant_matmul(problem.weight, GROUP_SIZE, config)
+            except VerificationError:
+                continue
+            keys.append((index, m))
+            configs.append(config)
     results = [base] + [{} for _ in variants]
     for (index, m), operation in zip(keys, compiled(problem, configs)):
         results[index + 1][m] = operation
@@ -452,6 +463,14 @@ def register_dequant_operations(
 def for_batch(operations: dict[int, Operation], m: int) -> Operation:
     """The operation for batch `m`: that of the largest batch of `operations` not above it."""
     return operations[max(b for b in operations if b <= m)]
+
+
+def variant_batches(
+    base: dict[int, Operation], variant: dict[int, Operation], batches: list[int]
+) -> list[int]:
+    """The batches a variant of the `base` operations measures: those whose base operation
+    (`for_batch`) the variant has a counterpart of (all, for the base itself)."""
+    return [m for m in batches if max(b for b in base if b <= m) in variant]
 
 
 def run_point(
@@ -696,7 +715,9 @@ def main(argv: list[str] | None = None) -> int:
                         options.space == "compact",
                     )
                     for operations in kernels:
-                        points += run_point(operations, batches, flush, options.repeats, peers)
+                        covered = variant_batches(kernels[0], operations, batches)
+                        if covered:
+                            points += run_point(operations, covered, flush, options.repeats, peers)
                 else:
                     # Each option set's kernel compiled in a thread (NVRTC needs no GPU).
                     with ThreadPoolExecutor() as pool:

@@ -57,6 +57,18 @@ def test_option_sets_parse_integers_and_booleans() -> None:
         benchmark.parse_overrides("block_m=wide")
 
 
+def test_a_variant_measures_the_batches_whose_configuration_it_has() -> None:
+    """Tuned at 1 and 16, the base operations serve every batch from the largest tuned batch
+    not above it; a variant that could not change the configuration of 16 (left out) measures
+    the batches served by 1 alone."""
+    base = {1: "config of 1", 16: "config of 16"}
+    batches = [1, 4, 16, 256]
+    assert benchmark.variant_batches(base, base, batches) == batches
+    assert benchmark.variant_batches(base, {1: "variant of 1"}, batches) == [1, 4]
+    assert benchmark.variant_batches(base, {16: "variant of 16"}, batches) == [16, 256]
+    assert benchmark.variant_batches(base, {}, batches) == []
+
+
 def _matmul_benchmark():
     spec = importlib.util.spec_from_file_location("matmul_benchmark", BENCHMARKS / "matmul.py")
     module = importlib.util.module_from_spec(spec)

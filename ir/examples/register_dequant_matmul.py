@@ -175,6 +175,11 @@ class DequantConfig:
     to 256 words of a k-tile's rows, issued by one thread instead of each thread's own
     `copy_async` of its words, waited for and released like the activations: the loop issues
     no copy instruction but that thread's.
+    `refill_in_place` (the register ring of depth 1, no `magic_bias`): the k-tile goes one k16
+    step at a time after the activations' barrier, each step's words cast, then loaded again
+    with the next k-tile's words of that step, then multiplied (a chain of dots in k order,
+    the same sums): one k-tile's words in registers instead of two, one step's weights at a
+    time, and none of the register copies by which the ring moves a k-tile along.
     """
 
     warps: int = 4
@@ -195,6 +200,7 @@ class DequantConfig:
     magic_bias: bool = False
     release: bool = False
     bulk_weights: bool = False
+    refill_in_place: bool = False
 
     @property
     def block_m(self) -> int:
@@ -285,7 +291,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
     flags = ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger")
-    for name in (*flags, "magic_bias", "release", "bulk_weights"):
+    for name in (*flags, "magic_bias", "release", "bulk_weights", "refill_in_place"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -296,6 +302,12 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: stages={config.stages} with depth={config.depth}; a "
             "shared ring needs at least 2 stages and takes the place of the register ring "
             "(depth 1)"
+        )
+    if config.refill_in_place and (config.stages or config.depth != 1 or config.magic_bias):
+        raise VerificationError(
+            f"register_dequant_matmul: refill_in_place=True with stages={config.stages}, "
+            f"depth={config.depth}, magic_bias={config.magic_bias}; the words are refilled in "
+            "place in the register ring of depth 1 (stages 0), without magic_bias"
         )
     if config.release and not config.stages:
         raise VerificationError(
@@ -385,6 +397,15 @@ def register_dequant_matmul(
         weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
         a_layout = activation_layout(warps, config.units_k, config.units_m)
         c_layout = accumulator_layout(warps, config.units_n, config.units_m)
+    # One k16 step's layouts (`refill_in_place`).
+    step_code_layout, step_word_layout = tile_layouts(nbits, warps, 1, config.units_n)
+    if transposed:
+        step_code_layout = step_code_layout.permute(1, 0)
+        step_weight_layout = transposed_weight_layout(warps, 1, config.units_n)
+        step_a_layout = transposed_activation_layout(warps, 1, config.units_m)
+    else:
+        step_weight_layout = tile_value_layout(warps, 1, config.units_n)
+        step_a_layout = activation_layout(warps, 1, config.units_m)
     # The dimension of the k steps (weights) and of the rows of A (C), along which one
     # weight column's scale is constant.
     k_dim = 1 if transposed else 0
@@ -396,6 +417,7 @@ def register_dequant_matmul(
         warp_units * unit_scale_layout(),
         reduce_layout(weight_layout, [k_dim], keepdims=True),
     )
+    step_row_layouts = (weight_row_layouts[0], reduce_layout(step_weight_layout, [k_dim], True))
     c_row_layout = reduce_layout(c_layout, [k_dim], keepdims=True)
     if transposed:
         accumulator_row_layouts = (warp_units * unit_scale_layout(), c_row_layout)
@@ -454,6 +476,12 @@ def register_dequant_matmul(
         def weight_words(tile, word_col0):
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)
 
+        def step_words(tile, j, word_col0):
+            """Step j's words of k-tile `tile` (`refill_in_place`)."""
+            return b.load_global(
+                packed_view, [tile * config.units_k + j, word_col0], step_word_layout
+            )
+
         def copy_weights(tile, stage, word_col0):
             row = tile * config.units_k
             if not config.bulk_weights:
@@ -488,13 +516,19 @@ def register_dequant_matmul(
                 else:
                     b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 
+            in_place = config.refill_in_place
             if stages:
                 ring = []
                 for d in range(stages - 1):
                     ahead_of(first, d, end, lambda t, d=d: copy_weights(t, d, word_col0))
+            elif in_place:
+                # The current k-tile's words, by step: each step's registers take the next
+                # k-tile's words of that step once its cast has read them.
+                ring = [step_words(first, j, word_col0) for j in range(config.units_k)]
             else:
                 ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
-            current = b.register_tensor(i32, word_layout, 0)
+            if not in_place:
+                current = b.register_tensor(i32, word_layout, 0)
             if config.programmatic_launch and not stream:
                 # The weights above overlap the end of the kernel before; the activations,
                 # scales, partial sums and counters below may be what it writes.
@@ -528,32 +562,40 @@ def register_dequant_matmul(
                         b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
                 else:
                     stage = (tile - first) % 2
-                    b.assign(current, ring[0])
-                    for d in range(depth - 1):
-                        b.assign(ring[d], ring[d + 1])
-                    # (The weights' guard also keeps the compiler from hoisting the loads of
-                    # the unrolled k-tiles: it costs copies of the ring, not twice the
-                    # registers.)
-                    ahead_of(
-                        tile, depth, end,
-                        lambda t: b.assign(ring[depth - 1], weight_words(t, word_col0)),
-                    )  # fmt: skip
+                    if not in_place:
+                        b.assign(current, ring[0])
+                        for d in range(depth - 1):
+                            b.assign(ring[d], ring[d + 1])
+                        # (The weights' guard also keeps the compiler from hoisting the loads
+                        # of the unrolled k-tiles: it costs copies of the ring, not twice the
+                        # registers.)
+                        ahead_of(
+                            tile, depth, end,
+                            lambda t: b.assign(ring[depth - 1], weight_words(t, word_col0)),
+                        )  # fmt: skip
                     ahead_of(tile, 1, end, lambda t: copy_activations(t, 1 - stage))
                     b.copy_async_commit()
-                codes = b.view(current, weight_dtype, code_layout)
-                weights = b.cast(
-                    codes, act, weight_layout, exponent=exponent, biased=config.magic_bias
-                )
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
 
                 def group_row(view, layouts):
                     packed_row = b.load_global(view, [group, col0], layouts[0])
                     return b.view(packed_row, act, layouts[1])
 
-                if zero_points:
-                    weights = b.sub(weights, group_row(zero_view, weight_row_layouts))
-                if not config.late_scale:
-                    weights = b.mul(weights, group_row(scale_view, weight_row_layouts))
+                def dequantized(words, layouts):
+                    """The weights of `words` (the codes in `layouts`: code, weight and row
+                    layouts), cast, less the zero points, times the scales unless late."""
+                    codes = b.view(words, weight_dtype, layouts[0])
+                    weights = b.cast(
+                        codes, act, layouts[1], exponent=exponent, biased=config.magic_bias
+                    )
+                    if zero_points:
+                        weights = b.sub(weights, group_row(zero_view, layouts[2]))
+                    if not config.late_scale:
+                        weights = b.mul(weights, group_row(scale_view, layouts[2]))
+                    return weights
+
+                if not in_place:
+                    weights = dequantized(current, (code_layout, weight_layout, weight_row_layouts))
                 if not stages:
                     b.copy_async_wait(1)
                 if config.release:
@@ -567,6 +609,20 @@ def register_dequant_matmul(
                         activations = b.view(loaded, act, a_layout)
                     # This warp is past its reads of the stage: the next copy into it may start.
                     b.copy_bulk_release(a_shared, *a_tile)
+                elif in_place:
+                    b.sync()
+                    steps = []
+                    for j in range(config.units_k):
+                        # Step j's (BM, 16) tile of A (A^T named as loaded, as below).
+                        if transposed:
+                            loaded = b.load_shared(
+                                a_shared, step_a_layout.permute(1, 0), [stage, 0, j * UNIT_K]
+                            )
+                            steps.append(b.view(loaded, act, step_a_layout))
+                        else:
+                            steps.append(
+                                b.load_shared(a_shared, step_a_layout, [stage, 0, j * UNIT_K])
+                            )
                 else:
                     b.sync()
                     if transposed:
@@ -576,20 +632,36 @@ def register_dequant_matmul(
                     else:
                         activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
 
-                def product(w, c_in):
+                def product(w, c_in, a_tile=None):
+                    a_tile = activations if a_tile is None else a_tile
                     if transposed:
-                        return b.dot(w, activations, c_in)
-                    return b.dot(activations, w, c_in)
+                        return b.dot(w, a_tile, c_in)
+                    return b.dot(a_tile, w, c_in)
+
+                def stepped_product(c_in):
+                    """The k-tile's product from `c_in`, step by step: each step's words cast,
+                    refilled with the next k-tile's, then multiplied into the chain."""
+                    layouts = (step_code_layout, step_weight_layout, step_row_layouts)
+                    for j in range(config.units_k):
+                        step_weights = dequantized(ring[j], layouts)
+                        ahead_of(
+                            tile, 1, end,
+                            lambda t, j=j: b.assign(ring[j], step_words(t, j, word_col0)),
+                        )  # fmt: skip
+                        c_in = product(step_weights, c_in, steps[j])
+                    return c_in
 
                 if config.late_scale:
                     row = group_row(scale_view, accumulator_row_layouts)
                     scale = b.cast(row, f32, c_row_layout, exponent=-exponent)
-                    products = product(weights, zero)
+                    products = stepped_product(zero) if in_place else product(weights, zero)
                     if config.magic_bias:
                         # The biases' product, negated, from a chain of its own (started from
                         # it, the weights' chain would wait on it: twice the mma latency).
                         products = b.add(products, product(negated_biases, zero))
                     b.assign(acc, b.fma(products, scale, acc))
+                elif in_place:
+                    b.assign(acc, stepped_product(acc))
                 else:
                     b.assign(acc, product(weights, acc))
                 if not config.release:

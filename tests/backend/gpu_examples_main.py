@@ -337,6 +337,33 @@ DECODE_CASES = [
         False,
         {"units_k": 8, "late_scale": True, "magic_bias": True, "weights_as_a": True},
     ),
+    # Each k16 step's words refilled in place with the next k-tile's: the weights as A with
+    # the late scale and a split, two row blocks, zero points with bf16.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "split": 2,
+            "late_scale": True,
+            "weights_as_a": True,
+            "refill_in_place": True,
+        },
+    ),
+    (
+        dtypes.i2,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "units_m": 2,
+            "refill_in_place": True,
+        },
+    ),  # fmt: skip
+    (dtypes.u4, dtypes.bf16, True, {"warps": 2, "units_k": 4, "refill_in_place": True}),
 ]
 
 

@@ -56,7 +56,7 @@ from backend.errors import CompilationError, LaunchError
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
-from ir.examples.register_dequant_matmul import DequantConfig
+from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 KEY = {"gpu": "Fake GPU", "arch": "sm_90a", "k": 4096}
@@ -276,30 +276,34 @@ def test_decode_search_space_table() -> None:
     # it the magic numbers' biases kept (i4's biased cast is the cheaper). The 2048 / 64 w
     # tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of persistent
     # blocks at 16 warps an SM.
+    # The late-scale points of depth 1 once more with each step's words refilled in place.
     fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale, c.magic_bias) for c in space]
-    streams = [(c.stream_k, c.min_blocks_per_sm) for c in space]
+    streams = [(c.stream_k, c.min_blocks_per_sm, c.refill_in_place) for c in space]
     assert list(zip(fields, streams)) == [
-        ((2, 4, 4, 1, False, False), (0, 0)),
-        ((2, 4, 4, 2, False, False), (0, 0)),
-        ((2, 4, 1, 1, False, False), (1056, 8)),
-        ((2, 8, 2, 1, False, False), (0, 0)),
-        ((2, 8, 2, 1, True, False), (0, 0)),
-        ((2, 8, 2, 1, True, True), (0, 0)),
-        ((2, 8, 1, 1, True, False), (1056, 8)),
-        ((4, 4, 4, 1, False, False), (0, 0)),
-        ((4, 4, 4, 2, False, False), (0, 0)),
-        ((4, 4, 1, 1, False, False), (528, 4)),
-        ((4, 8, 2, 1, False, False), (0, 0)),
-        ((4, 8, 2, 1, True, False), (0, 0)),
-        ((4, 8, 2, 1, True, True), (0, 0)),
-        ((4, 8, 1, 1, True, False), (528, 4)),
-        ((8, 4, 4, 1, False, False), (0, 0)),
-        ((8, 4, 4, 2, False, False), (0, 0)),
-        ((8, 4, 1, 1, False, False), (264, 2)),
-        ((8, 8, 2, 1, False, False), (0, 0)),
-        ((8, 8, 2, 1, True, False), (0, 0)),
-        ((8, 8, 2, 1, True, True), (0, 0)),
-        ((8, 8, 1, 1, True, False), (264, 2)),
+        ((2, 4, 4, 1, False, False), (0, 0, False)),
+        ((2, 4, 4, 2, False, False), (0, 0, False)),
+        ((2, 4, 1, 1, False, False), (1056, 8, False)),
+        ((2, 8, 2, 1, False, False), (0, 0, False)),
+        ((2, 8, 2, 1, True, False), (0, 0, False)),
+        ((2, 8, 2, 1, True, True), (0, 0, False)),
+        ((2, 8, 2, 1, True, False), (0, 0, True)),
+        ((2, 8, 1, 1, True, False), (1056, 8, False)),
+        ((4, 4, 4, 1, False, False), (0, 0, False)),
+        ((4, 4, 4, 2, False, False), (0, 0, False)),
+        ((4, 4, 1, 1, False, False), (528, 4, False)),
+        ((4, 8, 2, 1, False, False), (0, 0, False)),
+        ((4, 8, 2, 1, True, False), (0, 0, False)),
+        ((4, 8, 2, 1, True, True), (0, 0, False)),
+        ((4, 8, 2, 1, True, False), (0, 0, True)),
+        ((4, 8, 1, 1, True, False), (528, 4, False)),
+        ((8, 4, 4, 1, False, False), (0, 0, False)),
+        ((8, 4, 4, 2, False, False), (0, 0, False)),
+        ((8, 4, 1, 1, False, False), (264, 2, False)),
+        ((8, 8, 2, 1, False, False), (0, 0, False)),
+        ((8, 8, 2, 1, True, False), (0, 0, False)),
+        ((8, 8, 2, 1, True, True), (0, 0, False)),
+        ((8, 8, 2, 1, True, False), (0, 0, True)),
+        ((8, 8, 1, 1, True, False), (264, 2, False)),
     ]
     assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
 
@@ -422,10 +426,35 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
     if activation == dtypes.f16:
         twins = [c for c in problem_space if c.magic_bias]
         lates = [c for c in problem_space if c.late_scale and not c.magic_bias and not c.stages]
-        lates = [c for c in lates if not c.stream_k]
+        lates = [c for c in lates if not c.stream_k and not c.refill_in_place]
         assert twins == ([replace(c, magic_bias=True) for c in lates] if saves else [])
     sixteen = decode_search_space(dtype, 4096, 12288, 16)
     assert not any(c.magic_bias for c in sixteen if not c.weights_as_a or c.units_m > 1)
+
+
+@pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
+@pytest.mark.parametrize("m", [1, 8, 16])
+def test_refill_in_place_twins_of_the_late_scale_points_of_one_8_row_block(
+    weight: str, m: int
+) -> None:
+    """In the tiling of one 8-row block (batches below 12), each late-scale point of the
+    register ring of depth 1 (not stream-K) once more with `refill_in_place`, right after it
+    (and its biased twin); none in other tilings or in the compact space."""
+    dtype = dtypes.from_name(weight)
+    space = decode_search_space(dtype, 4096, 12288, m)
+    twins = [c for c in space if c.refill_in_place]
+    plain = [c for c in space if not c.refill_in_place and not c.magic_bias]
+    wanted = [
+        replace(c, refill_in_place=True)
+        for c in plain
+        if c.late_scale and c.depth == 1 and not (c.stages or c.stream_k)
+        if c.weights_as_a and c.units_m == 1
+    ]
+    assert twins == wanted and (m < 12) == bool(twins)
+    for twin in twins:
+        register_dequant_matmul(dtype, 128, twin)  # a valid configuration
+    compact = decode_search_space(dtype, 4096, 12288, m, compact=True)
+    assert not any(c.refill_in_place for c in compact)
 
 
 def test_compact_search_space_table() -> None:
@@ -869,11 +898,11 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Twelve candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
-    scale, with it, with it and the biases kept, and a stream-K point, for each warp count),
-    compiled with NVRTC; a fake measure that prefers 4 warps, the late scale and split-k to
-    stream-K (the biases kept tie with their twin, which comes first); then a warm lookup that
-    measures nothing."""
+    """Fifteen candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
+    scale, with it, with it and the biases kept, with it and the words refilled in place, and
+    a stream-K point, for each warp count), compiled with NVRTC; a fake measure that prefers 4
+    warps, the late scale and split-k to stream-K (the biases kept and the refill tie with
+    their twin, which comes first); then a warm lookup that measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
@@ -887,7 +916,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 12
+    assert measured == space and len(space) == 15
     # A fused sum, the scales applied to the products.
     assert cold.config == DequantConfig(
         warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
@@ -895,7 +924,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 12
+    assert len(measured) == 15
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
@@ -916,10 +945,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 24
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 27
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 24 and eleven.tuning.from_cache
+    assert len(measured) == 27 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

@@ -324,6 +324,24 @@ CASES = [
     ),
     (dtypes.u8, 64, DequantConfig(warps=2, units_k=4, late_scale=True, magic_bias=True), 3, 1, 2),
     (dtypes.u3, 32, DequantConfig(warps=1, units_k=2, late_scale=True, magic_bias=True), 17, 1, 3),
+    # Each step's words refilled in place with the next k-tile's: plain and late-scaled, the
+    # weights as A with two row blocks, a split (the last k-tile of a part refills nothing),
+    # unrolled and not, stream-K (a ring per segment).
+    (dtypes.i4, 128, DequantConfig(refill_in_place=True), 1, 2, 2),
+    (dtypes.u4, 64, DequantConfig(units_k=4, late_scale=True, refill_in_place=True), 5, 1, 3),
+    (
+        dtypes.i2,
+        128,
+        DequantConfig(
+            warps=2, units_k=8, late_scale=True, weights_as_a=True, units_m=2, refill_in_place=True
+        ),
+        9,
+        1,
+        2,
+    ),
+    (dtypes.i8, 64, DequantConfig(warps=1, units_k=2, split=2, refill_in_place=True), 16, 2, 3),
+    (dtypes.u3, 64, DequantConfig(warps=2, units_k=2, unroll=1, refill_in_place=True), 17, 1, 3),
+    (dtypes.i4, 64, DequantConfig(warps=1, units_k=4, stream_k=3, refill_in_place=True), 5, 2, 3),
 ]
 
 
@@ -358,6 +376,7 @@ ZERO_POINT_CASES = [
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, weights_as_a=True), 7),
     (dtypes.u2, dtypes.f16, True, DequantConfig(units_k=4, late_scale=True, weights_as_a=True), 2),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=2, stages=3), 4),
+    (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, refill_in_place=True), 6),
 ]
 
 
@@ -428,6 +447,8 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     stages = draw(st.sampled_from([0, 0, 2, 3, 4]))
     if stages:  # the shared ring takes the register ring's place
         config = replace(config, stages=stages, depth=1)
+    elif config.depth == 1 and draw(st.booleans()):
+        config = replace(config, refill_in_place=True)
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
@@ -548,6 +569,19 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(stages=3, release=1), "release=1; expected True or False"),
         (DequantConfig(stages=3, bulk_weights=True), "bulk_weights=True without release"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
+        (DequantConfig(refill_in_place=1), "refill_in_place=1; expected True or False"),
+        (
+            DequantConfig(depth=2, refill_in_place=True),
+            "refill_in_place=True with stages=0, depth=2",
+        ),
+        (
+            DequantConfig(stages=3, refill_in_place=True),
+            "refill_in_place=True with stages=3, depth=1",
+        ),
+        (
+            DequantConfig(units_k=8, late_scale=True, magic_bias=True, refill_in_place=True),
+            "refill_in_place=True with stages=0, depth=1, magic_bias=True",
+        ),
     ],
     ids=str,
 )
