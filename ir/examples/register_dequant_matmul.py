@@ -581,17 +581,20 @@ def register_dequant_matmul(
                     packed_row = b.load_global(view, [group, col0], layouts[0])
                     return b.view(packed_row, act, layouts[1])
 
-                def dequantized(words, layouts):
+                def dequantized(words, layouts, rows=None):
                     """The weights of `words` (the codes in `layouts`: code, weight and row
-                    layouts), cast, less the zero points, times the scales unless late."""
+                    layouts), cast, less the zero points, times the scales unless late: the
+                    group's rows given as (zero points, scales), or loaded here."""
                     codes = b.view(words, weight_dtype, layouts[0])
                     weights = b.cast(
                         codes, act, layouts[1], exponent=exponent, biased=config.magic_bias
                     )
                     if zero_points:
-                        weights = b.sub(weights, group_row(zero_view, layouts[2]))
+                        zeros = group_row(zero_view, layouts[2]) if rows is None else rows[0]
+                        weights = b.sub(weights, zeros)
                     if not config.late_scale:
-                        weights = b.mul(weights, group_row(scale_view, layouts[2]))
+                        scales = group_row(scale_view, layouts[2]) if rows is None else rows[1]
+                        weights = b.mul(weights, scales)
                     return weights
 
                 if not in_place:
@@ -642,8 +645,13 @@ def register_dequant_matmul(
                     """The k-tile's product from `c_in`, step by step: each step's words cast,
                     refilled with the next k-tile's, then multiplied into the chain."""
                     layouts = (step_code_layout, step_weight_layout, step_row_layouts)
+                    # The group's rows, loaded once for the steps.
+                    rows = (
+                        group_row(zero_view, step_row_layouts) if zero_points else None,
+                        None if config.late_scale else group_row(scale_view, step_row_layouts),
+                    )
                     for j in range(config.units_k):
-                        step_weights = dequantized(ring[j], layouts)
+                        step_weights = dequantized(ring[j], layouts, rows)
                         ahead_of(
                             tile, 1, end,
                             lambda t, j=j: b.assign(ring[j], step_words(t, j, word_col0)),
