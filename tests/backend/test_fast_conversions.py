@@ -474,6 +474,14 @@ def test_bytes_to_f16_is_one_prmt_and_one_fma_per_pair() -> None:
         "y[0] = la_fma_f16x2(la_prmt(x[0], 0x64646464u, 0x4140u), 0x3C003C00u, 0xE400E400u);",
         "y[1] = la_fma_f16x2(la_prmt(x[0], 0x64646464u, 0x4342u), 0x3C003C00u, 0xE400E400u);",
     ]
+    # With a constant table, the exponent bytes come from it and the selector stays the
+    # literal: ptxas then encodes the selector as the prmt's immediate and keeps the exponent
+    # bytes in one register, instead of moving a selector into a register before each prmt.
+    table = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t", lambda v: f"K{v:08X}")
+    assert table == [
+        "y[0] = la_fma_f16x2(la_prmt(x[0], K64646464, 0x4140u), 0x3C003C00u, 0xE400E400u);",
+        "y[1] = la_fma_f16x2(la_prmt(x[0], K64646464, 0x4342u), 0x3C003C00u, 0xE400E400u);",
+    ]
 
 
 # Instructions per 32 weights (one unit lane) in the packed order, f16 and bf16: the cost the
