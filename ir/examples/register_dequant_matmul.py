@@ -643,7 +643,11 @@ def register_dequant_matmul(
 
                 def stepped_product(c_in):
                     """The k-tile's product from `c_in`, step by step: each step's words cast,
-                    refilled with the next k-tile's, then multiplied into the chain."""
+                    refilled with the next k-tile's, then multiplied into the chain. The next
+                    k-tile is clamped to the range's last, unguarded (the last k-tile loads
+                    its own words again, which nothing reads): guarded one by one, the steps'
+                    loads did not share their address arithmetic (SASS: 6 to 11 % more
+                    instructions in the loop)."""
                     layouts = (step_code_layout, step_weight_layout, step_row_layouts)
                     # The group's rows, loaded once for the steps.
                     rows = (
@@ -652,10 +656,7 @@ def register_dequant_matmul(
                     )
                     for j in range(config.units_k):
                         step_weights = dequantized(ring[j], layouts, rows)
-                        ahead_of(
-                            tile, 1, end,
-                            lambda t, j=j: b.assign(ring[j], step_words(t, j, word_col0)),
-                        )  # fmt: skip
+                        b.assign(ring[j], step_words(minimum(tile + 1, end - 1), j, word_col0))
                         c_in = product(step_weights, c_in, steps[j])
                     return c_in
 

@@ -207,14 +207,22 @@ RELEASED_RING = DequantConfig(
 """The decode kernel's ring of bulk copies handed back by releases (activations and weights)."""
 
 
+REFILLED = DequantConfig(
+    units_k=8, split=2, late_scale=True, weights_as_a=True, refill_in_place=True
+)
+"""The decode kernel with each step's words refilled in place (the next k-tile's loads
+clamped to the last k-tile of a part, unguarded)."""
+
+
 @pytest.mark.parametrize(
     "config",
-    [DequantConfig(), DequantConfig(split=2, depth=2), RELEASED_RING],
-    ids=["default", "split2_depth2", "released_ring"],
+    [DequantConfig(), DequantConfig(split=2, depth=2), RELEASED_RING, REFILLED],
+    ids=["default", "split2_depth2", "released_ring", "refilled_in_place"],
 )
 def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
     """Every access and claim of the decode kernel proved: the mma operands, the ldmatrix
-    reads, and with the released ring each bulk copy's box (activations and weights)."""
+    reads, with the released ring each bulk copy's box (activations and weights), and with
+    the refill in place each step's loads of the next k-tile within the weights."""
     program = register_dequant_matmul(dtypes.i4, 128, config)
     report = assert_fully_proved(lower(program, "sm_90a", constants=LAYER))
     names = [claim.name for claim, _ in report.plan_results]
