@@ -193,7 +193,7 @@ def test_fragment_with_a_wrong_column_is_refuted() -> None:
 
 def assert_fully_proved(kernel: Any) -> Any:
     """Every access and every plan claim of `kernel` proved (none refuted, none unknown)."""
-    report = validate_lowering(kernel, rlimit=RLIMIT)
+    report = validate_lowering(kernel, timeout=TIMEOUT, rlimit=RLIMIT)
     assert report.holds is True, (report.failures[:1], report.unknown[:1])
     assert report.results
     proved = [r for _, r in report.results + report.plan_results if r.holds is True]
@@ -333,6 +333,10 @@ HYBRID_RLIMIT = 200_000_000
 """Z3 resource units an access of the hybrid schedule may use: its k-tile ranges are piecewise
 in the block's index (whole tiles below D, shares above), and one access (of 52) needs about
 ten times `RLIMIT` (a few seconds)."""
+HYBRID_TIMEOUT = 120.0
+"""Seconds an access of the hybrid schedule may take: far above what `HYBRID_RLIMIT` allows,
+so that the resource limit, the same on every machine, bounds the proof, not a loaded
+machine's clock (with the default 10 s, one access timed out in a run on two busy cores)."""
 
 
 def test_stream_k_tail_lowering_validates() -> None:
@@ -343,7 +347,7 @@ def test_stream_k_tail_lowering_validates() -> None:
     kernel = lower(
         wgmma_dequant_matmul(dtypes.i4, 64, config), "sm_90a", constants={"n": 256, "k": 512}
     )
-    report = validate_lowering(kernel, rlimit=HYBRID_RLIMIT)
+    report = validate_lowering(kernel, timeout=HYBRID_TIMEOUT, rlimit=HYBRID_RLIMIT)
     assert report.holds is True, (report.failures[:1], report.unknown[:1])
     assert len(report.results) == 52
 
