@@ -711,10 +711,11 @@ def decode_search_space(
                                 units_m=units_m,
                             )
                             space.append(point)
-                            if late and weights_as_a and units_m == 1 and biased and not compact:
-                                space.append(replace(point, magic_bias=True))
-                            if late and weights_as_a and units_m == 1 and depth == 1:
-                                if not compact:
+                            if late and weights_as_a and units_m == 1 and not compact:
+                                # The twins of one 8-row block's late-scale points.
+                                if biased:
+                                    space.append(replace(point, magic_bias=True))
+                                if depth == 1:
                                     space.append(replace(point, refill_in_place=True))
                     if ring:
                         space.append(

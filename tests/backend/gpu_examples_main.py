@@ -362,7 +362,7 @@ DECODE_CASES = [
             "units_m": 2,
             "refill_in_place": True,
         },
-    ),  # fmt: skip
+    ),
     (dtypes.u4, dtypes.bf16, True, {"warps": 2, "units_k": 4, "refill_in_place": True}),
 ]
 

@@ -623,37 +623,26 @@ def test_persistent_grid_table(
         ({"persistent": 4, "split": 2}, "persistent=4 with split=2"),
         ({"persistent": 4, "stream_k": 3}, "persistent=4 with split=1, stream_k=3"),
         ({"persistent": -1}, "persistent"),
-    ],
-)
-def test_persistent_refusals(fields: dict, words: str) -> None:
-    with pytest.raises(VerificationError, match=re.escape(words)):
-        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
-
-
-@pytest.mark.parametrize(
-    ("fields", "words"),
-    [
         ({"units_k": 4, "panel_waits": True}, "panel_waits=True with block_k=64"),
         ({"units_k": 8, "panel_waits": 1}, "panel_waits=1 with block_k=128"),
-    ],
-)
-def test_panel_waits_refusals(fields: dict, words: str) -> None:
-    with pytest.raises(VerificationError, match=re.escape(words)):
-        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
-
-
-@pytest.mark.parametrize(
-    ("fields", "words"),
-    [
         ({"depth": 2, "refill_in_place": True}, "refill_in_place=True with depth=2"),
         (
             {"split_dot": True, "refill_in_place": True},
             "refill_in_place=True with depth=1, split_dot=True",
         ),
         ({"refill_in_place": 1}, "refill_in_place=1"),
+        ({"group_m": 2, "split": 2}, "group_m=2 with split=2"),
+        ({"group_m": 2, "stream_k": 3}, "group_m=2 with split=1, stream_k=3"),
+        ({"group_m": 4, "persistent": 2}, "group_m=4 with split=1, stream_k=0, persistent=2"),
+        ({"group_m": 0}, "group_m=0; expected an int >= 1"),
+        ({"group_m": True}, "group_m=True; expected an int >= 1"),
     ],
 )
-def test_refill_in_place_refusals(fields: dict, words: str) -> None:
+def test_option_combinations_refused(fields: dict, words: str) -> None:
+    """Persistent blocks with a split or stream-K, panel waits without two 64-deep panels,
+    the refill in place with a ring deeper than one k-tile or a split dot, groups of tile
+    rows with a split, stream-K or persistent blocks, and values of the wrong kind: each
+    refused with the fields named."""
     with pytest.raises(VerificationError, match=re.escape(words)):
         wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
 
@@ -737,21 +726,6 @@ def test_grouped_grid_takes_the_tiles_in_grouped_tile_order(
     assert started == numbered
     # Blocks past the last row: fewer than a group's rows for each column tile.
     assert gx * gy * gz - len(started) < group_m * tiles_n
-
-
-@pytest.mark.parametrize(
-    ("fields", "words"),
-    [
-        ({"group_m": 2, "split": 2}, "group_m=2 with split=2"),
-        ({"group_m": 2, "stream_k": 3}, "group_m=2 with split=1, stream_k=3"),
-        ({"group_m": 4, "persistent": 2}, "group_m=4 with split=1, stream_k=0, persistent=2"),
-        ({"group_m": 0}, "group_m=0; expected an int >= 1"),
-        ({"group_m": True}, "group_m=True; expected an int >= 1"),
-    ],
-)
-def test_grouped_grid_refusals(fields: dict, words: str) -> None:
-    with pytest.raises(VerificationError, match=re.escape(words)):
-        wgmma_dequant_matmul(dtypes.i4, 64, WgmmaDequantConfig(**fields))
 
 
 @given(
