@@ -43,9 +43,13 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   also with `magic_bias` where the biased cast is the cheaper one (`biased_cast_saves`):
   measured beside the recorded configurations, 7 to 14 % faster for i2 at three of the four
   layers at M = 1 and 10 % slower at the fourth, level for i4 (whose wide layers already stream
-  at the bandwidth), so the tuner decides; and each such point of depth 1 also with
-  `refill_in_place` (each k16 step's words loaded again with the next k-tile's once cast: no
-  register copies in the k loop, 96 registers instead of 128 for i4; not yet measured);
+  at the bandwidth), so the tuner decides;
+- each point with the late scale and depth 1 in blocks of at most 16 rows also with
+  `refill_in_place`
+  (each k16 step's words loaded again with the next k-tile's once cast: no register copies in
+  the k loop; SASS of the recorded configurations, `benchmarks/sass_census.py`: 6 to 19 %
+  fewer loop instructions at M = 1, 8 to 17 % at M = 16, with 0 to 30 more registers; not yet
+  measured on a GPU);
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
@@ -113,7 +117,7 @@ from ir.examples.register_dequant_matmul import (
 from ir.program import Program
 from ir.specialize import check_constants
 
-NAMESPACE = "register_dequant_matmul/4"
+NAMESPACE = "register_dequant_matmul/5"
 """The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
 enough that old choices should be tuned again."""
 ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
@@ -711,11 +715,13 @@ def decode_search_space(
                                 units_m=units_m,
                             )
                             space.append(point)
-                            if late and weights_as_a and units_m == 1 and not compact:
-                                # The twins of one 8-row block's late-scale points.
-                                if biased:
+                            if late and not compact:
+                                # The twins of the late-scale points: biases kept (one
+                                # 8-row block), each step's words refilled in place (depth 1,
+                                # blocks of at most 16 rows: the decode batches).
+                                if biased and weights_as_a and units_m == 1:
                                     space.append(replace(point, magic_bias=True))
-                                if depth == 1:
+                                if depth == 1 and block_m <= BLOCK_M:
                                     space.append(replace(point, refill_in_place=True))
                     if ring:
                         space.append(

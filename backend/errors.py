@@ -8,6 +8,8 @@
 - `CacheError`: the kernel cache directory cannot be trusted (another owner, not a directory).
 - `DriverError`: a CUDA driver call failed; the message names the call and the driver's error.
 - `NoDeviceError`: the driver reports no usable GPU (or there is no driver at all).
+- `DisassemblyError`: nvdisasm is missing or failed, or a kernel or loop asked of its listing
+  is not there (`backend.sass`).
 - `PerformanceWarning` (a warning, not an exception): the compiler reports a loss of
   performance it could not avoid in a kernel, such as warpgroup dots run one after another.
 
@@ -63,3 +65,7 @@ class PerformanceWarning(UserWarning):
     """ptxas compiled a kernel with a loss of performance it reports (its "Potential Performance
     Loss" notes, `backend.nvrtc.performance_losses`): the kernel is correct, but slower than its
     program asks for, e.g. its ``wgmma`` serialised for want of registers."""
+
+
+class DisassemblyError(RuntimeError):
+    """The disassembler (nvdisasm) is missing or failed, or its listing lacks what was asked."""

@@ -364,6 +364,13 @@ DECODE_CASES = [
         },
     ),
     (dtypes.u4, dtypes.bf16, True, {"warps": 2, "units_k": 4, "refill_in_place": True}),
+    # The 16-row tiling with the late scale (the search space's M = 16 twins), 8-bit words.
+    (
+        dtypes.i8,
+        dtypes.f16,
+        False,
+        {"warps": 2, "units_k": 8, "late_scale": True, "refill_in_place": True},
+    ),
 ]
 
 

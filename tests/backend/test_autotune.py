@@ -374,7 +374,9 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    assert 6 <= len(space) <= 100 * len(row_tilings(m))
+    # At most 110 a row tiling: the widest layer's i8 space at M = 16 is 216 with the twins
+    # refilled in place (compiled in parallel, each timed in about 5 ms on the device).
+    assert 6 <= len(space) <= 110 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -433,13 +435,13 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
-@pytest.mark.parametrize("m", [1, 8, 16])
-def test_refill_in_place_twins_of_the_late_scale_points_of_one_8_row_block(
+@pytest.mark.parametrize("m", [1, 8, 16, 256])
+def test_refill_in_place_twins_of_the_late_scale_points_of_the_decode_tilings(
     weight: str, m: int
 ) -> None:
-    """In the tiling of one 8-row block (batches below 12), each late-scale point of the
-    register ring of depth 1 (not stream-K) once more with `refill_in_place`, right after it
-    (and its biased twin); none in other tilings or in the compact space."""
+    """In the tilings of blocks of at most 16 rows (the decode batches), each late-scale point
+    of the register ring of depth 1 (not stream-K) once more with `refill_in_place`, right
+    after it (or after its biased twin); none in larger blocks or in the compact space."""
     dtype = dtypes.from_name(weight)
     space = decode_search_space(dtype, 4096, 12288, m)
     twins = [c for c in space if c.refill_in_place]
@@ -447,11 +449,12 @@ def test_refill_in_place_twins_of_the_late_scale_points_of_one_8_row_block(
     wanted = [
         replace(c, refill_in_place=True)
         for c in plain
-        if c.late_scale and c.depth == 1 and not (c.stages or c.stream_k)
-        if c.weights_as_a and c.units_m == 1
+        if c.late_scale and c.depth == 1 and not (c.stages or c.stream_k) and c.block_m <= 16
     ]
-    assert twins == wanted and (m < 12) == bool(twins)
+    assert twins == wanted and (m <= 16) == bool(twins)
     for twin in twins:
+        before = space[space.index(twin) - 1]
+        assert replace(before, magic_bias=False) == replace(twin, refill_in_place=False)
         register_dequant_matmul(dtype, 128, twin)  # a valid configuration
     compact = decode_search_space(dtype, 4096, 12288, m, compact=True)
     assert not any(c.refill_in_place for c in compact)
@@ -945,10 +948,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 27
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 30
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 27 and eleven.tuning.from_cache
+    assert len(measured) == 30 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

@@ -1,0 +1,307 @@
+"""The SASS reader: nvdisasm's JSON listing parsed, natural loops found, a loop's census.
+
+Exact tables on a hand-written listing (no tool needed), the loops and dominators of random
+control-flow graphs against their definitions by brute force, and kernels compiled by NVRTC
+and disassembled by nvdisasm: the tensor-core instructions in the decode kernel's k loop
+against the count its configuration implies, and the batch paths' tile of three warpgroups
+without spills.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backend import sass
+from backend.batch_matmul import BATCH_PATHS, prefill_config
+from backend.compile import compile as compile_program
+from backend.errors import DisassemblyError
+from ir import dtypes
+from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
+from ir.examples.wgmma_dequant_matmul import wgmma_dequant_matmul
+
+
+def listing(functions: dict[str, list[tuple[str | None, str, str]]]) -> str:
+    """nvdisasm's JSON form of `functions`: name -> (predicate, opcode, operands) each."""
+    sections = []
+    for name, rows in functions.items():
+        entries = []
+        for predicate, opcode, operands in rows:
+            entry: dict[str, object] = {"opcode": opcode}
+            if operands:
+                entry["operands"] = operands
+            if predicate:
+                entry["predicate"] = predicate
+            entries.append(entry)
+        sections.append({"function-name": name, "start": 0, "sass-instructions": entries})
+    return json.dumps([{"SM": {"version": {"major": 9, "minor": 0}}}, sections])
+
+
+NESTED = [
+    (None, "MOV", "R1,c[0x0][0x28]"),  # 0
+    (None, "LDG.E.128", "R4,desc[UR4][R2.64]"),  # 1: the outer loop's header
+    (None, "HMMA.16816.F32", "R12,R4,R8,R12"),  # 2: the inner loop's header
+    (None, "IMAD.MOV.U32", "R8,RZ,RZ,R5"),  # 3: a copy of a loaded word
+    ("@P0", "BRA", "0x20"),  # 4: the inner back edge
+    ("@!P1", "BRA", "0x90"),  # 5: a wait: to its retry stub
+    (None, "STL", "[R1],R12"),  # 6: a spill
+    ("@P2", "BRA", "0x10"),  # 7: the outer back edge
+    (None, "EXIT", ""),  # 8
+    (None, "BRA", "0x50"),  # 9: the retry stub, back to the wait
+]
+
+
+def nested() -> sass.Function:
+    return sass.parse_listing(listing({"kernel": NESTED}))["kernel"]
+
+
+def test_a_listing_reads_into_instructions() -> None:
+    function = nested()
+    assert function.name == "kernel" and len(function.instructions) == 10
+    load = function.instructions[1]
+    assert (load.offset, load.opcode, load.mnemonic, load.predicate) == (
+        0x10,
+        "LDG.E.128",
+        "LDG",
+        None,
+    )
+    assert load.operands == ("R4", "desc[UR4][R2.64]")
+    assert load.loaded_registers() == (4, 5, 6, 7)
+    assert function.instructions[3].register_copy_source() == 5
+    assert function.instructions[4].branch_target == 0x20
+    assert function.instructions[4].predicate == "@P0"
+    assert repr(function.instructions[4]) == "/*0040*/ @P0 BRA 0x20"
+
+
+def test_blocks_and_edges_of_a_listing() -> None:
+    function = nested()
+    assert function.blocks == ((0, 0), (1, 1), (2, 4), (5, 5), (6, 7), (8, 8), (9, 9))
+    assert function.successors == ((1,), (2,), (2, 3), (6, 4), (1, 5), (), (3,))
+
+
+def test_natural_loops_of_a_listing() -> None:
+    """The outer loop holds the inner loop and the wait's retry loop; the retry stub at the
+    end is a loop of two instructions, not a span from the wait to the end."""
+    function = nested()
+    loops = {loop.header: sorted(loop.body) for loop in function.loops()}
+    assert loops == {1: [1, 2, 3, 4, 5, 6, 7, 9], 2: [2, 3, 4], 5: [5, 9]}
+    assert [loop.header for loop in function.innermost_loops()] == [2, 5]
+    outer, inner, retry = function.loops()
+    assert outer.contains(inner) and outer.contains(retry) and not inner.contains(retry)
+    assert function.main_loop() == inner
+    assert outer.census() == {"LDG": 1, "HMMA": 1, "IMAD": 1, "BRA": 4, "STL": 1}
+    assert outer.opcodes()["HMMA.16816.F32"] == 1
+    assert (outer.spills, outer.register_copies(), outer.copies_of_loads()) == (1, 1, 1)
+    # The inner loop copies a word loaded outside it: not a copy of one of its own loads.
+    assert (inner.spills, inner.register_copies(), inner.copies_of_loads()) == (0, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("R1,c[0x0][0x28]", ("R1", "c[0x0][0x28]")),
+        ("PT,R2,desc[UR10][R2.64],R5", ("PT", "R2", "desc[UR10][R2.64]", "R5")),
+        ("[R13],desc[UR10][R2.64],!PT", ("[R13]", "desc[UR10][R2.64]", "!PT")),
+        ("R113,R113,R138.reuse.H0_H0,-72,-72", ("R113", "R113", "R138.reuse.H0_H0", "-72", "-72")),
+        ("", ()),
+    ],
+)
+def test_operands_split_at_top_level_commas(text: str, parts: tuple[str, ...]) -> None:
+    function = sass.parse_listing(listing({"k": [(None, "OP", text)]}))["k"]
+    assert function.instructions[0].operands == parts
+
+
+@pytest.mark.parametrize(
+    ("opcode", "operands", "copied"),
+    [
+        ("MOV", "R3,R7", 7),
+        ("IMAD.MOV.U32", "R3,RZ,RZ,R7.reuse", 7),
+        ("IMAD.MOV.U32", "R3,RZ,RZ,0x1", None),
+        ("IMAD.MOV.U32", "R3,R2,RZ,R7", None),
+        ("MOV", "R3,UR4", None),
+        ("IADD3", "R3,R7,RZ,RZ", None),
+    ],
+)
+def test_register_copies(opcode: str, operands: str, copied: int | None) -> None:
+    function = sass.parse_listing(listing({"k": [(None, opcode, operands)]}))["k"]
+    assert function.instructions[0].register_copy_source() == copied
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        json.dumps({"functions": []}),
+        json.dumps([{}, [{"function-name": "k"}]]),
+        json.dumps([{}, [{"function-name": "k", "sass-instructions": [{"operands": "R1"}]}]]),
+    ],
+)
+def test_a_listing_of_another_shape_is_refused(text: str) -> None:
+    with pytest.raises(DisassemblyError, match="not the JSON expected"):
+        sass.parse_listing(text)
+
+
+def test_a_branch_into_no_instruction_is_refused_by_offset() -> None:
+    function = sass.parse_listing(listing({"k": [(None, "BRA", "0x18"), (None, "EXIT", "")]}))["k"]
+    with pytest.raises(DisassemblyError, match="no instruction at offset 0x18"):
+        function.loops()
+
+
+def test_a_function_without_a_tensor_core_loop_has_no_main_loop() -> None:
+    function = sass.parse_listing(listing({"k": [(None, "NOP", ""), (None, "BRA", "0x0")]}))["k"]
+    assert [sorted(loop.body) for loop in function.loops()] == [[0, 1]]
+    with pytest.raises(DisassemblyError, match="k: no loop issues a tensor-core instruction"):
+        function.main_loop()
+
+
+@st.composite
+def control_flow(draw: st.DrawFn) -> list[tuple[str | None, str, str]]:
+    """A listing of up to 24 instructions: plain ones, branches anywhere (predicated or not)
+    and exits."""
+    count = draw(st.integers(1, 24))
+    rows: list[tuple[str | None, str, str]] = []
+    for _ in range(count):
+        kind = draw(st.sampled_from(["op", "op", "branch", "branch", "exit"]))
+        predicate = draw(st.sampled_from([None, "@P0", "@!P1"]))
+        if kind == "branch":
+            rows.append((predicate, "BRA", hex(draw(st.integers(0, count - 1)) * 16)))
+        elif kind == "exit":
+            rows.append((predicate, "EXIT", ""))
+        else:
+            rows.append((None, "IADD3", "R1,R1,0x1,RZ"))
+    return rows
+
+
+def reachable(successors: tuple[tuple[int, ...], ...], removed: int | None = None) -> set[int]:
+    """The blocks reached from block 0, never entering `removed`."""
+    seen: set[int] = set()
+    work = [0] if removed != 0 else []
+    while work:
+        block = work.pop()
+        if block not in seen:
+            seen.add(block)
+            work.extend(t for t in successors[block] if t != removed)
+    return seen
+
+
+@given(control_flow())
+def test_dominators_and_loops_match_their_definitions(rows) -> None:
+    """A block d dominates a reachable block b iff b is unreachable with d removed; a loop's
+    body is its header and the blocks that reach a back edge's source without the header."""
+    function = sass.parse_listing(listing({"k": rows}))["k"]
+    successors = function.successors
+    dominators = sass._dominators(successors)
+    live = reachable(successors)
+    for d in range(len(successors)):
+        cut = reachable(successors, removed=d)
+        for b in live:
+            assert bool(dominators[b] >> d & 1) == (b == d or b not in cut)
+    block_at = {first: number for number, (first, _) in enumerate(function.blocks)}
+    expected: dict[int, set[int]] = {}
+    for source, targets in enumerate(successors):
+        for header in targets:
+            if (
+                source in live
+                and header in live
+                and (header == source or source not in reachable(successors, removed=header))
+            ):
+                body = expected.setdefault(header, {header})
+                # The blocks that reach `source` without passing the header.
+                for block in range(len(successors)):
+                    if block == header:
+                        continue
+                    seen, work = set(), [block]
+                    while work:
+                        node = work.pop()
+                        if node in seen or node == header:
+                            continue
+                        seen.add(node)
+                        work.extend(successors[node])
+                    if source in seen:
+                        body.add(block)
+    found = {
+        block_at[loop.header]: {
+            number for number, (first, last) in enumerate(function.blocks) if first in loop.body
+        }
+        for loop in function.loops()
+    }
+    assert found == expected
+
+
+@pytest.fixture(scope="module")
+def disassembler() -> None:
+    """nvdisasm is there (the 'cuda' extra's package); skips without it, or fails when
+    REQUIRE_COMPILER=1."""
+    try:
+        sass.disassembler_path()
+    except DisassemblyError as error:
+        if os.environ.get("REQUIRE_COMPILER") == "1":
+            pytest.fail(f"REQUIRE_COMPILER=1 but {error}")
+        pytest.skip(str(error))
+
+
+def test_no_disassembler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sass.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(DisassemblyError, match="install the nvidia-cuda-nvdisasm package"):
+        sass.disassembler_path()
+
+
+@pytest.mark.parametrize("cubin", [b"", b"not an elf", "text"])
+def test_only_a_cubin_is_disassembled(cubin: object) -> None:
+    with pytest.raises(DisassemblyError, match="expected a CUBIN"):
+        sass.disassemble(cubin)  # type: ignore[arg-type]
+
+
+DECODE_POINTS = [
+    DequantConfig(warps=2, units_k=8, unroll=2, late_scale=True),
+    DequantConfig(warps=2, units_k=8, unroll=2, late_scale=True, weights_as_a=True),
+    DequantConfig(warps=2, units_k=4, unroll=2, weights_as_a=True, units_m=2),
+]
+
+
+@pytest.mark.parametrize("config", DECODE_POINTS, ids=["16 rows", "8 rows as A", "2 x 8 rows"])
+def test_the_decode_k_loop_issues_the_mma_its_configuration_implies(
+    disassembler: None, config: DequantConfig
+) -> None:
+    """Each warp's 64 columns by one k-tile of 16 * units_k: 8 mma of n8 a k16 step with 16
+    rows of activations as A, 4 of m16 a row block with the weights as A; the loop is one
+    pass of `unroll` k-tiles (k and n constant)."""
+    kernel = compile_program(
+        register_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants={"n": 1024, "k": 2048}
+    )
+    report = sass.loop_report(kernel.cubin)
+    per_step = 4 * config.units_m if config.weights_as_a else 8
+    assert report.census["HMMA"] == report.tensor_core == config.unroll * config.units_k * per_step
+    assert report.kernel_spills == 0 and report.registers > 0
+    # The ring of registers copies each k-tile's words one place along; in place, none.
+    assert report.copies_of_loads > 0
+    if config.late_scale:
+        refilled = compile_program(
+            register_dequant_matmul(dtypes.i4, 128, replace(config, refill_in_place=True)),
+            "sm_90a",
+            constants={"n": 1024, "k": 2048},
+        )
+        again = sass.loop_report(refilled.cubin)
+        assert again.copies_of_loads == 0 and again.instructions < report.instructions
+        assert again.tensor_core == report.tensor_core
+
+
+def test_the_three_warpgroup_batch_tile_spills_nothing(disassembler: None) -> None:
+    """The 192 x 128 batch tile (three consumer warpgroups at 160 registers, refilled in
+    place): no local memory in the kernel, 8 wgmma a k-tile of 128 a consumer warpgroup."""
+    path = BATCH_PATHS[7]
+    config = prefill_config(path)
+    assert config is not None and config.warpgroups == 3 and config.refill_in_place
+    kernel = compile_program(
+        wgmma_dequant_matmul(dtypes.i8, 128, config), "sm_90a", constants={"n": 1536, "k": 1024}
+    )
+    report = sass.loop_report(kernel.cubin)
+    assert report.kernel_spills == 0
+    assert report.census["HGMMA"] == config.unroll * 8
+    assert report.copies_of_loads == 0
