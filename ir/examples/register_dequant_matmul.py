@@ -175,11 +175,12 @@ class DequantConfig:
     to 256 words of a k-tile's rows, issued by one thread instead of each thread's own
     `copy_async` of its words, waited for and released like the activations: the loop issues
     no copy instruction but that thread's.
-    `refill_in_place` (the register ring of depth 1, no `magic_bias`): the k-tile goes one k16
-    step at a time after the activations' barrier, each step's words cast, then loaded again
-    with the next k-tile's words of that step, then multiplied (a chain of dots in k order,
-    the same sums): one k-tile's words in registers instead of two, one step's weights at a
-    time, and none of the register copies by which the ring moves a k-tile along.
+    `refill_in_place` (the register ring of depth 1): the k-tile goes one k16 step at a time
+    after the activations' barrier, each step's words cast, then loaded again with the next
+    k-tile's words of that step, then multiplied (a chain of dots in k order, the same sums):
+    one k-tile's words in registers instead of two, one step's weights at a time, and none of
+    the register copies by which the ring moves a k-tile along. With `magic_bias` the biases'
+    product is a chain of one dot a step (a step's negated biases, the same every step).
     """
 
     warps: int = 4
@@ -303,11 +304,11 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             "shared ring needs at least 2 stages and takes the place of the register ring "
             "(depth 1)"
         )
-    if config.refill_in_place and (config.stages or config.depth != 1 or config.magic_bias):
+    if config.refill_in_place and (config.stages or config.depth != 1):
         raise VerificationError(
             f"register_dequant_matmul: refill_in_place=True with stages={config.stages}, "
-            f"depth={config.depth}, magic_bias={config.magic_bias}; the words are refilled in "
-            "place in the register ring of depth 1 (stages 0), without magic_bias"
+            f"depth={config.depth}; the words are refilled in place in the register ring of "
+            "depth 1 (stages 0)"
         )
     if config.release and not config.stages:
         raise VerificationError(
@@ -504,10 +505,17 @@ def register_dequant_matmul(
             row0, col0, word_col0 = tile_m * block_m, tile_n * block_n, tile_n * word_cols
             acc = b.register_tensor(f32, c_layout, 0.0)
             zero = b.register_tensor(f32, c_layout, 0.0) if config.late_scale else None
+            in_place = config.refill_in_place
             if config.magic_bias:
-                # Each weight's bias, negated: the biased cast of zero codes (constants).
-                zero_codes = b.register_tensor(weight_dtype, code_layout, 0)
-                biases = b.cast(zero_codes, act, weight_layout, biased=True)
+                # Each weight's bias, negated: the biased cast of zero codes (constants), in
+                # the layouts of a k-tile or, refilled in place, of one k16 step.
+                bias_layouts = (
+                    (step_code_layout, step_weight_layout)
+                    if in_place
+                    else (code_layout, weight_layout)
+                )
+                zero_codes = b.register_tensor(weight_dtype, bias_layouts[0], 0)
+                biases = b.cast(zero_codes, act, bias_layouts[1], biased=True)
                 negated_biases = b.neg(biases)
 
             def copy_activations(tile, stage):
@@ -516,7 +524,6 @@ def register_dequant_matmul(
                 else:
                     b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 
-            in_place = config.refill_in_place
             if stages:
                 ring = []
                 for d in range(stages - 1):
@@ -667,7 +674,13 @@ def register_dequant_matmul(
                     if config.magic_bias:
                         # The biases' product, negated, from a chain of its own (started from
                         # it, the weights' chain would wait on it: twice the mma latency).
-                        products = b.add(products, product(negated_biases, zero))
+                        if in_place:
+                            biased = zero
+                            for j in range(config.units_k):
+                                biased = product(negated_biases, biased, steps[j])
+                        else:
+                            biased = product(negated_biases, zero)
+                        products = b.add(products, biased)
                     b.assign(acc, b.fma(products, scale, acc))
                 elif in_place:
                     b.assign(acc, stepped_product(acc))

@@ -371,6 +371,27 @@ DECODE_CASES = [
         False,
         {"warps": 2, "units_k": 8, "late_scale": True, "refill_in_place": True},
     ),
+    # Refilled in place with the biases kept (a dot of a step's negated biases a step): the
+    # weights as A in one 8-row block, and the 16-row tiling.
+    (
+        dtypes.i2,
+        dtypes.f16,
+        False,
+        {
+            "warps": 2,
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "magic_bias": True,
+            "refill_in_place": True,
+        },
+    ),
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {"units_k": 8, "late_scale": True, "magic_bias": True, "refill_in_place": True},
+    ),
 ]
 
 

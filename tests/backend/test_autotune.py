@@ -276,7 +276,8 @@ def test_decode_search_space_table() -> None:
     # it the magic numbers' biases kept (i4's biased cast is the cheaper). The 2048 / 64 w
     # tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of persistent
     # blocks at 16 warps an SM.
-    # The late-scale points of depth 1 once more with each step's words refilled in place.
+    # The late-scale points of depth 1 once more with each step's words refilled in place,
+    # and with both.
     fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale, c.magic_bias) for c in space]
     streams = [(c.stream_k, c.min_blocks_per_sm, c.refill_in_place) for c in space]
     assert list(zip(fields, streams)) == [
@@ -287,6 +288,7 @@ def test_decode_search_space_table() -> None:
         ((2, 8, 2, 1, True, False), (0, 0, False)),
         ((2, 8, 2, 1, True, True), (0, 0, False)),
         ((2, 8, 2, 1, True, False), (0, 0, True)),
+        ((2, 8, 2, 1, True, True), (0, 0, True)),
         ((2, 8, 1, 1, True, False), (1056, 8, False)),
         ((4, 4, 4, 1, False, False), (0, 0, False)),
         ((4, 4, 4, 2, False, False), (0, 0, False)),
@@ -295,6 +297,7 @@ def test_decode_search_space_table() -> None:
         ((4, 8, 2, 1, True, False), (0, 0, False)),
         ((4, 8, 2, 1, True, True), (0, 0, False)),
         ((4, 8, 2, 1, True, False), (0, 0, True)),
+        ((4, 8, 2, 1, True, True), (0, 0, True)),
         ((4, 8, 1, 1, True, False), (528, 4, False)),
         ((8, 4, 4, 1, False, False), (0, 0, False)),
         ((8, 4, 4, 2, False, False), (0, 0, False)),
@@ -303,6 +306,7 @@ def test_decode_search_space_table() -> None:
         ((8, 8, 2, 1, True, False), (0, 0, False)),
         ((8, 8, 2, 1, True, True), (0, 0, False)),
         ((8, 8, 2, 1, True, False), (0, 0, True)),
+        ((8, 8, 2, 1, True, True), (0, 0, True)),
         ((8, 8, 1, 1, True, False), (264, 2, False)),
     ]
     assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
@@ -426,7 +430,7 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
     assert biased_cast_saves(dtype, activation) is saves
     problem_space = decode_search_space(dtype, 4096, 12288, 1)
     if activation == dtypes.f16:
-        twins = [c for c in problem_space if c.magic_bias]
+        twins = [c for c in problem_space if c.magic_bias and not c.refill_in_place]
         lates = [c for c in problem_space if c.late_scale and not c.magic_bias and not c.stages]
         lates = [c for c in lates if not c.stream_k and not c.refill_in_place]
         assert twins == ([replace(c, magic_bias=True) for c in lates] if saves else [])
@@ -440,22 +444,30 @@ def test_refill_in_place_twins_of_the_late_scale_points_of_the_decode_tilings(
     weight: str, m: int
 ) -> None:
     """In the tilings of blocks of at most 16 rows (the decode batches), each late-scale point
-    of the register ring of depth 1 (not stream-K) once more with `refill_in_place`, right
-    after it (or after its biased twin); none in larger blocks or in the compact space."""
+    of the register ring of depth 1 (not stream-K) once more with `refill_in_place`, and each
+    of its biased twins (one 8-row block) once more with both; each right after its own
+    (or, for the plain point's refill, after the biased twin); none in larger blocks or in the
+    compact space."""
     dtype = dtypes.from_name(weight)
     space = decode_search_space(dtype, 4096, 12288, m)
-    twins = [c for c in space if c.refill_in_place]
+    refilled = [c for c in space if c.refill_in_place and not c.magic_bias]
+    both = [c for c in space if c.refill_in_place and c.magic_bias]
     plain = [c for c in space if not c.refill_in_place and not c.magic_bias]
+    biased = [c for c in space if c.magic_bias and not c.refill_in_place]
     wanted = [
         replace(c, refill_in_place=True)
         for c in plain
         if c.late_scale and c.depth == 1 and not (c.stages or c.stream_k) and c.block_m <= 16
     ]
-    assert twins == wanted and (m <= 16) == bool(twins)
-    for twin in twins:
+    assert refilled == wanted and (m <= 16) == bool(refilled)
+    assert both == [replace(c, refill_in_place=True) for c in biased if c.depth == 1]
+    for twin in refilled:
         before = space[space.index(twin) - 1]
         assert replace(before, magic_bias=False) == replace(twin, refill_in_place=False)
         register_dequant_matmul(dtype, 128, twin)  # a valid configuration
+    for twin in both:
+        assert space[space.index(twin) - 1] == replace(twin, magic_bias=False)
+        register_dequant_matmul(dtype, 128, twin)
     compact = decode_search_space(dtype, 4096, 12288, m, compact=True)
     assert not any(c.refill_in_place for c in compact)
 
@@ -901,11 +913,11 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Fifteen candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
-    scale, with it, with it and the biases kept, with it and the words refilled in place, and
-    a stream-K point, for each warp count), compiled with NVRTC; a fake measure that prefers 4
-    warps, the late scale and split-k to stream-K (the biases kept and the refill tie with
-    their twin, which comes first); then a warm lookup that measures nothing."""
+    """Eighteen candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
+    scale, with it, with it and the biases kept, with it and the words refilled in place, with
+    both, and a stream-K point, for each warp count), compiled with NVRTC; a fake measure that
+    prefers 4 warps, the late scale and split-k to stream-K (the biases kept and the refill
+    tie with their twin, which comes first); then a warm lookup that measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
@@ -919,7 +931,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 15
+    assert measured == space and len(space) == 18
     # A fused sum, the scales applied to the products.
     assert cold.config == DequantConfig(
         warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
@@ -927,7 +939,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 15
+    assert len(measured) == 18
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
@@ -948,10 +960,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 30
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 33
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 30 and eleven.tuning.from_cache
+    assert len(measured) == 33 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

@@ -342,6 +342,33 @@ CASES = [
     (dtypes.i8, 64, DequantConfig(warps=1, units_k=2, split=2, refill_in_place=True), 16, 2, 3),
     (dtypes.u3, 64, DequantConfig(warps=2, units_k=2, unroll=1, refill_in_place=True), 17, 1, 3),
     (dtypes.i4, 64, DequantConfig(warps=1, units_k=4, stream_k=3, refill_in_place=True), 5, 2, 3),
+    # Refilled in place with the biases kept: one dot of a step's negated biases a step, in
+    # the 16-row tiling, and the weights as A with two row blocks and a split.
+    (
+        dtypes.i4,
+        128,
+        DequantConfig(warps=2, units_k=8, late_scale=True, magic_bias=True, refill_in_place=True),
+        16,
+        1,
+        2,
+    ),
+    (
+        dtypes.u2,
+        64,
+        DequantConfig(
+            warps=1,
+            units_k=4,
+            split=2,
+            late_scale=True,
+            magic_bias=True,
+            weights_as_a=True,
+            units_m=2,
+            refill_in_place=True,
+        ),
+        11,
+        2,
+        2,
+    ),
 ]
 
 
@@ -431,7 +458,8 @@ def test_activation_dtype_and_zero_points_are_checked() -> None:
 
 @st.composite
 def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int, int, int]:
-    """A weight type of exact f16 values, a valid config and group size, and a small shape."""
+    """A weight type of exact f16 values, a valid config (the biases kept, a shared ring, the
+    words refilled in place or stream-K, where they apply) and group size, and a small shape."""
     config = DequantConfig(
         warps=draw(st.sampled_from([1, 2, 4])),
         units_n=draw(st.sampled_from([1, 2])),
@@ -452,11 +480,15 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
+    dtype = draw(st.sampled_from(F16_WEIGHT_DTYPES))
+    # The biases kept (not with stream-K, whose check here has no biases).
+    if config.late_scale and not stream_k and dtypes.magic_bias_error(dtype, dtypes.f16) is None:
+        config = replace(config, magic_bias=draw(st.booleans()))
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
     k = config.block_k * config.split * draw(st.integers(1, 3))
-    return draw(st.sampled_from(F16_WEIGHT_DTYPES)), group_size, config, m, n, k
+    return dtype, group_size, config, m, n, k
 
 
 @settings(max_examples=20, deadline=None)
@@ -572,15 +604,11 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(refill_in_place=1), "refill_in_place=1; expected True or False"),
         (
             DequantConfig(depth=2, refill_in_place=True),
-            "refill_in_place=True with stages=0, depth=2",
+            "refill_in_place=True with stages=0, depth=2; the words are refilled in place",
         ),
         (
             DequantConfig(stages=3, refill_in_place=True),
             "refill_in_place=True with stages=3, depth=1",
-        ),
-        (
-            DequantConfig(units_k=8, late_scale=True, magic_bias=True, refill_in_place=True),
-            "refill_in_place=True with stages=0, depth=1, magic_bias=True",
         ),
     ],
     ids=str,
