@@ -3,8 +3,9 @@
 Exact tables on a hand-written listing (no tool needed), the loops and dominators of random
 control-flow graphs against their definitions by brute force, and kernels compiled by NVRTC
 and disassembled by nvdisasm: the tensor-core instructions in the decode kernel's k loop
-against the count its configuration implies, and the batch paths' tile of three warpgroups
-without spills.
+against the count its configuration implies, the refill's loop without copies, the rule that
+offers the biased cast against the loops it compiles to, and the batch paths' tile of three
+warpgroups without spills.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from backend import sass
 from backend.batch_matmul import BATCH_PATHS, prefill_config
 from backend.compile import compile as compile_program
+from backend.decode_matmul import biased_cast_saves
 from backend.errors import DisassemblyError
 from ir import dtypes
 from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
@@ -305,3 +307,19 @@ def test_the_three_warpgroup_batch_tile_spills_nothing(disassembler: None) -> No
     assert report.kernel_spills == 0
     assert report.census["HGMMA"] == config.unroll * 8
     assert report.copies_of_loads == 0
+
+
+@pytest.mark.parametrize("weight", ["i3", "i4"])
+def test_the_biased_cast_rule_agrees_with_the_compiled_loop(
+    disassembler: None, weight: str
+) -> None:
+    """`biased_cast_saves` offers the biases kept where the decode kernel's compiled k loop
+    is shorter with them: at 4 bits, not at 3 (whose plan counts fewer instructions)."""
+    dtype = dtypes.from_name(weight)
+    config = DequantConfig(warps=4, units_k=8, split=8, late_scale=True, weights_as_a=True)
+    lengths = []
+    for biased in (False, True):
+        program = register_dequant_matmul(dtype, 128, replace(config, magic_bias=biased))
+        kernel = compile_program(program, "sm_90a", constants={"n": 1024, "k": 8192})
+        lengths.append(sass.loop_report(kernel.cubin).instructions)
+    assert biased_cast_saves(dtype, dtypes.f16) is (lengths[1] < lengths[0])
