@@ -163,15 +163,17 @@ def test_a_function_without_a_tensor_core_loop_has_no_main_loop() -> None:
 
 @st.composite
 def control_flow(draw: st.DrawFn) -> list[tuple[str | None, str, str]]:
-    """A listing of up to 24 instructions: plain ones, branches anywhere (predicated or not)
-    and exits."""
+    """A listing of up to 24 instructions: plain ones, exits, and branches (predicated or not)
+    to anywhere, backward more often than forward (loops, nested or not)."""
     count = draw(st.integers(1, 24))
     rows: list[tuple[str | None, str, str]] = []
-    for _ in range(count):
-        kind = draw(st.sampled_from(["op", "op", "branch", "branch", "exit"]))
-        predicate = draw(st.sampled_from([None, "@P0", "@!P1"]))
-        if kind == "branch":
-            rows.append((predicate, "BRA", hex(draw(st.integers(0, count - 1)) * 16)))
+    for index in range(count):
+        kind = draw(st.sampled_from(["op", "op", "branch", "branch", "back", "exit"]))
+        predicate = draw(st.sampled_from([None, "@P0", "@!P1", "@P0"]))
+        if kind in ("branch", "back"):
+            lowest = 0 if kind == "branch" else max(0, index - 8)
+            highest = count - 1 if kind == "branch" else index
+            rows.append((predicate, "BRA", hex(draw(st.integers(lowest, highest)) * 16)))
         elif kind == "exit":
             rows.append((predicate, "EXIT", ""))
         else:
