@@ -47,7 +47,7 @@ TENSOR_CORE_MNEMONICS = frozenset({"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "B
 GLOBAL_LOADS = frozenset({"LDG"})
 """Loads from global memory into registers (`LDGSTS`, cp.async, writes shared memory)."""
 
-_REGISTER = re.compile(r"^-?\|?R(?P<number>\d+)(?:\.reuse)?\|?$")
+_REGISTER = re.compile(r"^R(?P<number>\d+)(?:\.reuse)?$")
 _WIDTHS = {"64": 2, "128": 4}
 _TIMEOUT_S = 300
 
