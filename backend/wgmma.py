@@ -69,6 +69,7 @@ from layout_algebra.function_layout import FunctionLayout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.swizzle_modes import unswizzled
 from layout_algebra.symbolic import Expr, as_expr, evaluate, simplify
+from layout_algebra.symbolic.expr import is_constant
 from layout_algebra.wgmma_descriptor import MODE_CODES, WgmmaDescriptor, derive_descriptor
 
 WGMMA_ARCH = 90
@@ -106,6 +107,16 @@ __device__ __forceinline__ unsigned long long la_wgmma_descriptor(
     unsigned int address, unsigned long long fields)
 {
     return fields | (unsigned long long)((address & 0x3FFFFu) >> 4);
+}
+// The descriptor of a tile `sixteenths` * 16 bytes after the one `base` describes: only its
+// start field (bits 0-13, the address / 16) moves, by an add on the low word; a shared address
+// stays below 2^18 and a tile's start is a multiple of 16, so the field neither wraps nor
+// carries into the leading byte offset above it.
+__device__ __forceinline__ unsigned long long la_wgmma_advance(
+    unsigned long long base, int sixteenths)
+{
+    const unsigned int low = (unsigned int)base + (unsigned int)sixteenths;
+    return (base & 0xFFFFFFFF00000000ull) | low;
 }
 __device__ __forceinline__ void la_wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -571,25 +582,18 @@ def emit_wgmma(
         "{ .reg .pred p; setp.ne.b32 p, 1, 0; "
         f"{plan.instruction} {{{registers}}}, {operands}; }}\\n"
     )
+    b_descriptor = _descriptor_calls(plan.b_descriptors, substitutions[1], f"{prefix}b", lines)
+    if plan.a_descriptors is not None:
+        a_descriptor = _descriptor_calls(plan.a_descriptors, substitutions[0], f"{prefix}a", lines)
     for k_step in range(plan.k_steps):
         for block in range(plan.blocks):
-            b_start = plan.b_descriptors.starts[block][k_step].substitute(substitutions[1])
-            b_desc = (
-                f"la_wgmma_descriptor({prefix}b + (unsigned int)({simplify(b_start).to_c()}), "
-                f"0x{plan.b_descriptors.fields:016X}ull)"
-            )
             if plan.a_descriptors is None:
                 assert plan.a_blocks is not None
                 first = A_WORDS * plan.a_blocks[k_step][block]
                 inputs = [f'"r"({a}[{first + j}])' for j in range(A_WORDS)]
             else:
-                a_start = plan.a_descriptors.starts[block][k_step].substitute(substitutions[0])
-                a_desc = (
-                    f"la_wgmma_descriptor({prefix}a + (unsigned int)"
-                    f"({simplify(a_start).to_c()}), 0x{plan.a_descriptors.fields:016X}ull)"
-                )
-                inputs = [f'"l"({a_desc})']
-            inputs.append(f'"l"({b_desc})')
+                inputs = [f'"l"({a_descriptor(block, k_step)})']
+            inputs.append(f'"l"({b_descriptor(block, k_step)})')
             outputs = ", ".join(f'"{constraint}"({acc[size * block + j]})' for j in range(size))
             lines.append(f'asm volatile("{text}" : {outputs} : {", ".join(inputs)});')
     lines.append("la_wgmma_commit();")
@@ -602,6 +606,36 @@ def emit_wgmma(
     lines += [f"{out}[{i}] = __float_as_uint({name});" for i, name in enumerate(acc)]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _descriptor_calls(
+    descriptors: OperandDescriptors,
+    substitutions: Mapping[str, Expr],
+    address: str,
+    lines: list[str],
+) -> Any:
+    """The C expression of each (block, k step) call's descriptor of one operand, as a
+    function: the first call's descriptor is computed once (appended to `lines` as
+    ``<address>d``, from the shared address variable `address`), and a call whose start lies a
+    constant multiple of 16 bytes from the first's advances it (`la_wgmma_advance`: one add on
+    the low word, where the full form masks, shifts and ORs again); any other call computes its
+    own."""
+    fields = f"0x{descriptors.fields:016X}ull"
+    starts = [[simplify(x.substitute(substitutions)) for x in row] for row in descriptors.starts]
+    first = starts[0][0]
+    lines.append(
+        f"const unsigned long long {address}d = "
+        f"la_wgmma_descriptor({address} + (unsigned int)({first.to_c()}), {fields});"
+    )
+
+    def call(block: int, k_step: int) -> str:
+        start = starts[block][k_step]
+        offset = simplify(start - first)
+        if is_constant(offset) and offset.value % 16 == 0:
+            return f"la_wgmma_advance({address}d, {offset.value // 16})"
+        return f"la_wgmma_descriptor({address} + (unsigned int)({start.to_c()}), {fields})"
+
+    return call
 
 
 def emit_wgmma_drain(c: str, count: int) -> str:

@@ -28,7 +28,13 @@ from hypothesis import strategies as st
 
 from backend.compile import compile as compile_program
 from backend.lower import lower
-from backend.wgmma import PROXY_FENCE, PROXY_FENCE_MARK, WgmmaPlan, shared_operand_dots
+from backend.wgmma import (
+    PROXY_FENCE,
+    PROXY_FENCE_MARK,
+    WGMMA_SOURCE,
+    WgmmaPlan,
+    shared_operand_dots,
+)
 from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
 from ir.examples.matmul import matmul, wgmma_dot_layouts
@@ -312,3 +318,38 @@ def test_random_warpgroup_dots_compile_for_sm_90a(data: st.DataObject) -> None:
     case = data.draw(dot_cases(modes=("warpgroup",)))
     kernel = compile_program(case.program, "sm_90a", constants=case.constants)
     assert kernel.cubin
+
+
+def test_an_advanced_descriptor_is_the_descriptor_of_the_advanced_address(run_c) -> None:
+    """`la_wgmma_advance` (a call's descriptor from the first call's, one add on the low word)
+    against `la_wgmma_descriptor` of the moved address, compiled from the emitted source by the
+    host compiler: every 16-byte-aligned shared address below 2^18 (the field's 14 bits), with
+    offsets forward and back that keep the address in range, for the fields of the example's
+    descriptors and all-ones fields. Prints 1 per mismatch and the number of cases."""
+    source = WGMMA_SOURCE.replace("__device__ __forceinline__", "static inline")
+    # The two descriptor functions, as the kernels have them (the rest is device assembly).
+    functions = source[: source.index("static inline void la_wgmma_fence")]
+    program = f"""
+#include <stdio.h>
+{functions}
+int main(void) {{
+    const unsigned long long fields[2] = {{0x4000004000010000ull, 0xC000FFFF3FFF0000ull}};
+    const int offsets[8] = {{0, 1, 2, 6, 2048, 2054, -2, -2048}};
+    long long cases = 0, bad = 0;
+    for (int f = 0; f < 2; ++f)
+        for (unsigned int address = 0; address < (1u << 18); address += 16)
+            for (int i = 0; i < 8; ++i) {{
+                long long moved = (long long)address + 16LL * offsets[i];
+                if (moved < 0 || moved >= (1LL << 18)) continue;
+                ++cases;
+                unsigned long long base = la_wgmma_descriptor(address, fields[f]);
+                if (la_wgmma_advance(base, offsets[i])
+                    != la_wgmma_descriptor((unsigned int)moved, fields[f])) ++bad;
+            }}
+    printf("%lld\\n%lld\\n", bad, cases);
+    return 0;
+}}
+"""
+    bad, cases = run_c(program)
+    offsets = (0, 1, 2, 6, 2048, 2054, -2, -2048)
+    assert bad == 0 and cases == 2 * sum((1 << 14) - abs(offset) for offset in offsets)
