@@ -30,8 +30,11 @@ every warpgroup (its four words are the operand).
 
 **The code.** For one dot: the accumulators copied to float registers (``out = c`` first),
 ``wgmma.fence``, one ``wgmma.mma_async`` per (k step, block) in k order, ``commit_group`` and
-``wait_group 0``, and the registers copied back: the IR's `dot` stays synchronous. The float
-registers are pinned before and after (an empty ``asm`` that reads and writes each) so the
+``wait_group 0``, and the registers copied back: the IR's `dot` stays synchronous. The first
+call's descriptor is built from its tile's address once; a later call whose tile starts a
+constant multiple of 16 bytes away advances it (`la_wgmma_advance`, one add on the start
+field), which is the same descriptor while the addresses stay below 2^18, as shared ones do.
+The float registers are pinned before and after (an empty ``asm`` that reads and writes each) so the
 compiler neither reads them while the tensor core writes them nor moves the copies across the
 wait. Shared memory written by threads (stores, ``cp.async``) reaches the tensor core through
 the async proxy, so a kernel whose threads write a tensor such a dot reads issues
@@ -51,7 +54,7 @@ hold the F_A elements of its tile (`proofs.check_equivalent` decides each).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -613,7 +616,7 @@ def _descriptor_calls(
     substitutions: Mapping[str, Expr],
     address: str,
     lines: list[str],
-) -> Any:
+) -> Callable[[int, int], str]:
     """The C expression of each (block, k step) call's descriptor of one operand, as a
     function: the first call's descriptor is computed once (appended to `lines` as
     ``<address>d``, from the shared address variable `address`), and a call whose start lies a
