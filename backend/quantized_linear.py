@@ -77,6 +77,7 @@ from ir.examples.packed_weights import (
     pack_scales,
     pack_weights,
     scale_permutation,
+    stored_offset,
     unit_permutation,
 )
 from ir.examples.register_dequant_matmul import DequantConfig
@@ -336,7 +337,9 @@ def unpack_codes(packed: torch.Tensor, fmt: WeightFormat) -> torch.Tensor:
         # Case: b does not divide 32, so some codes continue in the next word.
         codes = codes | ((units[..., next_word] & high_mask) << high_shift)
     codes = codes.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K, UNIT_N)
-    return codes.permute(0, 2, 1, 3).reshape(fmt.k, fmt.n)
+    codes = codes.permute(0, 2, 1, 3).reshape(fmt.k, fmt.n)
+    offset = stored_offset(dtypes.from_name(fmt.dtype))  # i8: stored offset binary
+    return (codes - offset) & ((1 << nbits) - 1) if offset else codes
 
 
 @cache

@@ -29,6 +29,7 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
+    cast_codes,
     check_activation_options,
     check_weight_dtype,
     tile_layouts,
@@ -106,7 +107,7 @@ def dequantize_weights_program(
         words = b.load_global(
             packed_view, [b.block_y * units_k, b.block_x * (warps * row_words)], word_layout
         )
-        weights = b.cast(b.view(words, weight_dtype, code_layout), act, value_layout)
+        weights = cast_codes(b, words, weight_dtype, act, code_layout, value_layout)
         group = row0 // group_size
 
         def group_row(param):

@@ -12,6 +12,12 @@ of a unit (16 bytes at 4 bits) holds whole mma B fragments: a `view` as the weig
 packed order and a `cast` into the fragment order (`tile_value_layout`) make the dot operand,
 with no shared-memory round trip.
 
+Codes are stored as their b-bit patterns, except 8-bit signed codes, which are stored offset
+binary (`stored_offset`: the code plus 128, the pattern with its sign bit flipped, as Marlin's
+uint8b128): a byte cast then needs no sign flip (`cast_codes`: a PRMT and a subtraction a pair
+into f16). Narrower signed codes keep their patterns: their casts flip the sign free, in the
+LOP3 that places the field under its magic number.
+
 The format does not depend on a kernel's tile sizes: a kernel tile is a grid of units
 (`tile_layouts`), so every configuration of `ir.examples.register_dequant_matmul` reads the same
 packed tensor, and its descriptor (`WeightFormat`) carries a version. Packing is the composition
@@ -54,9 +60,9 @@ from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.symbolic import minimum
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The version of the packed layout; bumped whenever the bit placement changes (2: each lane's
-codes in the order of `LANE_ORDERS`)."""
+codes in the order of `LANE_ORDERS`; 3: 8-bit signed codes stored offset binary)."""
 UNIT_K = 16
 """Rows (k) of a unit: one mma k16 step."""
 UNIT_N = 64
@@ -444,6 +450,48 @@ def _unsigned(nbits: int) -> DataType:
     return dtypes.from_name(f"u{nbits}")
 
 
+def stored_offset(dtype: DataType) -> int:
+    """What the packed format adds (modulo 2^b) to each code of `dtype`: 128 for i8 (offset
+    binary, so that a byte cast needs no sign flip), 0 for every other weight type."""
+    return 1 << 7 if dtype == dtypes.i8 else 0
+
+
+def cast_codes(
+    b: ProgramBuilder,
+    words: Any,
+    dtype: DataType,
+    act: DataType,
+    code_layout: RegisterLayout,
+    value_layout: RegisterLayout,
+    *,
+    exponent: int = 0,
+    biased: bool = False,
+) -> Any:
+    """The `dtype` codes of packed `words` (a register tensor of i32 words in a layout that
+    views as `code_layout`) cast to `act` in `value_layout`: the values ``cast(view(words,
+    dtype, code_layout), act, value_layout, exponent=exponent, biased=biased)`` gives for codes
+    stored as their patterns. Codes stored offset binary (`stored_offset`) are viewed as the
+    unsigned type and the offset taken out. Into f16: the biased cast (the bytes placed under
+    the magic exponent, nothing else), less the magic number and the offset in one subtraction,
+    so each pair of bytes costs a PRMT and a subtraction; with `biased` the sum is kept (1152,
+    what the biased cast of an i8 code keeps too). Into bf16, which has no biased byte cast:
+    the plain cast, less the offset."""
+    offset = stored_offset(dtype)
+    if not offset:
+        codes = b.view(words, dtype, code_layout)
+        return b.cast(codes, act, value_layout, exponent=exponent, biased=biased)
+    if exponent:
+        raise VerificationError(f"cast of packed {dtype} codes: exponent={exponent}; expected 0")
+    stored = _unsigned(dtype.nbits)
+    codes = b.view(words, stored, code_layout)
+    if biased:
+        return b.cast(codes, act, value_layout, biased=True)
+    if dtypes.magic_bias_error(stored, act) is None:
+        kept = b.cast(codes, act, value_layout, biased=True)
+        return b.sub(kept, float(dtypes.magic_bias(stored, act, 0) + offset))
+    return b.sub(b.cast(codes, act, value_layout), float(offset))
+
+
 def _check_shape(k: int, n: int) -> None:
     if k <= 0 or n <= 0 or k % UNIT_K or n % UNIT_N:
         raise VerificationError(
@@ -496,10 +544,14 @@ def pack_weights(codes: Any, dtype: DataType) -> tuple[Any, WeightFormat]:
     if is_torch:
         units = units.permute(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
         index = torch.as_tensor(unit_permutation(dtype.nbits), device=codes.device)
-        ordered = (units[..., index] & ((1 << dtype.nbits) - 1)).to(torch.int64)
+        ordered = ((units[..., index] + stored_offset(dtype)) & ((1 << dtype.nbits) - 1)).to(
+            torch.int64
+        )
         return _pack_bits_torch(ordered, dtype.nbits).reshape(fmt.shape), fmt
     units = units.transpose(0, 2, 1, 3).reshape(k // UNIT_K, n // UNIT_N, UNIT_K * UNIT_N)
-    ordered = units[..., unit_permutation(dtype.nbits)] & ((1 << dtype.nbits) - 1)
+    ordered = (units[..., unit_permutation(dtype.nbits)] + stored_offset(dtype)) & (
+        (1 << dtype.nbits) - 1
+    )
     packed = dtypes.pack(ordered.reshape(-1), _unsigned(dtype.nbits))
     return np.frombuffer(packed.tobytes(), dtype=np.int32).reshape(fmt.shape).copy(), fmt
 
@@ -550,13 +602,15 @@ def unpack_weights(packed: np.ndarray, fmt: WeightFormat) -> np.ndarray:
     units = np.empty_like(ordered)
     units[..., unit_permutation(nbits)] = ordered
     units = units.reshape(fmt.k // UNIT_K, fmt.n // UNIT_N, UNIT_K, UNIT_N).transpose(0, 2, 1, 3)
-    return units.reshape(fmt.k, fmt.n).astype(np.int64)
+    offset = stored_offset(dtypes.from_name(fmt.dtype))
+    return (units.reshape(fmt.k, fmt.n).astype(np.int64) - offset) & ((1 << nbits) - 1)
 
 
 def pack_weights_program(dtype: DataType, warps: int = 4) -> Program:
     """The packing as a tile program: ``pack(n, k, w, packed)`` with `w` the (k, n) `dtype`
-    codes, row-major (declared as the unsigned type of the same width: the codes move as bits),
-    and `packed` the i32 tensor of `WeightFormat.shape`.
+    codes, row-major (declared as the unsigned type of the same width: the codes move as bits,
+    i8's with their sign bit flipped, `stored_offset`), and `packed` the i32 tensor of
+    `WeightFormat.shape`.
 
     Each block packs one row of `warps` units: it loads them in `tile_layouts`' weight layout,
     views each thread's bits as i32 words and stores them in the word layout. Launch with
@@ -586,6 +640,8 @@ def pack_weights_program(dtype: DataType, warps: int = 4) -> Program:
             [builder.block_y * UNIT_K, builder.block_x * (UNIT_N * warps)],
             element_layout,
         )
+        if stored_offset(dtype):  # offset binary: the pattern's sign bit flipped
+            tile = builder.xor(tile, stored_offset(dtype))
         builder.store_global(
             words,
             builder.view(tile, dtypes.i32, word_layout),

@@ -77,6 +77,7 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
+    cast_codes,
     check_group_size,
     check_int_fields,
     checked_arguments,
@@ -592,9 +593,15 @@ def register_dequant_matmul(
                     """The weights of `words` (the codes in `layouts`: code, weight and row
                     layouts), cast, less the zero points, times the scales unless late: the
                     group's rows given as (zero points, scales), or loaded here."""
-                    codes = b.view(words, weight_dtype, layouts[0])
-                    weights = b.cast(
-                        codes, act, layouts[1], exponent=exponent, biased=config.magic_bias
+                    weights = cast_codes(
+                        b,
+                        words,
+                        weight_dtype,
+                        act,
+                        layouts[0],
+                        layouts[1],
+                        exponent=exponent,
+                        biased=config.magic_bias,
                     )
                     if zero_points:
                         zeros = group_row(zero_view, layouts[2]) if rows is None else rows[0]

@@ -62,6 +62,7 @@ from ir.examples.packed_prefill import (
 from ir.examples.packed_weights import (
     UNIT_LANES,
     UNIT_N,
+    cast_codes,
     check_group_size,
     checked_arguments,
     program_name,
@@ -227,8 +228,7 @@ def staged_dequant_matmul(
         with b.for_range(tensors.first, tensors.end) as tile:
             stage, buffer = tensors.stage(tile), tile % BUFFERS
             current = registers.advance(tile)
-            codes = b.view(current[0], weight_dtype, code_layout)
-            weights = b.cast(codes, act, decoded_layout)
+            weights = cast_codes(b, current[0], weight_dtype, act, code_layout, decoded_layout)
             scale, *zero = (b.view(row, act, scale_view_layout) for row in current[1:])
             if zero_points:
                 weights = b.sub(weights, zero[0])

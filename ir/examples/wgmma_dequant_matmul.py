@@ -81,6 +81,7 @@ from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
     UNIT_N,
+    cast_codes,
     check_group_size,
     checked_arguments,
     fragment_tile_layouts,
@@ -441,8 +442,7 @@ def wgmma_dequant_matmul(
             scale, *zero = (b.view(row, act, scale_layouts[1]) for row in current[steps:])
 
             def dequantized(j):
-                codes = b.view(current[j], weight_dtype, code_layout)
-                weights = b.cast(codes, act, decoded_layout)
+                weights = cast_codes(b, current[j], weight_dtype, act, code_layout, decoded_layout)
                 if zero_points:
                     weights = b.sub(weights, zero[0])
                 weights = b.mul(weights, scale)

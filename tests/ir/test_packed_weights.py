@@ -32,6 +32,7 @@ from ir.examples.packed_weights import (
     packed_views,
     program_name,
     scale_permutation,
+    stored_offset,
     unit_accumulator_scale_layouts,
     unit_element_layout,
     unit_permutation,
@@ -176,9 +177,9 @@ def test_weight_format_shape(dtype: DataType, k: int, n: int, shape: tuple[int, 
 
 
 def test_weight_format_version_and_unit() -> None:
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
     fmt = WeightFormat("i4", 16, 64)
-    assert (fmt.version, fmt.unit) == (2, "k16n64 mma.m16n8k16.b")
+    assert (fmt.version, fmt.unit) == (3, "k16n64 mma.m16n8k16.b")
     packed, packed_fmt = pack_weights(np.zeros((32, 128), dtype=np.int64), dtypes.u3)
     assert packed_fmt == WeightFormat("u3", 32, 128, FORMAT_VERSION)
     assert packed.dtype == np.int32 and packed.shape == packed_fmt.shape
@@ -364,7 +365,7 @@ def test_codes_out_of_range_are_refused(dtype: DataType, bad: int, message: str)
 def test_unpack_refuses_another_version() -> None:
     packed, fmt = pack_weights(np.zeros((16, 64), dtype=np.int64), dtypes.i4)
     newer = WeightFormat(fmt.dtype, fmt.k, fmt.n, version=FORMAT_VERSION + 1)
-    with pytest.raises(VerificationError, match="format version 3; this library reads 2"):
+    with pytest.raises(VerificationError, match="format version 4; this library reads 3"):
         unpack_weights(packed, newer)
 
 
@@ -456,3 +457,16 @@ def test_packed_operands_and_views_are_the_format_in_order() -> None:
     with ProgramBuilder("no_zeros", 32) as b:
         operands = packed_operands(b, dtypes.f16, False)
         assert operands[3] is None and packed_views(b, operands, 4, 64, 16, 16)[2] is None
+
+
+@pytest.mark.parametrize("codes", [np.arange(-128, 128), np.arange(0, 256)], ids=["values", "bits"])
+def test_i8_codes_are_stored_offset_binary(codes: np.ndarray) -> None:
+    """An i8 code c is stored as the byte c + 128 (its pattern with the sign bit flipped), given
+    as a value or as its pattern; unpacking gives the patterns back; no other type moves."""
+    assert stored_offset(dtypes.i8) == 128
+    assert {stored_offset(d) for d in (dtypes.u8, dtypes.i4, dtypes.i7, dtypes.f8e4m3)} == {0}
+    grid = np.resize(codes, (16, 64))
+    packed, fmt = pack_weights(grid, dtypes.i8)
+    stored = unpack_weights(packed, WeightFormat("u8", 16, 64))
+    np.testing.assert_array_equal(stored, (grid + 128) % 256)
+    np.testing.assert_array_equal(unpack_weights(packed, fmt), grid % 256)

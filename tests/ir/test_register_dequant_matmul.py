@@ -25,7 +25,13 @@ from backend.nvrtc import compile_cuda, cubin_kernels
 from ir import dtypes, run_reference
 from ir.dtypes import DataType
 from ir.errors import InterpreterError, VerificationError
-from ir.examples.packed_weights import pack_scales, pack_weights, tile_layouts, tile_value_layout
+from ir.examples.packed_weights import (
+    pack_scales,
+    pack_weights,
+    stored_offset,
+    tile_layouts,
+    tile_value_layout,
+)
 from ir.examples.register_dequant_matmul import (
     DequantConfig,
     accumulator_layout,
@@ -753,7 +759,9 @@ def test_decode_loop_takes_no_generic_path(
     kernel = lower(program, "sm_90a", constants=LAYER)
     assert [step.describe() for step in kernel.report.generic_in_loops()] == []
     in_loop = {path.name for step in kernel.report if step.loop_depth for path in step.paths}
-    expected = {"load 16 B", f"fast {weight} -> {activation}", "ldmatrix", "mma.m16n8k16"}
+    # i8 codes are stored offset binary: cast as the u8 patterns they are.
+    cast = dtypes.u8 if stored_offset(weight) else weight
+    expected = {"load 16 B", f"fast {cast} -> {activation}", "ldmatrix", "mma.m16n8k16"}
     # The scales multiply the weights in pairs, or (late_scale) the f32 products in an fma.
     expected.add("f32 fma" if config.late_scale else f"paired {activation} mul")
     assert expected <= in_loop
