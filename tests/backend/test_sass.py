@@ -4,8 +4,8 @@ Exact tables on a hand-written listing (no tool needed), the loops and dominator
 control-flow graphs against their definitions by brute force, and kernels compiled by NVRTC
 and disassembled by nvdisasm: the tensor-core instructions in the decode kernel's k loop
 against the count its configuration implies, the refill's loop without copies, the rule that
-offers the biased cast against the loops it compiles to, and the batch paths' tile of three
-warpgroups without spills.
+offers the biased cast against the loops it compiles to, the i8 cast without sign flips, and
+the batch paths' tile of three warpgroups without spills.
 """
 
 from __future__ import annotations
@@ -325,3 +325,16 @@ def test_the_biased_cast_rule_agrees_with_the_compiled_loop(
         kernel = compile_program(program, "sm_90a", constants={"n": 1024, "k": 8192})
         lengths.append(sass.loop_report(kernel.cubin).instructions)
     assert biased_cast_saves(dtype, dtypes.f16) is (lengths[1] < lengths[0])
+
+
+def test_the_i8_cast_in_the_decode_loop_flips_no_sign_bits(disassembler: None) -> None:
+    """i8 codes are stored offset binary (`stored_offset`), so the refilled decode loop casts
+    them with PRMTs alone: one a pair of weights (512 weights a thread a pass: 256), no LOP3."""
+    config = DequantConfig(
+        warps=2, units_k=8, split=4, late_scale=True, weights_as_a=True, refill_in_place=True
+    )
+    kernel = compile_program(
+        register_dequant_matmul(dtypes.i8, 128, config), "sm_90a", constants={"n": 1024, "k": 8192}
+    )
+    census = sass.loop_report(kernel.cubin).census
+    assert census.get("LOP3", 0) == 0 and census["PRMT"] == 256
