@@ -630,14 +630,11 @@ def fit_rows(config: DequantConfig, m: int) -> DequantConfig:
 def biased_cast_saves(weight_dtype: DataType, activation_dtype: DataType) -> bool:
     """Whether a biased cast (`ir.dtypes.magic_bias`) of `weight_dtype` codes in the packed
     order costs fewer instructions than the plain cast (`backend.fast_conversions`): 1, 2, 4
-    and 8 bits to f16; not where none is available (floats, bytes to bf16); not 5 and 6 bits
-    (their fixed field positions cost windows in the plan), and not 3 and 7 bits, where the
-    plan counts fewer instructions but the compiled k loop is 17 to 21 % longer (SASS of the
-    decode kernel with the weights as A, `backend.sass`: 971 -> 1164 instructions at 3 bits,
-    1224 -> 1426 at 7; 1, 2, 4 and 8 bits 19 to 32 % shorter)."""
+    and 8 bits to f16; not where none is available (floats, bytes to bf16); not 3, 5, 6 and 7
+    bits, whose fixed field positions join fields of two windows under the magic number (SASS
+    of the decode kernel with the weights as A, `backend.sass`: 971 -> 1164 loop instructions
+    at 3 bits, 1224 -> 1426 at 7; 1, 2, 4 and 8 bits 19 to 32 % shorter)."""
     if dtypes.magic_bias_error(weight_dtype, activation_dtype) is not None:
-        return False
-    if weight_dtype.nbits in (3, 7):
         return False
     sources = packed_lane_order(weight_dtype.nbits)
     plans = [

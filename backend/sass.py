@@ -416,18 +416,6 @@ class LoopReport:
     kernel_spills: int
     census: Mapping[str, int]
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "kernel": self.kernel,
-            "registers": self.registers,
-            "instructions": self.instructions,
-            "tensor_core": self.tensor_core,
-            "copies_of_loads": self.copies_of_loads,
-            "spills": self.spills,
-            "kernel_spills": self.kernel_spills,
-            "census": dict(self.census),
-        }
-
 
 def loop_report(cubin: bytes, kernel: str | None = None) -> LoopReport:
     """The `LoopReport` of `kernel`'s main loop (`Function.main_loop`) in `cubin`; `kernel`
