@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 
 import numpy as np
 import pytest
@@ -49,16 +48,11 @@ CONFIGS = {
 ACTIVATIONS = [torch.float16, torch.bfloat16]
 BF16_DECODE = "activation_dtype" in inspect.signature(register_dequant_matmul).parameters
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2.0**-7}
-"""Largest error relative to max |x @ dequantize()|. f16: 2e-3. bf16: one bf16 ulp (2^-7) at
-that maximum, since two f32 sums of different order rounded to bf16 may differ by an ulp, and
-bf16's half ulp (2^-8 = 3.9e-3) is already above 2e-3; or one ulp of the larger result where
-that rounded up into the next binade (`bf16_ulp`), whose ulp is a little more than 2^-7 of the
-other's maximum."""
-
-
-def bf16_ulp(value: float) -> float:
-    """One bf16 ulp at `value` > 0: 2^(e - 7) for `value` in [2^e, 2^(e + 1))."""
-    return 2.0 ** (math.floor(math.log2(value)) - 7)
+"""Largest error relative to max |x @ dequantize() + bias|, that computed in f32: our one
+rounding against none (a reference rounded to the activation type after the product and again
+after the bias carries two roundings of its own; it differed from ours by two bf16 ulps at 4 of
+30 points on the H200). f16: 2e-3. bf16: one bf16 ulp (2^-7) at that maximum; bf16's half ulp
+(2^-8 = 3.9e-3) is already above 2e-3."""
 
 
 def _skip_without_bf16(act: torch.dtype) -> None:
@@ -98,13 +92,10 @@ def test_forward_matches_x_at_dequantize(weight_dtype: DataType, act: torch.dtyp
     out = module(x)
     torch.cuda.synchronize()
     assert out.shape == (m, OUT_FEATURES) and out.dtype == act and out.is_cuda
-    expected = (torch.matmul(x, module.dequantize(act)) + module.bias).float()
-    error = float((out.float() - expected).abs().max())
-    bound = TOLERANCE[act] * float(expected.abs().max())
-    if act == torch.bfloat16:
-        top = max(float(out.float().abs().max()), float(expected.abs().max()))
-        bound = max(bound, bf16_ulp(top))
-    assert error <= bound, f"{weight_dtype} {act} m={m}: error {error:.3e} above {bound:.3e}"
+    weights = module.dequantize(act).float()
+    expected = torch.matmul(x.float(), weights) + module.bias.float()
+    error = float((out.float() - expected).abs().max()) / float(expected.abs().max())
+    assert error < TOLERANCE[act], f"{weight_dtype} {act} m={m}: relative error {error:.2e}"
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=str)
