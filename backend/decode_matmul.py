@@ -48,9 +48,11 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   `refill_in_place` (each k16 step's words loaded again with the next k-tile's once cast: no
   register copies in the k loop; SASS of the recorded configurations,
   `benchmarks/sass_census.py`: 1 to 19 % fewer loop instructions at M = 1, 8 to 17 % at
-  M = 16, with up to 37 more registers; not yet measured on a GPU), and where the biases are
-  kept (one 8-row block) also with both (the biases' product a dot a step: 24 to 37 % fewer
-  loop instructions than the plain point at M = 1);
+  M = 16, with up to 37 more registers), and where the biases are kept (one 8-row block) also
+  with both (the biases' product a dot a step: 24 to 37 % fewer loop instructions than the
+  plain point at M = 1). Measured on the H200 at the two short layers (i4, i8, M = 1 and 16),
+  both forms are level or 2 to 10 % slower than the recorded points, so the tuner keeps those;
+  the twins are candidates still to prune;
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
