@@ -44,15 +44,12 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   measured beside the recorded configurations, 7 to 14 % faster for i2 at three of the four
   layers at M = 1 and 10 % slower at the fourth, level for i4 (whose wide layers already stream
   at the bandwidth), so the tuner decides;
-- each point with the late scale and depth 1 in blocks of at most 16 rows also with
-  `refill_in_place` (each k16 step's words loaded again with the next k-tile's once cast: no
-  register copies in the k loop; SASS of the recorded configurations,
-  `benchmarks/sass_census.py`: 1 to 19 % fewer loop instructions at M = 1, 8 to 17 % at
-  M = 16, with up to 37 more registers), and where the biases are kept (one 8-row block) also
-  with both (the biases' product a dot a step: 24 to 37 % fewer loop instructions than the
-  plain point at M = 1). Measured on the H200 at the two short layers (i4, i8, M = 1 and 16),
-  both forms are level or 2 to 10 % slower than the recorded points, so the tuner keeps those;
-  the twins are candidates still to prune;
+- not `refill_in_place` (each k16 step's words loaded again with the next k-tile's once cast:
+  no register copies in the k loop; SASS of the recorded configurations,
+  `benchmarks/sass_census.py`: 8 to 37 % fewer loop instructions, with the biases kept too):
+  measured on the H200 at the two short layers (i4, i8, M = 1 and 16) beside the recorded
+  points, level or 2 to 10 % slower everywhere, so it is a field to try (`--variants`), not a
+  candidate;
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
@@ -120,7 +117,7 @@ from ir.examples.register_dequant_matmul import (
 from ir.program import Program
 from ir.specialize import check_constants
 
-NAMESPACE = "register_dequant_matmul/5"
+NAMESPACE = "register_dequant_matmul/6"
 """The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
 enough that old choices should be tuned again."""
 ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
@@ -690,6 +687,8 @@ def decode_search_space(
     space = []
     for weights_as_a, units_m in tilings:
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
+        # The late-scale points' twins with the biases kept: one 8-row block.
+        one_block = biased and weights_as_a and units_m == 1
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
                 blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
@@ -720,19 +719,8 @@ def decode_search_space(
                                 units_m=units_m,
                             )
                             space.append(point)
-                            if late and not compact:
-                                # The twins of the late-scale points: biases kept (one
-                                # 8-row block), each step's words refilled in place (depth 1,
-                                # blocks of at most 16 rows: the decode batches), both.
-                                one_block = biased and weights_as_a and units_m == 1
-                                if one_block:
-                                    space.append(replace(point, magic_bias=True))
-                                if depth == 1 and block_m <= BLOCK_M:
-                                    space.append(replace(point, refill_in_place=True))
-                                    if one_block:
-                                        space.append(
-                                            replace(point, magic_bias=True, refill_in_place=True)
-                                        )
+                            if late and not compact and one_block:
+                                space.append(replace(point, magic_bias=True))
                     if ring:
                         space.append(
                             DequantConfig(

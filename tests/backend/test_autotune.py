@@ -276,40 +276,33 @@ def test_decode_search_space_table() -> None:
     # it the magic numbers' biases kept (i4's biased cast is the cheaper). The 2048 / 64 w
     # tiles never fill whole waves of 132 SMs: a stream-K point each, one wave of persistent
     # blocks at 16 warps an SM.
-    # The late-scale points of depth 1 once more with each step's words refilled in place,
-    # and with both.
     fields = [(c.warps, c.units_k, c.split, c.depth, c.late_scale, c.magic_bias) for c in space]
-    streams = [(c.stream_k, c.min_blocks_per_sm, c.refill_in_place) for c in space]
+    streams = [(c.stream_k, c.min_blocks_per_sm) for c in space]
     assert list(zip(fields, streams)) == [
-        ((2, 4, 4, 1, False, False), (0, 0, False)),
-        ((2, 4, 4, 2, False, False), (0, 0, False)),
-        ((2, 4, 1, 1, False, False), (1056, 8, False)),
-        ((2, 8, 2, 1, False, False), (0, 0, False)),
-        ((2, 8, 2, 1, True, False), (0, 0, False)),
-        ((2, 8, 2, 1, True, True), (0, 0, False)),
-        ((2, 8, 2, 1, True, False), (0, 0, True)),
-        ((2, 8, 2, 1, True, True), (0, 0, True)),
-        ((2, 8, 1, 1, True, False), (1056, 8, False)),
-        ((4, 4, 4, 1, False, False), (0, 0, False)),
-        ((4, 4, 4, 2, False, False), (0, 0, False)),
-        ((4, 4, 1, 1, False, False), (528, 4, False)),
-        ((4, 8, 2, 1, False, False), (0, 0, False)),
-        ((4, 8, 2, 1, True, False), (0, 0, False)),
-        ((4, 8, 2, 1, True, True), (0, 0, False)),
-        ((4, 8, 2, 1, True, False), (0, 0, True)),
-        ((4, 8, 2, 1, True, True), (0, 0, True)),
-        ((4, 8, 1, 1, True, False), (528, 4, False)),
-        ((8, 4, 4, 1, False, False), (0, 0, False)),
-        ((8, 4, 4, 2, False, False), (0, 0, False)),
-        ((8, 4, 1, 1, False, False), (264, 2, False)),
-        ((8, 8, 2, 1, False, False), (0, 0, False)),
-        ((8, 8, 2, 1, True, False), (0, 0, False)),
-        ((8, 8, 2, 1, True, True), (0, 0, False)),
-        ((8, 8, 2, 1, True, False), (0, 0, True)),
-        ((8, 8, 2, 1, True, True), (0, 0, True)),
-        ((8, 8, 1, 1, True, False), (264, 2, False)),
+        ((2, 4, 4, 1, False, False), (0, 0)),
+        ((2, 4, 4, 2, False, False), (0, 0)),
+        ((2, 4, 1, 1, False, False), (1056, 8)),
+        ((2, 8, 2, 1, False, False), (0, 0)),
+        ((2, 8, 2, 1, True, False), (0, 0)),
+        ((2, 8, 2, 1, True, True), (0, 0)),
+        ((2, 8, 1, 1, True, False), (1056, 8)),
+        ((4, 4, 4, 1, False, False), (0, 0)),
+        ((4, 4, 4, 2, False, False), (0, 0)),
+        ((4, 4, 1, 1, False, False), (528, 4)),
+        ((4, 8, 2, 1, False, False), (0, 0)),
+        ((4, 8, 2, 1, True, False), (0, 0)),
+        ((4, 8, 2, 1, True, True), (0, 0)),
+        ((4, 8, 1, 1, True, False), (528, 4)),
+        ((8, 4, 4, 1, False, False), (0, 0)),
+        ((8, 4, 4, 2, False, False), (0, 0)),
+        ((8, 4, 1, 1, False, False), (264, 2)),
+        ((8, 8, 2, 1, False, False), (0, 0)),
+        ((8, 8, 2, 1, True, False), (0, 0)),
+        ((8, 8, 2, 1, True, True), (0, 0)),
+        ((8, 8, 1, 1, True, False), (264, 2)),
     ]
     assert {(c.units_n, c.unroll, c.weights_as_a) for c in space} == {(1, 2, True)}
+    assert not any(c.refill_in_place for c in space)
 
 
 @pytest.mark.parametrize(
@@ -378,9 +371,9 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    # At most 110 a row tiling: the widest layer's i8 space at M = 16 is 216 with the twins
-    # refilled in place (compiled in parallel, each timed in about 5 ms on the device).
-    assert 6 <= len(space) <= 110 * len(row_tilings(m))
+    # At most 96 a row tiling: the widest layer's i8 space at M = 16 is 188 (compiled in
+    # parallel, each timed in about 5 ms on the device).
+    assert 6 <= len(space) <= 96 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -432,9 +425,9 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
     assert biased_cast_saves(dtype, activation) is saves
     problem_space = decode_search_space(dtype, 4096, 12288, 1)
     if activation == dtypes.f16:
-        twins = [c for c in problem_space if c.magic_bias and not c.refill_in_place]
+        twins = [c for c in problem_space if c.magic_bias]
         lates = [c for c in problem_space if c.late_scale and not c.magic_bias and not c.stages]
-        lates = [c for c in lates if not c.stream_k and not c.refill_in_place]
+        lates = [c for c in lates if not c.stream_k]
         assert twins == ([replace(c, magic_bias=True) for c in lates] if saves else [])
     sixteen = decode_search_space(dtype, 4096, 12288, 16)
     assert not any(c.magic_bias for c in sixteen if not c.weights_as_a or c.units_m > 1)
@@ -442,36 +435,15 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
 @pytest.mark.parametrize("m", [1, 8, 16, 256])
-def test_refill_in_place_twins_of_the_late_scale_points_of_the_decode_tilings(
-    weight: str, m: int
-) -> None:
-    """In the tilings of blocks of at most 16 rows (the decode batches), each late-scale point
-    of the register ring of depth 1 (not stream-K) once more with `refill_in_place`, and each
-    of its biased twins (one 8-row block) once more with both; each right after its own
-    (or, for the plain point's refill, after the biased twin); none in larger blocks or in the
-    compact space."""
+def test_refill_in_place_is_a_field_not_a_candidate(weight: str, m: int) -> None:
+    """The refill in place was measured level or slower than the recorded points (with the
+    biases kept too), so no candidate of any tiling has it; the field still builds a valid
+    program from each late-scale point of depth 1, which is how it is tried by hand."""
     dtype = dtypes.from_name(weight)
     space = decode_search_space(dtype, 4096, 12288, m)
-    refilled = [c for c in space if c.refill_in_place and not c.magic_bias]
-    both = [c for c in space if c.refill_in_place and c.magic_bias]
-    plain = [c for c in space if not c.refill_in_place and not c.magic_bias]
-    biased = [c for c in space if c.magic_bias and not c.refill_in_place]
-    wanted = [
-        replace(c, refill_in_place=True)
-        for c in plain
-        if c.late_scale and c.depth == 1 and not (c.stages or c.stream_k) and c.block_m <= 16
-    ]
-    assert refilled == wanted and (m <= 16) == bool(refilled)
-    assert both == [replace(c, refill_in_place=True) for c in biased if c.depth == 1]
-    for twin in refilled:
-        before = space[space.index(twin) - 1]
-        assert replace(before, magic_bias=False) == replace(twin, refill_in_place=False)
-        register_dequant_matmul(dtype, 128, twin)  # a valid configuration
-    for twin in both:
-        assert space[space.index(twin) - 1] == replace(twin, magic_bias=False)
-        register_dequant_matmul(dtype, 128, twin)
-    compact = decode_search_space(dtype, 4096, 12288, m, compact=True)
-    assert not any(c.refill_in_place for c in compact)
+    assert not any(c.refill_in_place for c in space)
+    late = next(c for c in space if c.late_scale and c.depth == 1 and not c.stages)
+    register_dequant_matmul(dtype, 128, replace(late, refill_in_place=True))
 
 
 def test_compact_search_space_table() -> None:
@@ -915,11 +887,10 @@ def test_a_refused_record_store_warns_and_still_returns(
 
 
 def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
-    """Twelve candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
-    scale, with it, with it and the words refilled in place, and a stream-K point, for each
-    warp count; no biases kept, which 3 bits compile longer), compiled with NVRTC; a fake
-    measure that prefers 4 warps, the late scale and split-k to stream-K (the refill ties with
-    its twin, which comes first); then a warm lookup that measures nothing."""
+    """Nine candidates (3-bit weights: one k-tile size, the group, depth 1, without the late
+    scale, with it, and a stream-K point, for each warp count; no biases kept, which 3 bits
+    compile longer), compiled with NVRTC; a fake measure that prefers 4 warps, the late scale
+    and split-k to stream-K; then a warm lookup that measures nothing."""
     problem = DecodeProblem(dtypes.i3, 128, 1024, 2048)
     measured: list[DequantConfig] = []
 
@@ -933,7 +904,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     store = RecordStore(tmp_path)
     cold = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
     space = decode_search_space(dtypes.i3, 1024, 2048, 1)
-    assert measured == space and len(space) == 12
+    assert measured == space and len(space) == 9
     # A fused sum, the scales applied to the products.
     assert cold.config == DequantConfig(
         warps=4, units_k=8, split=2, depth=1, late_scale=True, weights_as_a=True
@@ -941,7 +912,7 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     assert (cold.launches, cold.arch, cold.tuning.from_cache) == (1, "sm_90a", False)
     assert cold.matmul_kernel.constants == {"n": 2048, "k": 1024}
     warm = DecodeMatmul.tuned(problem, 1, measure=measure, store=store, **options)
-    assert len(measured) == 12
+    assert len(measured) == 9
     assert warm.config == cold.config and warm.tuning.from_cache
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
@@ -962,10 +933,10 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 27
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 21
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 27 and eleven.tuning.from_cache
+    assert len(measured) == 21 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 
