@@ -47,9 +47,9 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/7"
-"""The autotuner's namespace of the path choice (a new version is a new set of records: 7 since
-the candidates include tiles of 128 rows)."""
+NAMESPACE = "batch_matmul/8"
+"""The autotuner's namespace of the path choice (a new version is a new set of records: 8 since
+the candidates include the refilled 128 x 128 tile, the refilled split and the grid's groups)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
 PRODUCER = {"release": True, "producer": True, "producer_registers": 24}
@@ -70,6 +70,12 @@ flight into the next."""
 ROW_TILE_128 = {"block_m": 128, "units_k": 8, "stages": 4, "staged_store": True}
 """The fields the 128-row tiles share: 128 rows, 128-deep k-tiles in four stages (32 KB
 each), C staged in the ring's memory."""
+REFILLED = {"depth": 1, "refill_in_place": True}
+"""The fields of a tile whose weights are loaded into the registers of the k-tile just
+dequantized (one k-tile of registers, no register copies in the k loop)."""
+STAGED_REFILLED = {"units_k": 8, "stages": 3, "staged_store": True, **REFILLED}
+"""The fields of the staged 128 x 256 tile refilled in place: 128-deep k-tiles in three
+stages, C staged in the ring's memory."""
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
     {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, **PRODUCER},
@@ -93,15 +99,10 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
         "depth": 1,
         "refill_in_place": True,
     },
-    {
-        "path": "prefill",
-        **FRAGMENT_TILE,
-        "units_k": 8,
-        "stages": 3,
-        "depth": 1,
-        "staged_store": True,
-        "refill_in_place": True,
-    },
+    {"path": "prefill", **FRAGMENT_TILE, **STAGED_REFILLED},
+    {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "depth": 1, "refill_in_place": True},
+    {"path": "prefill", **FRAGMENT_TILE, "units_k": 8, "stages": 3, **REFILLED, "split": 2},
+    {"path": "prefill", **FRAGMENT_TILE, **STAGED_REFILLED, "group_m": 4},
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
@@ -123,7 +124,14 @@ weights of one k-tile, the next loaded into its registers once it is dequantized
 (`refill_in_place`; with a ring of registers, 8-bit weights spill); and the staged 128 x 256
 tile with its weights refilled in place (no register copies in its k loop). The 128-deep
 k-tiles need group sizes of 128 (others prune them); the fragment tiles need 4- or 8-bit
-weights, and N a multiple of their columns."""
+weights, and N a multiple of their columns. Then three forms measured better than an earlier
+path at some layers (`quantized_matmul_prefill_refilled_m256.*`,
+`quantized_matmul_prefill_grid_groups_wide.*`): the 128 x 128 tile refilled in place (i4 8192 x
+8192 at 256 rows: 55.7 us, Humming 57.7), the split in two refilled in place (faster than the
+split with a ring of registers at all four points measured, 256 rows, 8192 x 8192 and 8192 x
+57344), and the staged tile refilled in place with the launch grid in groups of 4 tile rows
+(`group_m`: a wave reads the weights of a quarter of the column tiles; at 4096 rows 1-2 % faster
+at i8, 8192 x 57344 and 4096 x 12288, and level or up to 1 % slower at i4)."""
 
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""

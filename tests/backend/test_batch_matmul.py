@@ -69,6 +69,7 @@ def _tune(tmp_path, times: dict[int, float], problem: DecodeProblem = PROBLEM):
 
 
 TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0, 6: 69.0, 7: 71.0, 8: 72.0}
+TIMES.update({9: 73.0, 10: 74.0, 11: 75.0})
 """Measured times by path: the 128 x 256 tile with 128-deep k-tiles fastest."""
 COLUMNS_192 = [7]
 """The path of 192 x 128 tiles: N = 256 is not a multiple of its columns, so it is pruned at
@@ -93,10 +94,11 @@ def test_the_64_row_producer_warpgroup_wins_where_it_is_faster(tmp_path) -> None
     assert operation.kernel.program.num_threads == 256
 
 
-@pytest.mark.parametrize(("index", "block_n"), [(2, 256), (4, 128)])
+@pytest.mark.parametrize(("index", "block_n"), [(2, 256), (4, 128), (10, 128)])
 def test_a_split_kernel_wins_where_it_is_faster(tmp_path, index: int, block_n: int) -> None:
     operation, _ = _tune(tmp_path, {**TIMES, index: 60.0})
     assert operation.path == dict(BATCH_PATHS[index]) and operation.prefill.split == 2
+    assert operation.prefill.refill_in_place == (index == 10)
     assert operation.prefill.producer_registers == 24 and operation.prefill.block_n == block_n
     assert [p.name for p in operation.kernel.program.params][-3:] == ["partial", "counters", "c"]
 
@@ -112,15 +114,18 @@ def test_the_staged_store_wins_where_it_is_faster(tmp_path) -> None:
         (6, 256, (128, 128), 384, False),
         (7, 384, (192, 128), 512, True),
         (8, 256, (128, 256), 384, True),
+        (9, 256, (128, 128), 384, True),
+        (11, 256, (128, 256), 384, True),
     ],
 )
 def test_a_later_tile_wins_where_it_is_faster(
     tmp_path, index: int, n: int, tile: tuple[int, int], threads: int, in_place: bool
 ) -> None:
-    """The 128 x 128 tile (two consumer warpgroups), the 192 x 128 tile (three) and the
-    staged 128 x 256 tile with its weights refilled in place, all with C staged and 128-deep
-    k-tiles; the 192-column one is measured where it divides N (384), pruned where it does
-    not (256)."""
+    """The 128 x 128 tile (two consumer warpgroups), the 192 x 128 tile (three), the staged
+    128 x 256 tile with its weights refilled in place, the 128 x 128 tile refilled in place
+    and the staged refilled tile launched in groups of 4 tile rows, all with C staged and
+    128-deep k-tiles; the 192-column one is measured where it divides N (384), pruned where
+    it does not (256)."""
     problem = DecodeProblem(dtypes.i4, 128, 256, n)
     operation, measured = _tune(tmp_path, {**TIMES, index: 60.0}, problem)
     assert operation.path == dict(BATCH_PATHS[index])
@@ -128,6 +133,7 @@ def test_a_later_tile_wins_where_it_is_faster(
     assert (config.block_n, config.block_m, config.block_k) == (*tile, 128)
     assert config.staged_store and config.overlap_dot
     assert config.refill_in_place == in_place and config.depth == (1 if in_place else 2)
+    assert config.group_m == (4 if index == 11 else 1)
     assert operation.kernel.program.num_threads == threads  # the consumers and a producer
     assert set(COLUMNS_192).issubset(measured) == (n % 192 == 0)
 
@@ -152,8 +158,8 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("weight", "group_size", "pruned"),
     [
-        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192, 8]),
-        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192, 8]),
+        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11]),
+        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11]),
         (dtypes.u4, 128, COLUMNS_192),
     ],
     ids=str,

@@ -482,12 +482,13 @@ def test_panel_waits_match_the_interpreter(staged_store: bool) -> None:
 
 
 @pytest.mark.parametrize("weight", [dtypes.i4, dtypes.i8], ids=str)
-@pytest.mark.parametrize("path", [6, 7, 8])
+@pytest.mark.parametrize("path", [6, 7, 8, 9, 10, 11])
 def test_later_batch_tiles_match_the_interpreter(path: int, weight: DataType) -> None:
     """QuantizedLinear's later tiles (`backend.batch_matmul.BATCH_PATHS[6:]`: 128 x 128 with
     two consumer warpgroups, 192 x 128 with three, 128 x 256, the last two with the weights
-    refilled in place), C staged in the ring's memory, over 3 row blocks (the last partial)
-    and 2 column blocks."""
+    refilled in place; 128 x 128 refilled in place; 128 x 256 refilled in place with k split in
+    two, and with the grid in groups of 4 tile rows), C staged in the ring's memory (not the
+    split), over 3 row blocks (the last partial) and 2 column blocks."""
     config = prefill_config(BATCH_PATHS[path])
     n, k = 2 * config.block_n, 6 * config.block_k
     m = 2 * config.block_m + 9

@@ -267,14 +267,16 @@ def test_staged_fragment_tile_lowering_validates() -> None:
 
 @pytest.mark.parametrize(
     ("index", "weight", "n", "stmatrix"),
-    [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8), (8, dtypes.i8, 256, 16)],
+    [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8), (8, dtypes.i8, 256, 16)]
+    + [(9, dtypes.i4, 256, 8), (11, dtypes.i8, 256, 16)],
 )
 def test_later_fragment_tiles_lowering_validates(
     index: int, weight: Any, n: int, stmatrix: int
 ) -> None:
     """The later tiles of QuantizedLinear's batch paths, C staged in the ring's memory: 128 x
     128 (two consumer warpgroups), 192 x 128 (three, consumer budgets of 160 registers, the
-    weights refilled in place) and 128 x 256 refilled in place: every access and claim
+    weights refilled in place), 128 x 256 refilled in place, 128 x 128 refilled in place and
+    128 x 256 refilled in place with the grid in groups of 4 tile rows: every access and claim
     proved, wgmma's among them and each consumer thread's transposed stmatrix stores of its
     rows of the staging tile."""
     config = prefill_config(BATCH_PATHS[index])
@@ -314,14 +316,16 @@ def test_persistent_fragment_tile_lowering_validates() -> None:
     assert any(claim.name.startswith("wgmma") for claim, _ in report.plan_results)
 
 
-@pytest.mark.parametrize("form", ["split", "stream_k"])
+@pytest.mark.parametrize("form", ["split", "refilled split", "stream_k"])
 def test_fragment_tile_parts_lowering_validates(form: str) -> None:
     """The 128 x 256 tile with its parts summed in the accumulator's register order
-    (`ir.examples.split_sum.add_parts_in_fragments`): QuantizedLinear's split path, and
-    stream-K in runs of the unroll count with the dot in flight; every access (the parts'
-    16-byte vectors, the pieces' stores into C) and claim proved, wgmma's among them."""
-    if form == "split":
-        config = prefill_config(BATCH_PATHS[4])
+    (`ir.examples.split_sum.add_parts_in_fragments`): QuantizedLinear's split paths (a ring of
+    registers, and refilled in place), and stream-K in runs of the unroll count with the dot
+    in flight; every access (the parts' 16-byte vectors, the pieces' stores into C) and claim
+    proved, wgmma's among them."""
+    if form != "stream_k":
+        config = prefill_config(BATCH_PATHS[4 if form == "split" else 10])
+        assert config.split == 2 and config.refill_in_place == (form != "split")
     else:
         config = replace(prefill_config(BATCH_PATHS[3]), stream_k=132)
     prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
