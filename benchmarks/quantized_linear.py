@@ -26,7 +26,7 @@ sleep kernel before each timed run, CUDA events, the median of `--repeats`).
 Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
 
     python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
-        [--quick] [--repeats 30] [--output benchmarks/results]
+        [--shapes 8192x57344,4096x12288] [--quick] [--repeats 30] [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer  # the sibling script
+from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer, parse_shape  # the sibling
 from records import write_record  # a sibling module of the benchmarks
 
 from backend.autotune import m_bucket
@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default="i4,i8", help="weight types, comma-separated")
     parser.add_argument("--batches", default=None, help="batches M (default: BATCHES)")
     parser.add_argument("--quick", action="store_true", help="one shape, M in {1, 256}")
+    parser.add_argument(
+        "--shapes", default=None, help="(K, N) shapes written KxN, comma-separated (default: all)"
+    )
     parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     options = parser.parse_args(argv)
@@ -188,14 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     batches = QUICK_BATCHES if options.quick else BATCHES
     if options.batches:
         batches = [int(m) for m in options.batches.split(",")]
+    shapes = QUICK_SHAPES if options.quick else SHAPES
+    if options.shapes:
+        try:
+            shapes = [parse_shape(text) for text in options.shapes.split(",")]
+        except ValueError as error:
+            parser.error(str(error))
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
     flush = flush_buffer(torch.device("cuda"))
     points: list[Point] = []
     for weight in weights:
-        for index, (k, n) in enumerate(QUICK_SHAPES if options.quick else SHAPES):
-            layer = make_layer(weight, k, n, seed=index)
+        for index, (k, n) in enumerate(shapes):
+            # The same weights for a shape whether or not --shapes picked it out.
+            seed = SHAPES.index((k, n)) if (k, n) in SHAPES else len(SHAPES) + index
+            layer = make_layer(weight, k, n, seed=seed)
             peer, note = humming_layer(weight, layer.dequantize(torch.float16))
             for m in batches:
                 point = measure(layer, weight, m, flush, options.repeats, peer)

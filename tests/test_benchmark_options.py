@@ -1,6 +1,6 @@
-"""The quantized-matmul benchmark's command line, on the CPU: ``--shapes`` and ``--options``
+"""The quantized-matmul benchmarks' command lines, on the CPU: ``--shapes`` and ``--options``
 are parsed, and bad entries are refused before any GPU is looked for (skipped without torch,
-which the benchmark imports)."""
+which the benchmarks import)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,24 @@ import pytest
 pytest.importorskip("torch", reason="the benchmark imports torch")
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
-_spec = importlib.util.spec_from_file_location(
-    "quantized_matmul_benchmark", BENCHMARKS / "quantized_matmul.py"
-)
-benchmark = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = benchmark
-# The benchmark imports its sibling modules (matmul, records) by their names.
-sys.path.insert(0, str(BENCHMARKS))
-try:
-    _spec.loader.exec_module(benchmark)
-finally:
-    sys.path.remove(str(BENCHMARKS))
+
+
+def _load(name: str, script: str):
+    """The benchmark script `script` as the module `name`."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    # The benchmarks import their sibling modules (matmul, records, ...) by their names.
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+benchmark = _load("quantized_matmul_benchmark", "quantized_matmul.py")
+layer_benchmark = _load("quantized_linear_benchmark", "quantized_linear.py")
 
 
 @pytest.mark.parametrize(
@@ -40,9 +47,11 @@ def test_a_bad_shape_is_refused_by_name(text: str) -> None:
         benchmark.parse_shape(text)
 
 
-def test_the_command_line_refuses_a_bad_shape_before_looking_for_a_gpu(capsys) -> None:
+@pytest.mark.parametrize("script", ["quantized_matmul", "quantized_linear"])
+def test_the_command_line_refuses_a_bad_shape_before_looking_for_a_gpu(capsys, script) -> None:
+    main = (benchmark if script == "quantized_matmul" else layer_benchmark).main
     with pytest.raises(SystemExit) as exit_info:
-        benchmark.main(["--shapes", "4096x12288,12x"])
+        main(["--shapes", "4096x12288,12x"])
     assert exit_info.value.code == 2
     assert "--shapes entry '12x'" in capsys.readouterr().err
 
