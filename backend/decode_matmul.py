@@ -44,12 +44,12 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   measured beside the recorded configurations, 7 to 14 % faster for i2 at three of the four
   layers at M = 1 and 10 % slower at the fourth, level for i4 (whose wide layers already stream
   at the bandwidth), so the tuner decides;
-- not `refill_in_place` (each k16 step's words loaded again with the next k-tile's once cast:
-  no register copies in the k loop; SASS of the recorded configurations,
+- no point with `refill_in_place` (each k16 step's words loaded again with the next k-tile's
+  once cast: no register copies in the k loop; SASS of the recorded configurations,
   `benchmarks/sass_census.py`: 8 to 37 % fewer loop instructions, with the biases kept too):
   measured on the H200 at the two short layers (i4, i8, M = 1 and 16) beside the recorded
-  points, level or 2 to 10 % slower everywhere, so it is a field to try (`--variants`), not a
-  candidate;
+  points, it was level or 2 to 10 % slower everywhere, so it is a field to try by hand
+  (`benchmarks/quantized_matmul.py --variants`);
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
