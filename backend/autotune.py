@@ -17,8 +17,12 @@ caller gives three functions:
 A construct or build that raises one of `CANDIDATE_ERRORS` (the project's "this candidate does
 not fit or does not work" types) or a measure that raises one, or returns anything but a finite
 number >= 0, is a failed trial: recorded, reported in one `RuntimeWarning`, never chosen. Any
-other exception is a bug and propagates. The fastest measured candidate wins; equal times go to
-the one earlier in the search space, so the choice is a function of the times alone.
+other exception is a bug and propagates. A measure that raises one of `TRANSIENT_ERRORS` (the
+timing protocol's refusal on a busy host) is tried again, up to `MEASURE_ATTEMPTS` times; if it
+never succeeds, the trial fails and the choice is returned but not stored, so that a later
+process tunes again rather than keep a choice that left a candidate unmeasured. The fastest
+measured candidate wins; equal times go to the one earlier in the search space, so the choice
+is a function of the times alone.
 
 Storage: the record store of the kernel cache (`backend.cache.RecordStore`, same directory, same
 ownership, permission, hash and atomic-replace rules as the CUBINs), under
@@ -59,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TextIO, TypeVar
 
 from backend.cache import RecordStore, default_record_store, record_key
-from backend.errors import CompilationError, LaunchError
+from backend.errors import CompilationError, LaunchError, TimingError
 from ir.errors import SpecializationError, VerificationError
 
 Scalar = str | int | float | bool | None
@@ -88,6 +92,14 @@ CANDIDATE_ERRORS: tuple[type[Exception], ...] = (
 )
 """What `build` or `measure` raises for a candidate that fails (does not compile, cannot
 launch, computes a wrong result): a failed trial, not a failed tuning."""
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (TimingError,)
+"""What `measure` raises when the measurement, not the candidate, failed (a busy host): the
+measure is tried again, up to `MEASURE_ATTEMPTS` times in all; a candidate that still fails so
+is a failed trial, and the tuning's choice is then not stored (a later process tunes again),
+since the candidate it left out may have been the fastest."""
+MEASURE_ATTEMPTS = 3
+"""Times `measure` is tried on a candidate whose measurement raises a `TRANSIENT_ERRORS`."""
 
 RECORD_FORMAT = 1
 """Version of the record's fields; a record of another version is tuned again."""
@@ -250,6 +262,7 @@ def _tune(
     display = _Progress(label, len(constructed), progress)
     best: int | None = None
     best_built: Any = None  # only the fastest so far is kept: the others' modules can go
+    unmeasured: list[Trial] = []  # failed for want of a measurement (`TRANSIENT_ERRORS`)
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1)
     try:
         futures = {i: pool.submit(build, space[i], constructed[i]) for i in constructed}
@@ -257,11 +270,13 @@ def _tune(
             candidate = space[index]
             try:
                 built = future.result()
-                us = measure(built)
+                us = _measure_retrying(measure, built)
             except CANDIDATE_ERRORS as error:
                 trials[index] = Trial(
                     candidate, "failed", detail=f"{type(error).__name__}: {error}"
                 )
+                if isinstance(error, TRANSIENT_ERRORS):
+                    unmeasured.append(trials[index])
                 display.advance(None if best is None else trials[best].us)
                 continue
             if (
@@ -300,10 +315,18 @@ def _tune(
     if failed:
         warnings.warn(
             f"tuning {label}: {len(failed)} candidates failed: "
-            + "; ".join(f"{_describe(t.candidate)}: {t.detail}" for t in failed),
+            + "; ".join(f"{_describe(t.candidate)}: {t.detail}" for t in failed)
+            + (
+                f"; the choice is not stored: {len(unmeasured)} could not be measured "
+                f"({MEASURE_ATTEMPTS} attempts each), which says nothing of the candidate"
+                if unmeasured
+                else ""
+            ),
             RuntimeWarning,
             stacklevel=3,
         )
+    if unmeasured:
+        return TuningResult(choice, best_built, False, us, finished)
     record = {
         "format": RECORD_FORMAT,
         "namespace": namespace,
@@ -322,6 +345,18 @@ def _tune(
             stacklevel=3,
         )
     return TuningResult(choice, best_built, False, us, finished)
+
+
+def _measure_retrying(measure: Callable[[Any], float], built: Any) -> float:
+    """`measure(built)`, tried again (up to `MEASURE_ATTEMPTS` times in all) while it raises one
+    of `TRANSIENT_ERRORS`; the last attempt's error propagates."""
+    for attempt in range(1, MEASURE_ATTEMPTS + 1):
+        try:
+            return measure(built)
+        except TRANSIENT_ERRORS:
+            if attempt == MEASURE_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _usable_record(

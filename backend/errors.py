@@ -5,6 +5,8 @@
 - `ArchitectureError`: an architecture name that is malformed or that this NVRTC cannot target.
 - `LaunchError`: a kernel argument, grid or signature that does not fit; raised before anything
   reaches the GPU, naming the parameter, the value and what was expected.
+- `TimingError`: a `LaunchError` of the timing protocol: a measurement refused because the host
+  took longer to queue a run than the sleep before it (a busy host); measuring again may succeed.
 - `CacheError`: the kernel cache directory cannot be trusted (another owner, not a directory).
 - `DriverError`: a CUDA driver call failed; the message names the call and the driver's error.
 - `NoDeviceError`: the driver reports no usable GPU (or there is no driver at all).
@@ -47,6 +49,13 @@ class ArchitectureError(CompilationError, ValueError):
 
 class LaunchError(ValueError):
     """A kernel argument, grid or signature that does not fit; nothing reached the GPU."""
+
+
+class TimingError(LaunchError):
+    """A time that `backend.timing.median_us` would not give: queuing a run on the host took
+    longer than even the longest sleep before it, so the GPU time would include host work. It
+    says nothing of the kernel (another process loading the host is the usual cause): the same
+    measurement may succeed later."""
 
 
 class CacheError(ValueError):

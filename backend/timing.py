@@ -16,7 +16,8 @@ H200: a checked decode-matmul launch from Python takes 140 to 470 us on the host
 a 200 us sleep one point in eight measured 2 to 4 times its kernel time). So `median_us` times
 the sleep alone first and the host time of every timed `run`; when one of them outlasts the
 sleep, it times them all again behind a sleep `SLEEP_GROWTH` times longer (at most
-`SLEEP_ATTEMPTS` times, then it raises `LaunchError`).
+`SLEEP_ATTEMPTS` times, then it raises `TimingError`, a `LaunchError` that says the host, not
+the kernel, was at fault).
 
     flush = flush_buffer()                        # cached per device
     us = median_us(lambda: kernel(*args), flush, repeats=30)
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from backend.errors import LaunchError
+from backend.errors import LaunchError, TimingError
 
 FLUSH_BYTES = 512 * 2**20
 """The smallest flush buffer `flush_buffer` makes: 512 MiB, more than twice any current L2
@@ -95,9 +96,9 @@ def median_us(
 
     Requires: `run` queues its work on torch's current stream (as `backend` kernels called with
     torch tensors do); `flush` is a CUDA tensor of at least twice the L2 (`flush_buffer`).
-    Raises `LaunchError` for `repeats` < 1, `warmup` < 0 or `sleep_cycles` < 1, for a
-    `flush` that is not a CUDA tensor, and when `run`'s host time outlasts even the longest
-    sleep (the module docstring).
+    Raises `LaunchError` for `repeats` < 1, `warmup` < 0 or `sleep_cycles` < 1 and for a
+    `flush` that is not a CUDA tensor; `TimingError` (a `LaunchError`) when `run`'s host time
+    outlasts even the longest sleep (the module docstring): a busy host, not a bad kernel.
     """
     import torch
 
@@ -126,7 +127,7 @@ def median_us(
         if max(host_us) < sleep_us:
             return statistics.median(times)
         sleep_cycles *= SLEEP_GROWTH
-    raise LaunchError(
+    raise TimingError(
         f"median_us: queuing one run took up to {max(host_us):.0f} us on the host, longer than "
         f"the longest sleep before it ({sleep_us:.0f} us): its time would include host work"
     )

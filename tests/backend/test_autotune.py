@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.autotune import (
+    MEASURE_ATTEMPTS,
     RECORD_FORMAT,
     MBucket,
     TuningError,
@@ -52,7 +54,7 @@ from backend.decode_matmul import (
     split_choices,
     units_k_choices,
 )
-from backend.errors import CompilationError, LaunchError
+from backend.errors import CompilationError, LaunchError, TimingError
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
@@ -789,6 +791,90 @@ def test_failed_candidates_are_reported_and_never_chosen(tmp_path: Path) -> None
     assert [t.status for t in result.trials] == ["failed"] * 4 + ["measured"] * 2
     assert "CompilationError: NVRTC" in result.trials[0].detail
     assert "measure gave nan" in result.trials[3].detail
+
+
+def _busy_host_tuning(store: RecordStore, refusals: dict[tuple[int, int], int], times):
+    """A tuning of SPACE whose measure refuses each candidate's first `refusals[c]` attempts
+    with `TimingError` (a busy host), then gives `times[c]`; returns the result and the
+    attempts made per candidate."""
+    attempts: dict[tuple[int, int], int] = {}
+
+    def measure(built: dict) -> float:
+        name = FakeTuning.name(built)
+        attempts[name] = attempts.get(name, 0) + 1
+        if attempts[name] <= refusals.get(name, 0):
+            raise TimingError("median_us: queuing one run took up to 152239 us on the host")
+        return times[name]
+
+    result = autotune(
+        "fake/1",
+        KEY,
+        SPACE,
+        construct=lambda candidate: candidate,
+        build=lambda candidate, program: candidate,
+        measure=measure,
+        store=store,
+        progress=False,
+    )
+    return result, attempts
+
+
+def test_a_measurement_refused_on_a_busy_host_is_tried_again(tmp_path: Path) -> None:
+    """Refused twice, the fastest candidate is measured at the third attempt: chosen, no
+    failure, the record stored (a warm tuning measures nothing)."""
+    assert issubclass(TimingError, LaunchError) and MEASURE_ATTEMPTS == 3
+    store = RecordStore(tmp_path)
+    result, attempts = _busy_host_tuning(store, {(16, 1): 2}, _times(t16d1=1.0))
+    assert result.choice == {"tile": 16, "depth": 1} and result.us == 1.0
+    assert attempts[16, 1] == 3 and set(attempts.values()) == {1, 3}
+    assert [t.status for t in result.trials] == ["measured"] * 6
+    warm, attempts = _busy_host_tuning(store, {}, _times())
+    assert warm.from_cache and warm.choice == result.choice and attempts == {}
+
+
+def test_a_candidate_never_measured_leaves_the_choice_unstored(tmp_path: Path) -> None:
+    """Refused at every attempt, the fastest candidate fails and the next is chosen, but that
+    choice is not stored: the next tuning measures again (and, the host quiet, finds it)."""
+    store = RecordStore(tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"1 candidates failed: .*the choice is not stored"):
+        result, attempts = _busy_host_tuning(store, {(16, 1): 9}, _times(t16d1=1.0, t32d2=2.0))
+    assert result.choice == {"tile": 32, "depth": 2} and not result.from_cache
+    assert attempts[16, 1] == MEASURE_ATTEMPTS
+    assert "TimingError: median_us" in result.trials[0].detail
+    again, attempts = _busy_host_tuning(store, {}, _times(t16d1=1.0, t32d2=2.0))
+    assert not again.from_cache and len(attempts) == 6
+    assert again.choice == {"tile": 16, "depth": 1}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    refusals=st.lists(st.integers(0, MEASURE_ATTEMPTS + 1), min_size=6, max_size=6),
+    times=st.lists(st.integers(1, 9), min_size=6, max_size=6),
+)
+def test_busy_host_refusals_choose_the_fastest_measured_and_store_only_complete_tunings(
+    tmp_path_factory: pytest.TempPathFactory, refusals: list[int], times: list[int]
+) -> None:
+    """For any refusals per candidate: the choice is the fastest (first of equals) of the
+    candidates refused fewer than MEASURE_ATTEMPTS times; the record is stored exactly when
+    every candidate was measured; no tuning at all when none was."""
+    names = [FakeTuning.name(c) for c in SPACE]
+    store = RecordStore(tmp_path_factory.mktemp("records"))
+    measurable = [i for i in range(6) if refusals[i] < MEASURE_ATTEMPTS]
+    refused = dict(zip(names, refusals, strict=True))
+    timed = {name: float(t) for name, t in zip(names, times, strict=True)}
+    if not measurable:
+        with pytest.raises(TuningError, match="none of the 6 candidates could be measured"):
+            _busy_host_tuning(store, refused, timed)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result, attempts = _busy_host_tuning(store, refused, timed)
+    fastest = min(measurable, key=lambda i: (times[i], i))
+    assert result.choice == SPACE[fastest]
+    assert attempts == {n: min(r, MEASURE_ATTEMPTS - 1) + 1 for n, r in refused.items()}
+    stored = len(measurable) == 6
+    warm, attempts = _busy_host_tuning(store, {}, timed)
+    assert warm.from_cache == stored and (attempts == {}) == stored
 
 
 def test_no_measurable_candidate_is_an_error(tmp_path: Path) -> None:
