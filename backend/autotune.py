@@ -262,7 +262,7 @@ def _tune(
     display = _Progress(label, len(constructed), progress)
     best: int | None = None
     best_built: Any = None  # only the fastest so far is kept: the others' modules can go
-    unmeasured: list[Trial] = []  # failed for want of a measurement (`TRANSIENT_ERRORS`)
+    unmeasured = 0  # candidates failed for want of a measurement (`TRANSIENT_ERRORS`)
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1)
     try:
         futures = {i: pool.submit(build, space[i], constructed[i]) for i in constructed}
@@ -275,8 +275,7 @@ def _tune(
                 trials[index] = Trial(
                     candidate, "failed", detail=f"{type(error).__name__}: {error}"
                 )
-                if isinstance(error, TRANSIENT_ERRORS):
-                    unmeasured.append(trials[index])
+                unmeasured += isinstance(error, TRANSIENT_ERRORS)
                 display.advance(None if best is None else trials[best].us)
                 continue
             if (
@@ -317,7 +316,7 @@ def _tune(
             f"tuning {label}: {len(failed)} candidates failed: "
             + "; ".join(f"{_describe(t.candidate)}: {t.detail}" for t in failed)
             + (
-                f"; the choice is not stored: {len(unmeasured)} could not be measured "
+                f"; the choice is not stored: {unmeasured} could not be measured "
                 f"({MEASURE_ATTEMPTS} attempts each), which says nothing of the candidate"
                 if unmeasured
                 else ""
@@ -350,13 +349,12 @@ def _tune(
 def _measure_retrying(measure: Callable[[Any], float], built: Any) -> float:
     """`measure(built)`, tried again (up to `MEASURE_ATTEMPTS` times in all) while it raises one
     of `TRANSIENT_ERRORS`; the last attempt's error propagates."""
-    for attempt in range(1, MEASURE_ATTEMPTS + 1):
+    for _ in range(MEASURE_ATTEMPTS - 1):
         try:
             return measure(built)
         except TRANSIENT_ERRORS:
-            if attempt == MEASURE_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            pass
+    return measure(built)
 
 
 def _usable_record(

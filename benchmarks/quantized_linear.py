@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from quantized_matmul import QUICK_SHAPES, SHAPES, humming_layer, parse_shape  # the sibling
+from quantized_matmul import SHAPES, humming_layer, parse_shapes  # the sibling script
 from records import write_record  # a sibling module of the benchmarks
 
 from backend.autotune import m_bucket
@@ -191,12 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     batches = QUICK_BATCHES if options.quick else BATCHES
     if options.batches:
         batches = [int(m) for m in options.batches.split(",")]
-    shapes = QUICK_SHAPES if options.quick else SHAPES
-    if options.shapes:
-        try:
-            shapes = [parse_shape(text) for text in options.shapes.split(",")]
-        except ValueError as error:
-            parser.error(str(error))
+    try:
+        shapes = parse_shapes(options.shapes, options.quick)
+    except ValueError as error:
+        parser.error(str(error))
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2

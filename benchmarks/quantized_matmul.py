@@ -596,6 +596,14 @@ def parse_shape(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def parse_shapes(text: str | None, quick: bool = False) -> list[tuple[int, int]]:
+    """The (K, N) shapes of a ``--shapes`` option (comma-separated `parse_shape` entries; a bad
+    one raises ValueError naming it); without it, QUICK_SHAPES with ``--quick``, else SHAPES."""
+    if text:
+        return [parse_shape(entry) for entry in text.split(",")]
+    return list(QUICK_SHAPES if quick else SHAPES)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -673,12 +681,10 @@ def main(argv: list[str] | None = None) -> int:
     if options.configs_from:
         recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
         space = f"recorded configurations ({options.space} where tuned)"
-    shapes = QUICK_SHAPES if options.quick else SHAPES
-    if options.shapes:
-        try:
-            shapes = [parse_shape(text) for text in options.shapes.split(",")]
-        except ValueError as error:
-            parser.error(str(error))
+    try:
+        shapes = parse_shapes(options.shapes, options.quick)
+    except ValueError as error:
+        parser.error(str(error))
     if options.repeats < 30:
         parser.error(f"--repeats must be at least 30, got {options.repeats}")
     if not torch.cuda.is_available():

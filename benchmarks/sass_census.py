@@ -41,9 +41,8 @@ from pathlib import Path
 from quantized_matmul import (  # the sibling timed benchmark: its configurations and parsing
     GROUP_SIZE,
     PREFILL_CONFIG,
-    SHAPES,
     parse_overrides,
-    parse_shape,
+    parse_shapes,
     recorded_configs,
 )
 
@@ -256,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--kernels takes {', '.join(KERNELS)}, got {unknown}")
     try:
-        shapes = [parse_shape(s) for s in options.shapes.split(",")] if options.shapes else SHAPES
+        shapes = parse_shapes(options.shapes)
         variants = [o for o in map(parse_overrides, options.variants.split(";")) if o]
         option_sets = [parse_overrides(part) for part in options.options.split(";")]
         weights = [dtypes.from_name(name.strip()) for name in options.weights.split(",")]

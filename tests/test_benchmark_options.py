@@ -41,6 +41,19 @@ def test_parse_shape(text: str, shape: tuple[int, int]) -> None:
     assert benchmark.parse_shape(text) == shape
 
 
+def test_parse_shapes_takes_the_option_else_the_quick_or_full_list() -> None:
+    assert benchmark.parse_shapes("8192x57344, 4096x12288") == [(8192, 57344), (4096, 12288)]
+    assert benchmark.parse_shapes(None, quick=True) == [(4096, 12288)]
+    assert benchmark.parse_shapes(None) == [
+        (4096, 12288),
+        (8192, 8192),
+        (8192, 57344),
+        (28672, 8192),
+    ]
+    with pytest.raises(ValueError, match="--shapes entry '12x'"):
+        benchmark.parse_shapes("4096x12288,12x")
+
+
 @pytest.mark.parametrize("text", ["4096", "12x", "x8", "0x8", "-4x8", "4x8x2", "ax b"])
 def test_a_bad_shape_is_refused_by_name(text: str) -> None:
     with pytest.raises(ValueError, match=f"--shapes entry {text!r}: expected KxN"):
@@ -78,18 +91,6 @@ def test_a_variant_measures_the_batches_whose_configuration_it_has() -> None:
     assert benchmark.variant_batches(base, {}, batches) == []
 
 
-def _matmul_benchmark():
-    spec = importlib.util.spec_from_file_location("matmul_benchmark", BENCHMARKS / "matmul.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
-
-
 @pytest.mark.parametrize(
     ("wanted", "count"),
     [
@@ -100,6 +101,6 @@ def _matmul_benchmark():
     ],
 )
 def test_the_f16_benchmark_chooses_configurations_by_parts(wanted: str, count: int) -> None:
-    matmul_benchmark = _matmul_benchmark()
+    matmul_benchmark = _load("matmul_benchmark", "matmul.py")
     names = [name for name in matmul_benchmark.CONFIGS if matmul_benchmark.chosen(name, wanted)]
     assert len(names) == count, names
