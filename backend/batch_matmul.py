@@ -36,7 +36,13 @@ from typing import Any, TextIO
 from backend.autotune import Scalar, TuningResult, autotune, m_bucket
 from backend.cache import CubinCache, RecordStore
 from backend.compile import CompiledKernel, compile
-from backend.decode_matmul import DecodeMeasure, DecodeProblem, TileCounters, decode_tuning_key
+from backend.decode_matmul import (
+    DEFAULT_SM_COUNT,
+    DecodeMeasure,
+    DecodeProblem,
+    TileCounters,
+    decode_tuning_key,
+)
 from backend.device import current_arch
 from backend.errors import LaunchError
 from ir import dtypes
@@ -47,9 +53,9 @@ from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_m
 from ir.program import Program
 from ir.specialize import specialize
 
-NAMESPACE = "batch_matmul/8"
-"""The autotuner's namespace of the path choice (a new version is a new set of records: 8 since
-the candidates include the refilled 128 x 128 tile, the refilled split and the grid's groups)."""
+NAMESPACE = "batch_matmul/9"
+"""The autotuner's namespace of the path choice (a new version is a new set of records: 9 since
+the candidates include the staged refilled tile with its last partial wave split)."""
 DEQUANTIZE = {"path": "dequantize"}
 """Dequantize-then-matmul: the weights expanded to the activation type, then cuBLAS."""
 PRODUCER = {"release": True, "producer": True, "producer_registers": 24}
@@ -76,6 +82,9 @@ dequantized (one k-tile of registers, no register copies in the k loop)."""
 STAGED_REFILLED = {"units_k": 8, "stages": 3, "staged_store": True, **REFILLED}
 """The fields of the staged 128 x 256 tile refilled in place: 128-deep k-tiles in three
 stages, C staged in the ring's memory."""
+SM_WAVE = DEFAULT_SM_COUNT
+"""The wave of a split-tail path in `BATCH_PATHS` (one 128 x 256 block an SM): the H200's SMs;
+`batch_paths` gives the current GPU's."""
 BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     DEQUANTIZE,
     {"path": "prefill", "block_m": 64, "stages": 4, "min_blocks_per_sm": 2, **PRODUCER},
@@ -103,6 +112,7 @@ BATCH_PATHS: tuple[Mapping[str, Scalar], ...] = (
     {"path": "prefill", **FRAGMENT_TILE, **ROW_TILE_128, "depth": 1, "refill_in_place": True},
     {"path": "prefill", **FRAGMENT_TILE, "units_k": 8, "stages": 3, **REFILLED, "split": 2},
     {"path": "prefill", **FRAGMENT_TILE, **STAGED_REFILLED, "group_m": 4},
+    {"path": "prefill", **FRAGMENT_TILE, **STAGED_REFILLED, "split": 2, "tail_wave": SM_WAVE},
 )
 """The candidates, in order (equal times go to the earlier): dequantize-then-matmul, and the
 prefill kernel in the forms measured best on the H200 (benchmarks/results/
@@ -131,7 +141,20 @@ path at some layers (`quantized_matmul_prefill_refilled_m256.*`,
 split with a ring of registers at all four points measured, 256 rows, 8192 x 8192 and 8192 x
 57344), and the staged tile refilled in place with the launch grid in groups of 4 tile rows
 (`group_m`: a wave reads the weights of a quarter of the column tiles; at 4096 rows 1-2 % faster
-at i8, 8192 x 57344 and 4096 x 12288, and level or up to 1 % slower at i4)."""
+at i8, 8192 x 57344 and 4096 x 12288, and level or up to 1 % slower at i4). Last, the staged
+refilled tile with the tiles of its last partial wave split in two along k (`tail_wave`,
+`ir.examples.split_tail`): at 8192 x 57344 and 256 rows, 448 tiles leave 52 to a fourth wave
+of 132 SMs, which took 82.7 us alone and 54.4 split in two (i4; three full waves 270.2)."""
+
+
+def batch_paths(sm_count: int = DEFAULT_SM_COUNT) -> tuple[Mapping[str, Scalar], ...]:
+    """`BATCH_PATHS` for a GPU of `sm_count` SMs: the split-tail path's wave that many blocks."""
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise VerificationError(f"batch paths: sm_count={sm_count!r}; expected an int >= 1")
+    return tuple(
+        {**path, "tail_wave": sm_count} if path.get("tail_wave") else path for path in BATCH_PATHS
+    )
+
 
 DEQUANTIZE_WARPS = 4
 """Warps of the dequantization kernel: one 64-column unit each, 256 columns a block."""
@@ -254,18 +277,24 @@ class BatchMatmul:
         gpu_name: str | None = None,
         workers: int | None = None,
         progress: bool | TextIO = True,
+        sm_count: int | None = None,
     ) -> BatchMatmul:
         """The path the autotuner picks for `m`'s bucket (measured at the bucket's smallest
-        batch). `measure(operation) -> microseconds` defaults to ``DecodeMeasure(problem,
-        bucket.lo)`` on the current GPU; `gpu_name` defaults to the current GPU's name and
-        `arch` to its architecture (give both and a `measure` to tune without a GPU); `store`,
-        `cache`, `workers` and `progress` as `DecodeMatmul.tuned`. Raises `TuningError` when
-        no path can be measured."""
+        batch) among `batch_paths` (`sm_count`). `measure(operation) -> microseconds` defaults
+        to ``DecodeMeasure(problem, bucket.lo)`` on the current GPU; `gpu_name` defaults to the
+        current GPU's name, `sm_count` to its SMs (`DEFAULT_SM_COUNT` where `gpu_name` is
+        given) and `arch` to its architecture (give both and a `measure` to tune without a
+        GPU); `store`, `cache`, `workers` and `progress` as `DecodeMatmul.tuned`. Raises
+        `TuningError` when no path can be measured."""
         bucket = m_bucket(m)
         if gpu_name is None:
             import torch
 
-            gpu_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            gpu_name = properties.name
+            if sm_count is None:
+                sm_count = properties.multi_processor_count
+        paths = batch_paths(DEFAULT_SM_COUNT if sm_count is None else sm_count)
         arch = current_arch() if arch is None else arch
 
         def build(path: dict[str, Scalar], program: Program) -> BatchMatmul:
@@ -276,7 +305,7 @@ class BatchMatmul:
         result = autotune(
             NAMESPACE,
             decode_tuning_key(problem, bucket.lo, gpu_name=gpu_name, arch=arch),
-            [dict(path) for path in BATCH_PATHS],
+            [dict(path) for path in paths],
             construct=lambda path: batch_program(problem, path),
             build=build,
             measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,

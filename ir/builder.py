@@ -212,6 +212,7 @@ class ProgramBuilder:
         self._grid: tuple[Expr, Expr, Expr] | None = None
         self._min_blocks_per_sm: int | None = None
         self._programmatic_launch = False
+        self._hoist_invariants = False
         self._bulk_shapes: dict[str, tuple[int, ...]] = {}
 
     def __enter__(self) -> ProgramBuilder:
@@ -410,6 +411,18 @@ class ProgramBuilder:
                 f"programmatic_launch declared twice: {self.name} already declares it"
             )
         self._programmatic_launch = True
+
+    def hoist_invariants(self) -> None:
+        """Have the lowering compute each value the same for the whole block that divides by a
+        runtime value once, at the kernel's start, however it is lowered
+        (`backend.lower.lower`'s ``hoist_invariants``): for a schedule of block indices whose
+        expressions ptxas would otherwise recompute in the k loop. Raises VerificationError
+        for a second declaration."""
+        if self._hoist_invariants:
+            raise VerificationError(
+                f"hoist_invariants declared twice: {self.name} already declares it"
+            )
+        self._hoist_invariants = True
 
     def wait_prior_grid(self) -> None:
         """Wait for the kernels launched before this one (`ir.instructions.WaitPriorGrid`).
@@ -1086,4 +1099,5 @@ class ProgramBuilder:
             self._grid,
             self._min_blocks_per_sm,
             self._programmatic_launch,
+            self._hoist_invariants,
         )

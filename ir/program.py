@@ -43,8 +43,10 @@ class Program:
     caps the registers per thread; None leaves the registers to the compiler) and
     `programmatic_launch` (the kernel is launched so that it may start while the kernel before
     it on the stream finishes, and lets the kernel after it start likewise; its body then holds
-    one `WaitPriorGrid`, before which it reads only memory no earlier kernel writes). None of
-    them changes what the program computes.
+    one `WaitPriorGrid`, before which it reads only memory no earlier kernel writes) and
+    `hoist_invariants` (the lowering computes each block-invariant value that divides by a
+    runtime value once, at the kernel's start: `backend.lower.lower`'s option of that name,
+    asked for by the program). None of them changes what the program computes.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Program:
     grid: tuple[Expr, Expr, Expr] | None = None
     min_blocks_per_sm: int | None = None
     programmatic_launch: bool = False
+    hoist_invariants: bool = False
 
     @property
     def block_indices(self) -> tuple[Expr, Expr, Expr]:

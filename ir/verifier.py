@@ -908,6 +908,11 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
     walker.body(program.body, _Scope(set(), names))
     walker.coverage()
     _check_chain_link(program)  # after the walk: every instruction is one
+    if program.hoist_invariants is not True and program.hoist_invariants is not False:
+        raise VerificationError(
+            f"hoist_invariants of {program.name} is {program.hoist_invariants!r}; expected "
+            "True or False"
+        )
     check_reuse(program)
     footprint = shared_footprint(program)
     if footprint > shared_memory_limit:

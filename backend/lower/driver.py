@@ -671,7 +671,8 @@ def lower(
     divides by a value known only at run time (a grouped tile order's origin, say) is computed
     once at the kernel's start (`LoweringContext.hoist_invariants`) instead of at every use:
     ptxas serialises the wgmma of a grouped f16 matmul otherwise, but a kernel near its
-    register limit (stream-K's) spills more with it. `constants` gives the values of the
+    register limit (stream-K's) spills more with it; a program may ask for it itself
+    (`Program.hoist_invariants`). `constants` gives the values of the
     program's compile-time constant
     parameters (``int_param(name, constant=True)``): the program lowered is
     `ir.specialize.specialize(program, constants)`, whose scalars hold the values as literals,
@@ -691,4 +692,5 @@ def lower(
     specialised = specialize(program, {} if constants is None else constants)
     if specialised is not program:
         verify(specialised)
-    return KernelLowering(specialised, arch, wgmma, tma, hoist_invariants).kernel()
+    hoist = hoist_invariants or specialised.hoist_invariants
+    return KernelLowering(specialised, arch, wgmma, tma, hoist).kernel()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ir import dtypes
-from ir.builder import ProgramBuilder
+from ir.builder import INT_PARAM_LIMIT, ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.packed_weights import (
@@ -29,6 +29,7 @@ from ir.examples.packed_weights import (
     tile_ahead,
 )
 from ir.examples.split_sum import add_parts_in_fragments, fragment_parts_view
+from ir.examples.split_tail import split_tail_blocks, split_tail_part, split_tiles
 from ir.examples.stream_k import (
     stream_k_blocks,
     stream_k_prefix,
@@ -39,7 +40,7 @@ from ir.values import GlobalTensor, RegisterTensor, SharedTensor
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, local
 from layout_algebra.shared import SharedLayout, row_swizzle
-from layout_algebra.symbolic import Expr, minimum
+from layout_algebra.symbolic import Expr, maximum, minimum
 
 WARPGROUP_WARPS = 4
 """Warps of a warpgroup: one ``wgmma`` instruction's 64 rows come 16 from each."""
@@ -79,6 +80,10 @@ class PrefillTile:
     group_m: int = 1
     """Tile rows a group of the launch grid takes, rows first (`PrefillTile.grid`): 1 (row by
     row) where the configuration has no such field."""
+    tail_wave: int = 0
+    """With `split` P > 1: the blocks of a wave, S; only the tiles past the last whole wave of
+    S are split, each into at most P parts (`ir.examples.split_tail`): 0 (every tile split)
+    where the configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -90,10 +95,11 @@ class PrefillTile:
 
     @property
     def granule(self) -> int:
-        """The run of k-tiles a stream-K share is counted in (`ir.examples.stream_k`): the
-        k loop's unroll count, so that each segment's loop runs whole groups of copies (1
-        without stream-K, or where the configuration has no ``unroll``)."""
-        return getattr(self, "unroll", 1) if self.stream_k else 1
+        """The run of k-tiles a stream-K share or a tail tile's part is counted in
+        (`ir.examples.stream_k`, `ir.examples.split_tail`): the k loop's unroll count, so that
+        each loop over a share runs whole groups of copies (1 without stream-K or a split
+        tail, or where the configuration has no ``unroll``)."""
+        return getattr(self, "unroll", 1) if self.stream_k or self.tail_wave else 1
 
     def grid(self, m: int, n: int, k: int | None = None) -> tuple[int, int, int]:
         """The launch grid for C of shape (m, n) (with `stream_k`, for K = `k`, required)."""
@@ -104,6 +110,8 @@ class PrefillTile:
             return (self.prefix_tiles(m, n) + blocks, 1, 1)
         if self.persistent:
             return (min(self.persistent, self.tiles(m, n)), 1, 1)
+        if self.tail_wave:
+            return (int(split_tail_blocks(self.tiles(m, n), self.tail_wave, self.split)), 1, 1)
         tiles_m = -(-m // self.block_m)
         if self.group_m > 1:
             return grouped_grid(tiles_m, n // self.block_n, self.group_m)
@@ -140,10 +148,12 @@ class PrefillTile:
     def partial_shape(self, m: int, n: int, k: int) -> tuple[int, int, int]:
         """The f32 workspace a launch for C (m, n) and K = `k` takes, as (slots, tiles,
         block_n * block_m): a whole tile's part per slot and shared output tile (every tile,
-        or those past the prefix with `stream_k_tail`; rows past m included), in the order of
-        the accumulator registers (`ir.examples.split_sum.fragment_parts_view`); slots 0
-        without a split or stream-K."""
+        those past the prefix with `stream_k_tail`, or the split tail's with `tail_wave`, at
+        least one; rows past m included), in the order of the accumulator registers
+        (`ir.examples.split_sum.fragment_parts_view`); slots 0 without a split or stream-K."""
         shared = self.tiles(m, n) - self.prefix_tiles(m, n)
+        if self.tail_wave:
+            shared = max(int(split_tiles(shared, self.tail_wave, self.split)), 1)
         return (self.partial_slots(m, n, k), shared, self.block_n * self.block_m)
 
 
@@ -154,7 +164,9 @@ def check_prefill_fields(
     ints >= 1, ``min_blocks_per_sm`` >= 0, ``stages`` from `least_stages` to 8, ``block_m`` a
     multiple of 8 up to `MAX_BLOCK_M`, ``warpgroups`` at most 8 (1024 threads)."""
     check_int_fields(program, config, positive, 1)
-    check_int_fields(program, config, ("min_blocks_per_sm", "stream_k", "persistent"), 0)
+    check_int_fields(
+        program, config, ("min_blocks_per_sm", "stream_k", "persistent", "tail_wave"), 0
+    )
     check_int_fields(program, config, ("group_m",), 1)
     if config.group_m > 1 and (config.split != 1 or config.stream_k or config.persistent):
         raise VerificationError(
@@ -167,6 +179,13 @@ def check_prefill_fields(
         raise VerificationError(
             f"{program}: stream_k_tail={config.stream_k_tail!r} with "
             f"stream_k={config.stream_k}; expected a bool, True only with stream_k"
+        )
+    if config.tail_wave and (config.split == 1 or config.stream_k or config.persistent):
+        raise VerificationError(
+            f"{program}: tail_wave={config.tail_wave} with split={config.split}, "
+            f"stream_k={config.stream_k}, persistent={config.persistent}; a split tail splits "
+            "the last wave's tiles in up to split parts, so it requires split > 1, no stream-K "
+            "and no persistent blocks"
         )
     if config.stream_k and config.split != 1:
         raise VerificationError(
@@ -204,6 +223,9 @@ def check_prefill_fields(
         )
 
 
+SPLIT_TAIL_MAX_ROWS = 2**24
+"""The most rows of A a launch with a split tail (`PrefillTile.tail_wave`) takes: its tile count
+and schedule stay within 32 bits for any N."""
 RUN_ELEMENTS = 8
 """Columns of C a thread stores at once from a staged tile: 16 bytes of 16-bit values."""
 
@@ -333,6 +355,11 @@ class PrefillTensors:
         elif isinstance(part.count, int):
             self._store_part(b, result, act, part)
         else:
+            if self.staging is not None and self.stream is None:
+                # A split tail's staging tile takes the ring's memory (`ir.shared_reuse`): the
+                # storing threads' barrier past their last reads of the ring stands before the
+                # branch that writes it.
+                b.sync()
             with b.if_(part.count.eq(1)):
                 self._store_whole(b, result, act)
             with b.if_(part.count > 1):
@@ -491,8 +518,9 @@ def declare_prefill(
     scales, [zeros,] partial, counters, c)`` (an f32 workspace of `PrefillTile.partial_shape`
     and `PrefillTile.tiles` i32 counters, zero before the launch and left zero after it); its
     grid: ``(n // block_n, ceil(m / block_m), split)``, block z taking the z-th of `split`
-    equal parts of k, or with stream-K ``min(stream_k, W / granule)`` persistent blocks; the
-    views it reads and writes (A and C transposed) and its activation ring."""
+    equal parts of k, with ``tail_wave`` the whole tiles then the tail's parts
+    (`ir.examples.split_tail`), or with stream-K ``min(stream_k, W / granule)`` persistent
+    blocks; the views it reads and writes (A and C transposed) and its activation ring."""
     act, block_m, block_n, block_k, split = (
         activation_dtype,
         config.block_m,
@@ -502,7 +530,14 @@ def declare_prefill(
     )
     if config.min_blocks_per_sm:
         b.min_blocks_per_sm(config.min_blocks_per_sm)
-    m = b.int_param("m", lo=1)
+    if config.tail_wave:
+        # The schedule's divisions by the tail's part count, computed once (ptxas recomputes
+        # them in the k loop otherwise: about four times its instructions).
+        b.hoist_invariants()
+    # A split tail's schedule multiplies the tile count: at most SPLIT_TAIL_MAX_ROWS rows keep
+    # it, and every value derived from it, within 32 bits (without a bound on m they print in
+    # 64 bits, which costs the k loop its registers).
+    m = b.int_param("m", lo=1, hi=SPLIT_TAIL_MAX_ROWS if config.tail_wave else INT_PARAM_LIMIT)
     n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
     # k in whole parts of a split, or whole runs of a stream-K share (`PrefillTile.granule`).
     k_unit = block_k * split * config.granule
@@ -528,6 +563,14 @@ def declare_prefill(
             tiles_n, tiles_m, block_n, block_m, k_tiles, work, blocks, granule, prefix, slots
         )
         b.grid(prefix + blocks)
+    elif config.tail_wave:
+        # Whole tiles, then the last partial wave's tiles in parts (`ir.examples.split_tail`).
+        tiles_all = tiles_n * tiles_m
+        slots, shared_tiles = split, maximum(split_tiles(tiles_all, config.tail_wave, split), 1)
+        b.grid(split_tail_blocks(tiles_all, config.tail_wave, split))
+        tail = split_tail_part(
+            b.block_x, tiles_all, config.tail_wave, split, k_tiles, config.granule
+        )
     elif split > 1:
         slots = split
         b.grid(tiles_n, tiles_m, split)
@@ -551,7 +594,9 @@ def declare_prefill(
             ),
             b.global_view(counters, dtypes.i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
         )
-    if split > 1:
+    if config.tail_wave:
+        part = TilePart(tail.shared, tail.slot, tail.count)
+    elif split > 1:
         part = TilePart(b.block_y * tiles_n + b.block_x, b.block_z, split)
     ring = b.shared_tensor(act, transposed_ring(config.stages, block_k, block_m))
     staging = None
@@ -564,15 +609,21 @@ def declare_prefill(
     tile_m, tile_n = b.block_y, b.block_x
     if config.group_m > 1:
         tile_m, tile_n = b.block_z * config.group_m + b.block_x, b.block_y
+    # The k loop's range [first, end) and its k-tile origin tile0: a split's part counts from
+    # 0, a tail tile's part runs over its own k-tiles of the tile's.
+    first, tiles = 0, k // (block_k * split)
+    tile0 = b.block_z * tiles if split > 1 else 0
+    if config.tail_wave:
+        tile_m, tile_n = tail.tile // tiles_n, tail.tile % tiles_n
+        first, tiles, tile0 = tail.first, tail.end, 0
     row0, col0 = tile_m * block_m, tile_n * block_n
-    tiles = k // (block_k * split)
     return PrefillTensors(
         m,
         n,
         k,
-        0,
+        first,
         tiles,
-        b.block_z * tiles if split > 1 else 0,
+        tile0,
         tile_n,
         row0,
         col0,

@@ -143,6 +143,12 @@ class WgmmaDequantConfig(PrefillTile):
     of k; the last of a tile's blocks to finish adds the parts in order
     (`ir.examples.split_sum`), so a shape with fewer tiles than the GPU has block slots
     keeps every SM busy.
+    `tail_wave` (0: none; with `split` P > 1) S, the blocks of a wave: only the tiles past the
+    last whole wave of S (R = T mod S of the T tiles) are split, each into ``min(P, S // R)``
+    parts, so the last wave runs short blocks in most of its slots rather than R long ones;
+    the tiles before are computed whole, one block each (`ir.examples.split_tail`: a 1-D
+    grid, no block crossing a tile). A block of a whole tile stages C in the ring's memory as
+    an unsplit launch does.
     `stream_k` (0: none): persistent blocks, ``min(stream_k, W / unroll)`` of them for the W
     k-tile iterations of all output tiles, each taking an equal share in tile order, counted
     in runs of `unroll` k-tiles (so each segment's loop runs whole groups of its copies)
@@ -208,6 +214,7 @@ class WgmmaDequantConfig(PrefillTile):
     panel_waits: bool = False
     refill_in_place: bool = False
     split: int = 1
+    tail_wave: int = 0
     stream_k: int = 0
     stream_k_tail: bool = False
     persistent: int = 0

@@ -174,13 +174,25 @@ def check_prefill_program(
 
 
 def stream_k_parts(config: Any, m: int, n: int, k: int) -> list[list[range]]:
-    """Per output tile of a `stream_k` launch of `config` (row-major over the tile grid), the
-    k-tile ranges of its parts in block order: with ``stream_k_tail`` (where the configuration
+    """Per output tile of a `stream_k` (or split-tail, ``tail_wave`` S with ``split`` P) launch
+    of `config` (row-major over the tile grid), the k-tile ranges of its parts in block order:
+    with a split tail, the first T - R tiles whole (R = T mod S), the R others each in p =
+    min(P, S // R) equal runs of the granule; with ``stream_k_tail`` (where the configuration
     has it), the first D = max(T // S - 1, 0) S tiles whole, one part each (S = stream_k);
     of the rest, block g of G = min(stream_k, W / u) takes the iterations [u (g W' // G), u
     ((g + 1) W' // G)) of their W = (T - D) K_T (tile D + s's from s K_T), with u the
     configuration's granule (1 where it has none) and W' = W / u."""
     k_tiles, tiles = k // config.block_k, config.tiles(m, n)
+    wave = getattr(config, "tail_wave", 0)
+    if wave:
+        # A split tail: the tiles past the last whole wave in p equal runs of granules each.
+        rest, runs, granule = tiles % wave, k_tiles // config.granule, config.granule
+        p = min(config.split, wave // max(rest, 1))
+        whole = [[range(0, k_tiles)] for _ in range(tiles - rest)]
+        return whole + [
+            [range(i * runs // p * granule, (i + 1) * runs // p * granule) for i in range(p)]
+            for _ in range(rest)
+        ]
     prefix = 0
     if getattr(config, "stream_k_tail", False):
         prefix = max(tiles // config.stream_k - 1, 0) * config.stream_k

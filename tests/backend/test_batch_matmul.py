@@ -21,6 +21,7 @@ from backend.batch_matmul import (
     BATCH_PATHS,
     DEQUANTIZE,
     BatchMatmul,
+    batch_paths,
     batch_program,
     split_workspace,
 )
@@ -69,16 +70,20 @@ def _tune(tmp_path, times: dict[int, float], problem: DecodeProblem = PROBLEM):
 
 
 TIMES = {0: 80.0, 1: 70.0, 2: 68.0, 3: 65.0, 4: 66.0, 5: 67.0, 6: 69.0, 7: 71.0, 8: 72.0}
-TIMES.update({9: 73.0, 10: 74.0, 11: 75.0})
+TIMES.update({9: 73.0, 10: 74.0, 11: 75.0, 12: 76.0})
 """Measured times by path: the 128 x 256 tile with 128-deep k-tiles fastest."""
 COLUMNS_192 = [7]
 """The path of 192 x 128 tiles: N = 256 is not a multiple of its columns, so it is pruned at
 `PROBLEM`."""
+SPLIT_TAIL = [12]
+"""The path whose last partial wave is split in two: its parts are whole runs of two 128-deep
+k-tiles, so K = 256 (`PROBLEM`'s) does not fit it and it is pruned there."""
 
 
 def test_the_fastest_path_wins_and_a_warm_tuning_measures_nothing(tmp_path) -> None:
     operation, measured = _tune(tmp_path, TIMES)
-    assert sorted(measured) == [i for i in range(len(BATCH_PATHS)) if i not in COLUMNS_192]
+    pruned = COLUMNS_192 + SPLIT_TAIL
+    assert sorted(measured) == [i for i in range(len(BATCH_PATHS)) if i not in pruned]
     assert operation.path == dict(BATCH_PATHS[3]) and operation.launches == 1
     assert operation.prefill.warp_columns == 16 and operation.prefill.block_n == 128
     assert operation.kernel.program.num_threads == 384  # two consumer warpgroups, a producer
@@ -138,6 +143,33 @@ def test_a_later_tile_wins_where_it_is_faster(
     assert set(COLUMNS_192).issubset(measured) == (n % 192 == 0)
 
 
+def test_the_split_tail_wins_where_it_is_faster(tmp_path) -> None:
+    """The staged refilled 128 x 256 tile with its last partial wave split in two, on waves of
+    the H200's 132 SMs (the tuner's default without a GPU), K = 512 (two runs of two
+    k-tiles); measured beside every other path that fits."""
+    problem = DecodeProblem(dtypes.i4, 128, 512, 256)
+    operation, measured = _tune(tmp_path, {**TIMES, 12: 60.0}, problem)
+    assert operation.path == dict(BATCH_PATHS[12]) and 12 in measured
+    config = operation.prefill
+    assert (config.split, config.tail_wave, config.granule) == (2, 132, 2)
+    assert config.staged_store and config.refill_in_place and config.block_n == 128
+    program = operation.kernel.program
+    assert program.hoist_invariants
+    assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
+
+
+def test_the_split_tail_s_wave_is_the_gpu_s() -> None:
+    """`batch_paths`: the split-tail path's wave is the SMs asked for, every other path as in
+    `BATCH_PATHS`; a count that is not a positive int is refused."""
+    paths = batch_paths(114)
+    assert [i for i, p in enumerate(paths) if p != BATCH_PATHS[i]] == SPLIT_TAIL
+    assert paths[12] == {**BATCH_PATHS[12], "tail_wave": 114}
+    assert batch_paths() == BATCH_PATHS
+    for bad in (0, -3, 1.5, True):
+        with pytest.raises(VerificationError, match=f"sm_count={bad!r}; expected an int >= 1"):
+            batch_paths(bad)
+
+
 def test_dequantize_then_matmul_wins_where_it_is_faster(tmp_path) -> None:
     operation, _ = _tune(tmp_path, {**TIMES, 0: 50.0})
     assert operation.path == DEQUANTIZE and operation.launches == 2
@@ -158,9 +190,9 @@ def test_a_path_that_does_not_fit_is_pruned(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("weight", "group_size", "pruned"),
     [
-        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11]),
-        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11]),
-        (dtypes.u4, 128, COLUMNS_192),
+        (dtypes.u3, 128, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11, *SPLIT_TAIL]),
+        (dtypes.i8, 64, [3, 4, 5, 6, *COLUMNS_192, 8, 9, 10, 11, *SPLIT_TAIL]),
+        (dtypes.u4, 128, COLUMNS_192 + SPLIT_TAIL),
     ],
     ids=str,
 )

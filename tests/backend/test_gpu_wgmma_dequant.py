@@ -482,19 +482,36 @@ def test_panel_waits_match_the_interpreter(staged_store: bool) -> None:
 
 
 @pytest.mark.parametrize("weight", [dtypes.i4, dtypes.i8], ids=str)
-@pytest.mark.parametrize("path", [6, 7, 8, 9, 10, 11])
+@pytest.mark.parametrize("path", [6, 7, 8, 9, 10, 11, 12])
 def test_later_batch_tiles_match_the_interpreter(path: int, weight: DataType) -> None:
     """QuantizedLinear's later tiles (`backend.batch_matmul.BATCH_PATHS[6:]`: 128 x 128 with
     two consumer warpgroups, 192 x 128 with three, 128 x 256, the last two with the weights
     refilled in place; 128 x 128 refilled in place; 128 x 256 refilled in place with k split in
-    two, and with the grid in groups of 4 tile rows), C staged in the ring's memory (not the
-    split), over 3 row blocks (the last partial) and 2 column blocks."""
+    two, with the grid in groups of 4 tile rows, and with its last partial wave split in two
+    (here every tile: 6 tiles on 132 SMs)), C staged in the ring's memory (not the split),
+    over 3 row blocks (the last partial) and 2 column blocks."""
     config = prefill_config(BATCH_PATHS[path])
-    n, k = 2 * config.block_n, 6 * config.block_k
+    # (A split tail's parts are whole runs of the unroll count: k a multiple of 4 k-tiles.)
+    n, k = 2 * config.block_n, (8 if config.tail_wave else 6) * config.block_k
     m = 2 * config.block_m + 9
     program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
     kernel = backend.compile(program, constants={"n": n, "k": k})
     failure = _run(program, kernel, config, weight, dtypes.f16, False, 5, k=k, m=m, n=n)
+    assert failure is None, failure
+
+
+@pytest.mark.parametrize("weight", [dtypes.i4, dtypes.i8], ids=str)
+def test_the_split_tail_matches_the_interpreter(weight: DataType) -> None:
+    """QuantizedLinear's split-tail tile (`BATCH_PATHS[12]`) on waves of 4 blocks over 3 row
+    blocks (the last partial) and 3 column blocks: 8 tiles whole, C staged in the ring's
+    memory, the ninth in two halves summed in k order; the same bits on a second launch."""
+    config = replace(prefill_config(BATCH_PATHS[12]), tail_wave=4)
+    n, k = 3 * config.block_n, 8 * config.block_k
+    m = 2 * config.block_m + 9
+    assert config.grid(m, n, k) == (10, 1, 1) and config.partial_shape(m, n, k)[:2] == (2, 1)
+    program = wgmma_dequant_matmul(weight, GROUP_SIZE, config)
+    kernel = backend.compile(program, constants={"n": n, "k": k})
+    failure = _run(program, kernel, config, weight, dtypes.f16, False, 7, k=k, m=m, n=n)
     assert failure is None, failure
 
 

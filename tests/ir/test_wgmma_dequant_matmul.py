@@ -525,12 +525,53 @@ STREAM_K_CASES = [
 ]
 
 
+SPLIT_TAIL_CASES = [
+    # (weight type, group size, config, m, column blocks, k-tiles): the last partial wave's
+    # tiles split along k (`tail_wave`). 8 tiles on waves of 6: 6 whole, 2 in halves (the last
+    # row tile partial); 4 tiles on waves of 13, unrolled twice: every tile in 3 parts.
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stages=3, split=2, tail_wave=6),
+        30,
+        2,
+        4,
+    ),
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=8, units_k=2, stages=3, unroll=2, split=3, tail_wave=13),
+        12,
+        2,
+        6,
+    ),
+    # A producer warpgroup, the dot in flight, C staged in the ring's memory by the blocks of
+    # whole tiles: 5 tiles on waves of 4, the fifth in halves.
+    (
+        dtypes.i8,
+        64,
+        replace(
+            PRODUCER_IN_FLIGHT,
+            warp_columns=16,
+            block_m=16,
+            staged_store=True,
+            refill_in_place=True,
+            split=2,
+            tail_wave=4,
+        ),
+        70,
+        1,
+        4,
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("dtype", "group_size", "config", "m", "column_blocks", "tiles"),
-    STREAM_K_CASES,
-    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(STREAM_K_CASES)],
+    STREAM_K_CASES + SPLIT_TAIL_CASES,
+    ids=[f"{c[0]}-g{c[1]}-m{c[3]}-{i}" for i, c in enumerate(STREAM_K_CASES + SPLIT_TAIL_CASES)],
 )
-def test_stream_k_equals_the_sum_of_its_parts_in_k_order(
+def test_shared_tiles_equal_the_sum_of_their_parts_in_k_order(
     dtype: DataType,
     group_size: int,
     config: WgmmaDequantConfig,
@@ -588,6 +629,58 @@ def test_stream_k_tail_grid_and_workspace_table(
     assert config.prefix_tiles(m, n) == prefix
     assert config.grid(m, n, k) == grid
     assert config.partial_shape(m, n, k) == shape
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "grid", "shape"),
+    [
+        # 448 tiles on 132: 396 whole, the last 52 in halves (104 blocks).
+        (256, 57344, (500, 1, 1), (2, 52, 32768)),
+        # 96 tiles, more than half a wave: every tile whole (the workspace's one tile unused).
+        (256, 12288, (96, 1, 1), (2, 1, 32768)),
+        # 64 tiles: every tile in halves, as a split in two.
+        (256, 8192, (128, 1, 1), (2, 64, 32768)),
+        # 7168 tiles: the last 40 in halves.
+        (4096, 57344, (7208, 1, 1), (2, 40, 32768)),
+    ],
+)
+def test_split_tail_grid_and_workspace_table(
+    m: int, n: int, grid: tuple[int, int, int], shape: tuple[int, ...]
+) -> None:
+    """The batch paths' split-tail tile (`BATCH_PATHS[12]`) at the benchmark's layers."""
+    config = WgmmaDequantConfig(
+        warpgroups=2, units_k=8, block_m=256, warp_columns=16, unroll=2, split=2, tail_wave=132
+    )
+    assert config.granule == 2
+    assert config.grid(m, n, 8192) == grid
+    assert config.partial_shape(m, n, 8192) == shape
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tail_wave": 132}, "tail_wave=132 with split=1, stream_k=0, persistent=0; a split"),
+        ({"tail_wave": 4, "split": 2, "stream_k": 4}, "tail_wave=4 with split=2, stream_k=4"),
+        ({"tail_wave": 4, "split": 2, "persistent": 4}, "persistent=4; a split tail"),
+        ({"tail_wave": -1, "split": 2}, "tail_wave=-1"),
+        ({"tail_wave": 4, "split": 2, "group_m": 2}, "group_m=2 with split=2"),
+    ],
+)
+def test_a_split_tail_s_fields_are_checked(fields: dict, message: str) -> None:
+    with pytest.raises(VerificationError, match=re.escape(message)):
+        wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig(**fields))
+
+
+def test_a_split_tail_takes_at_most_2_to_the_24_rows() -> None:
+    """Its schedule stays within 32 bits: the kernel's m is bounded (every other prefill
+    kernel's is not)."""
+    config = WgmmaDequantConfig(block_m=8, units_k=2, stages=3, split=2, tail_wave=6)
+    for program, hi in [
+        (wgmma_dequant_matmul(dtypes.i4, 64, config), 2**24),
+        (wgmma_dequant_matmul(dtypes.i4, 64, replace(config, tail_wave=0)), 2**31 - 1),
+    ]:
+        (m,) = [p for p in program.params if p.name == "m"]
+        assert m.var.bounds() == (1, hi)
 
 
 def test_stream_k_tail_requires_stream_k() -> None:
