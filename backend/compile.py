@@ -7,6 +7,11 @@
     compile(program, "sm_90a", constants={"k": 64})   # k: int_param("k", constant=True)
     kernel(n, x, y, z)                                # a program that declares its grid
 
+`compile` remembers the last `LOWERED_MEMO` lowerings of this process, keyed by the pickled
+program (equal bytes: an equal program, however it was built) with the architecture, the
+constants and the switches: a tuner that builds the same candidates for a second batch bucket,
+or a test that tunes a problem again, lowers each once.
+
 The arguments are those of the program, in its parameter order or by name: arrays as torch
 tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
 bitstream of the parameter's elements, ints within the parameter's bounds. Every argument is
@@ -30,9 +35,13 @@ arguments: a call may omit `grid`, and one whose grid differs raises `LaunchErro
 from __future__ import annotations
 
 import atexit
+import hashlib
 import multiprocessing
 import os
+import pickle
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -162,15 +171,41 @@ def compile(
     rejects the source, `ArchitectureError` for an unknown architecture.
     """
     chosen = check_arch(current_arch() if arch is None else arch)
-    lowered = lower(
-        program,
-        chosen,
-        constants=constants,
-        wgmma=wgmma,
-        tma=tma,
-        hoist_invariants=hoist_invariants,
-    )
+    options = {"wgmma": wgmma, "tma": tma, "hoist_invariants": hoist_invariants}
+    lowered = lower_memoised(program, chosen, constants, **options)
     return compile_lowered(program, lowered, chosen, cache=cache)
+
+
+LOWERED_MEMO = 256
+"""Lowerings `compile` keeps in memory (the least recently used go first)."""
+_LOWERED: OrderedDict[tuple[object, ...], LoweredKernel] = OrderedDict()
+_LOWERED_LOCK = threading.Lock()
+
+
+def lower_memoised(
+    program: Program,
+    arch: str,
+    constants: Mapping[str, int] | None = None,
+    **options: bool,
+) -> LoweredKernel:
+    """``lower(program, arch, constants=constants, **options)``, or the kernel an earlier call
+    made of a program that pickles to the same bytes with the same arguments (a program that
+    does not pickle is lowered every time). Errors are raised every time, never remembered."""
+    try:
+        digest = hashlib.sha256(pickle.dumps(program, pickle.HIGHEST_PROTOCOL)).hexdigest()
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return lower(program, arch, constants=constants, **options)
+    key = (digest, arch, tuple(sorted((constants or {}).items())), tuple(sorted(options.items())))
+    with _LOWERED_LOCK:
+        if key in _LOWERED:
+            _LOWERED.move_to_end(key)
+            return _LOWERED[key]
+    lowered = lower(program, arch, constants=constants, **options)
+    with _LOWERED_LOCK:
+        _LOWERED[key] = lowered
+        while len(_LOWERED) > LOWERED_MEMO:
+            _LOWERED.popitem(last=False)
+    return lowered
 
 
 def compile_lowered(

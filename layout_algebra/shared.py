@@ -220,6 +220,12 @@ class SharedLayout:
         """Number of elements of the tile: the product of the shape."""
         return math.prod(self.shape)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: the cached `size` is not part of the layout, so a layout pickles
+        to the same bytes before and after it is asked for (`backend.compile`'s memo of
+        lowerings keys on a program's pickle)."""
+        return {key: value for key, value in self.__dict__.items() if key != "size"}
+
     @functools.cached_property
     def size(self) -> int:
         """Elements the allocation must hold: the largest offset of any coordinate, plus one

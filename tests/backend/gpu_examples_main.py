@@ -571,6 +571,35 @@ PREFILL_CASES = [
         {"block_m": 16, "units_k": 2, "stages": 3, "stream_k": 1, "stream_k_tail": True},
         6,
     ),
+    # The last partial wave's tiles split along k (`tail_wave`), three row tiles on waves of
+    # two: the first two whole (C staged in the ring's memory, the dot in flight), the third
+    # in halves; with zero points and bf16, in two of at most three parts.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {
+            "block_m": 16,
+            "units_k": 2,
+            "stages": 3,
+            "unroll": 2,
+            "overlap_dot": True,
+            "staged_store": True,
+            "split": 2,
+            "tail_wave": 2,
+            "row_tiles": 3,
+        },
+        8,
+    ),
+    (
+        dtypes.u4,
+        dtypes.bf16,
+        True,
+        "register",
+        {"block_m": 24, "units_k": 2, "split": 3, "tail_wave": 2, "row_tiles": 3},
+        6,
+    ),
     # Tile rows launched in groups (block (x, y, z) computes tile (z * group_m + x, y)),
     # more rows to a group than the two tile rows: the grid's x clamped to them.
     (
@@ -776,7 +805,7 @@ def prefill_cases(
     with A from registers, activations by TMA into a transposed ring;
     `ir.examples.staged_dequant_matmul`: the weights dequantized into shared tiles, both
     operands by descriptors) in the configurations of `PREFILL_CASES`, with m past one row
-    block and the rings wrapping."""
+    block (or the case's ``row_tiles``) and the rings wrapping."""
     from ir.examples.packed_weights import pack_scales, pack_weights
     from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
     from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
@@ -789,8 +818,11 @@ def prefill_cases(
     cases = []
     for weight, activation, zero_points, form, options, tiles in PREFILL_CASES:
         config_type, build = forms[form]
-        config = config_type(**options)
-        m, n, k = config.block_m + 3, config.block_n, config.block_k * tiles
+        # m past one row tile, or past `row_tiles` of them where the case says.
+        fields = {key: value for key, value in options.items() if key != "row_tiles"}
+        config = config_type(**fields)
+        m = config.block_m * options.get("row_tiles", 1) + 3
+        n, k = config.block_n, config.block_k * tiles
         group = config.block_k
         weights, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
         scales = rng.uniform(0.5, 1.5, (k // group, n)) / 2 ** (weight.nbits - 1)

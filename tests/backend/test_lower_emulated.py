@@ -29,7 +29,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -481,41 +481,92 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
 
 
 def _balanced_parts(
-    kernels: Sequence[LoweredKernel], count: int
+    kernels: Sequence[tuple[int, LoweredKernel]], count: int
 ) -> list[list[tuple[int, LoweredKernel]]]:
-    """The kernels with their indices dealt into at most `count` non-empty parts of about the
+    """The kernels (with their indices) dealt into at most `count` non-empty parts of about the
     same source length (longest first, each to the lightest part)."""
     parts: list[list[tuple[int, LoweredKernel]]] = [[] for _ in range(max(1, count))]
     weights = [0] * len(parts)
-    for index in sorted(range(len(kernels)), key=lambda i: -len(kernels[i].source)):
+    for index, kernel in sorted(kernels, key=lambda pair: -len(pair[1].source)):
         lightest = weights.index(min(weights))
-        parts[lightest].append((index, kernels[index]))
-        weights[lightest] += len(kernels[index].source)
+        parts[lightest].append((index, kernel))
+        weights[lightest] += len(kernel.source)
     return [part for part in parts if part]
 
 
-class Emulator:
-    """Kernels compiled into shared libraries (a few, built at the same time, one per core);
-    `run(k, args, grid)` launches the k-th on NumPy arrays (mutated in place) and ints in
-    parameter order."""
+COMPILE_FLAGS = ["-std=c++20", "-O0", "-ffp-contract=off", "-shared", "-fPIC", "-pthread", "-w"]
 
-    def __init__(self, kernels: Sequence[LoweredKernel], directory: Path, compiler: str) -> None:
-        self.kernels = list(kernels)
-        parts = _balanced_parts(self.kernels, len(os.sched_getaffinity(0)))
-        builds = []
-        for number, part in enumerate(parts):
-            source = directory / f"kernels_{number}.cpp"
-            library = directory / f"kernels_{number}.so"
-            source.write_text(_translation_unit(part))
-            command = [compiler, "-std=c++20", "-O0", "-ffp-contract=off", "-shared", "-fPIC"]
-            command += ["-pthread", "-w", f"-I{directory}", "-o", str(library), str(source)]
-            builds.append((part, library, subprocess.Popen(command, stderr=subprocess.PIPE)))
+LARGE_SOURCE = 1_000_000
+"""A kernel of a longer source (the f16 matmul of grouped tiles, its tile origin written out at
+every use: 5 MB of lines of 10,000 characters) is compiled alone, at ``-Og``: g++ takes 18 s on
+it at ``-O0`` and 8 s at ``-Og`` (on the usual kernels ``-Og`` takes twice ``-O0``'s time).
+Neither changes a value: no fast-math, ``-ffp-contract=off`` (no fused multiply-adds), and
+``-fwrapv -fno-strict-aliasing`` keep the two assumptions ``-Og`` could otherwise draw from the
+source (signed overflow, type-based aliasing) out of the code, as at ``-O0``."""
+LARGE_FLAGS = ["-Og", "-fwrapv", "-fno-strict-aliasing"]
+
+CHUNK_SOURCE = 1_500_000
+"""Kernels are compiled in parts while the later ones are still being lowered (the lowering
+is Python on one core, g++ runs on another): a part starts once its sources reach this many
+characters (a few seconds of g++) and a core is free."""
+
+
+class Emulator:
+    """Kernels compiled into shared libraries (a few, built at the same time, one per core;
+    while `kernels`, an iterable, is still being drawn - lowered - the parts drawn so far are
+    compiled on the cores the lowering leaves); `run(k, args, grid)` launches the k-th on NumPy
+    arrays (mutated in place) and ints in parameter order. A kernel object given again (the
+    same lowering of the same program, for other arguments) is compiled once."""
+
+    def __init__(self, kernels: Iterable[LoweredKernel], directory: Path, compiler: str) -> None:
+        self.kernels: list[LoweredKernel] = []
+        self.directory, self.compiler = directory, compiler
+        cores = len(os.sched_getaffinity(0))
+        self._builds: list[tuple[list[tuple[int, LoweredKernel]], Path, subprocess.Popen]] = []
+        self._targets: dict[int, int] = {}  # a kernel's index -> the index it is compiled as
+        first: dict[int, int] = {}  # id(kernel) -> the index it is compiled as
+        pending: list[tuple[int, LoweredKernel]] = []
+        try:
+            for index, kernel in enumerate(kernels):
+                self.kernels.append(kernel)
+                if id(kernel) in first:
+                    self._targets[index] = first[id(kernel)]
+                    continue
+                first[id(kernel)] = self._targets[index] = index
+                if len(kernel.source) > LARGE_SOURCE:
+                    self._start([(index, kernel)], LARGE_FLAGS)
+                    continue
+                pending.append((index, kernel))
+                size = sum(len(k.source) for _, k in pending)
+                if size >= CHUNK_SOURCE and self._running() < max(1, cores - 1):
+                    self._start(pending)
+                    pending = []
+        except BaseException:  # a lowering failed: no compiler left running behind the test
+            for _, _, build in self._builds:
+                build.kill()
+                build.communicate()
+            raise
+        for part in _balanced_parts(pending, max(1, cores - self._running())):
+            self._start(part)
         self.libraries: dict[int, ctypes.CDLL] = {}
-        for part, library, build in builds:
+        for part, library, build in self._builds:
             _, errors = build.communicate()
             assert build.returncode == 0, errors.decode()[:4000]
             loaded = ctypes.CDLL(str(library))
             self.libraries.update((index, loaded) for index, _ in part)
+
+    def _running(self) -> int:
+        return sum(build.poll() is None for _, _, build in self._builds)
+
+    def _start(self, part: list[tuple[int, LoweredKernel]], flags: Sequence[str] = ()) -> None:
+        """g++ on `part` in the background."""
+        number = len(self._builds)
+        source = self.directory / f"kernels_{number}.cpp"
+        library = self.directory / f"kernels_{number}.so"
+        source.write_text(_translation_unit(part))
+        command = [self.compiler, *COMPILE_FLAGS, *flags, f"-I{self.directory}"]
+        command += ["-o", str(library), str(source)]
+        self._builds.append((part, library, subprocess.Popen(command, stderr=subprocess.PIPE)))
 
     def run(self, index: int, arguments: Sequence[Any], grid: Sequence[int]) -> None:
         keep = []
@@ -529,12 +580,13 @@ class Emulator:
                 pointers.append(ctypes.cast(ctypes.pointer(boxed), ctypes.c_void_p))
         array = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
         sizes = (tuple(grid) + (1, 1, 1))[:3]
-        launch = getattr(self.libraries[index], f"la_launch_{index}")
+        target = self._targets[index]
+        launch = getattr(self.libraries[target], f"la_launch_{target}")
         launch(*(ctypes.c_uint(s) for s in sizes), array)
 
 
 def _emulator(
-    kernels: Sequence[LoweredKernel], factory: pytest.TempPathFactory, compiler: str
+    kernels: Iterable[LoweredKernel], factory: pytest.TempPathFactory, compiler: str
 ) -> Emulator:
     directory = factory.mktemp("emulation")
     for header in ("cuda_fp16.h", "cuda_bf16.h"):
@@ -672,7 +724,7 @@ def _sample(strategy: Any, count: int) -> list[ProgramCase]:
 def random_emulator(
     random_cases: list[ProgramCase], tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str
 ) -> Emulator:
-    kernels = [lower(case.program, constants=case.constants) for case in random_cases]
+    kernels = (lower(case.program, constants=case.constants) for case in random_cases)
     return _emulator(kernels, tmp_path_factory, cxx_compiler)
 
 
@@ -767,12 +819,30 @@ run their mma.sync fallback, their loads written at the dot) and ``cp.async`` fo
 (``tma=False``); the GPU differential run covers wgmma and TMA."""
 
 
+def _lowered_once(programs: Iterable[Program], **options: Any) -> Iterator[LoweredKernel]:
+    """``lower(program, "sm_90a", **options)`` of each program, in turn (for `Emulator` to
+    compile the first while the others are lowered), a program printed as one before (the
+    decode cases build each f16 matmul twice, once for each problem size) given that one's
+    kernel, lowered once and compiled once."""
+    lowered: dict[str, LoweredKernel] = {}
+    for program in programs:
+        text = str(program)
+        if text not in lowered:
+            lowered[text] = lower(program, "sm_90a", **options)
+        yield lowered[text]
+
+
 @pytest.fixture(scope="module")
 def decode_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
-    kernels = [lower(program, "sm_90a", wgmma=False, tma=False) for _, program, _, _, _ in DECODE]
+    programs = (program for _, program, _, _, _ in DECODE)
+    emulator = _emulator(
+        _lowered_once(programs, wgmma=False, tma=False), tmp_path_factory, cxx_compiler
+    )
+    kernels = emulator.kernels
+    assert len(kernels) == len(DECODE)
     assert any(kernel.plans for kernel in kernels)
     assert any(isinstance(plan, StmatrixPlan) for kernel in kernels for plan in kernel.plans)
-    return _emulator(kernels, tmp_path_factory, cxx_compiler)
+    return emulator
 
 
 @pytest.mark.parametrize("index", range(len(DECODE)), ids=[case[0] for case in DECODE])
@@ -807,13 +877,14 @@ kernel's start (``hoist_invariants=True``)."""
 
 @pytest.fixture(scope="module")
 def hoisted_emulator(tmp_path_factory: pytest.TempPathFactory, cxx_compiler: str) -> Emulator:
-    kernels = [
-        lower(program, "sm_90a", wgmma=False, tma=False, hoist_invariants=True)
-        for _, program, _, _, _ in HOISTED
-    ]
+    programs = (program for _, program, _, _, _ in HOISTED)
+    options = {"wgmma": False, "tma": False, "hoist_invariants": True}
+    emulator = _emulator(_lowered_once(programs, **options), tmp_path_factory, cxx_compiler)
+    kernels = emulator.kernels
+    assert len(kernels) == len(HOISTED)
     assert all("const int la_inv0 = " in kernel.source or "la_w_la_inv0 = " in kernel.source
                for kernel in kernels)  # fmt: skip
-    return _emulator(kernels, tmp_path_factory, cxx_compiler)
+    return emulator
 
 
 @pytest.mark.parametrize("index", range(len(HOISTED)), ids=[case[0] for case in HOISTED])

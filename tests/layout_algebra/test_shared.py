@@ -543,3 +543,16 @@ def test_row_major_swizzle_is_conflict_free(element_bits: int, chunks: int) -> N
     for first, v in itertools.product(range(rows - 7), range(chunks)):
         groups = bank_groups_of_column(table, range(first, first + 8), v * chunk, element_bits)
         assert len(groups) == 8
+
+
+def test_a_layout_pickles_the_same_before_and_after_its_size_is_asked() -> None:
+    """The cached `size` is not part of the pickled state (`backend.compile`'s memo keys on a
+    program's pickle), and a layout unpickled computes it again."""
+    import pickle
+
+    layout = shared_row_major_swizzle(64, 64, element_bits=16)
+    before = pickle.dumps(layout)
+    size = layout.size
+    assert pickle.dumps(layout) == before
+    again = pickle.loads(before)
+    assert again == layout and again.size == size

@@ -1,0 +1,83 @@
+"""`backend.compile`'s memo of lowerings (`lower_memoised`): an equal program, built again, is
+lowered once for the same architecture, constants and switches, and again for any other;
+the memo keeps its size; an error is raised every time."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from backend import compile
+from backend.compile import lower_memoised
+from ir import dtypes
+from ir.errors import SpecializationError
+from ir.examples.matmul import matmul
+from ir.examples.vector_add import vector_add
+from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+
+compile_module = importlib.import_module("backend.compile")  # the module, not the function
+SPLIT_TAIL = WgmmaDequantConfig(block_m=8, units_k=2, stages=3, split=2, tail_wave=6)
+
+
+@pytest.fixture(autouse=True)
+def empty_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from an empty memo (and leaves the module's as it found it)."""
+    monkeypatch.setattr(compile_module, "_LOWERED", type(compile_module._LOWERED)())
+
+
+def test_an_equal_program_built_again_is_lowered_once() -> None:
+    first = wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL)
+    again = wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL)
+    assert first is not again
+    constants = {"n": 256, "k": 512}
+    kernel = lower_memoised(first, "sm_90a", constants)
+    assert lower_memoised(again, "sm_90a", dict(constants)) is kernel
+    assert len(compile_module._LOWERED) == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"arch": "sm_80"},
+        {"constants": {"n": 256, "k": 1024}},
+        {"options": {"wgmma": False}},
+        {"program": wgmma_dequant_matmul(dtypes.i8, 64, SPLIT_TAIL)},
+    ],
+    ids=["arch", "constants", "switch", "program"],
+)
+def test_anything_else_is_lowered_anew(other: dict) -> None:
+    base = {
+        "program": wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL),
+        "arch": "sm_90a",
+        "constants": {"n": 256, "k": 512},
+        "options": {},
+    }
+    changed = {**base, **other}
+    kernel = lower_memoised(base["program"], base["arch"], base["constants"], **base["options"])
+    made = lower_memoised(
+        changed["program"], changed["arch"], changed["constants"], **changed["options"]
+    )
+    assert made is not kernel and made.source != kernel.source
+    assert len(compile_module._LOWERED) == 2
+
+
+def test_the_memo_keeps_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_module, "LOWERED_MEMO", 2)
+    programs = [matmul(64, 64, 64, block) for block in (16, 32, 64)]
+    kernels = [lower_memoised(program, "sm_80") for program in programs]
+    assert len(compile_module._LOWERED) == 2
+    # The oldest went first; the two later ones are still there.
+    assert lower_memoised(programs[2], "sm_80") is kernels[2]
+    assert lower_memoised(programs[1], "sm_80") is kernels[1]
+    assert lower_memoised(programs[0], "sm_80") is not kernels[0]
+
+
+def test_an_error_is_raised_every_time_and_compile_uses_the_memo() -> None:
+    program = wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL)
+    for _ in range(2):
+        with pytest.raises(SpecializationError, match="constant k"):
+            lower_memoised(program, "sm_90a", {"n": 256, "k": 100})
+    assert not compile_module._LOWERED
+    one, two = (compile(vector_add(), "sm_80") for _ in range(2))
+    assert one.lowered is two.lowered and one.source == two.source
