@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from backend.autotune import Scalar, TuningResult, autotune, m_bucket
 from backend.cache import CubinCache, RecordStore
-from backend.compile import CompiledKernel, compile
+from backend.compile import CompiledKernel, compile, lower_all
 from backend.decode_matmul import (
     DEFAULT_SM_COUNT,
     DecodeMeasure,
@@ -308,6 +308,9 @@ class BatchMatmul:
             [dict(path) for path in paths],
             construct=lambda path: batch_program(problem, path),
             build=build,
+            # Every candidate lowered at once in worker processes, into compile's memo, so
+            # that the builds' threads (one GIL) only compile.
+            prepare=lambda programs: lower_all([(p, None) for p in programs], arch),
             measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,
             store=store,
             workers=workers,

@@ -7,10 +7,11 @@
     compile(program, "sm_90a", constants={"k": 64})   # k: int_param("k", constant=True)
     kernel(n, x, y, z)                                # a program that declares its grid
 
-`compile` remembers the last `LOWERED_MEMO` lowerings of this process, keyed by the pickled
-program (equal bytes: an equal program, however it was built) with the architecture, the
-constants and the switches: a tuner that builds the same candidates for a second batch bucket,
-or a test that tunes a problem again, lowers each once.
+`compile` remembers the last `LOWERED_MEMO` lowerings of this process (its own and
+`lower_all`'s), keyed by the pickled program (equal bytes: an equal program, however it was
+built) with the architecture, the constants and the switches: a tuner that lowers its
+candidates in worker processes first, then builds them, or builds the same candidates for a
+second batch bucket, lowers each once.
 
 The arguments are those of the program, in its parameter order or by name: arrays as torch
 tensors (or anything with ``__cuda_array_interface__`` or DLPack) whose raw bytes hold the dense
@@ -192,21 +193,42 @@ def lower_memoised(
     """``lower(program, arch, constants=constants, **options)``, or the kernel an earlier call
     made of a program that pickles to the same bytes with the same arguments (a program that
     does not pickle is lowered every time). Errors are raised every time, never remembered."""
-    try:
-        digest = hashlib.sha256(pickle.dumps(program, pickle.HIGHEST_PROTOCOL)).hexdigest()
-    except (pickle.PicklingError, TypeError, AttributeError):
+    key = _memo_key(program, arch, constants, options)
+    if key is None:
         return lower(program, arch, constants=constants, **options)
-    key = (digest, arch, tuple(sorted((constants or {}).items())), tuple(sorted(options.items())))
     with _LOWERED_LOCK:
         if key in _LOWERED:
             _LOWERED.move_to_end(key)
             return _LOWERED[key]
     lowered = lower(program, arch, constants=constants, **options)
+    _remember(key, lowered)
+    return lowered
+
+
+LOWER_DEFAULTS = {"wgmma": True, "tma": True, "hoist_invariants": False}
+"""The switches `lower_all` lowers with (and `compile` by default)."""
+
+
+def _memo_key(
+    program: Program, arch: str, constants: Mapping[str, int] | None, options: Mapping[str, bool]
+) -> tuple[object, ...] | None:
+    """The memo's key of a lowering, None for a program that does not pickle."""
+    try:
+        digest = hashlib.sha256(pickle.dumps(program, pickle.HIGHEST_PROTOCOL)).hexdigest()
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+    switches = tuple(sorted({**LOWER_DEFAULTS, **options}.items()))
+    return (digest, arch, tuple(sorted((constants or {}).items())), switches)
+
+
+def _remember(key: tuple[object, ...] | None, lowered: LoweredKernel) -> None:
+    if key is None:
+        return
     with _LOWERED_LOCK:
         _LOWERED[key] = lowered
+        _LOWERED.move_to_end(key)
         while len(_LOWERED) > LOWERED_MEMO:
             _LOWERED.popitem(last=False)
-    return lowered
 
 
 def compile_lowered(
@@ -269,14 +291,30 @@ def lower_all(
     job it runs in `processes` worker processes (default: the CPU count; spawned, not forked,
     so a process that holds a CUDA context can call it; kept for later calls), and the kernels
     come back pickled. Then
-    `compile_lowered` each (NVRTC releases the GIL: threads suffice there).
+    `compile_lowered` each (NVRTC releases the GIL: threads suffice there), or `compile` the
+    programs: the kernels lowered here are in its memo (`lower_memoised`).
     """
     chosen = check_arch(arch)
-    work = [(program, chosen, constants) for program, constants in jobs]
+    keys = [_memo_key(program, chosen, constants, {}) for program, constants in jobs]
+    with _LOWERED_LOCK:
+        known = [_LOWERED.get(key) if key is not None else None for key in keys]
+    # The jobs the memo does not hold, lowered here.
+    work = [(job[0], chosen, job[1]) for job, kernel in zip(jobs, known) if kernel is None]
     count = min(len(work), processes or os.cpu_count() or 1)
     if count <= 1:
-        return [_lower_job(job) for job in work]
-    return list(_lowering_pool(count).map(_lower_job, work))
+        fresh = iter([_lower_job(job) for job in work])
+    else:
+        fresh = iter(list(_lowering_pool(count).map(_lower_job, work)))
+    results: list[LoweredKernel | Exception] = []
+    for key, kernel in zip(keys, known):
+        if kernel is None:
+            result = next(fresh)
+            if isinstance(result, LoweredKernel):
+                _remember(key, result)
+            results.append(result)
+        else:
+            results.append(kernel)
+    return results
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}

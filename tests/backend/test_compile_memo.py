@@ -1,6 +1,6 @@
-"""`backend.compile`'s memo of lowerings (`lower_memoised`): an equal program, built again, is
-lowered once for the same architecture, constants and switches, and again for any other;
-the memo keeps its size; an error is raised every time."""
+"""`backend.compile`'s memo of lowerings (`lower_memoised`, filled by `lower_all` too): an equal
+program, built again, is lowered once for the same architecture, constants and switches, and
+again for any other; the memo keeps its size; an error is raised every time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 from backend import compile
-from backend.compile import lower_memoised
+from backend.compile import lower_all, lower_memoised
 from ir import dtypes
 from ir.errors import SpecializationError
 from ir.examples.matmul import matmul
@@ -81,3 +81,23 @@ def test_an_error_is_raised_every_time_and_compile_uses_the_memo() -> None:
     assert not compile_module._LOWERED
     one, two = (compile(vector_add(), "sm_80") for _ in range(2))
     assert one.lowered is two.lowered and one.source == two.source
+
+
+def test_lower_all_fills_the_memo_and_lowers_only_what_it_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kernels `lower_all` made are `compile`'s (a tuner lowers its candidates in worker
+    processes, then builds them in threads); a second call lowers nothing it holds, and a
+    program that fails is an exception in its place, not remembered."""
+    programs = [matmul(64, 64, 64, block) for block in (16, 32)]
+    bad = wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL)
+    first = lower_all([(programs[0], None), (bad, {"n": 256, "k": 100})], "sm_80", processes=1)
+    assert isinstance(first[1], SpecializationError)
+    assert lower_memoised(programs[0], "sm_80") is first[0]
+    lowered: list[object] = []
+    real = compile_module._lower_job
+    monkeypatch.setattr(compile_module, "_lower_job", lambda job: lowered.append(job) or real(job))
+    again = lower_all([(programs[0], None), (programs[1], None)], "sm_80", processes=1)
+    assert again[0] is first[0] and [job[0] for job in lowered] == [programs[1]]
+    assert lower_memoised(programs[1], "sm_80") is again[1]
+    assert len(compile_module._LOWERED) == 2
