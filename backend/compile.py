@@ -288,8 +288,9 @@ def lower_all(
     raised in place.
 
     The lowering is pure Python, so threads would take turns on one core: with more than one
-    job it runs in `processes` worker processes (default: the CPU count; spawned, not forked,
-    so a process that holds a CUDA context can call it; kept for later calls), and the kernels
+    job it runs in `processes` worker processes (default: the CPU count, at most
+    `LOWERING_PROCESSES`; spawned, not forked, so a process that holds a CUDA context can call
+    it; one pool of that size, kept for later calls whatever their job count), and the kernels
     come back pickled. Then
     `compile_lowered` each (NVRTC releases the GIL: threads suffice there), or `compile` the
     programs: the kernels lowered here are in its memo (`lower_memoised`).
@@ -300,11 +301,11 @@ def lower_all(
         known = [_LOWERED.get(key) if key is not None else None for key in keys]
     # The jobs the memo does not hold, lowered here.
     work = [(job[0], chosen, job[1]) for job, kernel in zip(jobs, known) if kernel is None]
-    count = min(len(work), processes or os.cpu_count() or 1)
-    if count <= 1:
+    size = processes or min(os.cpu_count() or 1, LOWERING_PROCESSES)
+    if len(work) <= 1 or size <= 1:
         fresh = iter([_lower_job(job) for job in work])
     else:
-        fresh = iter(list(_lowering_pool(count).map(_lower_job, work)))
+        fresh = iter(list(_lowering_pool(size).map(_lower_job, work)))
     results: list[LoweredKernel | Exception] = []
     for key, kernel in zip(keys, known):
         if kernel is None:
@@ -317,6 +318,9 @@ def lower_all(
     return results
 
 
+LOWERING_PROCESSES = 16
+"""The most worker processes `lower_all` starts by default: each costs its imports (about a
+second) and their memory, and a tuning lowers a few dozen candidates."""
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 

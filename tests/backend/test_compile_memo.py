@@ -101,3 +101,21 @@ def test_lower_all_fills_the_memo_and_lowers_only_what_it_lacks(
     assert again[0] is first[0] and [job[0] for job in lowered] == [programs[1]]
     assert lower_memoised(programs[1], "sm_80") is again[1]
     assert len(compile_module._LOWERED) == 2
+
+
+def test_lower_all_keeps_one_pool_whatever_its_job_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of different job counts share one pool of the default size (the CPU count, at most
+    `LOWERING_PROCESSES`), not one pool each."""
+    sizes: list[int] = []
+
+    class Pool:
+        def map(self, function, jobs):
+            return [function(job) for job in jobs]
+
+    monkeypatch.setattr(compile_module.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(compile_module, "_lowering_pool", lambda size: sizes.append(size) or Pool())
+    programs = [matmul(64, 64, 64, block) for block in (16, 32, 64)]
+    lower_all([(programs[0], None), (programs[1], None)], "sm_80")
+    lower_all([(programs[2], None), (vector_add(), None)], "sm_80")
+    lower_all([(matmul(64, 64, 64, 8), None)], "sm_80")  # one job: lowered here
+    assert sizes == [compile_module.LOWERING_PROCESSES] * 2
