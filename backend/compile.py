@@ -212,13 +212,19 @@ LOWER_DEFAULTS = {"wgmma": True, "tma": True, "hoist_invariants": False}
 def _memo_key(
     program: Program, arch: str, constants: Mapping[str, int] | None, options: Mapping[str, bool]
 ) -> tuple[object, ...] | None:
-    """The memo's key of a lowering, None for a program that does not pickle."""
+    """The memo's key of a lowering; None (no memo: `lower` then judges the arguments) for a
+    program that does not pickle or constants that are not a mapping of sortable, hashable
+    items."""
+    if constants is not None and not isinstance(constants, Mapping):
+        return None
     try:
         digest = hashlib.sha256(pickle.dumps(program, pickle.HIGHEST_PROTOCOL)).hexdigest()
+        switches = tuple(sorted({**LOWER_DEFAULTS, **options}.items()))
+        key = (digest, arch, tuple(sorted((constants or {}).items())), switches)
+        hash(key)
     except (pickle.PicklingError, TypeError, AttributeError):
         return None
-    switches = tuple(sorted({**LOWER_DEFAULTS, **options}.items()))
-    return (digest, arch, tuple(sorted((constants or {}).items())), switches)
+    return key
 
 
 def _remember(key: tuple[object, ...] | None, lowered: LoweredKernel) -> None:

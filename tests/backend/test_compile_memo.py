@@ -119,3 +119,15 @@ def test_lower_all_keeps_one_pool_whatever_its_job_count(monkeypatch: pytest.Mon
     lower_all([(programs[2], None), (vector_add(), None)], "sm_80")
     lower_all([(matmul(64, 64, 64, 8), None)], "sm_80")  # one job: lowered here
     assert sizes == [compile_module.LOWERING_PROCESSES] * 2
+
+
+@pytest.mark.parametrize(
+    "constants", [[("k", 512), ("n", 256)], {"n": 256, "k": [512]}, {"n": 256, 3: 512}]
+)
+def test_bad_constants_are_judged_by_the_lowering(constants: object) -> None:
+    """Constants the memo cannot key (not a mapping, an unhashable value, keys that do not sort)
+    reach `lower`, which refuses them with the project's error; nothing is remembered."""
+    program = wgmma_dequant_matmul(dtypes.i4, 64, SPLIT_TAIL)
+    with pytest.raises(SpecializationError):
+        lower_memoised(program, "sm_90a", constants)  # type: ignore[arg-type]
+    assert not compile_module._LOWERED
