@@ -177,9 +177,9 @@ def compile(
     return compile_lowered(program, lowered, chosen, cache=cache)
 
 
-LOWERED_MEMO = 64
-"""Lowerings `compile` keeps in memory, the least recently used going first (a 128 x 256 prefill
-kernel's lowering holds about 0.2-1.3 MB: five tunings of the batch paths)."""
+LOWERED_MEMO = 16
+"""Lowerings `compile` keeps in memory, the least recently used going first: a tuning's batch
+paths (13) at most, since a 128 x 256 prefill kernel's lowering holds about 5 MB."""
 _LOWERED: OrderedDict[tuple[object, ...], LoweredKernel] = OrderedDict()
 _LOWERED_LOCK = threading.Lock()
 
