@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from backend.compile import lower_memoised
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
     GROUP_BARRIER_SOURCE,
@@ -821,15 +822,11 @@ run their mma.sync fallback, their loads written at the dot) and ``cp.async`` fo
 
 def _lowered_once(programs: Iterable[Program], **options: Any) -> Iterator[LoweredKernel]:
     """``lower(program, "sm_90a", **options)`` of each program, in turn (for `Emulator` to
-    compile the first while the others are lowered), a program printed as one before (the
-    decode cases build each f16 matmul twice, once for each problem size) given that one's
-    kernel, lowered once and compiled once."""
-    lowered: dict[str, LoweredKernel] = {}
+    compile the first while the others are lowered), through `backend.compile`'s memo of
+    lowerings: a program equal to one before (the decode cases build each f16 matmul twice, one
+    after the other, once for each problem size) gives that one's kernel, compiled once."""
     for program in programs:
-        text = str(program)
-        if text not in lowered:
-            lowered[text] = lower(program, "sm_90a", **options)
-        yield lowered[text]
+        yield lower_memoised(program, "sm_90a", **options)
 
 
 @pytest.fixture(scope="module")
