@@ -362,20 +362,8 @@ def test_split_tail_lowering_validates() -> None:
     C staged in the ring's memory by the blocks of whole tiles), for any m: every access (the
     parts' k-tile ranges, slots and tail indices, the staged and the summed stores) and claim
     proved, wgmma's and stmatrix's among them, at the usual Z3 budget."""
-    config = WgmmaDequantConfig(
-        block_m=16,
-        units_k=2,
-        stages=4,
-        unroll=2,
-        overlap_dot=True,
-        release=True,
-        producer=True,
-        producer_registers=24,
-        warp_columns=16,
-        staged_store=True,
-        refill_in_place=True,
-        split=2,
-        tail_wave=4,
+    config = replace(
+        prefill_config(BATCH_PATHS[12]), warpgroups=1, block_m=16, units_k=2, tail_wave=4
     )
     program = wgmma_dequant_matmul(dtypes.i4, 64, config)
     report = assert_fully_proved(lower(program, "sm_90a", constants={"n": 128, "k": 512}))
