@@ -13,11 +13,14 @@ A conversion is planned once per cast, at lowering time, from that list:
   ``u = n + 2^(b-1)``, and ``2^(b-1)`` more subtracted). The planner picks, per element, a
   32-bit *window* of the bitstream (an input word, free, or a funnel shift of two neighbouring
   words, one instruction, shared by every field that uses it) in which the field lands at an
-  allowed p of its half. When both fields of an output word lie in one window, the word costs
-  one LOP3 (mask, magic and sign flips at once: ``(window & mask) ^ magic``) and one fma:
-  about one instruction per weight
-  at every width, which is why the packed weights (`ir.examples.packed_weights`) order each
-  lane's codes so that the two elements of an output word lie 16 bits apart.
+  allowed p of its half. A window whose used bits all lie in its upper word is rendered as
+  that word shifted left, which ptxas may issue as an integer multiply on the FMA pipe instead
+  of a shift on the logic pipe that the masks keep busy (the f4e2m1 decode loop: 441 shifts
+  beside 528 LOP3 on that pipe before, 69 after). When both fields of an output word lie in
+  one window, the word costs one LOP3 (mask, magic and sign flips at once: ``(window & mask)
+  ^ magic``) and one fma: about one instruction per weight at every width, which is why the
+  packed weights (`ir.examples.packed_weights`) order each lane's codes so that the two
+  elements of an output word lie 16 bits apart.
 - *Floats* without infinities or NaNs (f4e2m1, f6e3m2, ...; exponent bits <= 4 for f16, <= 7
   for bf16): the magnitude bits go under the target's exponent (mantissa aligned with the
   target's top mantissa bits) and the sign to bit 15 of the half, giving the value times
@@ -213,7 +216,7 @@ class ConversionPlan:
     kind: str
     input_words: int
     windows: tuple[int, ...]
-    """Unaligned window offsets, each computed once (one funnel shift)."""
+    """Unaligned window offsets, each computed once (one shift)."""
     words: tuple[_Word, ...]
     flipped_words: tuple[int, ...]
     """Input words whose byte sign bits are flipped once (signed byte kinds)."""
@@ -246,10 +249,11 @@ class ConversionPlan:
         halves differ (None: the literal)."""
         magic = _hex if constant is None else constant
         lines = []
+        used = self.window_bits()
         window_names = {}
         for index, offset in enumerate(self.windows):
             name = f"{prefix}_w{index}"
-            lines.append(f"const unsigned int {name} = {self._window(offset, word)};")
+            lines.append(f"const unsigned int {name} = {self._window(offset, used[offset], word)};")
             window_names[offset] = name
         flipped = {}
         for w in self.flipped_words:
@@ -269,10 +273,26 @@ class ConversionPlan:
             lines.append(f"{out(j)} = {self._word(planned, source, byte_word, magic)};")
         return lines
 
-    def _window(self, offset: int, word: Callable[[int], str]) -> str:
+    def window_bits(self) -> dict[int, int]:
+        """For each unaligned window offset, the bits of the window that some output word
+        takes (the union of its terms' masks)."""
+        used = dict.fromkeys(self.windows, 0)
+        for planned in self.words:
+            for offset, mask in planned.terms:
+                if offset in used:
+                    used[offset] |= mask
+        return used
+
+    def _window(self, offset: int, used: int, word: Callable[[int], str]) -> str:
+        """The C text of the window at `offset`, of which the output words take the bits
+        `used`: the upper word shifted left where those bits all lie in it (see the module
+        header), else a funnel shift of the two words (a right shift of the lower word alone
+        compiles to the same one instruction, and changed the i2 decode loop's schedule for the
+        worse: 578 -> 657 instructions in SASS), or the last word shifted right."""
         low, shift = divmod(offset, WORD_BITS)
         high = low + 1
-        if low < 0:
+        from_high = used >> (WORD_BITS - shift) << (WORD_BITS - shift) == used
+        if low < 0 or (from_high and high < self.input_words):
             return f"({word(high)} << {WORD_BITS - shift})"
         if high >= self.input_words:
             return f"({word(low)} >> {shift})"
@@ -321,7 +341,7 @@ def _choose_windows(
 ) -> tuple[list[list[int]], list[int]]:
     """A window offset for every piece (per pair, in order) and the unaligned windows used.
 
-    Aligned windows (whole input words) are free, an unaligned one costs one funnel shift, and
+    Aligned windows (whole input words) are free, an unaligned one costs one shift, and
     every distinct window of an output word one LOP3. Greedy: a pair whose pieces share a free
     window takes it; the pairs left that fit one window take the window that serves most of
     them, in turn; pieces of pairs that fit no single window take a free window or, in turn,

@@ -16,12 +16,15 @@ codes. The device source is compiled with NVRTC for sm_80 and sm_90a, and a GPU 
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backend.fast_conversions import (
     FAST_CONVERSION_PRIMITIVES,
@@ -411,6 +414,77 @@ def test_interleaved_i4_to_f16_is_one_lop3_and_one_fma_per_pair() -> None:
         "y[3] = la_fma_f16x2(((t_w0 & 0x00F000F0u) ^ 0x64806480u), 0x2C002C00u, 0xD480D480u);",
     ]
     assert plan.instructions == 9
+
+
+def test_a_float_window_inside_one_word_is_that_word_shifted() -> None:
+    """f4e2m1 in the packed order over two words: a window whose taken bits lie in its higher
+    word is that word shifted left (which may issue as an integer multiply, off the logic pipe
+    the masks use), not a funnel shift of two words; a right shift within the lower word stays
+    a funnel shift but for the last word. One LOP3 joins the sign and the magnitude window of
+    each output word."""
+    sources = packed_lane_order(4)[:16]
+    exponent = fma_free_exponent(dtypes.f4e2m1, dtypes.f16)
+    plan = plan_conversion(dtypes.f4e2m1, dtypes.f16, sources, 16, exponent)
+    lines = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t")
+    shifts = [(w, s) for w in (0, 1) for s in ("<< 12", "<< 9", "<< 8", "<< 5", "<< 4", "<< 1")]
+    windows = [f"(x[{w}] {s})" for w, s in shifts[:6]] + ["la_shf_r(x[0], x[1], 3u)"]
+    windows += [f"(x[{w}] {s})" for w, s in shifts[6:]] + ["(x[1] >> 3)"]
+    assert lines[:14] == [f"const unsigned int t_w{i} = {text};" for i, text in enumerate(windows)]
+    assert lines[14] == "y[0] = ((t_w0 & 0x80008000u) ^ (t_w1 & 0x0E000E00u));"
+    assert lines[17] == "y[3] = ((x[0] & 0x80008000u) ^ (t_w6 & 0x0E000E00u));"
+    assert lines[21] == "y[7] = ((x[1] & 0x80008000u) ^ (t_w13 & 0x0E000E00u));"
+    assert sum("la_shf_r" in line for line in lines) == 1
+    assert plan.instructions == 30
+
+
+_WINDOW_LINE = re.compile(r"const unsigned int t_w(\d+) = (.*);")
+
+
+def _evaluate_window(text: str, words: list[int]) -> int:
+    """The value of a rendered window's C text (a shift of one word or `la_shf_r` of two) on
+    32-bit input `words`."""
+
+    def la_shf_r(low: int, high: int, shift: int) -> int:
+        return ((high << 32 | low) >> shift) & 0xFFFFFFFF
+
+    expression = re.sub(r"(\d)u\b", r"\1", text)
+    return eval(expression, {"la_shf_r": la_shf_r, "x": words}) & 0xFFFFFFFF  # noqa: S307
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    src=st.sampled_from(SOURCE_TYPES),
+    dst=st.sampled_from([dtypes.f16, dtypes.bf16]),
+    data=st.data(),
+)
+def test_each_window_holds_the_bits_its_words_take(
+    src: DataType, dst: DataType, data: st.DataObject
+) -> None:
+    """Any order: every window's rendered text, evaluated on random words, equals the
+    bitstream shifted by its offset on the bits the output words take from it; a window whose
+    taken bits all lie in its higher word is that word shifted left."""
+    size = data.draw(st.integers(2, 40), label="input_size")
+    count = data.draw(st.integers(1, 12), label="pairs")
+    sources = data.draw(st.lists(st.integers(0, size - 1), min_size=2 * count, max_size=2 * count))
+    plan = plan_conversion(src, dst, sources, size)
+    if plan is None or not plan.windows:
+        return
+    words = data.draw(
+        st.lists(st.integers(0, 2**32 - 1), min_size=plan.input_words, max_size=plan.input_words)
+    )
+    stream = sum(word << (32 * w) for w, word in enumerate(words))
+    used = plan.window_bits()
+    lines = plan.render(lambda w: f"x[{w}]", lambda j: f"y[{j}]", "t")
+    for line in lines[: len(plan.windows)]:
+        index, text = _WINDOW_LINE.fullmatch(line).groups()
+        offset = plan.windows[int(index)]
+        exact = (stream >> offset if offset >= 0 else stream << -offset) & 0xFFFFFFFF
+        taken = used[offset]
+        assert taken, f"window {offset} is rendered but no output word takes a bit of it"
+        assert _evaluate_window(text, words) & taken == exact & taken, line
+        from_lower_word = taken & ((1 << (32 - offset % 32)) - 1)
+        if offset % 32 and not from_lower_word:
+            assert re.fullmatch(r"\(x\[\d+\] << \d+\)", text), f"{line}: not a left shift"
 
 
 def test_magic_words_come_from_the_constant_callback() -> None:
