@@ -58,7 +58,7 @@ from ir.program import Program
 
 KERNELS = ("register_dequant", "wgmma_dequant", "batch_paths")
 """The kernels `--kernels` names."""
-CENSUS_COLUMNS = ("LOP3", "PRMT", "HFMA2", "HMUL2", "FFMA", "IMAD", "LDG", "LDS", "BAR")
+CENSUS_COLUMNS = ("LOP3", "SHF", "PRMT", "HFMA2", "HMUL2", "FFMA", "IMAD", "LDG", "LDS", "BAR")
 """The mnemonics the table shows a column of (the JSON has every mnemonic)."""
 
 
