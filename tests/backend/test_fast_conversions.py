@@ -420,8 +420,8 @@ def test_a_float_window_inside_one_word_is_that_word_shifted() -> None:
     """f4e2m1 in the packed order over two words: a window whose taken bits lie in its higher
     word is that word shifted left (which may issue as an integer multiply, off the logic pipe
     the masks use), not a funnel shift of two words; a right shift within the lower word stays
-    a funnel shift but for the last word. One LOP3 joins the sign and the magnitude window of
-    each output word."""
+    a funnel shift but for the last word. Each output word masks its sign window and its
+    magnitude window (two LOP3)."""
     sources = packed_lane_order(4)[:16]
     exponent = fma_free_exponent(dtypes.f4e2m1, dtypes.f16)
     plan = plan_conversion(dtypes.f4e2m1, dtypes.f16, sources, 16, exponent)
