@@ -1,4 +1,5 @@
-"""Suite-wide pytest configuration: the `gpu` marker, the host compilers and the hypothesis profile.
+"""Suite-wide pytest configuration: the `gpu` marker, the host compilers, the hypothesis profile
+and the number of workers ``pytest -n auto`` starts.
 
 Tests marked `gpu` skip when the CUDA driver reports no device, unless the environment variable
 REQUIRE_GPU=1 is set, in which case a missing device fails them.
@@ -65,6 +66,20 @@ def cuda_device_count() -> int:
         return int(count)
     except Exception:
         return 0
+
+
+MAX_TEST_WORKERS = 4
+"""The most worker processes ``pytest -n auto`` starts (pytest-xdist): each lowers kernels in a
+pool of its own (`backend.compile.lower_all`, up to 16 processes), so a machine of many CPUs
+would otherwise hold a worker a CPU, each with its pool."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker for each CPU this process may run on, at most `MAX_TEST_WORKERS`."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere the CPU count
+    cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
+    return max(1, min(cpus, MAX_TEST_WORKERS))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

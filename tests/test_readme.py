@@ -22,7 +22,9 @@ def test_readme_examples_print_what_they_claim() -> None:
 def test_readme_keeps_the_two_setup_commands() -> None:
     text = README.read_text(encoding="utf-8")
     assert 'pip install -e ".[dev]" && layout-algebra demo' in text
-    assert "\npytest\n" in text
+    assert "\npytest -n auto --dist loadfile\n" in text
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "\npython -m pytest -q -n auto --dist loadfile\n" in ci
 
 
 def test_license_file_is_the_declared_license() -> None:
