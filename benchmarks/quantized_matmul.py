@@ -389,10 +389,15 @@ def tuned(
 def recorded_configs(paths: list[Path]) -> dict[tuple[str, int, int, int], DequantConfig]:
     """The register-dequant configuration of each (weight, K, N, M) point of earlier runs'
     JSON files (`write_results`): where several record a point, that of the fastest. Raises
-    ValueError naming a point whose config is not a DequantConfig's fields."""
+    ValueError naming a file that holds no list of points (not such a record) and a point whose
+    config is not a DequantConfig's fields."""
     fastest: dict[tuple[str, int, int, int], tuple[float, DequantConfig]] = {}
     for path in paths:
-        for point in json.loads(path.read_text())["points"]:
+        record = json.loads(path.read_text())
+        points = record.get("points") if isinstance(record, dict) else None
+        if not isinstance(points, list):
+            raise ValueError(f"{path}: no 'points' list; expected a quantized_matmul record")
+        for point in points:
             if point.get("kernel") != "register_dequant":
                 continue
             key = (point["weight"], point["k"], point["n"], point["m"])
@@ -679,7 +684,10 @@ def main(argv: list[str] | None = None) -> int:
     recorded = None
     space = options.space
     if options.configs_from:
-        recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
+        try:
+            recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
+        except (OSError, ValueError) as error:
+            parser.error(f"--configs-from: {error}")
         space = f"recorded configurations ({options.space} where tuned)"
     try:
         shapes = parse_shapes(options.shapes, options.quick)

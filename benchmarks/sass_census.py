@@ -272,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(m) for m in options.batches.split(",")] if options.batches else None
     recorded = {}
     if options.configs_from:
-        recorded = recorded_configs([Path(p) for p in options.configs_from.split(",")])
+        try:
+            recorded = recorded_configs([Path(p) for p in options.configs_from.split(",")])
+        except (OSError, ValueError) as error:
+            parser.error(f"--configs-from: {error}")
     builds: list[Build] = []
     for weight in weights:
         if "register_dequant" in kernels:

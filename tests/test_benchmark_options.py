@@ -5,6 +5,7 @@ which the benchmarks import)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -77,6 +78,56 @@ def test_option_sets_parse_integers_and_booleans() -> None:
     }
     with pytest.raises(ValueError, match="expected an integer, true or false"):
         benchmark.parse_overrides("block_m=wide")
+
+
+def _record(path: Path, points: object) -> Path:
+    path.write_text(json.dumps({"device": "NVIDIA H200", "points": points}))
+    return path
+
+
+def _point(kernel: str, m: int, ours_us: float, split: int) -> dict:
+    return {
+        "weight": "i4",
+        "k": 4096,
+        "n": 12288,
+        "m": m,
+        "kernel": kernel,
+        "ours_us": ours_us,
+        "config": {"warps": 4, "split": split},
+    }
+
+
+def test_recorded_configs_take_the_fastest_register_dequant_point(tmp_path: Path) -> None:
+    first = _record(
+        tmp_path / "a.json",
+        [_point("register_dequant", 1, 20.0, 2), _point("mma", 1, 5.0, 16)],
+    )
+    second = _record(
+        tmp_path / "b.json",
+        [_point("register_dequant", 1, 18.5, 4), _point("register_dequant", 16, 30.0, 8)],
+    )
+    recorded = benchmark.recorded_configs([first, second])
+    assert recorded == {
+        ("i4", 4096, 12288, 1): benchmark.DequantConfig(warps=4, split=4),
+        ("i4", 4096, 12288, 16): benchmark.DequantConfig(warps=4, split=8),
+    }
+
+
+@pytest.mark.parametrize("content", [{"device": "NVIDIA H200", "runs": []}, [1, 2], {"points": 3}])
+def test_a_file_that_is_no_record_is_refused_by_name(tmp_path: Path, content: object) -> None:
+    path = tmp_path / "not_a_record.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(ValueError, match="not_a_record.json: no 'points' list"):
+        benchmark.recorded_configs([path])
+
+
+def test_the_command_line_refuses_configs_that_are_no_record(capsys, tmp_path) -> None:
+    path = tmp_path / "runs_only.json"
+    path.write_text(json.dumps({"runs": []}))
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["--configs-from", str(path)])
+    assert exit_info.value.code == 2
+    assert "--configs-from" in capsys.readouterr().err
 
 
 def test_a_variant_measures_the_batches_whose_configuration_it_has() -> None:
