@@ -125,7 +125,8 @@ def _sum_program(count: int, block_m: int, block_n: int, threads: int, dynamic: 
 
 
 def _loaded_parts(program: Program) -> list[object]:
-    """The part index of each load of the sum, and "+" for each add, in program order."""
+    """What the sum's branch does, in program order: the part index of each load, "+" for
+    each add and "loop" for a loop."""
     (branch,) = [i for i in program.body if isinstance(i, If)]
     order: list[object] = []
     for instruction in branch.body:
@@ -158,8 +159,9 @@ def test_the_parts_after_the_first_are_added_in_a_loop(dynamic: bool) -> None:
 def test_the_sum_is_the_parts_added_in_slot_order(
     count: int, block_m: int, dynamic: bool, seed: int
 ) -> None:
-    """Whatever the batches, the tile's sum is the f32 parts added from slot 0 in order (the
-    same bits as a sequential NumPy sum), stored as f16, and the counter is reset."""
+    """With the count a Python int or a parameter, the tile's sum is the f32 parts added from
+    slot 0 in order (the same bits as a sequential NumPy sum), stored as f16, and the counter
+    is reset."""
     block_n, threads = 64, 32
     rng = np.random.default_rng(seed)
     parts = (rng.standard_normal((count, block_m, block_n)) * 2.0 ** rng.integers(-8, 8)).astype(
