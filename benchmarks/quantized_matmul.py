@@ -410,6 +410,17 @@ def recorded_configs(paths: list[Path]) -> dict[tuple[str, int, int, int], Dequa
     return {key: config for key, (_, config) in fastest.items()}
 
 
+def configs_option(
+    parser: argparse.ArgumentParser, text: str
+) -> dict[tuple[str, int, int, int], DequantConfig]:
+    """`recorded_configs` of a ``--configs-from`` option (comma-separated JSON files); a file
+    that cannot be read or is no record ends the command line with `parser`'s error."""
+    try:
+        return recorded_configs([Path(path) for path in text.split(",")])
+    except (OSError, ValueError) as error:
+        parser.error(f"--configs-from: {error}")
+
+
 def compiled(problem: Problem, configs: list[DequantConfig]) -> list[Operation]:
     """The register-dequant operations of `configs` on `problem`, lowered in worker processes
     and compiled in threads (NVRTC needs no GPU), as the autotuner builds its candidates."""
@@ -684,10 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     recorded = None
     space = options.space
     if options.configs_from:
-        try:
-            recorded = recorded_configs([Path(path) for path in options.configs_from.split(",")])
-        except (OSError, ValueError) as error:
-            parser.error(f"--configs-from: {error}")
+        recorded = configs_option(parser, options.configs_from)
         space = f"recorded configurations ({options.space} where tuned)"
     try:
         shapes = parse_shapes(options.shapes, options.quick)

@@ -41,9 +41,9 @@ from pathlib import Path
 from quantized_matmul import (  # the sibling timed benchmark: its configurations and parsing
     GROUP_SIZE,
     PREFILL_CONFIG,
+    configs_option,
     parse_overrides,
     parse_shapes,
-    recorded_configs,
 )
 
 from backend.batch_matmul import BATCH_PATHS, prefill_config
@@ -272,10 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(m) for m in options.batches.split(",")] if options.batches else None
     recorded = {}
     if options.configs_from:
-        try:
-            recorded = recorded_configs([Path(p) for p in options.configs_from.split(",")])
-        except (OSError, ValueError) as error:
-            parser.error(f"--configs-from: {error}")
+        recorded = configs_option(parser, options.configs_from)
     builds: list[Build] = []
     for weight in weights:
         if "register_dequant" in kernels:
