@@ -18,7 +18,8 @@ complement, wrapped to the type's width at the end, with floor division and modu
 element-by-element loads of sub-byte elements (`la_load_bits`) and stores that change only the
 element's own bits with atomic AND/OR on the containing 32-bit words (`la_store_bits`), so that
 threads sharing a byte keep each other's elements. It is plain CUDA C++ without inline PTX; the
-PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`.
+PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`, and the prefetches' in
+`PREFETCH_SOURCE`.
 """
 
 from __future__ import annotations
@@ -238,6 +239,28 @@ static __device__ __forceinline__ void la_store_bits(unsigned char* base, long l
 }
 """
 )
+
+
+PREFETCH_SOURCE = r"""
+/* ---- prefetches of global memory into L1 (`prefetch_global`; see backend/cuda_codegen.py) ---- */
+
+/* Ask for the line holding the byte at `global` to be brought into L1 (a hint). */
+static __device__ __forceinline__ void la_prefetch_l1(const void* global)
+{
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(global));
+}
+
+/* The same for the `nbits`-bit element at bit `bit` of the bitstream at `base`. */
+static __device__ __forceinline__ void la_prefetch_bits(const unsigned char* base, long long bit,
+                                                        int nbits)
+{
+    (void)nbits;
+    la_prefetch_l1(base + (bit >> 3));
+}
+"""
+"""The helpers of `prefetch_global`, in a kernel that has one: inline PTX ``prefetch.global.L1``
+per address, whole-byte elements and vectors by their address, sub-byte elements by the byte
+holding their first bit."""
 
 
 ASYNC_COPY_SOURCE = r"""

@@ -67,6 +67,7 @@ from ir.instructions import (
     LaunchDependents,
     LoadGlobal,
     LoadShared,
+    PrefetchGlobal,
     Reduce,
     RegisterTensorInit,
     SharedTensorAlloc,
@@ -549,6 +550,16 @@ class ProgramBuilder:
         offsets_expr = self._scalars(offsets, "load_global offsets")
         self._emit(LoadGlobal(out, src, offsets_expr, fill))
         return out
+
+    def prefetch_global(
+        self, src: GlobalTensor, offsets: Sequence[ExprLike], layout: RegisterLayout
+    ) -> None:
+        """Ask for the cache lines of the tile at `offsets` of `src` that each thread holds in
+        `layout` to be brought into L1 ahead of a `load_global` of them (a hint: no value
+        changes; elements outside `src`'s shape are not touched)."""
+        self._memory(src, GlobalTensor, "prefetch_global reads")
+        offsets_expr = self._scalars(offsets, "prefetch_global offsets")
+        self._emit(PrefetchGlobal(src, offsets_expr, layout))
 
     def store_global(
         self, dst: GlobalTensor, src: RegisterTensor, offsets: Sequence[ExprLike]

@@ -298,6 +298,20 @@ class LoadGlobal(Instruction):
 
 
 @dataclass(frozen=True, eq=False)
+class PrefetchGlobal(Instruction):
+    """A hint that changes no value: each thread asks for the cache lines holding the elements
+    it holds in `layout`, of the tile at `offsets` of `src`, to be brought into its SM's L1 cache,
+    so that a later `load_global` of them waits for less. Elements outside src's shape are not
+    touched. A later load reads memory as it does without the prefetch (lines prefetched before
+    an `atomic_add`'s acquire are no fresher than a load's own)."""
+
+    op: ClassVar[str] = "prefetch_global"
+    src: GlobalTensor
+    offsets: Offsets
+    layout: RegisterLayout
+
+
+@dataclass(frozen=True, eq=False)
 class StoreGlobal(Instruction):
     """`dst[offsets + c] = src[c]` where offsets + c is inside dst's shape (skipped elsewhere)."""
 

@@ -507,6 +507,10 @@ class BlockInterpreter(InstructionVisitor[None]):
             codes[inside] = bitstream.read(stream, elements, src.dtype.nbits)
         self.registers[out.name] = to_values(out.dtype, codes)
 
+    def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> None:
+        # No value changes; the addresses are checked as a load's are (inside the argument).
+        self.global_access(instruction.src, instruction.offsets, instruction.layout)
+
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         inside, elements, stream = self.global_access(dst, instruction.offsets, src.layout)

@@ -67,6 +67,10 @@ class _LinePrinter(InstructionVisitor[str]):
         fill = "" if i.fill == 0 else f", fill={i.fill!r}"
         return f"{_register(i.out)} = load_global({i.src.name}, {_offsets(i.offsets)}{fill})"
 
+    def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> str:
+        i = instruction
+        return f"prefetch_global({i.src.name}, {_offsets(i.offsets)}, layout={i.layout!r})"
+
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> str:
         i = instruction
         return f"store_global({i.dst.name}, {i.src.name}, {_offsets(i.offsets)})"

@@ -248,6 +248,25 @@ class _InstructionChecker(InstructionVisitor[None]):
         _check_offsets(instruction, instruction.offsets, src.rank, "offsets")
         _check_memory_tile(instruction, out, src.rank, f"global tensor {src.name}")
 
+    def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> None:
+        src = _check_global(instruction, instruction.src, "source")
+        _check_offsets(instruction, instruction.offsets, src.rank, "offsets")
+        layout = instruction.layout
+        if not isinstance(layout, RegisterLayout):
+            raise _fail(instruction, f"layout must be a RegisterLayout, got {layout!r}")
+        if layout.num_threads != self.threads:
+            raise _fail(
+                instruction,
+                f"thread count mismatch: the prefetch layout has {layout.num_threads} threads, "
+                f"the program has {self.threads}",
+            )
+        if layout.rank > src.rank:
+            raise _fail(
+                instruction,
+                f"rank mismatch: the prefetch layout {layout.shape} has more dimensions than "
+                f"global tensor {src.name} (rank {src.rank})",
+            )
+
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         src = instruction.src
         _check_register(instruction, src, "source", self.threads)

@@ -77,6 +77,7 @@ from ir.instructions import (
     Dot,
     LoadGlobal,
     LoadShared,
+    PrefetchGlobal,
     StoreGlobal,
     StoreShared,
 )
@@ -126,7 +127,8 @@ class Placement:
 def placement(access: Access) -> Placement:
     """The placement the IR instruction of `access` asks for (see `Placement`).
 
-    A load reads its source at its offsets with its result's layout; a store writes its
+    A load reads its source at its offsets with its result's layout (a prefetch, with its
+    layout); a store writes its
     destination at its offsets with its source's layout; an atomic_add updates the one element
     at its offsets; a copy reads (role "src") and writes
     (role "dst") with its layout, or, for a copy the program gives no layout, with the layout
@@ -139,6 +141,8 @@ def placement(access: Access) -> Placement:
     match instruction:
         case LoadGlobal() | LoadShared() if role == "src":
             tensor, origin, layout = instruction.src, instruction.offsets, instruction.out.layout
+        case PrefetchGlobal() if role == "src":
+            tensor, origin, layout = instruction.src, instruction.offsets, instruction.layout
         case StoreGlobal() | StoreShared() if role == "dst":
             tensor, origin, layout = instruction.dst, instruction.offsets, instruction.src.layout
         case CopyAsync() | CopyBulk() if role in ("src", "dst"):

@@ -36,6 +36,7 @@ from backend.cuda_codegen import (
     GROUP_BARRIER_SOURCE,
     OPERATION_SOURCE,
     PLAIN_LAUNCH_SOURCE,
+    PREFETCH_SOURCE,
     PROGRAMMATIC_LAUNCH_ARCH,
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
@@ -114,6 +115,8 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if any(isinstance(plan, StmatrixPlan) for plan in self.plans):
             self.out.insert(includes_end, STMATRIX_SOURCE)
+        if self.prefetches:
+            self.out.insert(includes_end, PREFETCH_SOURCE)
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.scratch_source(self.out.text()))
         else:

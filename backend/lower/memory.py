@@ -581,6 +581,53 @@ class MemoryLowering(LoweringContext):
         fill = int(src.dtype.encode(np.array([instruction.fill]))[0])
         self.load_tile(out, src.name, tile, self.global_width(tile, src), True, f"{fill}u")
 
+    def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> None:
+        """One ``prefetch.global.L1`` per vector a `load_global` of the tile would read (per
+        element where it would read element by element), under the same bounds checks; every
+        address is recorded for `proofs.validate_lowering` as a load's is."""
+        src = instruction.src
+        tile = self.register_tile(src, instruction.layout, instruction.offsets, "src")
+        width = self.global_width(tile, src)
+        self.prefetches = True
+        self.vector_runs(
+            tile,
+            width,
+            True,
+            lambda first, mask: self.prefetch_vector(src.name, tile, first, width, mask),
+            lambda first: self.prefetch_elements(src.name, tile, first, width),
+            outside=lambda first: None,
+        )
+
+    def prefetch_vector(
+        self, pointer: str, tile: Tile, first: int, width: int, mask: Expr | None
+    ) -> None:
+        """Prefetch the line of registers first .. first + width - 1 with one address."""
+        address, vector_bytes = self.recorded_vector(tile, first, width, mask)
+        self.note(f"prefetch {vector_bytes} B")
+        self.out.line(f"la_prefetch_l1({pointer} + ({address}));")
+
+    def prefetch_elements(self, pointer: str, tile: Tile, first: int, width: int) -> None:
+        """Prefetch the lines of registers first .. first + width - 1 one by one (none for an
+        element known to be out of bounds)."""
+        masks = [tile.inside(self.thread, i, 1) for i in range(first, first + width)]
+        self.note_elements("prefetch", tile, width, masks)
+        bits = tile.element_bits
+        for i, mask in zip(range(first, first + width), masks):
+            if mask is not None and is_false(mask):
+                continue
+            address, unit = self.element_address(tile, i)
+            self.record(tile, i, 1, address, unit, mask)
+            if bits % 8 == 0:
+                where = f"&((const {_unsigned(bits)}*){pointer})[{self.c(address)}]"
+                statement = f"la_prefetch_l1({where});"
+            else:
+                statement = f"la_prefetch_bits({pointer}, {self.c(address)}, {bits});"
+            if mask is None or is_true(mask):
+                self.out.line(statement)
+            else:
+                with self.out.block(f"if ({self.c(mask)})"):
+                    self.out.line(statement)
+
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")

@@ -182,6 +182,11 @@ class DequantConfig:
     one k-tile's words in registers instead of two, one step's weights at a time, and none of
     the register copies by which the ring moves a k-tile along. With `magic_bias` the biases'
     product is a chain of one dot a step (a step's negated biases, the same every step).
+    `prefetch_parts` (with the fused sum of split > 1 or stream-K): the block that adds a
+    tile's parts first prefetches every part after the first into L1 (`prefetch_global`), so
+    that the loop adding them, which waits for each part's load before the next, finds them
+    near instead of paying a round trip to L2 for each (no registers: the parts are added one
+    at a time as before, in slot order, the same bits).
     """
 
     warps: int = 4
@@ -203,6 +208,7 @@ class DequantConfig:
     release: bool = False
     bulk_weights: bool = False
     refill_in_place: bool = False
+    prefetch_parts: bool = True
 
     @property
     def block_m(self) -> int:
@@ -293,7 +299,8 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
     flags = ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger")
-    for name in (*flags, "magic_bias", "release", "bulk_weights", "refill_in_place"):
+    others = ("magic_bias", "release", "bulk_weights", "refill_in_place", "prefetch_parts")
+    for name in (*flags, *others):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise VerificationError(
@@ -729,6 +736,7 @@ def register_dequant_matmul(
                 count=count,
                 layout=sum_layout(block_m, block_n, UNIT_LANES * warps),
                 out_dtype=act,
+                prefetch=config.prefetch_parts,
             )
 
         if not stream:

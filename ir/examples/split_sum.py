@@ -60,14 +60,20 @@ def add_parts_last(
     count: Any,
     layout: RegisterLayout,
     out_dtype: DataType,
+    prefetch: bool = False,
 ) -> None:
     """After this block stored its part of the tile at `origin` (row, column of C) in its slot
     of `parts` (the (slots, m, n) f32 view): take a ticket on ``counters[tile]``; the block
     whose ticket is ``count - 1`` (the tile has `count` parts, slots 0 to count - 1) adds the
     parts in slot order in `layout`, stores their sum as `out_dtype` into `out` (C, (m, n))
-    and zeroes the counter."""
+    and zeroes the counter. With `prefetch`, that block first prefetches parts 1 to count - 1
+    into L1 (`prefetch_global`), all at once, so that the loop adding them one at a time does
+    not wait for a round trip to L2 per part."""
     ticket = b.atomic_add(counters, [tile])
     with b.if_(ticket.eq(count - 1)):
+        if prefetch:
+            with b.for_range(1, count) as part:
+                b.prefetch_global(parts, [part, *origin], layout.unsqueeze(0))
         total: RegisterTensor = b.load_global(parts, [0, *origin], layout.unsqueeze(0))
         with b.for_range(1, count) as part:
             term = b.load_global(parts, [part, *origin], layout.unsqueeze(0))

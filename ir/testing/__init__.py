@@ -8,7 +8,8 @@ run of the program (by `ir.run_reference` or on the GPU) can be checked against 
 Strategies:
 - `register_layouts(num_threads, rank)`: random register layouts (spatial, local and
   replication modes in random orders, extents that need not be powers of two).
-- `elementwise_cases()`: masked loads of tiles that do not divide the tensor, a chain of
+- `elementwise_cases()`: masked loads (each maybe after a `prefetch_global` of its tile, in its
+  layout or another) of tiles that do not divide the tensor, a chain of
   elementwise operations (same-layout operands, a broadcast column, Python constants, a
   comparison feeding `where`), an optional cast, and a masked store into a row-padded output
   whose padding must stay untouched.
@@ -30,7 +31,8 @@ Strategies:
   bf16 and combined by add, sub or mul with a half tile or a broadcast scale row, in layouts
   whose threads hold whole words of codes (fast conversions, paired half instructions).
 - `ticket_cases()`: blocks store partial column sums, take an `atomic_add` ticket, and the last
-  block adds every block's partial in block order and resets the counter.
+  block (maybe after prefetching the others' partials, one `prefetch_global` a block in a loop)
+  adds every block's partial in block order and resets the counter.
 - `thread_group_cases()`: the block's warps split into two `thread_group`s, one handing a
   masked tile to the other through shared memory (stored, or bulk-copied and waited for) and a
   `sync` of the block.

@@ -49,7 +49,8 @@ _COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 @st.composite
 def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
-    """A masked elementwise chain over random dtypes and layouts (see the module docstring)."""
+    """A masked elementwise chain over random dtypes and layouts, x's tile maybe prefetched
+    first (see the module docstring)."""
     num_threads = draw_threads(draw)
     layout = draw(register_layouts(num_threads, 2))
     dtype = draw(st.sampled_from(CASE_DTYPES))
@@ -81,7 +82,12 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
         out = b.array_param("out", out_dtype)
         view = GlobalLayout((rows, cols), (cols, 1))
         origin = [b.block_y * tile[0], b.block_x * tile[1]]
-        current = b.load_global(b.global_view(x, dtype, view), origin, layout)
+        x_view = b.global_view(x, dtype, view)
+        if draw(st.booleans()):
+            # A hint ahead of the load, in the load's layout or another one of the tile's.
+            hint = draw(st.sampled_from((layout, auto_local_spatial(num_threads, tile))))
+            b.prefetch_global(x_view, origin, hint)
+        current = b.load_global(x_view, origin, layout)
         if chained:
             b.wait_prior_grid()
         other = b.load_global(b.global_view(y, dtype, view), origin, layout)
@@ -377,8 +383,9 @@ def thread_group_cases(draw: Callable[..., Any]) -> ProgramCase:
 def ticket_cases(draw: Callable[..., Any]) -> ProgramCase:
     """Split work with an `atomic_add` ticket: each of G blocks (grid (gx, gy)) stores the
     column sums of its own rows of x as one row of a workspace, takes a ticket on a counter,
-    and the block whose ticket is G - 1 (the last) loads every block's row, adds them in block
-    order, stores the sum and resets the counter.
+    and the block whose ticket is G - 1 (the last) loads every block's row (maybe after a
+    loop prefetching the rows of blocks 1 to G - 1), adds them in block order, stores the sum
+    and resets the counter.
 
     Integers sum exactly (wrapping in the type); f32 partial sums are exact small integers
     first (codes below 2^10), so every order gives the same bits. The counter must be zero
@@ -401,6 +408,7 @@ def ticket_cases(draw: Callable[..., Any]) -> ProgramCase:
     total = values.astype(kind).sum(axis=(0, 1))
     expected = dtype.encode(total if dtype.is_float else round_values(dtype, total))
     out_initial = random_codes(draw, dtype, cols)
+    prefetch = draw(st.booleans())
     with ProgramBuilder("ticketed", num_threads) as b:
         x = b.array_param("x", dtype)
         workspace = b.array_param("workspace", dtype)
@@ -417,6 +425,11 @@ def ticket_cases(draw: Callable[..., Any]) -> ProgramCase:
         ticket = b.atomic_add(counter_view, [0], 1)
         with b.if_(ticket.eq(blocks - 1)):
             every_layout = local(blocks, 1) * reduce_layout(row_layout, [0], keepdims=True)
+            if prefetch:
+                # The other blocks' rows, one at a time, before the load of them all.
+                one_row = reduce_layout(row_layout, [0], keepdims=True)
+                with b.for_range(1, blocks) as other:
+                    b.prefetch_global(work_view, [other, 0], one_row)
             every = b.load_global(work_view, [0, 0], every_layout)
             b.store_global(
                 b.global_view(out, dtype, GlobalLayout((1, cols), (cols, 1))),

@@ -1,6 +1,7 @@
 """Feature programs of the backend's tests: each written to exercise one part of the lowering
 (copies, swizzles, reductions, replicated operands, views, integer ops, shared bytes, control
-flow, transcendentals, tensor cores, fast casts, thread groups), with random inputs and a grid.
+flow, transcendentals, tensor cores, fast casts, thread groups, prefetches), with random inputs
+and a grid.
 
 Not a test module: test_lower_emulated.py loads it by path and runs every program under the CPU
 emulation, and the GPU tests run them on the device (both through `FEATURES` there).
@@ -784,6 +785,48 @@ def _paired_half_casts(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("paired_half_casts", b.program(), arguments, (1,))
 
 
+def _prefetches(rng: np.random.Generator) -> FeatureCase:
+    """`prefetch_global` ahead of the loads of three tiles that overhang their tensors: f32 rows
+    (16-byte vectors, one bounds check a vector), u4 codes read element by element (sub-byte
+    prefetches of the byte holding each code) and f16 columns of a column-major view (2-byte
+    elements one at a time). All three are prefetched first, then each is copied to its output
+    unchanged."""
+    rows, cols = 6, 40
+    with ProgramBuilder("prefetches", 64) as b:
+        m = b.int_param("m")
+        params = [
+            b.array_param(name, dtype)
+            for name, dtype in (("x", dtypes.f32), ("codes", dtypes.u4), ("h", dtypes.f16))
+        ]
+        outputs = [b.array_param(f"out_{param.name}", param.dtype) for param in params]
+        b.grid(2)
+        rows_at = [b.block_x * 4, 0]
+        tiles = (  # (layout of the tile, view, origin)
+            (local(2, 1).spatial(2, 32).local(1, 4), GlobalLayout((m, 128), (128, 1)), rows_at),
+            (spatial(4, 16).local(1, 3), GlobalLayout((m, cols), (cols, 1)), rows_at),
+            (
+                spatial(16, 4).local(1, 2),
+                GlobalLayout((m * 4, 8), (1, rows * 4)),
+                [b.block_x * 16, 0],
+            ),
+        )
+        for param, (layout, view, origin) in zip(params, tiles):
+            b.prefetch_global(b.global_view(param, param.dtype, view), origin, layout)
+        for param, out, (layout, view, origin) in zip(params, outputs, tiles):
+            values = b.load_global(b.global_view(param, param.dtype, view), origin, layout)
+            b.store_global(b.global_view(out, out.dtype, view), values, origin)
+    arguments = (
+        rows,
+        packed_codes(rng, dtypes.f32, rows * 128),
+        packed_codes(rng, dtypes.u4, rows * cols),
+        packed_codes(rng, dtypes.f16, rows * 4 * 8),
+        np.zeros(rows * 128 * 4, dtype=np.uint8),
+        np.zeros(rows * cols // 2, dtype=np.uint8),
+        np.zeros(rows * 4 * 8 * 2, dtype=np.uint8),
+    )
+    return FeatureCase("prefetches", b.program(), arguments, (2,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -809,5 +852,6 @@ def feature_cases() -> list[FeatureCase]:
         _register_budgets,
         _group_tickets,
         _paired_half_casts,
+        _prefetches,
     )
     return [make(rng) for make in makers]

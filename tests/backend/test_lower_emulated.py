@@ -5,7 +5,8 @@ a small shim that plays the CUDA runtime: every CUDA thread of a block is an OS 
 ``__syncthreads`` a `std::barrier` of the block (a thread group's named barrier one of the
 group's threads), ``__shfl_sync`` an exchange through a barrier of
 the warp, atomics GCC's atomic builtins, shared memory one static buffer per kernel, and the
-``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, and the
+``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, a
+prefetch (`cuda_codegen.PREFETCH_SOURCE`) a read of the byte it names, and the
 four primitives of the fast conversions (`backend.fast_conversions`, inline PTX too) exact host
 functions. The float intrinsics (``__fadd_rn`` ...) are the host's IEEE float32 operations, as
 NumPy's. The tensor-core helpers are warp-collective host functions (exchanging operands through the
@@ -42,6 +43,7 @@ from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
     GROUP_BARRIER_SOURCE,
     PLAIN_LAUNCH_SOURCE,
+    PREFETCH_SOURCE,
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
 )
@@ -398,6 +400,19 @@ extern "C" void la_launch_{index}(unsigned gx, unsigned gy, unsigned gz, void** 
 """
 
 
+PREFETCH_EMULATION = r"""
+/* A prefetch reads the byte it names (the address must be one the kernel may read). */
+static inline void la_prefetch_l1(const void* global)
+{
+    (void)*(const volatile unsigned char*)global;
+}
+static inline void la_prefetch_bits(const unsigned char* base, long long bit, int nbits)
+{
+    (void)nbits;
+    la_prefetch_l1(base + (bit >> 3));
+}
+"""
+
 STMATRIX_EMULATION = r"""
 /* ---- stmatrix on the host: lane 8m + r gives row r of matrix m; register m of lane l goes
    to row l / 4, columns 2 (l % 4) and + 1 (.trans: rows 2 (l % 4) and + 1 of column l / 4) ---- */
@@ -466,6 +481,7 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
         source = source.replace(REGISTER_BUDGET_SOURCE.strip("\n"), REGISTER_BUDGET_EMULATION)
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
         source = source.replace(STMATRIX_SOURCE.strip("\n"), STMATRIX_EMULATION)
+        source = source.replace(PREFETCH_SOURCE.strip("\n"), PREFETCH_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)
         source = source.replace(FAST_CONVERSION_PRIMITIVES.strip("\n"), FAST_CONVERSION_EMULATION)
