@@ -184,9 +184,11 @@ class DequantConfig:
     product is a chain of one dot a step (a step's negated biases, the same every step).
     `prefetch_parts` (with the fused sum of split > 1 or stream-K): the block that adds a
     tile's parts first prefetches every part after the first into L1 (`prefetch_global`), so
-    that the loop adding them, which waits for each part's load before the next, finds them
-    near instead of paying a round trip to L2 for each (no registers: the parts are added one
-    at a time as before, in slot order, the same bits).
+    that the loop adding them, which waits for each part's load before the next, might find
+    them near instead of paying a round trip to L2 for each (no registers: the parts are added
+    one at a time as before, in slot order, the same bits). Off by default: measured on the
+    H200 it was slower at all 18 split decode points tried, by up to 2.3 us
+    (`benchmarks/results/quantized_matmul_decode_prefetch_parts.*`).
     """
 
     warps: int = 4
@@ -208,7 +210,7 @@ class DequantConfig:
     release: bool = False
     bulk_weights: bool = False
     refill_in_place: bool = False
-    prefetch_parts: bool = True
+    prefetch_parts: bool = False
 
     @property
     def block_m(self) -> int:

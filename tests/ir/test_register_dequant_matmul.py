@@ -43,7 +43,7 @@ from ir.examples.register_dequant_matmul import (
     transposed_weight_layout,
     weight_exponent,
 )
-from ir.instructions import Cast, ForRange, LaunchDependents
+from ir.instructions import Cast, ForRange, LaunchDependents, PrefetchGlobal
 from ir.program import Program
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
@@ -608,6 +608,7 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(stages=3, bulk_weights=True), "bulk_weights=True without release"),
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
         (DequantConfig(refill_in_place=1), "refill_in_place=1; expected True or False"),
+        (DequantConfig(prefetch_parts="yes"), "prefetch_parts='yes'; expected True or False"),
         (
             DequantConfig(depth=2, refill_in_place=True),
             "refill_in_place=True with stages=0, depth=2; the words are refilled in place",
@@ -622,6 +623,31 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
 def test_bad_config_is_refused(config: DequantConfig, message: str) -> None:
     with pytest.raises(VerificationError, match=f"register_dequant_matmul: {message}"):
         register_dequant_matmul(dtypes.i4, 128, config)
+
+
+@pytest.mark.parametrize(
+    ("config", "prefetches"),
+    [
+        (DequantConfig(split=4), 0),
+        (DequantConfig(split=4, prefetch_parts=True), 1),
+        (DequantConfig(split=4, fused_sum=False, prefetch_parts=True), 0),
+        (DequantConfig(prefetch_parts=True), 0),
+        (DequantConfig(stream_k=132, prefetch_parts=True), 1),
+    ],
+    ids=str,
+)
+def test_the_fused_sum_prefetches_its_parts(config: DequantConfig, prefetches: int) -> None:
+    """With ``prefetch_parts``, a fused sum of parts (split k or stream-K) prefetches them in
+    one loop; an unsplit kernel or a sum in a second launch has nothing to prefetch, and the
+    default (measured slower) prefetches nothing."""
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    loops = [
+        i
+        for i in program.walk()
+        if isinstance(i, ForRange) and any(isinstance(j, PrefetchGlobal) for j in i.body)
+    ]
+    assert len(loops) == prefetches
+    assert sum(isinstance(i, PrefetchGlobal) for i in program.walk()) == prefetches
 
 
 @pytest.mark.parametrize(

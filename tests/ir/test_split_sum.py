@@ -24,7 +24,7 @@ from ir.examples.split_sum import (
     part_pieces,
     sum_layout,
 )
-from ir.instructions import Binary, ForRange, If, LoadGlobal
+from ir.instructions import Binary, ForRange, If, LoadGlobal, PrefetchGlobal
 from ir.interpreter import run_reference
 from ir.program import Program
 from layout_algebra.global_layout import GlobalLayout
@@ -96,10 +96,12 @@ def test_pieces_are_runs_of_registers(groups: int, block_m: int) -> None:
             assert layout.map(thread, register) == (row, column + i * columns)
 
 
-def _sum_program(count: int, block_m: int, block_n: int, threads: int, dynamic: bool) -> Program:
+def _sum_program(
+    count: int, block_m: int, block_n: int, threads: int, dynamic: bool, prefetch: bool = False
+) -> Program:
     """One block adding `count` f32 parts of a (block_m, block_n) tile with `add_parts_last`
     (its counter starts at count - 1, so the block's ticket is the last); `dynamic` passes
-    the count as an int parameter instead of a Python int."""
+    the count as an int parameter instead of a Python int; `prefetch` as the function's."""
     layout = sum_layout(block_m, block_n, threads)
     with ProgramBuilder("sum_parts", threads) as b:
         parts = b.array_param("parts", dtypes.f32)
@@ -120,13 +122,14 @@ def _sum_program(count: int, block_m: int, block_n: int, threads: int, dynamic: 
             count=parts_count,
             layout=layout,
             out_dtype=dtypes.f16,
+            prefetch=prefetch,
         )
     return b.program()
 
 
 def _loaded_parts(program: Program) -> list[object]:
     """What the sum's branch does, in program order: the part index of each load, "+" for
-    each add and "loop" for a loop."""
+    each add, "loop" for a loop and "prefetch loop" for a loop of prefetches."""
     (branch,) = [i for i in program.body if isinstance(i, If)]
     order: list[object] = []
     for instruction in branch.body:
@@ -135,7 +138,8 @@ def _loaded_parts(program: Program) -> list[object]:
         elif isinstance(instruction, Binary) and instruction.op == "add":
             order.append("+")
         elif isinstance(instruction, ForRange):
-            order.append("loop")
+            prefetches = all(isinstance(i, PrefetchGlobal) for i in instruction.body)
+            order.append("prefetch loop" if prefetches else "loop")
     return order
 
 
@@ -149,19 +153,35 @@ def test_the_parts_after_the_first_are_added_in_a_loop(dynamic: bool) -> None:
     assert _loaded_parts(_sum_program(8, 16, 256, 128, dynamic=dynamic)) == [0, "loop"]
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_with_prefetch_the_other_parts_are_prefetched_first(dynamic: bool) -> None:
+    """With `prefetch`, a loop prefetching parts 1 to count - 1 (the same tiles the adding loop
+    loads, a part an iteration) comes before the first load; the rest is unchanged."""
+    program = _sum_program(8, 16, 256, 128, dynamic=dynamic, prefetch=True)
+    assert _loaded_parts(program) == ["prefetch loop", 0, "loop"]
+    (branch,) = [i for i in program.body if isinstance(i, If)]
+    prefetch_loop, _, add_loop = [i for i in branch.body if isinstance(i, (ForRange, LoadGlobal))]
+    (prefetch,) = prefetch_loop.body
+    load = next(i for i in add_loop.body if isinstance(i, LoadGlobal))
+    assert prefetch.src is load.src and prefetch.layout == load.out.layout
+    assert [str(o) for o in prefetch.offsets[1:]] == ["0", "0"]
+    assert (str(prefetch_loop.start), str(prefetch_loop.stop)) == ("1", str(add_loop.stop))
+
+
 @given(
     count=st.integers(2, 9),
     block_m=st.sampled_from([2, 8, 16]),
     dynamic=st.booleans(),
+    prefetch=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=25, deadline=None)
 def test_the_sum_is_the_parts_added_in_slot_order(
-    count: int, block_m: int, dynamic: bool, seed: int
+    count: int, block_m: int, dynamic: bool, prefetch: bool, seed: int
 ) -> None:
-    """With the count a Python int or a parameter, the tile's sum is the f32 parts added from
-    slot 0 in order (the same bits as a sequential NumPy sum), stored as f16, and the counter
-    is reset."""
+    """With the count a Python int or a parameter, with or without the prefetch, the tile's
+    sum is the f32 parts added from slot 0 in order (the same bits as a sequential NumPy
+    sum), stored as f16, and the counter is reset."""
     block_n, threads = 64, 32
     rng = np.random.default_rng(seed)
     parts = (rng.standard_normal((count, block_m, block_n)) * 2.0 ** rng.integers(-8, 8)).astype(
@@ -170,7 +190,8 @@ def test_the_sum_is_the_parts_added_in_slot_order(
     out = np.zeros((block_m, block_n), dtype=np.float16)
     counters = np.array([count - 1], dtype=np.int32)
     arguments = [parts, out, counters] + ([count] if dynamic else [])
-    run_reference(_sum_program(count, block_m, block_n, threads, dynamic), *arguments, grid=1)
+    program = _sum_program(count, block_m, block_n, threads, dynamic, prefetch)
+    run_reference(program, *arguments, grid=1)
     expected = parts[0].copy()
     for part in parts[1:]:
         expected = expected + part
