@@ -302,8 +302,8 @@ class PrefetchGlobal(Instruction):
     """A hint that changes no value: each thread asks for the cache lines holding the elements
     it holds in `layout`, of the tile at `offsets` of `src`, to be brought into its SM's L1 cache,
     so that a later `load_global` of them waits for less. Elements outside src's shape are not
-    touched. A later load reads memory as it does without the prefetch (lines prefetched before
-    an `atomic_add`'s acquire are no fresher than a load's own)."""
+    touched. A later load reads what it would read without the prefetch: the memory order of
+    an `atomic_add` applies to prefetched lines as to the lines a load caches."""
 
     op: ClassVar[str] = "prefetch_global"
     src: GlobalTensor

@@ -23,6 +23,7 @@ INSTRUCTION_NAMES = (
     "SharedTensorAlloc",
     "GlobalView",
     "LoadGlobal",
+    "PrefetchGlobal",
     "StoreGlobal",
     "AtomicAdd",
     "LoadShared",
