@@ -250,11 +250,9 @@ static __device__ __forceinline__ void la_prefetch_l1(const void* global)
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(global));
 }
 
-/* The same for the `nbits`-bit element at bit `bit` of the bitstream at `base`. */
-static __device__ __forceinline__ void la_prefetch_bits(const unsigned char* base, long long bit,
-                                                        int nbits)
+/* The same for the element whose first bit is bit `bit` of the bitstream at `base`. */
+static __device__ __forceinline__ void la_prefetch_bits(const unsigned char* base, long long bit)
 {
-    (void)nbits;
     la_prefetch_l1(base + (bit >> 3));
 }
 """

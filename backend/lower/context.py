@@ -521,8 +521,6 @@ class LoweringContext:
         # The shared tensors some load was written from as the threads' own reads (ldmatrix
         # or plain), not as wgmma descriptors: the generic proxy touches them.
         self.generic_reads: set[str] = set()
-        # Whether a `prefetch_global` was lowered (its helpers, `PREFETCH_SOURCE`, are needed).
-        self.prefetches = False
         # Dots kept in flight across their loop's iterations (`backend.wgmma_pipeline`), by
         # id(dot); the assigns their in-place accumulation replaces; and, by id(loop), the
         # accumulator words to wait for after a loop whose dot was issued that way.

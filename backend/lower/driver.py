@@ -115,7 +115,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if any(isinstance(plan, StmatrixPlan) for plan in self.plans):
             self.out.insert(includes_end, STMATRIX_SOURCE)
-        if self.prefetches:
+        if any(isinstance(i, instructions.PrefetchGlobal) for i in self.program.walk()):
             self.out.insert(includes_end, PREFETCH_SOURCE)
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.scratch_source(self.out.text()))

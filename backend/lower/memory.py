@@ -351,6 +351,10 @@ class MemoryLowering(LoweringContext):
                 statement = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}] = {code};"
             else:
                 statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
+        self.guarded_line(statement, mask)
+
+    def guarded_line(self, statement: str, mask: Expr | None) -> None:
+        """Write `statement`, under ``if (mask)`` unless `mask` is None or known true."""
         if mask is None or is_true(mask):
             self.out.line(statement)
         else:
@@ -588,7 +592,6 @@ class MemoryLowering(LoweringContext):
         src = instruction.src
         tile = self.register_tile(src, instruction.layout, instruction.offsets, "src")
         width = self.global_width(tile, src)
-        self.prefetches = True
         self.vector_runs(
             tile,
             width,
@@ -619,14 +622,9 @@ class MemoryLowering(LoweringContext):
             self.record(tile, i, 1, address, unit, mask)
             if bits % 8 == 0:
                 where = f"&((const {_unsigned(bits)}*){pointer})[{self.c(address)}]"
-                statement = f"la_prefetch_l1({where});"
+                self.guarded_line(f"la_prefetch_l1({where});", mask)
             else:
-                statement = f"la_prefetch_bits({pointer}, {self.c(address)}, {bits});"
-            if mask is None or is_true(mask):
-                self.out.line(statement)
-            else:
-                with self.out.block(f"if ({self.c(mask)})"):
-                    self.out.line(statement)
+                self.guarded_line(f"la_prefetch_bits({pointer}, {self.c(address)});", mask)
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src

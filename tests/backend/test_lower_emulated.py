@@ -406,9 +406,8 @@ static inline void la_prefetch_l1(const void* global)
 {
     (void)*(const volatile unsigned char*)global;
 }
-static inline void la_prefetch_bits(const unsigned char* base, long long bit, int nbits)
+static inline void la_prefetch_bits(const unsigned char* base, long long bit)
 {
-    (void)nbits;
     la_prefetch_l1(base + (bit >> 3));
 }
 """
