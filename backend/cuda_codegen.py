@@ -242,7 +242,7 @@ static __device__ __forceinline__ void la_store_bits(unsigned char* base, long l
 
 
 PREFETCH_SOURCE = r"""
-/* ---- prefetches of global memory into L1 (`prefetch_global`; see backend/cuda_codegen.py) ---- */
+/* ---- prefetches of global memory (`prefetch_global`; see backend/cuda_codegen.py) ---- */
 
 /* Ask for the line holding the byte at `global` to be brought into L1 (a hint). */
 static __device__ __forceinline__ void la_prefetch_l1(const void* global)
@@ -250,15 +250,26 @@ static __device__ __forceinline__ void la_prefetch_l1(const void* global)
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(global));
 }
 
+/* The same into L2 alone. */
+static __device__ __forceinline__ void la_prefetch_l2(const void* global)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(global));
+}
+
 /* The same for the element whose first bit is bit `bit` of the bitstream at `base`. */
 static __device__ __forceinline__ void la_prefetch_bits(const unsigned char* base, long long bit)
 {
     la_prefetch_l1(base + (bit >> 3));
 }
+
+static __device__ __forceinline__ void la_prefetch_l2_bits(const unsigned char* base, long long bit)
+{
+    la_prefetch_l2(base + (bit >> 3));
+}
 """
 """The helpers of `prefetch_global`, in a kernel that has one: inline PTX ``prefetch.global.L1``
-per address, whole-byte elements and vectors by their address, sub-byte elements by the byte
-holding their first bit."""
+or ``prefetch.global.L2`` per address, whole-byte elements and vectors by their address,
+sub-byte elements by the byte holding their first bit."""
 
 
 ASYNC_COPY_SOURCE = r"""

@@ -552,14 +552,20 @@ class ProgramBuilder:
         return out
 
     def prefetch_global(
-        self, src: GlobalTensor, offsets: Sequence[ExprLike], layout: RegisterLayout
+        self,
+        src: GlobalTensor,
+        offsets: Sequence[ExprLike],
+        layout: RegisterLayout,
+        *,
+        level: str = "L1",
     ) -> None:
         """Ask for the cache lines of the tile at `offsets` of `src` that each thread holds in
-        `layout` to be brought into L1 ahead of a `load_global` of them (a hint: no value
-        changes; elements outside `src`'s shape are not touched)."""
+        `layout` to be brought into `level` ("L1", or "L2": the cache every SM shares) ahead
+        of a `load_global` or `copy_async` of them (a hint: no value changes; elements
+        outside `src`'s shape are not touched)."""
         self._memory(src, GlobalTensor, "prefetch_global reads")
         offsets_expr = self._scalars(offsets, "prefetch_global offsets")
-        self._emit(PrefetchGlobal(src, offsets_expr, layout))
+        self._emit(PrefetchGlobal(src, offsets_expr, layout, level))
 
     def store_global(
         self, dst: GlobalTensor, src: RegisterTensor, offsets: Sequence[ExprLike]

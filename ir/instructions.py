@@ -300,15 +300,23 @@ class LoadGlobal(Instruction):
 @dataclass(frozen=True, eq=False)
 class PrefetchGlobal(Instruction):
     """A hint that changes no value: each thread asks for the cache lines holding the elements
-    it holds in `layout`, of the tile at `offsets` of `src`, to be brought into its SM's L1 cache,
-    so that a later `load_global` of them waits for less. Elements outside src's shape are not
-    touched. A later load reads what it would read without the prefetch: the memory order of
-    an `atomic_add` applies to prefetched lines as to the lines a load caches."""
+    it holds in `layout`, of the tile at `offsets` of `src`, to be brought into a cache nearer
+    than DRAM, so that a later `load_global` or `copy_async` of them waits for less: `level`
+    "L1" (`PREFETCH_LEVELS`), its SM's L1 and the L2 on the way, or "L2", the GPU's L2 alone
+    (shared by every SM, so the lines serve whichever block reads them). Elements outside
+    src's shape are not touched. A later load reads what it would read without the prefetch:
+    the memory order of an `atomic_add` applies to prefetched lines as to the lines a load
+    caches."""
 
     op: ClassVar[str] = "prefetch_global"
     src: GlobalTensor
     offsets: Offsets
     layout: RegisterLayout
+    level: str = "L1"
+
+
+PREFETCH_LEVELS = ("L1", "L2")
+"""The caches a `PrefetchGlobal` may name."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -69,7 +69,8 @@ class _LinePrinter(InstructionVisitor[str]):
 
     def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> str:
         i = instruction
-        return f"prefetch_global({i.src.name}, {_offsets(i.offsets)}, layout={i.layout!r})"
+        level = "" if i.level == "L1" else f", level={i.level!r}"
+        return f"prefetch_global({i.src.name}, {_offsets(i.offsets)}, layout={i.layout!r}{level})"
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> str:
         i = instruction

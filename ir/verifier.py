@@ -266,6 +266,11 @@ class _InstructionChecker(InstructionVisitor[None]):
                 f"rank mismatch: the prefetch layout {layout.shape} has more dimensions than "
                 f"global tensor {src.name} (rank {src.rank})",
             )
+        if instruction.level not in instructions.PREFETCH_LEVELS:
+            raise _fail(
+                instruction,
+                f"level={instruction.level!r}; expected one of {instructions.PREFETCH_LEVELS}",
+            )
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         src = instruction.src

@@ -106,7 +106,9 @@ def address_pattern(access: Access, source: PrintedSource) -> re.Pattern[str]:
     if access.width > 1:
         return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
     if access.unit_bits == 1:
-        return re.compile(rf"la_(?:load|store|prefetch)_bits\({pointer}, {address}(?:, |\))")
+        return re.compile(
+            rf"la_(?:load|store|prefetch|prefetch_l2)_bits\({pointer}, {address}(?:, |\))"
+        )
     return re.compile(rf"(?<![\w.]){pointer}\)?\[{address}\]")
 
 

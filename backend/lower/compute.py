@@ -292,7 +292,12 @@ class ComputeLowering(LoweringContext):
                 terms = [
                     decode_expression(dtype, self.element(x, int(k))) for k in local_order[0, j]
                 ]
-                self.out.line(f"{partial}[{j}] = {terms[0]};")
+                first = terms[0]
+                if dtype.is_float and len(terms) == 1 and not steps:
+                    # Nothing to combine (a dimension of one): the reduction is still an
+                    # arithmetic operation, whose NaN is the positive quiet one.
+                    first = f"la_arithmetic_nan({first})"
+                self.out.line(f"{partial}[{j}] = {first};")
                 for term in terms[1:]:
                     self.out.line(f"{partial}[{j}] = {combine(f'{partial}[{j}]', term)};")
             for divisor, count in steps:

@@ -586,35 +586,42 @@ class MemoryLowering(LoweringContext):
         self.load_tile(out, src.name, tile, self.global_width(tile, src), True, f"{fill}u")
 
     def visit_prefetch_global(self, instruction: instructions.PrefetchGlobal) -> None:
-        """One ``prefetch.global.L1`` per vector a `load_global` of the tile would read (per
-        element where it would read element by element), under the same bounds checks; every
-        address is recorded for `proofs.validate_lowering` as a load's is."""
+        """One ``prefetch.global.L1`` (``.L2`` at level L2) per vector a `load_global` of the
+        tile would read (per element where it would read element by element), under the same
+        bounds checks; every address is recorded for `proofs.validate_lowering` as a load's
+        is."""
         src = instruction.src
         tile = self.register_tile(src, instruction.layout, instruction.offsets, "src")
         width = self.global_width(tile, src)
+        helper = f"la_prefetch_{instruction.level.lower()}"
         self.vector_runs(
             tile,
             width,
             True,
-            lambda first, mask: self.prefetch_vector(src.name, tile, first, width, mask),
-            lambda first: self.prefetch_elements(src.name, tile, first, width),
+            lambda first, mask: self.prefetch_vector(helper, src.name, tile, first, width, mask),
+            lambda first: self.prefetch_elements(helper, src.name, tile, first, width),
             outside=lambda first: None,
         )
 
     def prefetch_vector(
-        self, pointer: str, tile: Tile, first: int, width: int, mask: Expr | None
+        self, helper: str, pointer: str, tile: Tile, first: int, width: int, mask: Expr | None
     ) -> None:
-        """Prefetch the line of registers first .. first + width - 1 with one address."""
+        """Prefetch the line of registers first .. first + width - 1 with one address, by the
+        C function `helper` (`PREFETCH_SOURCE`: one per cache level)."""
         address, vector_bytes = self.recorded_vector(tile, first, width, mask)
         self.note(f"prefetch {vector_bytes} B")
-        self.out.line(f"la_prefetch_l1({pointer} + ({address}));")
+        self.out.line(f"{helper}({pointer} + ({address}));")
 
-    def prefetch_elements(self, pointer: str, tile: Tile, first: int, width: int) -> None:
+    def prefetch_elements(
+        self, helper: str, pointer: str, tile: Tile, first: int, width: int
+    ) -> None:
         """Prefetch the lines of registers first .. first + width - 1 one by one (none for an
-        element known to be out of bounds)."""
+        element known to be out of bounds); sub-byte elements by `helper`'s ``_bits`` twin
+        (the L1 one is ``la_prefetch_bits``)."""
         masks = [tile.inside(self.thread, i, 1) for i in range(first, first + width)]
         self.note_elements("prefetch", tile, width, masks)
         bits = tile.element_bits
+        bits_helper = "la_prefetch_bits" if helper == "la_prefetch_l1" else f"{helper}_bits"
         for i, mask in zip(range(first, first + width), masks):
             if mask is not None and is_false(mask):
                 continue
@@ -622,9 +629,9 @@ class MemoryLowering(LoweringContext):
             self.record(tile, i, 1, address, unit, mask)
             if bits % 8 == 0:
                 where = f"&((const {_unsigned(bits)}*){pointer})[{self.c(address)}]"
-                self.guarded_line(f"la_prefetch_l1({where});", mask)
+                self.guarded_line(f"{helper}({where});", mask)
             else:
-                self.guarded_line(f"la_prefetch_bits({pointer}, {self.c(address)});", mask)
+                self.guarded_line(f"{bits_helper}({pointer}, {self.c(address)});", mask)
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src

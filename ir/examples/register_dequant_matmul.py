@@ -189,6 +189,16 @@ class DequantConfig:
     one at a time as before, in slot order, the same bits). Off by default: measured on the
     H200 it was slower at all 18 split decode points tried, by up to 2.3 us
     (`benchmarks/results/quantized_matmul_decode_prefetch_parts.*`).
+    `prefetch_distance` D (0: none): each thread asks for its words of k-tile t + D to be
+    brought into L2 (`prefetch_global` at level L2) while the block works on k-tile t, and
+    for those of the k-tiles up to first + D - 1 at the start of its range, so that DRAM has
+    D k-tiles of every resident block's weights requested, not only the ring's, and the
+    ring's loads wait on L2 rather than on DRAM. A hint: no registers and no value change.
+    D must be more than the k-tiles the ring already loads ahead (`depth`, or S - 1 with
+    `stages`). Off by default: measured on an H100 it was slower at all 21 points tried
+    (13 decode layers' recorded configurations, D = 3 and 6 at M = 1 where valid, D = 4 at
+    M = 16), the more so the larger D (i8 28672 x 8192, M = 1: 83.2 us, 98.4 at D = 3,
+    144.8 at D = 6; `benchmarks/results/quantized_matmul_decode_l2_prefetch_*_h100.*`).
     """
 
     warps: int = 4
@@ -211,6 +221,7 @@ class DequantConfig:
     bulk_weights: bool = False
     refill_in_place: bool = False
     prefetch_parts: bool = False
+    prefetch_distance: int = 0
 
     @property
     def block_m(self) -> int:
@@ -294,7 +305,9 @@ def panelled_rows(stages: int, rows: int, columns: int, panel: int) -> SharedLay
 def _check_config(group_size: int, config: DequantConfig) -> None:
     positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll")
     check_int_fields(PROGRAM, config, positive, 1)
-    check_int_fields(PROGRAM, config, ("min_blocks_per_sm", "stream_k", "stages"), 0)
+    check_int_fields(
+        PROGRAM, config, ("min_blocks_per_sm", "stream_k", "stages", "prefetch_distance"), 0
+    )
     if config.stream_k and (config.split != 1 or not config.fused_sum):
         raise VerificationError(
             f"register_dequant_matmul: stream_k={config.stream_k} with split={config.split} "
@@ -319,6 +332,13 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: refill_in_place=True with stages={config.stages}, "
             f"depth={config.depth}; the words are refilled in place in the register ring of "
             "depth 1 (stages 0)"
+        )
+    lead = config.stages - 1 if config.stages else config.depth
+    if config.prefetch_distance and config.prefetch_distance <= lead:
+        raise VerificationError(
+            f"register_dequant_matmul: prefetch_distance={config.prefetch_distance} with "
+            f"depth={config.depth} and stages={config.stages}; the ring already loads "
+            f"{lead} k-tile(s) ahead, so the distance must be more than {lead}"
         )
     if config.release and not config.stages:
         raise VerificationError(
@@ -509,6 +529,11 @@ def register_dequant_matmul(
         def ahead_of(first, d, end, copy):
             tile_ahead(b, first, d, end, copy)
 
+        def prefetch_weights(tile, word_col0):
+            b.prefetch_global(
+                packed_view, [tile * config.units_k, word_col0], word_layout, level="L2"
+            )
+
         def accumulate(first, end, tile_m, tile_n):
             """The f32 product of row block `tile_m` and column block `tile_n` of C over the
             k-tiles [first, end) of K (at least one), in C's layout."""
@@ -546,6 +571,10 @@ def register_dequant_matmul(
                 ring = [weight_words(minimum(first + d, end - 1), word_col0) for d in range(depth)]
             if not in_place:
                 current = b.register_tensor(i32, word_layout, 0)
+            # The k-tiles past the ring's up to the prefetch distance, into L2.
+            lead = stages - 1 if stages else depth
+            for d in range(lead, config.prefetch_distance):
+                ahead_of(first, d, end, lambda t: prefetch_weights(t, word_col0))
             if config.programmatic_launch and not stream:
                 # The weights above overlap the end of the kernel before; the activations,
                 # scales, partial sums and counters below may be what it writes.
@@ -559,6 +588,11 @@ def register_dequant_matmul(
                 if not config.bulk_weights:
                     b.copy_async_commit()
             with b.for_range(first, end, unroll=config.unroll) as tile:
+                if config.prefetch_distance:
+                    ahead_of(
+                        tile, config.prefetch_distance, end,
+                        lambda t: prefetch_weights(t, word_col0),
+                    )  # fmt: skip
                 if stages:
                     stage = (tile - first) % stages
 

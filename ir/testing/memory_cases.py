@@ -24,6 +24,7 @@ from ir.elementwise import (
     round_values,
     to_values,
 )
+from ir.instructions import PREFETCH_LEVELS
 from ir.program import Program
 from ir.testing.cases import (
     CASE_DTYPES,
@@ -86,7 +87,7 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
         if draw(st.booleans()):
             # A hint ahead of the load, in the load's layout or another one of the tile's.
             hint = draw(st.sampled_from((layout, auto_local_spatial(num_threads, tile))))
-            b.prefetch_global(x_view, origin, hint)
+            b.prefetch_global(x_view, origin, hint, level=draw(st.sampled_from(PREFETCH_LEVELS)))
         current = b.load_global(x_view, origin, layout)
         if chained:
             b.wait_prior_grid()

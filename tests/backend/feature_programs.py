@@ -612,6 +612,38 @@ def _nan_casts(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("nan_casts", b.program(), tuple(arguments), (count // block,))
 
 
+def _nan_reductions(rng: np.random.Generator) -> FeatureCase:
+    """reduce_max, reduce_sum and reduce_min of f8e5m2 and f16 tiles whose codes include NaNs
+    of both signs: max and sum over a dimension of one element (nothing to combine), min over
+    one of four. A reduction is arithmetic (the contract's third class), so every NaN it gives
+    is the positive quiet NaN, the lone element's included, which a bare decode and encode
+    would pass on with its sign."""
+    threads, rows = 32, 64
+    shapes = {"max": (rows, 1), "sum": (rows, 1), "min": (rows, 4)}
+    arguments: list[Any] = []
+    with ProgramBuilder("nan_reductions", threads) as b:
+        for dtype in (dtypes.f8e5m2, dtypes.f16):
+            for reduction, shape in shapes.items():
+                x = b.array_param(f"x_{reduction}_{dtype.name}", dtype)
+                out = b.array_param(f"out_{reduction}_{dtype.name}", dtype)
+                layout = local(2, 1).spatial(threads, 1).local(1, shape[1])
+                view = GlobalLayout(shape, (shape[1], 1))
+                tile = b.load_global(b.global_view(x, dtype, view), [0, 0], layout)
+                result = b.reduce(tile, 1, reduction, keepdim=True)
+                b.store_global(
+                    b.global_view(out, dtype, GlobalLayout((rows, 1), (1, 1))), result, [0, 0]
+                )
+                codes = _random_codes(rng, dtype, rows * shape[1])
+                top = 1 << (dtype.nbits - 1)
+                nans = (top - 1, 2 * top - 1, top - 2, 2 * top - 2)  # +-NaN, two payloads each
+                codes[::3] = np.resize(nans, codes[::3].size)
+                arguments += [
+                    dtypes.pack(codes, dtype),
+                    np.zeros(rows * dtype.nbits // 8, np.uint8),
+                ]
+    return FeatureCase("nan_reductions", b.program(), tuple(arguments), (1,))
+
+
 FMA_EDGE_CASES = (
     # (a, b, c): a double rounding through float64 would get the first wrong (the exact sum
     # lies just below a float32 midpoint that float64 rounds onto); an exact tie; signed
@@ -789,8 +821,8 @@ def _prefetches(rng: np.random.Generator) -> FeatureCase:
     """`prefetch_global` ahead of the loads of three tiles that overhang their tensors: f32 rows
     (16-byte vectors, one bounds check a vector), u4 codes read element by element (sub-byte
     prefetches of the byte holding each code) and f16 columns of a column-major view (2-byte
-    elements one at a time). All three are prefetched first, then each is copied to its output
-    unchanged."""
+    elements one at a time); the rows into L1, the codes and the columns into L2. All three
+    are prefetched first, then each is copied to its output unchanged."""
     rows, cols = 6, 40
     with ProgramBuilder("prefetches", 64) as b:
         m = b.int_param("m")
@@ -810,8 +842,9 @@ def _prefetches(rng: np.random.Generator) -> FeatureCase:
                 [b.block_x * 16, 0],
             ),
         )
-        for param, (layout, view, origin) in zip(params, tiles):
-            b.prefetch_global(b.global_view(param, param.dtype, view), origin, layout)
+        for param, level, (layout, view, origin) in zip(params, ("L1", "L2", "L2"), tiles):
+            tensor = b.global_view(param, param.dtype, view)
+            b.prefetch_global(tensor, origin, layout, level=level)
         for param, out, (layout, view, origin) in zip(params, outputs, tiles):
             values = b.load_global(b.global_view(param, param.dtype, view), origin, layout)
             b.store_global(b.global_view(out, out.dtype, view), values, origin)
@@ -847,6 +880,7 @@ def feature_cases() -> list[FeatureCase]:
         _ticketed_sum,
         _nan_moves,
         _nan_casts,
+        _nan_reductions,
         _fused_multiply_add,
         _thread_groups,
         _register_budgets,

@@ -392,6 +392,14 @@ DECODE_CASES = [
         False,
         {"units_k": 8, "late_scale": True, "magic_bias": True, "refill_in_place": True},
     ),
+    # The weights prefetched into L2 four k-tiles ahead (three past the register ring), with
+    # zero points, two row blocks and a split.
+    (
+        dtypes.u3,
+        dtypes.f16,
+        True,
+        {"units_k": 4, "units_m": 2, "split": 2, "prefetch_distance": 4},
+    ),
 ]
 
 

@@ -73,6 +73,9 @@ CONFIGS = [
     ),
     DequantConfig(units_k=8, late_scale=True, split=2, stages=4, release=True, bulk_weights=True),
     DequantConfig(warps=2, units_k=2, stages=3, stream_k=5, release=True, bulk_weights=True),
+    # The weights prefetched into L2 a distance past the register ring, and the shared ring.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=2, prefetch_distance=3),
+    DequantConfig(warps=2, units_k=2, stages=3, prefetch_distance=4),
 ]
 GROUP_SIZE = 128
 

@@ -406,9 +406,17 @@ static inline void la_prefetch_l1(const void* global)
 {
     (void)*(const volatile unsigned char*)global;
 }
+static inline void la_prefetch_l2(const void* global)
+{
+    (void)*(const volatile unsigned char*)global;
+}
 static inline void la_prefetch_bits(const unsigned char* base, long long bit)
 {
     la_prefetch_l1(base + (bit >> 3));
+}
+static inline void la_prefetch_l2_bits(const unsigned char* base, long long bit)
+{
+    la_prefetch_l2(base + (bit >> 3));
 }
 """
 

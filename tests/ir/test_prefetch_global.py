@@ -20,9 +20,11 @@ from layout_algebra.register import local, spatial
 F32 = dtypes.f32
 
 
-def _copy_program(prefetch_layout, *, rows: int = 6, cols: int = 16, threads: int = 8):
+def _copy_program(
+    prefetch_layout, *, rows: int = 6, cols: int = 16, threads: int = 8, level: str = "L1"
+):
     """y = x over a (rows, cols) f32 tensor in (4, 8) tiles of `spatial(4, 2).local(1, 4)`,
-    each tile first prefetched with `prefetch_layout` (None: no prefetch)."""
+    each tile first prefetched into `level` with `prefetch_layout` (None: no prefetch)."""
     with ProgramBuilder("copy", threads) as b:
         x, y = b.array_param("x", F32), b.array_param("y", F32)
         b.grid(-(-rows // 4), cols // 8)
@@ -30,7 +32,7 @@ def _copy_program(prefetch_layout, *, rows: int = 6, cols: int = 16, threads: in
         origin = [b.block_x * 4, b.block_y * 8]
         source = b.global_view(x, F32, view)
         if prefetch_layout is not None:
-            b.prefetch_global(source, origin, prefetch_layout)
+            b.prefetch_global(source, origin, prefetch_layout, level=level)
         tile = b.load_global(source, origin, spatial(4, 2).local(1, 4))
         b.store_global(b.global_view(y, F32, view), tile, origin)
     return b.program()
@@ -41,6 +43,18 @@ def test_the_printed_instruction() -> None:
     prefetch = next(i for i in program.body if isinstance(i, PrefetchGlobal))
     assert format_instruction(prefetch) == (
         "prefetch_global(g0, [block_x * 4, block_y * 8], layout=spatial(4,2).local(1,4))"
+    )
+
+
+def test_the_printed_l2_instruction_names_its_level() -> None:
+    with ProgramBuilder("copy", 8) as b:
+        x = b.array_param("x", F32)
+        view = b.global_view(x, F32, GlobalLayout((4, 8), (8, 1)))
+        b.prefetch_global(view, [0, 0], spatial(4, 2).local(1, 4), level="L2")
+    prefetch = next(i for i in b.program().body if isinstance(i, PrefetchGlobal))
+    assert prefetch.level == "L2"
+    assert format_instruction(prefetch) == (
+        "prefetch_global(g0, [0, 0], layout=spatial(4,2).local(1,4), level='L2')"
     )
 
 
@@ -65,12 +79,12 @@ def test_a_prefetch_changes_no_value(rows: int, layout, seed: int) -> None:
     another; tiles that overhang the tensor's rows) writes the same output."""
     x = np.random.default_rng(seed).normal(size=rows * 16).astype(np.float32)
     outputs = []
-    for prefetch in (None, layout):
+    for prefetch, level in ((None, "L1"), (layout, "L1"), (layout, "L2")):
         y = np.full(rows * 16, -1.0, dtype=np.float32)
-        run_reference(_copy_program(prefetch, rows=rows), x.copy(), y)
+        run_reference(_copy_program(prefetch, rows=rows, level=level), x.copy(), y)
         outputs.append(y)
-    np.testing.assert_array_equal(outputs[0], x)
-    np.testing.assert_array_equal(outputs[1], x)
+    for output in outputs:
+        np.testing.assert_array_equal(output, x)
 
 
 def test_a_prefetch_past_the_end_of_the_argument_is_an_error() -> None:
@@ -101,6 +115,17 @@ def test_the_verifier_refuses(layout, offsets, message: str) -> None:
     x = b.array_param("x", F32)
     b.prefetch_global(b.global_view(x, F32, GlobalLayout((8,), (1,))), offsets, layout)
     with pytest.raises(VerificationError, match=message):
+        verify(b.program())
+
+
+@pytest.mark.parametrize("level", ["L3", "l2", None, 2])
+def test_the_verifier_refuses_a_level_it_does_not_know(level) -> None:
+    b = _unchecked()
+    x = b.array_param("x", F32)
+    b.prefetch_global(b.global_view(x, F32, GlobalLayout((8,), (1,))), [0], spatial(4), level=level)
+    with pytest.raises(
+        VerificationError, match=rf"level={level!r}; expected one of \('L1', 'L2'\)"
+    ):
         verify(b.program())
 
 

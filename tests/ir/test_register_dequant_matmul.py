@@ -44,7 +44,7 @@ from ir.examples.register_dequant_matmul import (
     weight_exponent,
 )
 from ir.instructions import Cast, ForRange, LaunchDependents, PrefetchGlobal
-from ir.program import Program
+from ir.program import Program, walk
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
     SENTINEL,
@@ -375,6 +375,13 @@ CASES = [
         2,
         2,
     ),
+    # The weights prefetched into L2 a distance ahead: past the register ring (a split whose
+    # parts are shorter than the distance), past the shared ring, refilled in place, stream-K.
+    (dtypes.i4, 128, DequantConfig(depth=2, prefetch_distance=4), 1, 1, 6),
+    (dtypes.i2, 64, DequantConfig(warps=2, split=2, prefetch_distance=3), 3, 2, 2),
+    (dtypes.u3, 64, DequantConfig(warps=1, stages=3, prefetch_distance=5), 17, 1, 4),
+    (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, prefetch_distance=2), 2, 1, 3),
+    (dtypes.i4, 64, DequantConfig(warps=1, stream_k=3, prefetch_distance=2), 5, 2, 3),
 ]
 
 
@@ -483,6 +490,9 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         config = replace(config, stages=stages, depth=1)
     elif config.depth == 1 and draw(st.booleans()):
         config = replace(config, refill_in_place=True)
+    if draw(st.booleans()):  # L2 prefetches past the ring's lead
+        lead = config.stages - 1 if config.stages else config.depth
+        config = replace(config, prefetch_distance=lead + draw(st.integers(1, 3)))
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
@@ -609,6 +619,15 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(units_k=1, late_scale=True), "late_scale with group_size=128 and a k-tile"),
         (DequantConfig(refill_in_place=1), "refill_in_place=1; expected True or False"),
         (DequantConfig(prefetch_parts="yes"), "prefetch_parts='yes'; expected True or False"),
+        (DequantConfig(prefetch_distance=-1), "prefetch_distance=-1; expected an int >= 0"),
+        (
+            DequantConfig(depth=2, prefetch_distance=2),
+            r"prefetch_distance=2 with depth=2 and stages=0; the ring already loads 2 k-tile",
+        ),
+        (
+            DequantConfig(stages=4, prefetch_distance=3),
+            "prefetch_distance=3 with depth=1 and stages=4; .* the distance must be more than 3",
+        ),
         (
             DequantConfig(depth=2, refill_in_place=True),
             "refill_in_place=True with stages=0, depth=2; the words are refilled in place",
@@ -648,6 +667,29 @@ def test_the_fused_sum_prefetches_its_parts(config: DequantConfig, prefetches: i
     ]
     assert len(loops) == prefetches
     assert sum(isinstance(i, PrefetchGlobal) for i in program.walk()) == prefetches
+
+
+@pytest.mark.parametrize(
+    ("config", "before", "in_loop"),
+    [
+        (DequantConfig(), 0, 0),
+        (DequantConfig(prefetch_distance=4), 3, 1),  # k-tiles first + 1, 2, 3
+        (DequantConfig(depth=2, prefetch_distance=3, unroll=1), 1, 1),
+        (DequantConfig(stages=3, prefetch_distance=3), 1, 1),
+    ],
+    ids=str,
+)
+def test_the_weights_are_prefetched_into_l2_a_distance_ahead(
+    config: DequantConfig, before: int, in_loop: int
+) -> None:
+    """The k-tiles from the ring's lead up to the distance before the k loop, one in its
+    body (tile + distance), all of the packed words at level L2."""
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    [loop] = [i for i in program.body if isinstance(i, ForRange)]
+    prefetches = [i for i in program.walk() if isinstance(i, PrefetchGlobal)]
+    inside = [i for i in walk(loop.body) if isinstance(i, PrefetchGlobal)]
+    assert (len(prefetches) - len(inside), len(inside)) == (before, in_loop)
+    assert all(p.level == "L2" and p.src.name == "g1" for p in prefetches)
 
 
 @pytest.mark.parametrize(
