@@ -247,6 +247,17 @@ def test_reduction_across_warps_goes_through_shared_scratch() -> None:
     assert source.count("__syncthreads();") == 2
 
 
+def test_a_reduction_of_lone_elements_still_makes_its_nan_positive() -> None:
+    """Over a dimension of one element each thread has nothing to combine: the element goes
+    through ``la_arithmetic_nan`` (a reduction's NaN is the positive quiet one, not the
+    element's), where a dimension of two combines by ``la_fadd`` and needs no wrapper."""
+    lone = lower(_reduce_program(spatial(32, 1).local(1, 1), 1)).source
+    assert "la_p1[0] = la_arithmetic_nan(la_bits_to_float(r0[0]));" in lone
+    pair = lower(_reduce_program(spatial(32, 1).local(1, 2), 1)).source
+    assert "la_arithmetic_nan" not in pair.split("reduce_sum(")[1]
+    assert "la_p2[0] = la_fadd(la_p2[0], la_bits_to_float(r0[1]));" in pair
+
+
 # --------------------------------------------------------------------- shared memory, copies
 
 
