@@ -257,7 +257,7 @@ static __device__ __forceinline__ void la_prefetch_l2(const void* global)
 }
 
 /* The same for the element whose first bit is bit `bit` of the bitstream at `base`. */
-static __device__ __forceinline__ void la_prefetch_bits(const unsigned char* base, long long bit)
+static __device__ __forceinline__ void la_prefetch_l1_bits(const unsigned char* base, long long bit)
 {
     la_prefetch_l1(base + (bit >> 3));
 }

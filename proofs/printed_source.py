@@ -107,7 +107,7 @@ def address_pattern(access: Access, source: PrintedSource) -> re.Pattern[str]:
         return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
     if access.unit_bits == 1:
         return re.compile(
-            rf"la_(?:load|store|prefetch|prefetch_l2)_bits\({pointer}, {address}(?:, |\))"
+            rf"la_(?:load|store|prefetch_l1|prefetch_l2)_bits\({pointer}, {address}(?:, |\))"
         )
     return re.compile(rf"(?<![\w.]){pointer}\)?\[{address}\]")
 

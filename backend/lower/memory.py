@@ -616,12 +616,10 @@ class MemoryLowering(LoweringContext):
         self, helper: str, pointer: str, tile: Tile, first: int, width: int
     ) -> None:
         """Prefetch the lines of registers first .. first + width - 1 one by one (none for an
-        element known to be out of bounds); sub-byte elements by `helper`'s ``_bits`` twin
-        (the L1 one is ``la_prefetch_bits``)."""
+        element known to be out of bounds); sub-byte elements by `helper`'s ``_bits`` twin."""
         masks = [tile.inside(self.thread, i, 1) for i in range(first, first + width)]
         self.note_elements("prefetch", tile, width, masks)
         bits = tile.element_bits
-        bits_helper = "la_prefetch_bits" if helper == "la_prefetch_l1" else f"{helper}_bits"
         for i, mask in zip(range(first, first + width), masks):
             if mask is not None and is_false(mask):
                 continue
@@ -631,7 +629,7 @@ class MemoryLowering(LoweringContext):
                 where = f"&((const {_unsigned(bits)}*){pointer})[{self.c(address)}]"
                 self.guarded_line(f"{helper}({where});", mask)
             else:
-                self.guarded_line(f"{bits_helper}({pointer}, {self.c(address)});", mask)
+                self.guarded_line(f"{helper}_bits({pointer}, {self.c(address)});", mask)
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src

@@ -194,10 +194,10 @@ class DequantConfig:
     for those of the k-tiles up to first + D - 1 at the start of its range, so that DRAM has
     D k-tiles of every resident block's weights requested, not only the ring's, and the
     ring's loads wait on L2 rather than on DRAM. A hint: no registers and no value change.
-    D must be more than the k-tiles the ring already loads ahead (`depth`, or S - 1 with
-    `stages`). Off by default: measured on an H100 it was slower at all 21 points tried
-    (13 decode layers' recorded configurations, D = 3 and 6 at M = 1 where valid, D = 4 at
-    M = 16), the more so the larger D (i8 28672 x 8192, M = 1: 83.2 us, 98.4 at D = 3,
+    D must be more than the k-tiles the ring already loads ahead (`ring_lead`). Off by
+    default: measured on an H100 it was slower at all 21 points tried (13 decode layers'
+    recorded configurations, D = 3 and 6 at M = 1 where valid, D = 4 at M = 16), the more so
+    the larger D (i8 28672 x 8192, M = 1: 83.2 us, 98.4 at D = 3,
     144.8 at D = 6; `benchmarks/results/quantized_matmul_decode_l2_prefetch_*_h100.*`).
     """
 
@@ -222,6 +222,12 @@ class DequantConfig:
     refill_in_place: bool = False
     prefetch_parts: bool = False
     prefetch_distance: int = 0
+
+    @property
+    def ring_lead(self) -> int:
+        """The k-tiles of weights the ring loads ahead of the one in use: `depth` in the
+        register ring, S - 1 in a shared ring of S `stages`."""
+        return self.stages - 1 if self.stages else self.depth
 
     @property
     def block_m(self) -> int:
@@ -333,7 +339,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"depth={config.depth}; the words are refilled in place in the register ring of "
             "depth 1 (stages 0)"
         )
-    lead = config.stages - 1 if config.stages else config.depth
+    lead = config.ring_lead
     if config.prefetch_distance and config.prefetch_distance <= lead:
         raise VerificationError(
             f"register_dequant_matmul: prefetch_distance={config.prefetch_distance} with "
@@ -572,8 +578,7 @@ def register_dequant_matmul(
             if not in_place:
                 current = b.register_tensor(i32, word_layout, 0)
             # The k-tiles past the ring's up to the prefetch distance, into L2.
-            lead = stages - 1 if stages else depth
-            for d in range(lead, config.prefetch_distance):
+            for d in range(config.ring_lead, config.prefetch_distance):
                 ahead_of(first, d, end, lambda t: prefetch_weights(t, word_col0))
             if config.programmatic_launch and not stream:
                 # The weights above overlap the end of the kernel before; the activations,

@@ -410,7 +410,7 @@ static inline void la_prefetch_l2(const void* global)
 {
     (void)*(const volatile unsigned char*)global;
 }
-static inline void la_prefetch_bits(const unsigned char* base, long long bit)
+static inline void la_prefetch_l1_bits(const unsigned char* base, long long bit)
 {
     la_prefetch_l1(base + (bit >> 3));
 }

@@ -491,8 +491,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     elif config.depth == 1 and draw(st.booleans()):
         config = replace(config, refill_in_place=True)
     if draw(st.booleans()):  # L2 prefetches past the ring's lead
-        lead = config.stages - 1 if config.stages else config.depth
-        config = replace(config, prefetch_distance=lead + draw(st.integers(1, 3)))
+        config = replace(config, prefetch_distance=config.ring_lead + draw(st.integers(1, 3)))
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
@@ -667,6 +666,15 @@ def test_the_fused_sum_prefetches_its_parts(config: DequantConfig, prefetches: i
     ]
     assert len(loops) == prefetches
     assert sum(isinstance(i, PrefetchGlobal) for i in program.walk()) == prefetches
+
+
+@pytest.mark.parametrize(
+    ("config", "lead"),
+    [(DequantConfig(), 1), (DequantConfig(depth=3), 3), (DequantConfig(stages=4), 3)],
+    ids=str,
+)
+def test_the_ring_s_lead_is_its_depth_or_all_but_one_stage(config: DequantConfig, lead: int):
+    assert config.ring_lead == lead
 
 
 @pytest.mark.parametrize(
