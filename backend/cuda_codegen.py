@@ -18,8 +18,8 @@ complement, wrapped to the type's width at the end, with floor division and modu
 element-by-element loads of sub-byte elements (`la_load_bits`) and stores that change only the
 element's own bits with atomic AND/OR on the containing 32-bit words (`la_store_bits`), so that
 threads sharing a byte keep each other's elements. It is plain CUDA C++ without inline PTX; the
-PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`, and the prefetches' in
-`PREFETCH_SOURCE`.
+PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`, the prefetches' in
+`PREFETCH_SOURCE` and the combining stores' (``red.global.add``) in `COMBINE_SOURCE`.
 """
 
 from __future__ import annotations
@@ -270,6 +270,50 @@ static __device__ __forceinline__ void la_prefetch_l2_bits(const unsigned char* 
 """The helpers of `prefetch_global`, in a kernel that has one: inline PTX ``prefetch.global.L1``
 or ``prefetch.global.L2`` per address, whole-byte elements and vectors by their address,
 sub-byte elements by the byte holding their first bit."""
+
+
+COMBINE_SOURCE = r"""
+/* ---- combining stores (`store_global(..., combine="add")`; see backend/cuda_codegen.py) ---- */
+
+/* Add the element `code` to the element at `element` in global memory, atomically (a `red`:
+   nothing is returned, so the thread does not wait for it). f32 flushes subnormal inputs and
+   results to zero (the PTX ISA's f32 add in global memory); f16 and bf16 keep them (.noftz). */
+static __device__ __forceinline__ void la_red_add_i32(la_u32* element, la_u32 code)
+{
+    asm volatile("red.global.add.u32 [%0], %1;\n" ::"l"(element), "r"(code) : "memory");
+}
+
+static __device__ __forceinline__ void la_red_add_f32(la_u32* element, la_u32 code)
+{
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(element), "f"(la_bits_to_float(code))
+                 : "memory");
+}
+
+static __device__ __forceinline__ void la_red_add_f16(unsigned short* element, la_u32 code)
+{
+    asm volatile("red.global.add.noftz.f16 [%0], %1;\n" ::"l"(element), "h"((unsigned short)code)
+                 : "memory");
+}
+
+/* bf16 adds in memory from sm_90; before, a compare-and-swap loop on the element with the
+   correctly rounded bf16 add. */
+static __device__ __forceinline__ void la_red_add_bf16(unsigned short* element, la_u32 code)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.noftz.bf16 [%0], %1;\n" ::"l"(element), "h"((unsigned short)code)
+                 : "memory");
+#else
+    unsigned short seen = *(volatile unsigned short*)element, expected;
+    do {
+        expected = seen;
+        seen = atomicCAS(element, expected, (unsigned short)la_hadd_bf16(expected, code));
+    } while (seen != expected);
+#endif
+}
+"""
+"""The helpers of a combining `store_global`, in a kernel that has one: one inline PTX
+``red.global.add`` per element (``.u32`` for i32, whose wrapping add is the same bits; bf16 from
+sm_90, a compare-and-swap loop before)."""
 
 
 ASYNC_COPY_SOURCE = r"""

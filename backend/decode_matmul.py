@@ -12,7 +12,9 @@ zero points (`pack_scales` of (groups, N) tensors), every launch included: the m
 split-k the f32 partial sums, added up in the same launch by the last block of each output tile
 (`fused_sum`, the default: one launch; the operation keeps the tile counters, zeroed once and
 left zero by every launch, per device, so calls on one device must not run concurrently on
-several streams) or by the `split_k_sum` launch (`launches`).
+several streams) or by the `split_k_sum` launch (`launches`). With `combine_parts` the parts are
+added into one f32 sum by combining stores, a workspace kept like the counters (`ZeroedBuffer`),
+in no fixed order.
 
 `DecodeMatmul.tuned(problem, m)` builds it with the configuration the autotuner
 (`backend.autotune`) picks for the M bucket of `m` on the current GPU, from
@@ -263,23 +265,32 @@ def _torch_dtype(dtype: DataType) -> Any:
     return {dtypes.f16: torch.float16, dtypes.bf16: torch.bfloat16}[dtype]
 
 
-class TileCounters:
-    """The i32 tile counters of an operation's fused split-k sums (`ir.examples.split_sum`):
-    one zeroed buffer per device, grown when a launch needs more tiles. Every launch leaves
-    its counters zero, so a buffer is zeroed once, when it is made."""
+class ZeroedBuffer:
+    """A workspace that every launch leaves zero, as it found it: one zeroed torch buffer of
+    `dtype` (a torch dtype's name, "int32" or "float32") per device, grown when a launch needs
+    more elements, so a buffer is zeroed once, when it is made."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
         self._held: dict[Any, Any] = {}
 
-    def __call__(self, tiles: int, device: Any) -> Any:
-        """`tiles` zeroed counters on `device` (a view of the held buffer)."""
+    def __call__(self, count: int, device: Any) -> Any:
+        """`count` zeroed elements on `device` (a view of the held buffer)."""
         import torch
 
         held = self._held.get(device)
-        if held is None or held.numel() < tiles:
-            held = torch.zeros(tiles, dtype=torch.int32, device=device)
+        if held is None or held.numel() < count:
+            held = torch.zeros(count, dtype=getattr(torch, self.dtype), device=device)
             self._held[device] = held
-        return held[:tiles]
+        return held[:count]
+
+
+class TileCounters(ZeroedBuffer):
+    """The i32 tile counters of an operation's fused split-k sums (`ir.examples.split_sum`),
+    a `ZeroedBuffer`: every launch leaves its counters zero."""
+
+    def __init__(self) -> None:
+        super().__init__("int32")
 
 
 class DecodeMatmul:
@@ -331,6 +342,7 @@ class DecodeMatmul:
         if programs.reduce is not None:
             self.reduce_kernel = build("reduce", programs.reduce, None)
         self._counters = TileCounters()
+        self._sums = ZeroedBuffer("float32")
 
     @property
     def launches(self) -> int:
@@ -486,7 +498,10 @@ class DecodeMatmul:
             return out
         slots = self.config.stream_k_slots(m, p.n, p.k) if self.config.stream_k else None
         parts = self.config.split if slots is None else slots
-        partial = torch.empty((parts, m, p.n), dtype=torch.float32, device=a.device)
+        if self.config.combine_parts:  # one sum, left zero by every launch
+            partial = self._sums(m * p.n, a.device)
+        else:
+            partial = torch.empty((parts, m, p.n), dtype=torch.float32, device=a.device)
         if self.reduce_kernel is None:
             counters = self.counters(m, a.device)
             self.matmul_kernel(**arguments, partial=partial, counters=counters, c=out, grid=grid)

@@ -568,12 +568,21 @@ class ProgramBuilder:
         self._emit(PrefetchGlobal(src, offsets_expr, layout, level))
 
     def store_global(
-        self, dst: GlobalTensor, src: RegisterTensor, offsets: Sequence[ExprLike]
+        self,
+        dst: GlobalTensor,
+        src: RegisterTensor,
+        offsets: Sequence[ExprLike],
+        combine: str | None = None,
     ) -> None:
-        """Store register tile `src` at `offsets` of `dst`; elements outside dst are skipped."""
+        """Store register tile `src` at `offsets` of `dst`; elements outside dst are skipped.
+
+        ``combine="add"`` adds `src` to the elements instead, atomically and in no fixed order
+        (`ir.instructions.StoreGlobal`; i32, f16, bf16 and f32): many blocks may add into one
+        tile, e.g. the parts of a split-k sum, whose last ticket holder then reads the total."""
         self._memory(dst, GlobalTensor, "store_global writes")
         src = self._tensor(src, "store_global's source")
-        self._emit(StoreGlobal(dst, src, self._scalars(offsets, "store_global offsets")))
+        offsets_expr = self._scalars(offsets, "store_global offsets")
+        self._emit(StoreGlobal(dst, src, offsets_expr, combine))
 
     def atomic_add(
         self, dst: GlobalTensor, offsets: Sequence[ExprLike], value: ExprLike = 1

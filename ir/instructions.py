@@ -16,7 +16,8 @@ Tensors:
     GlobalView          out = global_view(param, dtype, global_layout)
 Memory (tile shape = the register layout's shape, padded with leading 1s to the memory rank):
     LoadGlobal     out[c] = src[offsets + c], 0 where offsets + c is outside src's shape
-    StoreGlobal    dst[offsets + c] = src[c] where offsets + c is inside dst's shape
+    StoreGlobal    dst[offsets + c] = src[c] where offsets + c is inside dst's shape; with
+                   combine="add", dst[offsets + c] += src[c] atomically, in no fixed order
     LoadShared     out[c] = src[offsets + c] (must be inside src's shape)
     StoreShared    dst[offsets + c] = src[c] (must be inside dst's shape)
     CopyAsync      dst[dst_offsets + c] = src[src_offsets + c] (0 outside src's shape), for c in
@@ -321,12 +322,31 @@ PREFETCH_LEVELS = ("L1", "L2")
 
 @dataclass(frozen=True, eq=False)
 class StoreGlobal(Instruction):
-    """`dst[offsets + c] = src[c]` where offsets + c is inside dst's shape (skipped elsewhere)."""
+    """`dst[offsets + c] = src[c]` where offsets + c is inside dst's shape (skipped elsewhere).
+
+    With `combine` "add" (`COMBINE_OPS`), a combining store: ``dst[offsets + c] += src[c]``,
+    each element's add atomic with respect to every other thread and block, for the types the
+    hardware adds in memory (`COMBINE_DTYPES`). Replicas of an element add it once; elements of
+    the tile that a view maps to one address each add to it. The adds to one element happen in
+    no fixed order: the result is exact for i32 (wrapping) and for floats whose partial sums
+    are all exact, and otherwise depends on the order by the roundings (each add rounds to
+    nearest even, a NaN result is the positive quiet NaN; f32 adds flush subnormal inputs and
+    results to zero of their sign, as the GPU's f32 add to global memory does; f16 and bf16
+    keep them). The memory order of `AtomicAdd` covers combining stores as it covers stores:
+    a block that takes a later ticket of the same counter reads the sums."""
 
     op: ClassVar[str] = "store_global"
     dst: GlobalTensor
     src: RegisterTensor
     offsets: Offsets
+    combine: str | None = None
+
+
+COMBINE_OPS = ("add",)
+"""The operations a combining `StoreGlobal` may name."""
+
+COMBINE_DTYPES = ("i32", "f16", "bf16", "f32")
+"""The names of the types a combining `StoreGlobal` may add to (``red.global.add``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -337,11 +357,11 @@ class AtomicAdd(Instruction):
     of the enclosing body (in a group, of that body of the group). An element outside dst's
     shape is left alone and `var` is 0.
 
-    Memory order: the global stores the block (the group) made before it are visible to any
-    block whose atomic_add on the same element comes later, and that block's global loads
-    after it see them (release and acquire). So the last of several blocks to add to a
-    counter may read what the others stored before adding, e.g. to sum split-k partial
-    results in a fixed order, in the same launch.
+    Memory order: the global stores (combining stores among them) the block (the group) made
+    before it are visible to any block whose atomic_add on the same element comes later, and
+    that block's global loads after it see them (release and acquire). So the last of several
+    blocks to add to a counter may read what the others stored before adding, e.g. to sum
+    split-k partial results in a fixed order, in the same launch.
     """
 
     op: ClassVar[str] = "atomic_add"

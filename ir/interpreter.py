@@ -24,7 +24,9 @@ What the hardware would get wrong is an `InterpreterError`, never a silent resul
   one element hold different bits; the interpreter checks after each view);
 - two threads storing different values to one global or shared element, and two blocks storing
   different values to one global element in one launch (the first block to store an element
-  owns it; another block may only store the same code there);
+  owns it; another block may only store the same code there); a combining store
+  (``combine="add"``) adds instead, its replicas once (they must agree), and takes no ownership:
+  its adds to one element may come from any threads and blocks;
 - shared memory read (or written) while a `copy_async` into it is still pending, i.e. not yet
   covered by a `copy_async_wait`, or while a `copy_bulk` into it is in flight (not yet covered
   by a `copy_bulk_wait` on its tile, after which every thread sees it); a `copy_bulk_wait` on a
@@ -520,11 +522,51 @@ class BlockInterpreter(InstructionVisitor[None]):
         if inside is None:
             inside = np.ones(codes.shape, dtype=bool)
             elements = elements.ravel()
+        if instruction.combine is not None:
+            self.combine_global(dst, stream, elements, codes[inside], coords[inside])
+            return
         elements, unique_codes = self.check_store_conflicts(
             elements, codes[inside], coords[inside], threads[inside], dst.name
         )
         self.run.record_global_store(self, dst, elements, unique_codes)
         bitstream.write(stream, elements, unique_codes, dst.dtype.nbits)
+
+    def combine_global(
+        self,
+        dst: GlobalTensor,
+        stream: np.ndarray,
+        elements: np.ndarray,
+        codes: np.ndarray,
+        coords: np.ndarray,
+    ) -> None:
+        """A combining store's adds (`ir.instructions.StoreGlobal`): each tile element once
+        (replicas agree: the interpreter checks after every view), in thread order, each add
+        rounded into `dst`'s type; f32 adds flush subnormal inputs and results to zero of their
+        sign."""
+        dtype = dst.dtype
+        tile_keys = np.unique(coords, axis=0, return_inverse=True)[1].ravel()
+        primary = np.sort(np.unique(tile_keys, return_index=True)[1])
+        elements, codes = elements[primary], codes[primary]
+        # Adds to one element run in turns: the r-th contribution to each element in turn r.
+        element_order = np.argsort(elements, kind="stable")
+        sorted_elements = elements[element_order]
+        starts = np.flatnonzero(
+            np.concatenate([[True], sorted_elements[1:] != sorted_elements[:-1]])
+        )
+        turn = np.arange(sorted_elements.size) - np.repeat(
+            starts, np.diff(np.append(starts, sorted_elements.size))
+        )
+        for r in range(int(turn.max(initial=-1)) + 1):
+            pick = element_order[turn == r]
+            targets = elements[pick]
+            current = to_values(dtype, bitstream.read(stream, targets, dtype.nbits))
+            addends = to_values(dtype, codes[pick])
+            if dtype == dtypes.f32:
+                current, addends = _flush_subnormals(current), _flush_subnormals(addends)
+            total = apply_binary("add", dtype, current, addends)
+            if dtype == dtypes.f32:
+                total = _flush_subnormals(total)
+            bitstream.write(stream, targets, to_codes(dtype, total), dtype.nbits)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         dst = instruction.dst
@@ -992,6 +1034,13 @@ class _Run:
         update = (previous < 0) | (previous == block.block_number)
         owners[elements[update]] = block.block_number
         written[elements[update]] = codes[update]
+
+
+def _flush_subnormals(values: np.ndarray) -> np.ndarray:
+    """float32 `values` with every subnormal replaced by a zero of its sign."""
+    values = np.asarray(values, dtype=np.float32)
+    tiny = (values != 0) & (np.abs(values) < np.finfo(np.float32).tiny)
+    return np.where(tiny, np.copysign(np.float32(0), values), values).astype(np.float32)
 
 
 def _bind_arguments(

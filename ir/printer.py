@@ -74,7 +74,8 @@ class _LinePrinter(InstructionVisitor[str]):
 
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> str:
         i = instruction
-        return f"store_global({i.dst.name}, {i.src.name}, {_offsets(i.offsets)})"
+        combine = "" if i.combine is None else f", combine={i.combine!r}"
+        return f"store_global({i.dst.name}, {i.src.name}, {_offsets(i.offsets)}{combine})"
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> str:
         i = instruction

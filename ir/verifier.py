@@ -279,6 +279,21 @@ class _InstructionChecker(InstructionVisitor[None]):
         _check_same_dtype(instruction, [("destination", dst.dtype), ("source", src.dtype)])
         _check_offsets(instruction, instruction.offsets, dst.rank, "offsets")
         _check_memory_tile(instruction, src, dst.rank, f"global tensor {dst.name}")
+        combine = instruction.combine
+        if combine is None:
+            return
+        if combine not in instructions.COMBINE_OPS:
+            raise _fail(
+                instruction,
+                f"combine={combine!r}; expected None (a plain store) or one of "
+                f"{instructions.COMBINE_OPS}",
+            )
+        if dst.dtype.name not in instructions.COMBINE_DTYPES:
+            raise _fail(
+                instruction,
+                f"combine={combine!r} into {dst.name} of dtype {dst.dtype}; expected one of "
+                f"{', '.join(instructions.COMBINE_DTYPES)} (the types added in memory)",
+            )
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         dst = _check_global(instruction, instruction.dst, "destination")

@@ -15,7 +15,8 @@ program's layout claims and proves each one with one query of `proofs.checks`:
   the tile origin), is injective (`check_injective` of the access map).
 
 No claim is made for the other stores: replicas of a replicated layout write the same element by
-design; a memory layout with symbolic extents or strides, or of another shape than the tile (a
+design; a combining store (``combine="add"``) adds every element it holds, wherever two meet; a
+memory layout with symbolic extents or strides, or of another shape than the tile (a
 tile stored into part of a larger tensor), has no access map of the tile (`compose`).
 
     report = check_program_layouts(quantized_matmul(dtypes.u4), timeout=30)
@@ -100,7 +101,10 @@ def _claims(program: Program) -> list[LayoutClaim]:
         for tensor in (*instruction.results(), *instruction.operands()):
             if isinstance(tensor, RegisterTensor) and tensor.layout not in layouts:
                 layouts.append(tensor.layout)
-        if isinstance(instruction, (StoreGlobal, StoreShared)):
+        # A combining store adds every element it holds, so two of them may meet at an address.
+        if isinstance(instruction, StoreShared) or (
+            isinstance(instruction, StoreGlobal) and instruction.combine is None
+        ):
             stores.append(instruction)
     claims = [
         LayoutClaim("in_bounds", f"{layout!r} stays inside {layout.shape}", layout)

@@ -33,6 +33,7 @@ from backend.conversions import (
 )
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
+    COMBINE_SOURCE,
     GROUP_BARRIER_SOURCE,
     OPERATION_SOURCE,
     PLAIN_LAUNCH_SOURCE,
@@ -117,6 +118,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.out.insert(includes_end, STMATRIX_SOURCE)
         if any(isinstance(i, instructions.PrefetchGlobal) for i in self.program.walk()):
             self.out.insert(includes_end, PREFETCH_SOURCE)
+        if any(
+            isinstance(i, instructions.StoreGlobal) and i.combine is not None
+            for i in self.program.walk()
+        ):
+            self.out.insert(includes_end, COMBINE_SOURCE)
         if not any(isinstance(plan, WgmmaPlan) for plan in self.plans):
             source = _drop_marks(self.scratch_source(self.out.text()))
         else:

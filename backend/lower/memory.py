@@ -336,21 +336,28 @@ class MemoryLowering(LoweringContext):
         code: str,
         mask: Expr | None,
         base: ElementBase | None = None,
+        combine: str | None = None,
     ) -> None:
         """Write `code` as register i's element at `pointer` (skipped where `mask` is false;
-        through `base`, the thread's base pointer of the tile, when given)."""
+        through `base`, the thread's base pointer of the tile, when given), or, with
+        `combine` (the C helper of a combining store, whole-byte elements), add it there."""
         address, unit = self.element_address(tile, i)
         bits = tile.element_bits
         if base is not None:
             name, offset, steps = base
             self.record(tile, i, 1, address, unit, mask, base=(name, offset, steps[i]))
-            statement = f"{name}[{steps[i]}] = {code};"
+            element = f"{name}[{steps[i]}]"
         else:
             self.record(tile, i, 1, address, unit, mask)
+            element = None
             if bits % 8 == 0:
-                statement = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}] = {code};"
-            else:
-                statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
+                element = f"(({_unsigned(bits)}*){pointer})[{self.c(address)}]"
+        if element is None:
+            statement = f"la_store_bits({pointer}, {self.c(address)}, {code}, {bits});"
+        elif combine is not None:
+            statement = f"{combine}(&{element}, {code});"
+        else:
+            statement = f"{element} = {code};"
         self.guarded_line(statement, mask)
 
     def guarded_line(self, statement: str, mask: Expr | None) -> None:
@@ -634,7 +641,25 @@ class MemoryLowering(LoweringContext):
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
+        if instruction.combine is not None:
+            self.combine_tile(src, dst.name, tile)
+            return
         self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
+
+    def combine_tile(self, src: RegisterTensor, pointer: str, tile: Tile) -> None:
+        """A combining store (``combine="add"``): the primary replica of each element adds it
+        with one ``red.global.add`` (`COMBINE_SOURCE`'s helper for the type), element by
+        element through the thread's base pointer where the layout allows, each under its
+        bounds check; every address recorded as a store's."""
+        helper = f"la_red_add_{src.dtype.name}"
+        with self.primary_replica(src.layout):
+            base = self.element_base(pointer, tile)
+            for i in range(tile.register.local_size):
+                mask = tile.inside(self.thread, i, 1)
+                if mask is None or not is_false(mask):
+                    self.note(f"combine {tile.element_bits // 8} B")
+                    code = self.element(src, i)
+                    self.store_element(pointer, tile, i, code, mask, base, combine=helper)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         """Every thread fences its stores and the block (in a thread group, the group) syncs;

@@ -90,7 +90,7 @@ from ir.examples.packed_weights import (
     unit_accumulator_scale_layouts,
     unit_scale_layout,
 )
-from ir.examples.split_sum import add_parts_last, sum_layout
+from ir.examples.split_sum import add_parts_combined, add_parts_last, sum_layout
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
 from ir.program import Program
 from layout_algebra.fragments import fragment
@@ -189,6 +189,14 @@ class DequantConfig:
     one at a time as before, in slot order, the same bits). Off by default: measured on the
     H200 it was slower at all 18 split decode points tried, by up to 2.3 us
     (`benchmarks/results/quantized_matmul_decode_prefetch_parts.*`).
+    `combine_parts` (with the fused sum of split > 1 or stream-K): each block adds its part
+    into one f32 (m, n) sum by a combining store (``store_global(..., combine="add")``, one
+    ``red.global.add.f32`` per element) instead of storing it in a slot of its own, and the
+    block that takes the tile's last ticket loads that sum once (not one part per block,
+    each a round trip to L2 after the last), stores C and stores zeros back, so the workspace
+    is one (m, n) tile, zero between launches. The adds land in no fixed order: C is within
+    the tensor-core tolerance, not the same bits launch to launch (the ticketed slots stay the
+    default, the deterministic form).
     `prefetch_distance` D (0: none): each thread asks for its words of k-tile t + D to be
     brought into L2 (`prefetch_global` at level L2) while the block works on k-tile t, and
     for those of the k-tiles up to first + D - 1 at the start of its range, so that DRAM has
@@ -222,6 +230,7 @@ class DequantConfig:
     refill_in_place: bool = False
     prefetch_parts: bool = False
     prefetch_distance: int = 0
+    combine_parts: bool = False
 
     @property
     def ring_lead(self) -> int:
@@ -320,7 +329,14 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"and fused_sum={config.fused_sum}; stream-K requires split 1 and the fused sum"
         )
     flags = ("fused_sum", "late_scale", "weights_as_a", "programmatic_launch", "late_trigger")
-    others = ("magic_bias", "release", "bulk_weights", "refill_in_place", "prefetch_parts")
+    others = (
+        "magic_bias",
+        "release",
+        "bulk_weights",
+        "refill_in_place",
+        "prefetch_parts",
+        "combine_parts",
+    )
     for name in (*flags, *others):
         value = getattr(config, name)
         if not isinstance(value, bool):
@@ -345,6 +361,17 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: prefetch_distance={config.prefetch_distance} with "
             f"depth={config.depth} and stages={config.stages}; the ring already loads "
             f"{lead} k-tile(s) ahead, so the distance must be more than {lead}"
+        )
+    if config.combine_parts and not (config.fused_sum and (config.split > 1 or config.stream_k)):
+        raise VerificationError(
+            f"register_dequant_matmul: combine_parts=True with split={config.split}, "
+            f"stream_k={config.stream_k} and fused_sum={config.fused_sum}; the parts are "
+            "added in the fused sum of split > 1 or stream-K"
+        )
+    if config.combine_parts and config.prefetch_parts:
+        raise VerificationError(
+            "register_dequant_matmul: combine_parts=True with prefetch_parts=True; the "
+            "combined parts are one sum, with no parts to prefetch"
         )
     if config.release and not config.stages:
         raise VerificationError(
@@ -393,7 +420,9 @@ def register_dequant_matmul(
     (m, n) output, except with ``config.split > 1`` and not ``config.fused_sum``: then it is
     f32 (split, m, n) partial sums for `split_k_sum`. With split > 1 and `fused_sum`,
     `partial` is an f32 (split, m, n) workspace and `counters` ``config.tiles(m, n)`` i32
-    counters that must be 0 before the first launch (each launch leaves them 0). With
+    counters that must be 0 before the first launch (each launch leaves them 0); with
+    `combine_parts`, `partial` is one f32 (m, n) sum that must be 0 before the first launch
+    too (each launch leaves it 0). With
     `zero_points` the dequantized weight is ``(W - Z) * S``, Z the (groups, n) zero points
     packed like the scales: the subtraction of two integer-valued codes is exact, so it equals
     the code of ``f32(W - Z) * f32(S)`` rounded once.
@@ -759,26 +788,27 @@ def register_dequant_matmul(
 
         def combine(acc, row0, col0, slot, count, slots):
             """Store this block's partial sums of the tile at (row0, col0) in `slot` of
-            `slots`; the block that adds the tile's counter last (count - 1 before it) adds
-            the count parts in slot order, stores C and resets the counter for the next
+            `slots` (with `combine_parts`, add them into the one sum); the block that adds the
+            tile's counter last (count - 1 before it) adds the count parts in slot order (or
+            loads the sum), stores C and resets the counter (and the sum) for the next
             launch."""
+            tile_sum = {  # what the block with the tile's last ticket needs
+                "out": b.global_view(c, act, GlobalLayout((m, n), (n, 1))),
+                "counters": b.global_view(counters, i32, GlobalLayout((tiles_n * tiles_m,), (1,))),
+                "tile": (row0 // block_m) * tiles_n + col0 // block_n,
+                "origin": (row0, col0),
+                "count": count,
+                "layout": sum_layout(block_m, block_n, UNIT_LANES * warps),
+                "out_dtype": act,
+            }
+            if config.combine_parts:
+                b.store_global(c_tile(partial, f32), acc, origin(row0, col0), combine="add")
+                total = b.global_view(partial, f32, GlobalLayout((m, n), (n, 1)))
+                add_parts_combined(b, total=total, **tile_sum)
+                return
             b.store_global(c_tile(partial, f32, slots), acc, [slot, *origin(row0, col0)])
-            out_view = b.global_view(c, act, GlobalLayout((m, n), (n, 1)))
             parts = b.global_view(partial, f32, GlobalLayout((slots, m, n), (m * n, n, 1)))
-            counter_view = b.global_view(counters, i32, GlobalLayout((tiles_n * tiles_m,), (1,)))
-            tile_index = (row0 // block_m) * tiles_n + col0 // block_n
-            add_parts_last(
-                b,
-                parts=parts,
-                out=out_view,
-                counters=counter_view,
-                tile=tile_index,
-                origin=(row0, col0),
-                count=count,
-                layout=sum_layout(block_m, block_n, UNIT_LANES * warps),
-                out_dtype=act,
-                prefetch=config.prefetch_parts,
-            )
+            add_parts_last(b, parts=parts, prefetch=config.prefetch_parts, **tile_sum)
 
         if not stream:
             tiles_per_split = k_tiles // split

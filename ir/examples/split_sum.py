@@ -10,7 +10,10 @@ the result is the same bits whichever block finished last, casts the sum to C's 
 it, and sets the counter back to zero, ready for the next launch.
 
 `register_dequant_matmul` (split-k and stream-K) adds up its parts with `add_parts_last`, in C's
-(m, n) order (`sum_layout` is the tile's layout for those adds). The prefill programs
+(m, n) order (`sum_layout` is the tile's layout for those adds), or, with
+`DequantConfig.combine_parts`, has each block add its part into one f32 sum by a combining store
+(``store_global(..., combine="add")``) and the last block read that sum once
+(`add_parts_combined`: one (m, n) workspace, its adds in no fixed order). The prefill programs
 (`ir.examples.packed_prefill`: split-k and stream-K) keep each part in the order of the
 accumulator registers instead (`add_parts_in_fragments`): a tile's part is one run of memory in
 which each thread's registers sit four by four beside its neighbours' (`part_order`), so every
@@ -81,6 +84,34 @@ def add_parts_last(
             b.assign(total, b.add(total, term))
         total = b.view(total, dtypes.f32, layout)
         b.store_global(out, b.cast(total, out_dtype), list(origin))
+        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
+        b.store_global(counters, zero, [tile])
+
+
+def add_parts_combined(
+    b: ProgramBuilder,
+    *,
+    total: GlobalTensor,
+    out: GlobalTensor,
+    counters: GlobalTensor,
+    tile: Any,
+    origin: tuple[Any, Any],
+    count: Any,
+    layout: RegisterLayout,
+    out_dtype: DataType,
+) -> None:
+    """After this block added its part of the tile at `origin` (row, column of C) into `total`
+    (the (m, n) f32 sum, zero before the tile's first part) by a combining store: take a
+    ticket on ``counters[tile]``; the block whose ticket is ``count - 1`` loads the tile's sum
+    in `layout`, stores it as `out_dtype` into `out` (C, (m, n)), stores zeros back into the
+    sum and zeroes the counter, both ready for the next launch. The parts' adds land in no
+    fixed order, so the sum is not the same bits launch to launch (`add_parts_last` is the
+    deterministic form)."""
+    ticket = b.atomic_add(counters, [tile])
+    with b.if_(ticket.eq(count - 1)):
+        summed = b.load_global(total, list(origin), layout)
+        b.store_global(out, b.cast(summed, out_dtype), list(origin))
+        b.store_global(total, b.register_tensor(dtypes.f32, layout, 0.0), list(origin))
         zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
         b.store_global(counters, zero, [tile])
 

@@ -216,6 +216,41 @@ def store_expected(
     return expected.ravel()
 
 
+def combine_expected(
+    initial: np.ndarray, values: np.ndarray, dtype: DataType, padding: int
+) -> np.ndarray:
+    """The output codes after a combining store (``combine="add"``) adds `values` (m, n), one
+    add per element, into rows of n + padding elements of codes `initial`: the sum in float64
+    rounded once to the type (float64 keeps enough bits that this is the correctly rounded
+    sum), a NaN the positive quiet NaN, f32 subnormals of either operand and of the result
+    flushed to zero of their sign; i32 wrapping."""
+    m, n = values.shape
+    expected = initial.copy().reshape(m, n + padding)
+    before = dtype.decode(expected[:, :n])
+    if not dtype.is_float:
+        total = (before.astype(np.int64) + values.astype(np.int64) + 2**31) % 2**32 - 2**31
+        expected[:, :n] = dtype.encode(total).astype(np.int64)
+        return expected.ravel()
+
+    def flushed(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if dtype != dtypes.f32:
+            return x
+        tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+        return np.where(tiny, np.copysign(0.0, x), x)
+
+    with np.errstate(all="ignore"):
+        total = flushed(flushed(before) + flushed(values))
+    codes = dtype.encode(total).astype(np.int64)
+    if dtype == dtypes.f32:  # a sum rounded up or down into the subnormals is flushed too
+        codes = dtype.encode(flushed(dtype.decode(codes))).astype(np.int64)
+    positive_nan = int(dtype.encode(np.array([np.nan], dtype=np.float32))[0]) & ~(
+        1 << (dtype.nbits - 1)
+    )
+    expected[:, :n] = np.where(np.isnan(total), positive_nan, codes)
+    return expected.ravel()
+
+
 def draw_threads(draw: Callable[..., Any]) -> int:
     return draw(st.sampled_from((4, 8, 32, 64)))
 

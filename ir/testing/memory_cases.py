@@ -2,7 +2,8 @@
 round trips through shared memory (with `copy_async`), and tiles handed from one thread group to
 another through shared memory. An elementwise chain may be a link of a
 chain of kernels (`ProgramBuilder.programmatic_launch`, its first load before `wait_prior_grid`,
-and the next link let start at entry or before the store, `launch_dependents`)."""
+and the next link let start at entry or before the store, `launch_dependents`); its store into
+a type added in memory may be a combining store (``combine="add"``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ir.elementwise import (
     round_values,
     to_values,
 )
-from ir.instructions import PREFETCH_LEVELS
+from ir.instructions import COMBINE_DTYPES, PREFETCH_LEVELS
 from ir.program import Program
 from ir.testing.cases import (
     CASE_DTYPES,
@@ -32,6 +33,7 @@ from ir.testing.cases import (
     CHAIN_INT_BINARY,
     ProgramCase,
     chain_constant,
+    combine_expected,
     draw_constants,
     draw_threads,
     grid_and_tensor,
@@ -51,7 +53,8 @@ _COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 @st.composite
 def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
     """A masked elementwise chain over random dtypes and layouts, x's tile maybe prefetched
-    first (see the module docstring)."""
+    first, its result stored or, into i32, f16, bf16 or f32, maybe added (see the module
+    docstring)."""
     num_threads = draw_threads(draw)
     layout = draw(register_layouts(num_threads, 2))
     dtype = draw(st.sampled_from(CASE_DTYPES))
@@ -140,8 +143,13 @@ def elementwise_cases(draw: Callable[..., Any]) -> ProgramCase:
         out_view = b.global_view(out, out_dtype, GlobalLayout((rows, cols), (cols + padding, 1)))
         if signal:
             b.launch_dependents()
-        b.store_global(out_view, current, origin)
-    expected = store_expected(out_initial, value, out_dtype, padding)
+        # Into a type added in memory, the store may add instead (one add per element).
+        combine = out_dtype.name in COMBINE_DTYPES and draw(st.booleans())
+        b.store_global(out_view, current, origin, combine="add" if combine else None)
+        if combine:
+            names.append("combine:add")
+    ending = combine_expected if combine else store_expected
+    expected = ending(out_initial, value, out_dtype, padding)
     arguments = (
         m,
         n,

@@ -135,6 +135,21 @@ def ordered_sum(partials: list[np.ndarray]) -> np.ndarray:
     return total.astype(np.float16)
 
 
+def combined_sum(partials: list[np.ndarray]) -> np.ndarray:
+    """f16 of the parts added into a zero f32 sum one after another as a combining store adds
+    them (``red.global.add.f32``: subnormal operands and results flushed to zero of their
+    sign), in the interpreter's order, the parts' order."""
+
+    def flushed(x: np.ndarray) -> np.ndarray:
+        tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+        return np.where(tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+    total = np.zeros_like(partials[0], dtype=np.float32)
+    for partial in partials:
+        total = flushed(flushed(total) + flushed(partial.astype(np.float32)))
+    return total.astype(np.float16)
+
+
 def with_tail(size: int, dtype: type) -> np.ndarray:
     """A flat output buffer of `size` elements and `TAIL` more, all `SENTINEL`."""
     return np.full(size + TAIL, SENTINEL, dtype=dtype)
@@ -228,18 +243,23 @@ def check_stream_k_program(
     `shape` of `dtype` codes in the interpreter: each (block_m, block_n) tile of C must be, bit
     for bit, the f32 sums in k order of its parts (`stream_k_parts`; each scaled per group
     with the configuration's ``late_scale``, where it has one), added in order and rounded
-    once; nothing past C or past the workspace's slots written, the counters left zero."""
+    once (with ``combine_parts``, added into one zero sum as `combined_sum` adds them, which
+    is then stored back as zeros); nothing past C or past the workspace's slots written, the
+    counters left zero."""
     m, n, k = shape
     problem = make_problem(dtype, group_size, m, n, k, seed)
     packed, _ = pack_weights(problem.codes, dtype)
     assert [p.name for p in program.params][-3:] == ["partial", "counters", "c"]
     # The prefill programs keep whole tiles' parts (`PrefillTile.partial_shape`), the decode
     # program (slots, m, n).
-    size = slots * m * n
+    combined = getattr(config, "combine_parts", False)
+    size = (1 if combined else slots) * m * n
     if isinstance(config, PrefillTile):
         assert config.partial_slots(m, n, k) == slots
         size = math.prod(config.partial_shape(m, n, k))
     partial = with_tail(size, np.float32)
+    if combined:  # one sum, zero before the launch
+        partial[:size] = 0
     counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
     c = with_tail(m * n, np.float16)
     arguments = [problem.a, packed, pack_scales(problem.scales), partial, counters, c]
@@ -247,6 +267,8 @@ def check_stream_k_program(
     np.testing.assert_array_equal(partial[size:], SENTINEL)
     np.testing.assert_array_equal(counters, 0)
     np.testing.assert_array_equal(c[m * n :], SENTINEL)
+    if combined:  # left zero for the next launch
+        np.testing.assert_array_equal(partial[:size].view(np.uint32), 0)
     out = c[: m * n].reshape(m, n)
     values = dtype.decode(problem.codes).astype(np.float16)
     tiles_n, bm, bn, bk = n // config.block_n, config.block_m, config.block_n, config.block_k
@@ -265,10 +287,9 @@ def check_stream_k_program(
             else:
                 (part,) = sequential_partials(a, problem.dequantized[ks, cols], 1)
             parts.append(part)
+        total = combined_sum(parts) if combined and len(parts) > 1 else ordered_sum(parts)
         np.testing.assert_array_equal(
-            out[rows, cols].view(np.uint16),
-            ordered_sum(parts).view(np.uint16),
-            err_msg=f"tile {tile}",
+            out[rows, cols].view(np.uint16), total.view(np.uint16), err_msg=f"tile {tile}"
         )
 
 

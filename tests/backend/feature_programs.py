@@ -1,7 +1,7 @@
 """Feature programs of the backend's tests: each written to exercise one part of the lowering
 (copies, swizzles, reductions, replicated operands, views, integer ops, shared bytes, control
-flow, transcendentals, tensor cores, fast casts, thread groups, prefetches), with random inputs
-and a grid.
+flow, transcendentals, tensor cores, fast casts, thread groups, prefetches, combining stores),
+with random inputs and a grid.
 
 Not a test module: test_lower_emulated.py loads it by path and runs every program under the CPU
 emulation, and the GPU tests run them on the device (both through `FEATURES` there).
@@ -860,6 +860,66 @@ def _prefetches(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("prefetches", b.program(), arguments, (2,))
 
 
+COMBINE_EDGE_CODES = {
+    # Codes whose one add gives the same bits in any order: subnormals (f32 flushes them to
+    # zero of their sign, f16 and bf16 keep them), signed zeros, infinities, NaNs of both
+    # signs, the smallest normal, one.
+    dtypes.f32: (
+        *(0x00000001, 0x80000001, 0x007FFFFF, 0x80000000, 0x7F800000),
+        *(0xFF800000, 0x7FC00001, 0xFFC00000, 0x00800000, 0x3F800000),
+    ),
+    dtypes.f16: (0x0001, 0x8001, 0x03FF, 0x8000, 0x7C00, 0xFC00, 0x7E01, 0xFE00, 0x0400, 0x3C00),
+    dtypes.bf16: (0x0001, 0x8001, 0x007F, 0x8000, 0x7F80, 0xFF80, 0x7FC1, 0xFFC0, 0x0080, 0x3F80),
+}
+"""Per float type of `_combining_stores`, the codes it adds once to one another."""
+
+
+def _combining_stores(rng: np.random.Generator) -> FeatureCase:
+    """`store_global(..., combine="add")` from four blocks of 64 threads, for i32, f32, f16 and
+    bf16, in ways whose results are the same bits in any order of the adds: every block adds
+    its row of x into one row `sum` through a layout replicated twice (each element added
+    once; i32 codes at random, which wrap, floats small integers, whose sums are exact); each
+    block adds its row of y into its own row of `own`, once (the floats' rows hold the codes
+    of `COMBINE_EDGE_CODES` on both sides); and every element of i32's x added into one
+    element, `total`, through a view of stride 0."""
+    blocks, width, threads = 4, 128, 64
+    replicated = (spatial(1, threads // 2) * replicate(2)).local(1, 2 * width // threads)
+    dense = spatial(1, threads).local(1, width // threads)
+    rows = GlobalLayout((blocks, width), (width, 1))
+    arguments: list[Any] = []
+    with ProgramBuilder("combining_stores", threads) as b:
+        b.grid(blocks)
+        for dtype in (dtypes.i32, dtypes.f32, dtypes.f16, dtypes.bf16):
+            x, y, total_row, own = (
+                b.array_param(f"{name}_{dtype.name}", dtype) for name in ("x", "y", "sum", "own")
+            )
+            x_view = b.global_view(x, dtype, rows)
+            row = b.load_global(x_view, [b.block_x, 0], replicated)
+            row_view = b.global_view(total_row, dtype, GlobalLayout((1, width), (width, 1)))
+            b.store_global(row_view, row, [0, 0], combine="add")
+            mine = b.load_global(b.global_view(y, dtype, rows), [b.block_x, 0], dense)
+            b.store_global(b.global_view(own, dtype, rows), mine, [b.block_x, 0], combine="add")
+            if dtype == dtypes.i32:
+                every = b.load_global(x_view, [b.block_x, 0], dense)
+                one = b.global_view(
+                    b.array_param("total_i32", dtype), dtype, GlobalLayout((1, width), (0, 0))
+                )
+                b.store_global(one, every, [0, 0], combine="add")
+                codes = [_random_codes(rng, dtype, n) for n in (blocks * width,) * 2 + (width,)]
+                codes.append(_random_codes(rng, dtype, blocks * width))
+                codes.append(_random_codes(rng, dtype, 1))
+            else:
+                edges = np.resize(COMBINE_EDGE_CODES[dtype], blocks * width)
+                y_codes = _random_codes(rng, dtype, blocks * width)
+                y_codes[::2] = edges[::2]
+                own_codes = _random_codes(rng, dtype, blocks * width)
+                own_codes[::3] = np.resize(edges[::-1], own_codes[::3].size)
+                small = [rng.integers(-8, 9, n).astype(np.float32) for n in (blocks * width, width)]
+                codes = [dtype.encode(small[0]), y_codes, dtype.encode(small[1]), own_codes]
+            arguments += [dtypes.pack(c, dtype) for c in codes]
+    return FeatureCase("combining_stores", b.program(), tuple(arguments), (blocks,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -887,5 +947,6 @@ def feature_cases() -> list[FeatureCase]:
         _group_tickets,
         _paired_half_casts,
         _prefetches,
+        _combining_stores,
     )
     return [make(rng) for make in makers]

@@ -311,6 +311,20 @@ DECODE_CASES = [
             "late_trigger": True,
         },
     ),
+    # The parts added into one f32 sum by combining stores (red.global.add), split and
+    # stream-K: the GPU adds them in its own order, within the tensor-core tolerance.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {"units_k": 8, "late_scale": True, "weights_as_a": True, "split": 4, "combine_parts": True},
+    ),
+    (
+        dtypes.u3,
+        dtypes.bf16,
+        True,
+        {"warps": 2, "units_k": 2, "stream_k": 3, "combine_parts": True},
+    ),
     # The magic numbers' biases kept by the cast and taken out by a dot of their negation.
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "magic_bias": True}),
     (

@@ -76,6 +76,9 @@ CONFIGS = [
     # The weights prefetched into L2 a distance past the register ring, and the shared ring.
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=2, prefetch_distance=3),
     DequantConfig(warps=2, units_k=2, stages=3, prefetch_distance=4),
+    # The parts added into one f32 sum by combining stores, in the GPU's order.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=4, combine_parts=True),
+    DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, combine_parts=True),
 ]
 GROUP_SIZE = 128
 
@@ -149,6 +152,22 @@ def _relaunch_failures(label, kernel, device_args, out, counters, grid) -> list[
     return failures
 
 
+def _combined_failures(label, kernel, device_args, out, partial, counters, grid) -> list[str]:
+    """What is wrong after a launch whose parts were added into one sum by combining stores:
+    the sum and the counters must be reset to 0, and a second launch (adding in its own
+    order) must give C within an f16 ulp or two of the first."""
+    torch = _torch()
+    failures = [f"{label}: counters not reset"] if counters.count_nonzero().item() else []
+    if partial.count_nonzero().item():
+        failures.append(f"{label}: the combined sum not reset")
+    again = torch.zeros_like(out)
+    kernel(*device_args, again, grid=grid)
+    torch.cuda.synchronize()
+    if not torch.allclose(again.float(), out.float(), rtol=2e-3, atol=1e-3):
+        failures.append(f"{label}: a second launch differs beyond the adds' order")
+    return failures
+
+
 def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> None:
     torch = _torch()
     count = max(len(WEIGHT_TYPES), len(CONFIGS))
@@ -194,6 +213,11 @@ def test_register_dequant_matmul_matches_the_interpreter_for_every_type() -> Non
             failures.append(f"{weight} {config}: relative error {error:.2e}")
             continue
         if split == 1 and not stream:
+            continue
+        if config.combine_parts:
+            failures += _combined_failures(
+                f"{weight} {config}", kernel, device_args, out, partial, counters, grid
+            )
             continue
         if stream:
             failures += _relaunch_failures(

@@ -1,19 +1,20 @@
 """Generated kernels run on the CPU under a CUDA emulation, against the reference interpreter.
 
-No GPU is needed: the kernel source of `backend.lower` is compiled as C++ by g++ together with
-a small shim that plays the CUDA runtime: every CUDA thread of a block is an OS thread,
-``__syncthreads`` a `std::barrier` of the block (a thread group's named barrier one of the
-group's threads), ``__shfl_sync`` an exchange through a barrier of
-the warp, atomics GCC's atomic builtins, shared memory one static buffer per kernel, and the
-``cp.async`` helpers (inline PTX, `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, a
-prefetch (`cuda_codegen.PREFETCH_SOURCE`) a read of the byte it names, and the
-four primitives of the fast conversions (`backend.fast_conversions`, inline PTX too) exact host
-functions. The float intrinsics (``__fadd_rn`` ...) are the host's IEEE float32 operations, as
-NumPy's. The tensor-core helpers are warp-collective host functions (exchanging operands through the
-warp's barrier): ``ldmatrix`` and ``stmatrix`` as the PTX ISA defines them, ``mma.sync`` m16n8k16 as
-the IR's `dot` (products added in k order in float32), so a tensor-core kernel - the decode kernels
-of the GPU differential run - matches the interpreter bit for bit here, where the GPU's tensor core
-matches it within its own rounding.
+No GPU is needed: the kernel source of `backend.lower` is compiled as C++ by g++ together with a
+small shim that plays the CUDA runtime: every CUDA thread of a block is an OS thread,
+``__syncthreads`` a `std::barrier` of the block (a thread group's named barrier one of the group's
+threads), ``__shfl_sync`` an exchange through a barrier of the warp, atomics GCC's atomic builtins,
+shared memory one static buffer per kernel, and the ``cp.async`` helpers (inline PTX,
+`cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, a prefetch (`cuda_codegen.PREFETCH_SOURCE`) a
+read of the byte it names, a combining store's add (`cuda_codegen.COMBINE_SOURCE`) a
+compare-and-swap loop that rounds as the device does, and the four primitives of the fast
+conversions (`backend.fast_conversions`, inline PTX too) exact host functions. The float intrinsics
+(``__fadd_rn`` ...) are the host's IEEE float32 operations, as NumPy's. The tensor-core helpers are
+warp-collective host functions (exchanging operands through the warp's barrier): ``ldmatrix`` and
+``stmatrix`` as the PTX ISA defines them, ``mma.sync`` m16n8k16 as the IR's `dot` (products added
+in k order in float32), so a tensor-core kernel - the decode kernels of the GPU differential run -
+matches the interpreter bit for bit here, where the GPU's tensor core matches it within its own
+rounding.
 
 This checks the logic of the generated code (addresses, vectors and their packing, masks,
 sub-byte atomics, replica stores, reductions in the interpreter's order, the SIMT dot, casts and
@@ -41,6 +42,7 @@ from hypothesis import HealthCheck, given, settings
 from backend.compile import lower_memoised
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
+    COMBINE_SOURCE,
     GROUP_BARRIER_SOURCE,
     PLAIN_LAUNCH_SOURCE,
     PREFETCH_SOURCE,
@@ -420,6 +422,47 @@ static inline void la_prefetch_l2_bits(const unsigned char* base, long long bit)
 }
 """
 
+COMBINE_EMULATION = r"""
+/* A combining store's add: a compare-and-swap loop on the element, rounding as the device's
+   red.global.add does (f32 flushing subnormal inputs and results to zero of their sign; f16
+   and bf16 through the kernel's own correctly rounded adds). */
+static inline float la_flush_subnormal(float value)
+{
+    return fabsf(value) < 1.17549435e-38f ? copysignf(0.0f, value) : value;
+}
+static inline void la_red_add_i32(la_u32* element, la_u32 code)
+{
+    __atomic_fetch_add(element, code, __ATOMIC_SEQ_CST);
+}
+static inline void la_red_add_f32(la_u32* element, la_u32 code)
+{
+    la_u32 seen = __atomic_load_n(element, __ATOMIC_SEQ_CST), next;
+    do {
+        const float sum = la_flush_subnormal(la_bits_to_float(seen))
+                          + la_flush_subnormal(la_bits_to_float(code));
+        next = la_float_to_bits(la_arithmetic_nan(la_flush_subnormal(sum)));
+    } while (!__atomic_compare_exchange_n(element, &seen, next, false, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_SEQ_CST));
+}
+static inline void la_red_add_half(unsigned short* element, la_u32 code,
+                                   la_u32 (*add)(la_u32, la_u32))
+{
+    unsigned short seen = __atomic_load_n(element, __ATOMIC_SEQ_CST), next;
+    do {
+        next = (unsigned short)add(seen, code);
+    } while (!__atomic_compare_exchange_n(element, &seen, next, false, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_SEQ_CST));
+}
+static inline void la_red_add_f16(unsigned short* element, la_u32 code)
+{
+    la_red_add_half(element, code, la_hadd_f16);
+}
+static inline void la_red_add_bf16(unsigned short* element, la_u32 code)
+{
+    la_red_add_half(element, code, la_hadd_bf16);
+}
+"""
+
 STMATRIX_EMULATION = r"""
 /* ---- stmatrix on the host: lane 8m + r gives row r of matrix m; register m of lane l goes
    to row l / 4, columns 2 (l % 4) and + 1 (.trans: rows 2 (l % 4) and + 1 of column l / 4) ---- */
@@ -489,6 +532,7 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
         source = source.replace(TENSOR_CORE_SOURCE.strip("\n"), TENSOR_CORE_EMULATION)
         source = source.replace(STMATRIX_SOURCE.strip("\n"), STMATRIX_EMULATION)
         source = source.replace(PREFETCH_SOURCE.strip("\n"), PREFETCH_EMULATION)
+        source = source.replace(COMBINE_SOURCE.strip("\n"), COMBINE_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)
         source = source.replace(FAST_CONVERSION_PRIMITIVES.strip("\n"), FAST_CONVERSION_EMULATION)

@@ -50,6 +50,7 @@ from ir.testing.quantized_problems import (
     SENTINEL,
     TAIL,
     check_stream_k_program,
+    combined_sum,
     late_scaled_partials,
     magic_bias_tile,
     make_problem,
@@ -100,17 +101,29 @@ def run_dequant(
     else:
         partials = sequential_partials(problem.a, problem.dequantized, split)
     if fused:
-        partial = with_tail(split * m * n, np.float32)
+        slots = 1 if config.combine_parts else split
+        partial = with_tail(slots * m * n, np.float32)
+        if config.combine_parts:  # one sum, zero before the launch
+            partial[: m * n] = 0
         counters = np.zeros(config.tiles(m, n) + TAIL, dtype=np.int32)
         c = with_tail(m * n, np.float16)
         arguments = [problem.a, packed, scales, partial, counters, c]
         run_reference(program, m, n, k, *arguments, grid=config.grid(m, n))
-        np.testing.assert_array_equal(partial[split * m * n :], SENTINEL)
-        got = partial[: split * m * n].reshape(split, m, n)
-        np.testing.assert_array_equal(got.view(np.uint32), np.stack(partials).view(np.uint32))
+        np.testing.assert_array_equal(partial[slots * m * n :], SENTINEL)
         np.testing.assert_array_equal(counters, 0)
         np.testing.assert_array_equal(c[m * n :], SENTINEL)
         out = c[: m * n].reshape(m, n)
+        if config.combine_parts:  # added in block order (z last), then left zero
+            np.testing.assert_array_equal(partial[: m * n].view(np.uint32), 0)
+            np.testing.assert_array_equal(
+                out.view(np.uint16), combined_sum(partials).view(np.uint16)
+            )
+        else:
+            got = partial[: split * m * n].reshape(split, m, n)
+            np.testing.assert_array_equal(got.view(np.uint32), np.stack(partials).view(np.uint32))
+            np.testing.assert_array_equal(
+                out.view(np.uint16), ordered_sum(partials).view(np.uint16)
+            )
     else:
         c = with_tail(split * m * n, np.float32 if split > 1 else np.float16)
         run_reference(program, m, n, k, problem.a, packed, scales, c, grid=config.grid(m, n))
@@ -121,7 +134,7 @@ def run_dequant(
             out = run_split_k_sum(got.reshape(split, m * n)).reshape(m, n)
         else:
             out = c[: m * n].reshape(m, n)
-    np.testing.assert_array_equal(out.view(np.uint16), ordered_sum(partials).view(np.uint16))
+        np.testing.assert_array_equal(out.view(np.uint16), ordered_sum(partials).view(np.uint16))
     # The formula is the product: f16 rounding of each weight and of the output, f32 sums.
     weights = dtype.decode(problem.codes).astype(np.float64)
     scales = np.repeat(problem.scales.astype(np.float64), group_size, axis=0)[:k]
@@ -382,6 +395,28 @@ CASES = [
     (dtypes.u3, 64, DequantConfig(warps=1, stages=3, prefetch_distance=5), 17, 1, 4),
     (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, prefetch_distance=2), 2, 1, 3),
     (dtypes.i4, 64, DequantConfig(warps=1, stream_k=3, prefetch_distance=2), 5, 2, 3),
+    # The parts added into one sum by combining stores: a split of the register ring, the
+    # weights as A with two row blocks and the biases kept, a shared ring, stream-K.
+    (dtypes.i4, 64, DequantConfig(warps=1, split=4, combine_parts=True), 3, 2, 2),
+    (
+        dtypes.u2,
+        64,
+        DequantConfig(
+            warps=1,
+            units_k=4,
+            split=2,
+            late_scale=True,
+            magic_bias=True,
+            weights_as_a=True,
+            units_m=2,
+            combine_parts=True,
+        ),
+        11,
+        2,
+        2,
+    ),
+    (dtypes.u3, 64, DequantConfig(warps=1, stages=3, split=2, combine_parts=True), 17, 1, 3),
+    (dtypes.i8, 64, DequantConfig(warps=1, stream_k=3, combine_parts=True), 5, 2, 3),
 ]
 
 
@@ -495,6 +530,8 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
+    if config.fused_sum and (config.split > 1 or stream_k):  # one sum by combining stores
+        config = replace(config, combine_parts=draw(st.booleans()))
     dtype = draw(st.sampled_from(F16_WEIGHT_DTYPES))
     # The biases kept (not with stream-K, whose check here has no biases).
     if config.late_scale and not stream_k and dtypes.magic_bias_error(dtype, dtypes.f16) is None:
@@ -634,6 +671,19 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (
             DequantConfig(stages=3, refill_in_place=True),
             "refill_in_place=True with stages=3, depth=1",
+        ),
+        (DequantConfig(split=2, combine_parts=0), "combine_parts=0; expected True or False"),
+        (
+            DequantConfig(combine_parts=True),
+            "combine_parts=True with split=1, stream_k=0 and fused_sum=True; the parts are",
+        ),
+        (
+            DequantConfig(split=2, fused_sum=False, combine_parts=True),
+            "combine_parts=True with split=2, stream_k=0 and fused_sum=False",
+        ),
+        (
+            DequantConfig(split=2, combine_parts=True, prefetch_parts=True),
+            "combine_parts=True with prefetch_parts=True; the combined parts are one sum",
         ),
     ],
     ids=str,
