@@ -71,7 +71,13 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
 For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (21 to 188 at
-M = 1 and 16).
+M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
+point of the 8-row tiling of one row block whose parts a fused sum adds (split or stream-K) is
+also offered with `combine_parts` (the parts added into one sum by combining stores, in no fixed
+order): measured on an H100 it was 0.3 to 2.5 us faster at 8 of 9 such points at M = 1 (i2, i3,
+i8 at the three layers that split 4 to 16) and slower at 8 of 9 at M = 16, where a block adds
+16 rows and the tiling is another; by default every candidate gives the same bits launch to
+launch.
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
     matmul = DecodeMatmul.tuned(problem, m=1)           # or DecodeMatmul(problem, config)
@@ -381,6 +387,7 @@ class DecodeMatmul:
         workers: int | None = None,
         progress: bool | TextIO = True,
         compact: bool = False,
+        deterministic: bool = True,
     ) -> DecodeMatmul:
         """The operation with the configuration the autotuner picks for `m`'s bucket (tuned at
         the bucket's smallest batch), fitted to `m` by `fit_rows`.
@@ -390,8 +397,9 @@ class DecodeMatmul:
         torch), `arch` to its architecture; give all three (and a `measure`) to tune without
         torch or a GPU. `store` is the record store (default: the kernel cache directory's),
         `cache` the CUBIN cache, `workers` the compile pool size, `progress` as
-        `backend.autotune.autotune`, `compact` as `decode_search_space`. Raises `TuningError`
-        when no candidate can be measured.
+        `backend.autotune.autotune`, `compact` and `deterministic` as `decode_search_space`
+        (a space of its own, so a record of its own). Raises `TuningError` when no candidate
+        can be measured.
         """
         bucket = m_bucket(m)
         if gpu_name is None or sm_count is None:
@@ -411,6 +419,7 @@ class DecodeMatmul:
             activation_dtype=problem.activation_dtype,
             zero_points=problem.zero_points,
             compact=compact,
+            deterministic=deterministic,
         )
 
         def construct(params: dict[str, Scalar]) -> DecodePrograms:
@@ -671,10 +680,13 @@ def decode_search_space(
     compact: bool = False,
     activation_dtype: DataType = dtypes.f16,
     zero_points: bool = False,
+    deterministic: bool = True,
 ) -> list[DequantConfig]:
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
     fixed order (row tiling, warps, units_k, split, depth, late_scale); see the module
-    docstring for the byte model.
+    docstring for the byte model. ``deterministic=False`` adds the `combine_parts` twins of
+    the one-block 8-row tiling's split and stream-K points (results then vary in their last
+    bits from launch to launch).
 
     `compact` keeps, of those, the points of the last row tiling with 4 warps (or the warp
     count N allows), depth 1 and the late scale where the k-tile is the group: the k-tile
@@ -704,6 +716,7 @@ def decode_search_space(
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
         # The late-scale points' twins with the biases kept: one 8-row block.
         one_block = biased and weights_as_a and units_m == 1
+        combined = not deterministic and not compact and weights_as_a and units_m == 1
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
                 blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
@@ -733,9 +746,12 @@ def decode_search_space(
                                 weights_as_a=weights_as_a,
                                 units_m=units_m,
                             )
-                            space.append(point)
+                            twins = [point]
                             if late and not compact and one_block:
-                                space.append(replace(point, magic_bias=True))
+                                twins.append(replace(point, magic_bias=True))
+                            space += twins
+                            if combined and split > 1:
+                                space += [replace(t, combine_parts=True) for t in twins]
                     if ring:
                         space.append(
                             DequantConfig(
@@ -756,18 +772,19 @@ def decode_search_space(
                 resident = max(1, RESIDENT_WARPS // warps)
                 wave = sm_count * resident
                 if not compact and blocks % wave and k // (UNIT_K * units_k) >= 2:
-                    space.append(
-                        DequantConfig(
-                            warps=warps,
-                            units_n=1,
-                            units_k=units_k,
-                            late_scale=lates[-1],
-                            weights_as_a=weights_as_a,
-                            units_m=units_m,
-                            min_blocks_per_sm=resident,
-                            stream_k=wave,
-                        )
+                    streamed = DequantConfig(
+                        warps=warps,
+                        units_n=1,
+                        units_k=units_k,
+                        late_scale=lates[-1],
+                        weights_as_a=weights_as_a,
+                        units_m=units_m,
+                        min_blocks_per_sm=resident,
+                        stream_k=wave,
                     )
+                    space.append(streamed)
+                    if combined:
+                        space.append(replace(streamed, combine_parts=True))
     return space
 
 

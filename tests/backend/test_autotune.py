@@ -435,6 +435,25 @@ def test_magic_bias_twins_where_the_biased_cast_is_cheaper(
     assert not any(c.magic_bias for c in sixteen if not c.weights_as_a or c.units_m > 1)
 
 
+@pytest.mark.parametrize("weight", ["i2", "i3", "i4", "i8", "f4e2m1"])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_combined_parts_only_when_results_may_vary(weight: str, m: int) -> None:
+    """By default no candidate adds its parts in a varying order; with deterministic=False,
+    each split or stream-K point of the one-block 8-row tiling (batches below 8) comes again
+    with `combine_parts`, and every such twin builds a valid program."""
+    dtype = dtypes.from_name(weight)
+    fixed = decode_search_space(dtype, 28672, 8192, m)
+    assert not any(c.combine_parts for c in fixed)
+    varying = decode_search_space(dtype, 28672, 8192, m, deterministic=False)
+    twins = [c for c in varying if c.combine_parts]
+    parted = [c for c in fixed if (c.split > 1 or c.stream_k) and c.weights_as_a and c.units_m == 1]
+    assert twins == [replace(c, combine_parts=True) for c in parted]
+    assert [c for c in varying if not c.combine_parts] == fixed
+    assert (len(twins) > 0) is (m < 8)
+    for twin in twins:
+        register_dequant_matmul(dtype, 128, twin)
+
+
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
 @pytest.mark.parametrize("m", [1, 8, 16, 256])
 def test_refill_in_place_is_a_field_not_a_candidate(weight: str, m: int) -> None:
