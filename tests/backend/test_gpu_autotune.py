@@ -5,7 +5,8 @@
   operation's result against torch ``a @ dequantized``; a second tuning from the warm record
   store gives the same configuration and times nothing;
 - `DecodeMatmul` with split-k and without, for i4 and i8 in f16, and with bf16 activations and
-  zero points, against torch;
+  zero points, against torch (the split's parts added into one sum by combining stores too,
+  over calls of growing and shrinking batches, which reuse the sum every launch leaves zero);
 - its argument checks (`LaunchError` naming the argument) and `out=`;
 - `backend.timing`: the flush buffer's size and reuse, and a median that grows with the work.
 """
@@ -88,8 +89,19 @@ def _sm_count() -> int:
         DequantConfig(warps=4, units_k=4, split=4, depth=2),
         DequantConfig(warps=2, units_k=2, split=2),
         DequantConfig(warps=2, units_k=2, split=2, fused_sum=False),
+        DequantConfig(warps=4, units_k=4, split=4, combine_parts=True),
+        DequantConfig(
+            warps=2, units_k=8, split=2, late_scale=True, weights_as_a=True, combine_parts=True
+        ),
     ],
-    ids=["split1", "split4", "split2", "split2-two-launches"],
+    ids=[
+        "split1",
+        "split4",
+        "split2",
+        "split2-two-launches",
+        "split4-combined",
+        "split2-combined-as-a",
+    ],
 )
 def test_decode_matmul_matches_torch(weight: str, config: DequantConfig) -> None:
     _torch()
