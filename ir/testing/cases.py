@@ -216,6 +216,15 @@ def store_expected(
     return expected.ravel()
 
 
+def flush_f32_subnormals(values: np.ndarray) -> np.ndarray:
+    """`values` (float32 or float64) with every one below f32's smallest normal in magnitude,
+    zero aside, replaced by a zero of its sign: what the GPU's f32 add in global memory does
+    to its operands and result."""
+    values = np.asarray(values)
+    tiny = (values != 0) & (np.abs(values) < np.finfo(np.float32).tiny)
+    return np.where(tiny, np.copysign(0.0, values), values).astype(values.dtype)
+
+
 def combine_expected(
     initial: np.ndarray, values: np.ndarray, dtype: DataType, padding: int
 ) -> np.ndarray:
@@ -234,10 +243,7 @@ def combine_expected(
 
     def flushed(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
-        if dtype != dtypes.f32:
-            return x
-        tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
-        return np.where(tiny, np.copysign(0.0, x), x)
+        return flush_f32_subnormals(x) if dtype == dtypes.f32 else x
 
     with np.errstate(all="ignore"):
         total = flushed(flushed(before) + flushed(values))

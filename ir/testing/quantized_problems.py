@@ -31,7 +31,7 @@ from ir.elementwise import fused_multiply_add
 from ir.examples.packed_prefill import PrefillTile
 from ir.examples.packed_weights import pack_scales, pack_weights
 from ir.program import Program
-from ir.testing.cases import code_bit_offsets
+from ir.testing.cases import code_bit_offsets, flush_f32_subnormals
 
 
 def exact_in_f16(dtype: DataType) -> bool:
@@ -139,14 +139,10 @@ def combined_sum(partials: list[np.ndarray]) -> np.ndarray:
     """f16 of the parts added into a zero f32 sum one after another as a combining store adds
     them (``red.global.add.f32``: subnormal operands and results flushed to zero of their
     sign), in the interpreter's order, the parts' order."""
-
-    def flushed(x: np.ndarray) -> np.ndarray:
-        tiny = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
-        return np.where(tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
-
     total = np.zeros_like(partials[0], dtype=np.float32)
     for partial in partials:
-        total = flushed(flushed(total) + flushed(partial.astype(np.float32)))
+        addend = flush_f32_subnormals(partial.astype(np.float32))
+        total = flush_f32_subnormals(flush_f32_subnormals(total) + addend)
     return total.astype(np.float16)
 
 

@@ -2,8 +2,8 @@
 
 The claims of the u4 quantized matmul are a literal table, each verdict cross-checked by brute
 force over its (thread, register) domain; a store through an overlapping global layout is
-refuted and its counterexample re-evaluated here; stores without an access map of their tile
-make no claim; the progress callback and the errors of invalid arguments.
+refuted and its counterexample re-evaluated here; stores without an access map of their tile,
+and combining stores, make no claim; the progress callback and the errors of invalid arguments.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ def _holds_by_brute_force(claim: LayoutClaim) -> bool:
     return len(np.unique(offsets)) == offsets.size
 
 
-def _store_program(store_layout: GlobalLayout) -> Program:
-    """Load an 8 x 8 f16 tile with `spatial(8, 4).local(1, 2)` and store it through
-    `store_layout`."""
+def _store_program(store_layout: GlobalLayout, combine: str | None = None) -> Program:
+    """Load an 8 x 8 f16 tile with `spatial(8, 4).local(1, 2)` and store it (or, with
+    `combine`, add it) through `store_layout`."""
     with ProgramBuilder("store_tile", 32) as b:
         x = b.array_param("x", dtypes.f16)
         y = b.array_param("y", dtypes.f16)
         source = b.global_view(x, dtypes.f16, GlobalLayout((8, 8), (8, 1)))
         tile = b.load_global(source, [0, 0], spatial(8, 4).local(1, 2))
-        b.store_global(b.global_view(y, dtypes.f16, store_layout), tile, [0, 0])
+        b.store_global(b.global_view(y, dtypes.f16, store_layout), tile, [0, 0], combine)
     return b.program()
 
 
@@ -108,6 +108,15 @@ def test_same_store_through_row_major_layout_is_proved() -> None:
 
 
 # ------------------------------------------------------------------------------ no claim made
+
+
+def test_a_combining_store_through_overlapping_layout_makes_no_claim() -> None:
+    """Adding through the overlapping layout refuted above is what a combining store is for
+    (each element added once, wherever two meet): no injectivity claim."""
+    program = _store_program(GlobalLayout((8, 8), (4, 1)), combine="add")
+    report = check_program_layouts(program, **LIMITS)
+    assert [claim.kind for claim, _ in report.results] == ["in_bounds"]
+    assert report.holds is True
 
 
 def test_store_of_part_of_a_shared_tensor_makes_no_claim() -> None:
