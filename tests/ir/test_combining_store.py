@@ -171,6 +171,8 @@ def test_the_printer_shows_the_combine():
     ("dtype", "combine", "message"),
     [
         (dtypes.f32, "max", r"combine='max'; expected None \(a plain store\) or one of \('add',\)"),
+        (dtypes.i32, 1, r"combine=1; expected None \(a plain store\) or one of \('add',\)"),
+        (dtypes.f16, "ADD", r"combine='ADD'; expected None \(a plain store\) or one of"),
         (
             dtypes.u8,
             "add",
