@@ -20,7 +20,8 @@ the registers and run on the threads the IR asks for. The checks, per access:
   order (the lane expressions of `backend.cuda_codegen` and the register words of
   `backend.lower.registers`, whose bit layout the emulation and GPU tests pin);
 - "guard": the access sits inside ``if (GUARD) {`` with the recorded guard, or under no guard
-  when the access has none;
+  when the access has none (its own mask's ``if`` is not a guard, even where it tests the
+  thread index alone);
 - "mask": a masked access sits inside ``if (MASK) {`` or uses ``(MASK ? `` on its line.
 
 A kernel lowered with ``hoist_invariants`` prints some block-invariant values as variables
@@ -157,10 +158,15 @@ def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str |
 
 
 def check_guard(access: Access, source: PrintedSource, lines: Sequence[int]) -> str | None:
-    """None when some line of the access runs under exactly its recorded guard."""
+    """None when some line of the access runs under exactly its recorded guard. The access's
+    own bounds check (its mask, which `check_mask` checks) is not a guard, even where it tests
+    the thread index alone (a tensor of constant shape)."""
     wanted = None if access.guard is None else f"if ({source.c(access.guard)})"
+    mask = None if access.mask is None else f"if ({source.c(access.mask)})"
     for index in lines:
-        guards = [h for h in source.headers(index) if h == wanted or _is_replica_guard(h)]
+        guards = [
+            h for h in source.headers(index) if h == wanted or (h != mask and _is_replica_guard(h))
+        ]
         if (wanted is None and not guards) or (wanted is not None and wanted in guards):
             return None
     where = "under no replica guard" if wanted is None else f"inside `{wanted}`"

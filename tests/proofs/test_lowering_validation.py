@@ -117,6 +117,21 @@ def test_program_with_constants_lowering_validates(arch: str | None) -> None:
     _assert_proved(validate_lowering(lowered, rlimit=RLIMIT))
 
 
+@pytest.mark.parametrize("dtype", [dtypes.u1, dtypes.u8])
+def test_a_bounds_check_on_the_thread_alone_is_not_a_replica_guard(dtype) -> None:
+    """32 threads store a (32, 1) tile into a tensor of one element: each store's bounds check,
+    ``if (la_thread < 1)``, tests the thread index alone, like a replica guard, but it is the
+    access's mask, so the store (which has no replica guard) is proved. A random program
+    found the false refusal."""
+    with ProgramBuilder("one_element", 32) as b:
+        x = b.global_view(b.array_param("x", dtype), dtype, GlobalLayout((32, 1), (1, 1)))
+        y = b.global_view(b.array_param("y", dtype), dtype, GlobalLayout((1, 1), (1, 1)))
+        b.store_global(y, b.load_global(x, [0, 0], spatial(32, 1)), [0, 0])
+    kernel = lower(b.program())
+    assert "if (la_thread < 1) {" in kernel.source
+    _assert_proved(validate_lowering(kernel, rlimit=RLIMIT))
+
+
 # -------------------------------------------------------------------------------- mutations
 
 
