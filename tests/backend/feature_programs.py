@@ -879,9 +879,10 @@ def _combining_stores(rng: np.random.Generator) -> FeatureCase:
     bf16, in ways whose results are the same bits in any order of the adds: every block adds
     its row of x into one row `sum` through a layout replicated twice (each element added
     once; i32 codes at random, which wrap, floats small integers, whose sums are exact); each
-    block adds its row of y into its own row of `own`, once (the floats' rows hold the codes
-    of `COMBINE_EDGE_CODES` on both sides); and every element of i32's x added into one
-    element, `total`, through a view of stride 0."""
+    block adds its row of y into its own row of `own`, once (for the floats, every third
+    element of `own` one of the codes of `COMBINE_EDGE_CODES`, every other element of y one of
+    half of them: positive subnormals, infinity and NaN, the smallest normal); and every
+    element of i32's x added into one element, `total`, through a view of stride 0."""
     blocks, width, threads = 4, 128, 64
     replicated = (spatial(1, threads // 2) * replicate(2)).local(1, 2 * width // threads)
     dense = spatial(1, threads).local(1, width // threads)
