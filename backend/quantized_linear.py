@@ -21,7 +21,9 @@ is ``x @ dequantize() + bias``, computed by:
   `backend.decode_matmul.DecodeMatmul`, the register-dequant kernel, tuned by
   `backend.autotune` for M's bucket (`m_bucket`), or of the configuration pinned by
   `set_decode_config`, built lazily, one per (M bucket, dtype, device), and kept on the module
-  (`decode_ops`);
+  (`decode_ops`); by default among configurations that give the same bits every call,
+  after `set_deterministic(False)` also among those whose split sums add in no fixed order
+  (`DequantConfig.combine_parts`, faster at a few rows);
 - CUDA, 64 < M <= `BATCH_MAX_ROWS` = 4096: `backend.batch_matmul.BatchMatmul`, the fastest
   of dequantize-then-matmul (the weight expanded by the tile program
   `ir.examples.dequantize_weights`, then cuBLAS) and the prefill kernel
@@ -417,6 +419,7 @@ class QuantizedLinear(torch.nn.Module):
         self._batch_ops: dict[tuple[int, torch.dtype, torch.device], Any] = {}
         self._dequantize_kernels: dict[tuple[torch.dtype, torch.device], Any] = {}
         self.decode_config: DequantConfig | None = None
+        self.deterministic = True
 
     @property
     def weight_format(self) -> WeightFormat:
@@ -454,6 +457,18 @@ class QuantizedLinear(torch.nn.Module):
                 f"QuantizedLinear: decode config {config!r}; expected a DequantConfig or None"
             )
         self.decode_config = config
+        self._decode_ops.clear()
+
+    def set_deterministic(self, deterministic: bool) -> None:
+        """Whether the decode kernel's tuning keeps to configurations that give the same bits
+        on every call (True, the default) or may also pick those that add a split's parts in
+        no fixed order (`DecodeMatmul.tuned(..., deterministic=False)`); forgets the decode
+        operations built so far. Raises VerificationError for anything but a bool."""
+        if not isinstance(deterministic, bool):
+            raise VerificationError(
+                f"QuantizedLinear: deterministic={deterministic!r}; expected True or False"
+            )
+        self.deterministic = deterministic
         self._decode_ops.clear()
 
     # Construction.
@@ -792,7 +807,9 @@ class QuantizedLinear(torch.nn.Module):
                 problem = self.decode_problem(dtype)
                 if self.decode_config is None:
                     # Tuned once per M bucket; each M gets the choice fitted to its rows.
-                    operation = DecodeMatmul.tuned(problem, m, progress=False)
+                    operation = DecodeMatmul.tuned(
+                        problem, m, progress=False, deterministic=self.deterministic
+                    )
                 else:
                     operation = DecodeMatmul(problem, self.decode_config)
                 self._decode_ops[key] = operation

@@ -6,6 +6,8 @@
   u4 with zero points, in f16 and bf16 (bf16 where `register_dequant_matmul` takes an
   activation dtype), against ``x @ dequantize() + bias``; and every path of
   `backend.batch_matmul.BATCH_PATHS` on its own.
+- `forward` with the decode kernel's split parts added into one sum by combining stores, over
+  calls of growing and shrinking batches.
 - `dequantize` on the GPU (the `ir.examples.dequantize_weights` kernel) equals `dequantize` on
   the CPU and torch's on the GPU (`dequantize_with_torch`) bit for bit, in f16 and bf16.
 - Which path runs: decode operations are built once per (M bucket, dtype, device) for M <= 64
@@ -96,6 +98,27 @@ def test_forward_matches_x_at_dequantize(weight_dtype: DataType, act: torch.dtyp
     expected = torch.matmul(x.float(), weights) + module.bias.float()
     error = float((out.float() - expected).abs().max()) / float(expected.abs().max())
     assert error < TOLERANCE[act], f"{weight_dtype} {act} m={m}: relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("m", [1, 6, 3])
+def test_forward_with_the_combined_split_sum_matches_x_at_dequantize(m: int) -> None:
+    """The decode kernel pinned to a split whose parts are added into one sum by combining
+    stores (`DequantConfig.combine_parts`), called with growing and shrinking batches: each
+    call reuses the sum the call before left zero."""
+    module = _cached_layer(dtypes.i4, torch.float16)
+    module.set_decode_config(
+        DequantConfig(
+            warps=2, units_k=8, split=4, late_scale=True, weights_as_a=True, combine_parts=True
+        )
+    )
+    for rows in (m, 2 * m, m):
+        x = _activations((rows, IN_FEATURES), torch.float16, seed=rows)
+        out = module(x)
+        torch.cuda.synchronize()
+        weights = module.dequantize(torch.float16).float()
+        expected = torch.matmul(x.float(), weights) + module.bias.float()
+        error = float((out.float() - expected).abs().max()) / float(expected.abs().max())
+        assert error < TOLERANCE[torch.float16], f"m={rows}: relative error {error:.2e}"
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=str)

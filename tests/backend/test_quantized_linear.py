@@ -541,6 +541,40 @@ def test_wrong_input_shape_is_refused(shape: tuple[int, ...]) -> None:
         module(torch.zeros(shape, dtype=torch.float16))
 
 
+def test_the_deterministic_switch_is_checked_and_forgets_the_decode_ops() -> None:
+    module = QuantizedLinear(128, 128, dtypes.i4)
+    assert module.deterministic is True
+    with pytest.raises(VerificationError, match="deterministic=1; expected True or False"):
+        module.set_deterministic(1)
+    module._decode_ops[(1, None, None)] = object()  # as a built operation would be kept
+    module.set_deterministic(False)
+    assert module.deterministic is False and module.decode_ops == {}
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_the_decode_tuning_takes_the_switch(monkeypatch, deterministic: bool) -> None:
+    """The decode path tunes with the module's switch (the tuning and the kernel stood in
+    for: no GPU needed) and keeps the operation per (M, dtype, device)."""
+    import contextlib
+
+    from backend import decode_matmul
+
+    asked = []
+
+    def tuned(problem, m, **options):
+        asked.append((m, options))
+        return lambda rows, *rest: torch.zeros((rows.shape[0], problem.n), dtype=rows.dtype)
+
+    monkeypatch.setattr(decode_matmul.DecodeMatmul, "tuned", staticmethod(tuned))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    module = QuantizedLinear(128, 128, dtypes.i4)
+    module.set_deterministic(deterministic)
+    rows = torch.zeros((3, 128), dtype=torch.float16)
+    module._decode(rows)
+    module._decode(rows)
+    assert asked == [(3, {"progress": False, "deterministic": deterministic})]
+
+
 def test_bad_decode_config_is_refused() -> None:
     module = QuantizedLinear(64, 64, dtypes.i4, 32)
     message = r"decode config \{'warps': 4\}; expected a DequantConfig or None"
