@@ -544,20 +544,14 @@ class BlockInterpreter(InstructionVisitor[None]):
         rounded into `dst`'s type; f32 adds flush subnormal inputs and results to zero of their
         sign."""
         dtype = dst.dtype
-        tile_keys = np.unique(coords, axis=0, return_inverse=True)[1].ravel()
-        primary = np.sort(np.unique(tile_keys, return_index=True)[1])
+        primary = np.sort(np.unique(coords, axis=0, return_index=True)[1])
         elements, codes = elements[primary], codes[primary]
-        # Adds to one element run in turns: the r-th contribution to each element in turn r.
-        element_order = np.argsort(elements, kind="stable")
-        sorted_elements = elements[element_order]
-        starts = np.flatnonzero(
-            np.concatenate([[True], sorted_elements[1:] != sorted_elements[:-1]])
-        )
-        turn = np.arange(sorted_elements.size) - np.repeat(
-            starts, np.diff(np.append(starts, sorted_elements.size))
-        )
-        for r in range(int(turn.max(initial=-1)) + 1):
-            pick = element_order[turn == r]
+        # Adds to one element run in turns: each turn adds the first contribution left to
+        # each element.
+        left = np.arange(elements.size)
+        while left.size:
+            first = np.unique(elements[left], return_index=True)[1]
+            pick, left = left[first], np.delete(left, first)
             targets = elements[pick]
             current = to_values(dtype, bitstream.read(stream, targets, dtype.nbits))
             addends = to_values(dtype, codes[pick])

@@ -456,16 +456,18 @@ class MemoryLowering(LoweringContext):
         width: int,
         masked: bool,
         base: ElementBase | None = None,
+        combine: str | None = None,
     ) -> None:
         """Store registers first .. first + width - 1 of `src` one by one (skipped out of
-        bounds), through `base` when given."""
+        bounds), through `base` when given; with `combine`, add them (`store_element`)."""
         masks = [
             tile.inside(self.thread, i, 1) if masked else None for i in range(first, first + width)
         ]
-        self.note_elements("store", tile, width, masks)
+        self.note_elements("store" if combine is None else "combine", tile, width, masks)
         for i, mask in zip(range(first, first + width), masks):
             if mask is None or not is_false(mask):
-                self.store_element(pointer, tile, i, self.element(src, i), mask, base)
+                code = self.element(src, i)
+                self.store_element(pointer, tile, i, code, mask, base, combine)
 
     def note_elements(self, verb: str, tile: Tile, width: int, masks: list[Expr | None]) -> None:
         """Note `width` element moves: native ones (whole 1-, 2- or 4-byte elements, each
@@ -654,12 +656,8 @@ class MemoryLowering(LoweringContext):
         helper = f"la_red_add_{src.dtype.name}"
         with self.primary_replica(src.layout):
             base = self.element_base(pointer, tile)
-            for i in range(tile.register.local_size):
-                mask = tile.inside(self.thread, i, 1)
-                if mask is None or not is_false(mask):
-                    self.note(f"combine {tile.element_bits // 8} B")
-                    code = self.element(src, i)
-                    self.store_element(pointer, tile, i, code, mask, base, combine=helper)
+            size = tile.register.local_size
+            self.store_elements(src, pointer, tile, 0, size, True, base, combine=helper)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         """Every thread fences its stores and the block (in a thread group, the group) syncs;

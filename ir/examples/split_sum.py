@@ -24,7 +24,8 @@ accumulator's layout, a piece of its registers at a time (`part_pieces`), and st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ir import dtypes
@@ -52,6 +53,21 @@ def sum_layout(block_m: int, block_n: int, threads: int) -> RegisterLayout:
     return local(block_m // 2, 1).spatial(2, threads // 2).local(1, columns)
 
 
+@contextmanager
+def last_of_tile(
+    b: ProgramBuilder, counters: GlobalTensor, tile: Any, count: Any
+) -> Iterator[None]:
+    """Take a ticket on ``counters[tile]`` (`ProgramBuilder.atomic_add`: the stores before it
+    are visible to the blocks whose tickets come later); the body runs in the block whose
+    ticket is ``count - 1``, the last of the tile's `count` parts, which then zeroes the
+    counter, ready for the next launch."""
+    ticket = b.atomic_add(counters, [tile])
+    with b.if_(ticket.eq(count - 1)):
+        yield
+        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
+        b.store_global(counters, zero, [tile])
+
+
 def add_parts_last(
     b: ProgramBuilder,
     *,
@@ -73,8 +89,7 @@ def add_parts_last(
     into L1 (`prefetch_global`), all at once, meant to spare the loop adding them one at a
     time a round trip to L2 per part (measured slower in the decode kernel:
     `DequantConfig.prefetch_parts`)."""
-    ticket = b.atomic_add(counters, [tile])
-    with b.if_(ticket.eq(count - 1)):
+    with last_of_tile(b, counters, tile, count):
         if prefetch:
             with b.for_range(1, count) as part:
                 b.prefetch_global(parts, [part, *origin], layout.unsqueeze(0))
@@ -84,8 +99,6 @@ def add_parts_last(
             b.assign(total, b.add(total, term))
         total = b.view(total, dtypes.f32, layout)
         b.store_global(out, b.cast(total, out_dtype), list(origin))
-        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
-        b.store_global(counters, zero, [tile])
 
 
 def add_parts_combined(
@@ -107,13 +120,10 @@ def add_parts_combined(
     sum and zeroes the counter, both ready for the next launch. The parts' adds land in no
     fixed order, so the sum is not the same bits launch to launch (`add_parts_last` is the
     deterministic form)."""
-    ticket = b.atomic_add(counters, [tile])
-    with b.if_(ticket.eq(count - 1)):
+    with last_of_tile(b, counters, tile, count):
         summed = b.load_global(total, list(origin), layout)
         b.store_global(out, b.cast(summed, out_dtype), list(origin))
         b.store_global(total, b.register_tensor(dtypes.f32, layout, 0.0), list(origin))
-        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
-        b.store_global(counters, zero, [tile])
 
 
 def part_order(registers: int, threads: int) -> RegisterLayout:
@@ -192,13 +202,10 @@ def add_parts_in_fragments(
     pieces, piece = part_pieces(layout)
     vectors = registers // pieces // SUM_VECTOR
     order = part_order(registers // pieces, threads).unsqueeze(0).unsqueeze(0)
-    ticket = b.atomic_add(counters, [tile])
-    with b.if_(ticket.eq(count - 1)):
+    with last_of_tile(b, counters, tile, count):
         for i in range(pieces):
             total = b.load_global(parts, [0, tile, i * vectors, 0, 0], order)
             with b.for_range(1, count) as part:
                 term = b.load_global(parts, [part, tile, i * vectors, 0, 0], order)
                 b.assign(total, b.add(total, term))
             store(b.view(total, dtypes.f32, piece), i)
-        zero = b.register_tensor(dtypes.i32, replicate(b.threads).reshape(1), 0)
-        b.store_global(counters, zero, [tile])
