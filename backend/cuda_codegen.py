@@ -272,7 +272,7 @@ or ``prefetch.global.L2`` per address, whole-byte elements and vectors by their 
 sub-byte elements by the byte holding their first bit."""
 
 
-COMBINE_SOURCE = r"""
+_SCALAR_COMBINE_SOURCE = r"""
 /* ---- combining stores (`store_global(..., combine="add")`; see backend/cuda_codegen.py) ---- */
 
 /* Add the element `code` to the element at `element` in global memory, atomically (a `red`:
@@ -311,9 +311,84 @@ static __device__ __forceinline__ void la_red_add_bf16(unsigned short* element, 
 #endif
 }
 """
+
+
+VECTOR_COMBINE_DTYPES = ("f32", "f16", "bf16")
+"""The types whose combining stores add a run of elements with one vector ``red.global.add``
+(sm_90; the 32-bit integers have no vector form)."""
+VECTOR_COMBINE_WIDTHS = {"f32": (2, 4), "f16": (2, 4, 8), "bf16": (2, 4, 8)}
+"""The run lengths (elements, 8 to 16 bytes; 4 for a pair of halves) of each type's vector
+adds."""
+
+
+def vector_combine_helper(dtype: str, width: int) -> str:
+    """The C name of the helper that adds `width` consecutive `dtype` elements at once."""
+    if width not in VECTOR_COMBINE_WIDTHS.get(dtype, ()):
+        raise ValueError(f"no vector combining add of {width} {dtype} elements")
+    return f"la_red_add_{dtype}_v{width}"
+
+
+def _vector_combine_function(dtype: str, width: int) -> str:
+    """C text of `vector_combine_helper(dtype, width)`: the run's 32-bit words (a pair of
+    halves a word, the lower half first) added by one ``red.global.add`` with a vector operand
+    from sm_90 (or a packed one for a single pair of halves); before sm_90 by the packed f16
+    pair's red word by word, or the single elements' helpers in order (f32, bf16)."""
+    words = width if dtype == "f32" else width // 2
+    names = [f"w{q}" for q in range(words)]
+    if dtype == "f32":
+        form = f"v{width}.f32"
+        operands = [f'"f"(la_bits_to_float({name}))' for name in names]
+        fallback = [f"la_red_add_f32((la_u32*)address + {q}, w{q});" for q in range(words)]
+    else:
+        form = f"noftz.{dtype}x2" if words == 1 else f"noftz.v{words}.{dtype}x2"
+        operands = [f'"r"({name})' for name in names]
+        if dtype == "f16":
+            fallback = [f"la_red_add_f16_v2((la_u32*)address + {q}, w{q});" for q in range(words)]
+        else:
+            fallback = [
+                f"la_red_add_bf16((unsigned short*)address + {2 * q + h}, w{q}"
+                + (" & 0xffffu);" if h == 0 else " >> 16);")
+                for q in range(words)
+                for h in range(2)
+            ]
+    registers = ", ".join(f"%{q + 1}" for q in range(words))
+    vector = registers if words == 1 else "{" + registers + "}"
+    red = [
+        f'    asm volatile("red.global.add.{form} [%0], {vector};\\n"',
+        f'                 ::"l"(address), {", ".join(operands)}',
+        '                 : "memory");',
+    ]
+    parameters = ", ".join(f"la_u32 {name}" for name in names)
+    lines = [
+        f"static __device__ __forceinline__ void {vector_combine_helper(dtype, width)}("
+        f"void* address, {parameters})",
+        "{",
+    ]
+    if dtype == "f16" and words == 1:
+        lines += red  # the packed f16 pair's red exists from sm_60
+    else:
+        lines += ["#if __CUDA_ARCH__ >= 900", *red, "#else"]
+        lines += [f"    {line}" for line in fallback]
+        lines.append("#endif")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+COMBINE_SOURCE = (
+    _SCALAR_COMBINE_SOURCE
+    + "\n/* Add a run of consecutive elements, their 32-bit words in order, atomically element by\n"
+    "   element: one vector red from sm_90 (f32 flushing as above). */\n"
+    + "\n\n".join(
+        _vector_combine_function(dtype, width)
+        for dtype in VECTOR_COMBINE_DTYPES
+        for width in VECTOR_COMBINE_WIDTHS[dtype]
+    )
+    + "\n"
+)
 """The helpers of a combining `store_global`, in a kernel that has one: one inline PTX
 ``red.global.add`` per element (``.u32`` for i32, whose wrapping add is the same bits; bf16 from
-sm_90, a compare-and-swap loop before)."""
+sm_90, a compare-and-swap loop before), and one per run of f32, f16 or bf16 elements
+(`vector_combine_helper`)."""
 
 
 ASYNC_COPY_SOURCE = r"""

@@ -450,6 +450,10 @@ def _unproved_text(access: Access, source: PrintedSource | str | None) -> tuple[
     instruction = access.instruction
     if isinstance(instruction, (LoadGlobal, LoadShared)):
         lanes = check_lanes(access, printed, lines, instruction.out.name, loads=True)
+    elif isinstance(instruction, StoreGlobal) and instruction.combine is not None:
+        lanes = check_lanes(
+            access, printed, lines, instruction.src.name, loads=False, combines=True
+        )
     elif isinstance(instruction, (StoreGlobal, StoreShared)):
         lanes = check_lanes(access, printed, lines, instruction.src.name, loads=False)
     else:

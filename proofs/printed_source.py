@@ -193,14 +193,21 @@ def check_mask(access: Access, source: PrintedSource, lines: Sequence[int]) -> s
 
 
 def check_lanes(
-    access: Access, source: PrintedSource, lines: Sequence[int], register: str, loads: bool
+    access: Access,
+    source: PrintedSource,
+    lines: Sequence[int],
+    register: str,
+    loads: bool,
+    combines: bool = False,
 ) -> str | None:
     """None when the vector's lanes move registers ``local_index ..`` of `register` in order.
 
-    `loads`: a vector load into `register` (else a store from it). A register tensor holds its
-    thread's bitstream in 32-bit words (`backend.lower.registers`): a vector that starts on a
-    word moves whole words (word ``local_index * b / 32 + q`` is the vector's word q), any other
-    one writes or reads each element's bits.
+    `loads`: a vector load into `register` (else a store from it; with `combines`, a combining
+    store's vector add, which passes its words as the arguments after the address of a
+    ``la_red_add_`` helper). A register tensor holds its thread's bitstream in 32-bit words
+    (`backend.lower.registers`): a vector that starts on a word moves whole words (word
+    ``local_index * b / 32 + q`` is the vector's word q), any other one writes or reads each
+    element's bits.
     """
     if access.width == 1:
         return None
@@ -229,6 +236,12 @@ def check_lanes(
             nearby = {text.strip() for text in source.lines[index + 1 : index + 1 + len(wanted)]}
             if wanted <= nearby:
                 return None
+            continue
+        if combines:
+            words = [f"{register}[{first_bit // 32 + q}]" for q in range(vector_bytes // 4)]
+            if whole_words and line.startswith("la_red_add_"):
+                if line.endswith(f", {', '.join(words)});"):
+                    return None
             continue
         if whole_words:
             words = [f"{register}[{first_bit // 32 + q}]" for q in range(vector_bytes // 4)]

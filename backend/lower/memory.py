@@ -18,9 +18,11 @@ import numpy as np
 
 from backend.bulk_copy import TMA_FENCE_MARK, arrives_per_warp, unit_stride_order
 from backend.cuda_codegen import (
+    VECTOR_COMBINE_DTYPES,
     VECTOR_TYPES,
     pack_expression,
     unpack_expressions,
+    vector_combine_helper,
 )
 from backend.lower.context import (
     RESERVED_PREFIX,
@@ -432,12 +434,21 @@ class MemoryLowering(LoweringContext):
         first: int,
         width: int,
         mask: Expr | None,
+        combines: bool = False,
     ) -> None:
-        """Store registers first .. first + width - 1 of `src` with one vector access."""
+        """Store registers first .. first + width - 1 of `src` with one vector access; with
+        `combines`, add them with one vector add (``la_red_add_{type}_v{width}``,
+        `COMBINE_SOURCE`), its 32-bit words in order."""
         address, vector_bytes = self.recorded_vector(tile, first, width, mask)
+        bit = first * tile.element_bits
+        if combines:
+            self.note(f"combine {vector_bytes} B")
+            words = ", ".join(self.word(src, bit // 32 + q) for q in range(vector_bytes // 4))
+            helper = vector_combine_helper(src.dtype.name, width)
+            self.out.line(f"{helper}({pointer} + ({address}), {words});")
+            return
         self.note(f"store {vector_bytes} B")
         kind = VECTOR_TYPES[vector_bytes]
-        bit = first * tile.element_bits
         if vector_bytes >= 4 and bit % 32 == 0:
             # Whole words of the register tensor: stored as they are.
             words = [self.word(src, bit // 32 + q) for q in range(vector_bytes // 4)]
@@ -549,19 +560,31 @@ class MemoryLowering(LoweringContext):
         )
 
     def store_tile(
-        self, src: RegisterTensor, pointer: str, tile: Tile, width: int, masked: bool
+        self,
+        src: RegisterTensor,
+        pointer: str,
+        tile: Tile,
+        width: int,
+        masked: bool,
+        combine: str | None = None,
     ) -> None:
         """Store every register of `src` into a tile, as `load_tile` loads; only the primary
         replica stores. Element by element in global memory, through one base pointer of the
-        thread's tile (`element_base`)."""
+        thread's tile (`element_base`). With `combine` (the C helper of a combining store's
+        type), add instead (`store_vector`'s vector adds, `combine` element by element)."""
+        combines = combine is not None
         with self.primary_replica(src.layout):
             base = self.element_base(pointer, tile) if width == 1 else None
             self.vector_runs(
                 tile,
                 width,
                 masked,
-                lambda first, mask: self.store_vector(src, pointer, tile, first, width, mask),
-                lambda first: self.store_elements(src, pointer, tile, first, width, masked, base),
+                lambda first, mask: self.store_vector(
+                    src, pointer, tile, first, width, mask, combines
+                ),
+                lambda first: self.store_elements(
+                    src, pointer, tile, first, width, masked, base, combine
+                ),
                 outside=lambda first: None,
             )
 
@@ -643,21 +666,23 @@ class MemoryLowering(LoweringContext):
     def visit_store_global(self, instruction: instructions.StoreGlobal) -> None:
         dst, src = instruction.dst, instruction.src
         tile = self.register_tile(dst, src.layout, instruction.offsets, "dst")
+        width = self.global_width(tile, dst)
         if instruction.combine is not None:
-            self.combine_tile(src, dst.name, tile)
+            self.combine_tile(src, dst.name, tile, width)
             return
-        self.store_tile(src, dst.name, tile, self.global_width(tile, dst), masked=True)
+        self.store_tile(src, dst.name, tile, width, masked=True)
 
-    def combine_tile(self, src: RegisterTensor, pointer: str, tile: Tile) -> None:
-        """A combining store (``combine="add"``): the primary replica of each element adds it
-        with one ``red.global.add`` (`COMBINE_SOURCE`'s helper for the type), element by
-        element through the thread's base pointer where the layout allows, each under its
-        bounds check; every address recorded as a store's."""
-        helper = f"la_red_add_{src.dtype.name}"
-        with self.primary_replica(src.layout):
-            base = self.element_base(pointer, tile)
-            size = tile.register.local_size
-            self.store_elements(src, pointer, tile, 0, size, True, base, combine=helper)
+    def combine_tile(self, src: RegisterTensor, pointer: str, tile: Tile, width: int) -> None:
+        """A combining store (``combine="add"``): the primary replica of each element adds it,
+        atomically, through `COMBINE_SOURCE`'s helpers for the type. f32, f16 and bf16 add runs
+        of `width` registers (the store's vector width, at most 16 bytes) with one vector
+        ``red.global.add`` each where a run lies inside the tensor; i32, which has no vector
+        form, and the runs at an edge add element by element, through the thread's base
+        pointer where the layout allows, each under its bounds check. Every address is
+        recorded as a store's."""
+        if src.dtype.name not in VECTOR_COMBINE_DTYPES:
+            width = 1
+        self.store_tile(src, pointer, tile, width, True, combine=f"la_red_add_{src.dtype.name}")
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         """Every thread fences its stores and the block (in a thread group, the group) syncs;

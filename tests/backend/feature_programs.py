@@ -877,14 +877,15 @@ COMBINE_EDGE_CODES = {
 def _combining_stores(rng: np.random.Generator) -> FeatureCase:
     """`store_global(..., combine="add")` from four blocks of 64 threads, for i32, f32, f16 and
     bf16, in ways whose results are the same bits in any order of the adds: every block adds
-    its row of x into one row `sum` through a layout replicated twice (each element added
-    once; i32 codes at random, which wrap, floats small integers, whose sums are exact); each
-    block adds its row of y into its own row of `own`, once (for the floats, every third
+    its row of x into one row `sum` through a layout replicated four times (each element added
+    once; i32 codes at random, which wrap, floats small integers, whose sums are exact), eight
+    consecutive elements a thread (the floats' 16-byte vector adds); each block adds its row of
+    y into its own row of `own`, once, two elements a thread (for the floats, every third
     element of `own` one of the codes of `COMBINE_EDGE_CODES`, every other element of y one of
     half of them: positive subnormals, infinity and NaN, the smallest normal); and every
     element of i32's x added into one element, `total`, through a view of stride 0."""
     blocks, width, threads = 4, 128, 64
-    replicated = (spatial(1, threads // 2) * replicate(2)).local(1, 2 * width // threads)
+    replicated = (spatial(1, threads // 4) * replicate(4)).local(1, 4 * width // threads)
     dense = spatial(1, threads).local(1, width // threads)
     rows = GlobalLayout((blocks, width), (width, 1))
     arguments: list[Any] = []

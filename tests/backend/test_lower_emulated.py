@@ -48,6 +48,8 @@ from backend.cuda_codegen import (
     PREFETCH_SOURCE,
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
+    VECTOR_COMBINE_WIDTHS,
+    vector_combine_helper,
 )
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
 from backend.kernel import KernelArrayParam
@@ -461,7 +463,47 @@ static inline void la_red_add_bf16(unsigned short* element, la_u32 code)
 {
     la_red_add_half(element, code, la_hadd_bf16);
 }
+/* A vector add is its elements' adds, in order, each atomic on its own. */
+template <typename... Words>
+static inline void la_red_add_f32_run(void* address, Words... words)
+{
+    const la_u32 codes[] = {words...};
+    for (unsigned q = 0; q < sizeof...(words); ++q) la_red_add_f32((la_u32*)address + q, codes[q]);
+}
+template <typename... Words>
+static inline void la_red_add_half_run(void* address, void (*add)(unsigned short*, la_u32),
+                                       Words... words)
+{
+    const la_u32 pairs[] = {words...};
+    for (unsigned q = 0; q < sizeof...(words); ++q) {
+        add((unsigned short*)address + 2 * q, pairs[q] & 0xffffu);
+        add((unsigned short*)address + 2 * q + 1, pairs[q] >> 16);
+    }
+}
 """
+
+
+def _vector_combine_emulation() -> str:
+    """The host's `vector_combine_helper` of each type and width, by the runs above."""
+    functions = []
+    for dtype, widths in VECTOR_COMBINE_WIDTHS.items():
+        for width in widths:
+            words = width if dtype == "f32" else width // 2
+            parameters = ", ".join(f"la_u32 w{q}" for q in range(words))
+            arguments = ", ".join(f"w{q}" for q in range(words))
+            run = (
+                f"la_red_add_f32_run(address, {arguments})"
+                if dtype == "f32"
+                else f"la_red_add_half_run(address, la_red_add_{dtype}, {arguments})"
+            )
+            functions.append(
+                f"static inline void {vector_combine_helper(dtype, width)}(void* address, "
+                f"{parameters})\n{{\n    {run};\n}}"
+            )
+    return "\n".join(functions) + "\n"
+
+
+COMBINE_EMULATION += _vector_combine_emulation()
 
 STMATRIX_EMULATION = r"""
 /* ---- stmatrix on the host: lane 8m + r gives row r of matrix m; register m of lane l goes
