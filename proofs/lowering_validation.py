@@ -47,6 +47,12 @@ possibly zero divisor, stays in integers.
 
 A counterexample from the solver is confirmed by evaluating both sides on ints before it is
 reported (holds False); an unconfirmed model, the resource limit or the timeout give holds None.
+Each access's query runs in a fresh Z3 context, so what it costs does not depend on the terms
+earlier queries left in a shared one: there, one query of a prefill kernel took under 5 million
+resource units or over 20 million depending on the process's hash seed (2 of 6 seeds failed a
+test at 20 million). Some dependence on the process's history remains (Z3 keeps its symbols
+for the whole process), so tests give their heaviest kernels a margin over what a query takes in
+a fresh process.
 
 The claims of the tensor-core plans a kernel uses (`backend.tensor_core`: the fragments an
 ``mma.sync`` computes, the addresses an ``ldmatrix`` reads) are proved too, each by
@@ -344,7 +350,7 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
     exprs = [in_block, *assumptions]
     exprs += [claim.printed for claim in claims] + [claim.expected for claim in claims]
     width = bitvector_width(exprs) if has_bitwise(exprs) else None
-    encoder = Encoder(width=width)
+    encoder = Encoder(ctx=z3.Context(), width=width)
     encoder.term(access.thread)  # a variable of every query: the counterexample's thread
     constraints = [encoder.truth(in_block)]
     violations = []
