@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 import z3
 
+from backend.cuda_codegen import vector_combine_helper
 from backend.lower import Access
 from backend.tensor_core import Claim
 from ir.instructions import (
@@ -457,9 +458,7 @@ def _unproved_text(access: Access, source: PrintedSource | str | None) -> tuple[
     if isinstance(instruction, (LoadGlobal, LoadShared)):
         lanes = check_lanes(access, printed, lines, instruction.out.name, loads=True)
     elif isinstance(instruction, StoreGlobal) and instruction.combine is not None:
-        lanes = check_lanes(
-            access, printed, lines, instruction.src.name, loads=False, combines=True
-        )
+        lanes = _combined_lanes(access, printed, lines, instruction)
     elif isinstance(instruction, (StoreGlobal, StoreShared)):
         lanes = check_lanes(access, printed, lines, instruction.src.name, loads=False)
     else:
@@ -467,6 +466,20 @@ def _unproved_text(access: Access, source: PrintedSource | str | None) -> tuple[
     if lanes is not None:
         return "lanes", lanes
     return None
+
+
+def _combined_lanes(
+    access: Access, printed: PrintedSource, lines: list[int], instruction: StoreGlobal
+) -> str | None:
+    """`check_lanes` of a combining store's access: a vector one must call the vector add of
+    its type and width."""
+    if access.width == 1:
+        return None
+    try:
+        helper = vector_combine_helper(instruction.src.dtype.name, access.width)
+    except ValueError as error:
+        return str(error)
+    return check_lanes(access, printed, lines, instruction.src.name, False, helper)
 
 
 def _confirmed(

@@ -198,13 +198,14 @@ def check_lanes(
     lines: Sequence[int],
     register: str,
     loads: bool,
-    combines: bool = False,
+    combine_helper: str | None = None,
 ) -> str | None:
     """None when the vector's lanes move registers ``local_index ..`` of `register` in order.
 
-    `loads`: a vector load into `register` (else a store from it; with `combines`, a combining
-    store's vector add, which passes its words as the arguments after the address of a
-    ``la_red_add_`` helper). A register tensor holds its thread's bitstream in 32-bit words
+    `loads`: a vector load into `register` (else a store from it; with `combine_helper`, a
+    combining store's vector add: a call of that helper, `backend.cuda_codegen.
+    vector_combine_helper` of the type and width, with the words as the arguments after the
+    address). A register tensor holds its thread's bitstream in 32-bit words
     (`backend.lower.registers`): a vector that starts on a word moves whole words (word
     ``local_index * b / 32 + q`` is the vector's word q), any other one writes or reads each
     element's bits.
@@ -237,9 +238,9 @@ def check_lanes(
             if wanted <= nearby:
                 return None
             continue
-        if combines:
+        if combine_helper is not None:
             words = [f"{register}[{first_bit // 32 + q}]" for q in range(vector_bytes // 4)]
-            if whole_words and line.startswith("la_red_add_"):
+            if whole_words and line.startswith(f"{combine_helper}("):
                 if line.endswith(f", {', '.join(words)});"):
                     return None
             continue
@@ -252,4 +253,6 @@ def check_lanes(
         if line.endswith(f" = {packed};"):
             return None
     what = "unpacks its lanes into" if loads else "packs in lane order"
+    if combine_helper is not None:
+        what = f"is a {combine_helper} of the words of"
     return f"no vector access {what} registers {register}[{first}] .. {register}[{last}]"

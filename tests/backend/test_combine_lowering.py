@@ -220,9 +220,21 @@ def test_a_vector_combine_is_proved() -> None:
         assert len(stores) == 1 + run and all(r.holds is True for r in stores)
 
 
-def test_a_vector_add_of_swapped_words_is_refused() -> None:
-    kernel = lower(_runs_program(dtypes.f32, 4))
-    access = [a for a in kernel.accesses if a.instruction.op == "store_global" and a.width == 4][0]
-    source = kernel.source.replace("r0[0], r0[1], r0[2], r0[3]);", "r0[1], r0[0], r0[2], r0[3]);")
-    result = validate_access(access, source, rlimit=RLIMIT)
+@pytest.mark.parametrize(
+    ("dtype", "run", "printed", "altered"),
+    [
+        # two words swapped
+        (dtypes.f32, 4, "r0[0], r0[1], r0[2], r0[3]);", "r0[1], r0[0], r0[2], r0[3]);"),
+        # the words in order, but to bf16's add where the tile is f16
+        (dtypes.f16, 8, "    la_red_add_f16_v8(g1 + ", "    la_red_add_bf16_v8(g1 + "),
+    ],
+)
+def test_a_wrong_vector_add_is_refused(
+    dtype: DataType, run: int, printed: str, altered: str
+) -> None:
+    kernel = lower(_runs_program(dtype, run))
+    access = [a for a in kernel.accesses if a.instruction.op == "store_global" and a.width == run]
+    source = kernel.source.replace(printed, altered)
+    assert source != kernel.source
+    result = validate_access(access[0], source, rlimit=RLIMIT)
     assert result.holds is False and result.counterexample["claim"] == "lanes"
