@@ -922,6 +922,35 @@ def _combining_stores(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("combining_stores", b.program(), tuple(arguments), (blocks,))
 
 
+COMBINING_RUNS = {dtypes.f32: 4, dtypes.f16: 8, dtypes.bf16: 8}
+"""Per type of `_combining_runs`, the elements of a thread's run: 16 bytes, one vector add."""
+
+
+def _combining_runs(rng: np.random.Generator) -> FeatureCase:
+    """Vector combining adds that meet the tensor's end: for each type of `COMBINING_RUNS`,
+    four blocks of 16 threads add their row of x into one row `sum` of n = 16 * run - 3
+    elements, a run of consecutive elements a thread. Inside the row a run is one vector add;
+    the last thread's run is added element by element, its three elements past n not at all
+    (the sum's buffer holds 16 * run elements: the last three must stay as they were). Small
+    integers, whose sums are exact in any order of the adds."""
+    blocks, threads = 4, 16
+    arguments: list[Any] = []
+    with ProgramBuilder("combining_runs", threads) as b:
+        b.grid(blocks)
+        for dtype, run in COMBINING_RUNS.items():
+            width = threads * run
+            n = b.int_param(f"n_{dtype.name}")
+            x = b.array_param(f"x_{dtype.name}", dtype)
+            total = b.array_param(f"sum_{dtype.name}", dtype)
+            rows = b.global_view(x, dtype, GlobalLayout((blocks, width), (width, 1)))
+            row = b.load_global(rows, [b.block_x, 0], spatial(1, threads).local(1, run))
+            view = b.global_view(total, dtype, GlobalLayout((1, n), (n, 1)))
+            b.store_global(view, row, [0, 0], combine="add")
+            small = [rng.integers(-8, 9, k).astype(np.float32) for k in (blocks * width, width)]
+            arguments += [width - 3, *(dtypes.pack(dtype.encode(v), dtype) for v in small)]
+    return FeatureCase("combining_runs", b.program(), tuple(arguments), (blocks,))
+
+
 def feature_cases() -> list[FeatureCase]:
     """Every feature program with fixed random inputs."""
     rng = np.random.default_rng(17)
@@ -950,5 +979,6 @@ def feature_cases() -> list[FeatureCase]:
         _paired_half_casts,
         _prefetches,
         _combining_stores,
+        _combining_runs,
     )
     return [make(rng) for make in makers]
