@@ -211,6 +211,9 @@ def test_the_vector_helpers_compile_to_one_red_a_run() -> None:
     assert forms == {"F32x2", "F32x4", "F16x2", "F16x4", "F16x8", "BF16x2", "BF16x4", "BF16x8"}
     assert all(".FTZ" in red for red in reds if ".F32" in red)
     assert not any(".FTZ" in red for red in reds if "F16" in red)
+    # The single halves at the row's end: no half REDG of one element, a CAS loop instead.
+    assert not any(re.search(r"ADD\.B?F16\.", red) for red in reds)
+    assert any("ATOMG.E.CAS" in str(i) for f in functions.values() for i in f.instructions)
 
 
 def test_a_vector_combine_is_proved() -> None:
