@@ -28,6 +28,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from ir.dtypes import DataType
+from ir.instructions import COMBINE_DTYPES
 
 VECTOR_TYPES: dict[int, str] = {
     1: "unsigned char",
@@ -321,15 +322,18 @@ VECTOR_COMBINE_WIDTHS = {"f32": (2, 4), "f16": (2, 4, 8), "bf16": (2, 4, 8)}
 adds."""
 
 
-def vector_combine_helper(dtype: str, width: int) -> str:
-    """The C name of the helper that adds `width` consecutive `dtype` elements at once."""
+def combine_helper(dtype: str, width: int = 1) -> str:
+    """The C name of the helper that adds one `dtype` element (`width` 1, any type of
+    `ir.instructions.COMBINE_DTYPES`) or a run of `width` consecutive ones at once."""
+    if width == 1 and dtype in COMBINE_DTYPES:
+        return f"la_red_add_{dtype}"
     if width not in VECTOR_COMBINE_WIDTHS.get(dtype, ()):
-        raise ValueError(f"no vector combining add of {width} {dtype} elements")
+        raise ValueError(f"no combining add of {width} {dtype} elements")
     return f"la_red_add_{dtype}_v{width}"
 
 
 def _vector_combine_function(dtype: str, width: int) -> str:
-    """C text of `vector_combine_helper(dtype, width)`: the run's 32-bit words (a pair of
+    """C text of `combine_helper(dtype, width)`: the run's 32-bit words (a pair of
     halves a word, the lower half first) added by one ``red.global.add`` with a vector operand
     from sm_90 (or a packed one for a single pair of halves); before sm_90 by the packed f16
     pair's red word by word, or the single elements' helpers in order (f32, bf16)."""
@@ -360,7 +364,7 @@ def _vector_combine_function(dtype: str, width: int) -> str:
     ]
     parameters = ", ".join(f"la_u32 {name}" for name in names)
     lines = [
-        f"static __device__ __forceinline__ void {vector_combine_helper(dtype, width)}("
+        f"static __device__ __forceinline__ void {combine_helper(dtype, width)}("
         f"void* address, {parameters})",
         "{",
     ]
@@ -388,7 +392,7 @@ COMBINE_SOURCE = (
 """The helpers of a combining `store_global`, in a kernel that has one: one inline PTX
 ``red.global.add`` per element (``.u32`` for i32, whose wrapping add is the same bits; bf16 from
 sm_90, a compare-and-swap loop before), and one per run of f32, f16 or bf16 elements
-(`vector_combine_helper`)."""
+(`combine_helper`)."""
 
 
 ASYNC_COPY_SOURCE = r"""

@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 import z3
 
-from backend.cuda_codegen import vector_combine_helper
+from backend.cuda_codegen import combine_helper
 from backend.lower import Access
 from backend.tensor_core import Claim
 from ir.instructions import (
@@ -473,10 +473,8 @@ def _combined_lanes(
 ) -> str | None:
     """`check_lanes` of a combining store's access: a vector one must call the vector add of
     its type and width."""
-    if access.width == 1:
-        return None
     try:
-        helper = vector_combine_helper(instruction.src.dtype.name, access.width)
+        helper = combine_helper(instruction.src.dtype.name, access.width)
     except ValueError as error:
         return str(error)
     return check_lanes(access, printed, lines, instruction.src.name, False, helper)

@@ -204,7 +204,7 @@ def check_lanes(
 
     `loads`: a vector load into `register` (else a store from it; with `combine_helper`, a
     combining store's vector add: a call of that helper, `backend.cuda_codegen.
-    vector_combine_helper` of the type and width, with the words as the arguments after the
+    combine_helper` of the type and width, with the words as the arguments after the
     address). A register tensor holds its thread's bitstream in 32-bit words
     (`backend.lower.registers`): a vector that starts on a word moves whole words (word
     ``local_index * b / 32 + q`` is the vector's word q), any other one writes or reads each

@@ -20,9 +20,9 @@ from backend.bulk_copy import TMA_FENCE_MARK, arrives_per_warp, unit_stride_orde
 from backend.cuda_codegen import (
     VECTOR_COMBINE_DTYPES,
     VECTOR_TYPES,
+    combine_helper,
     pack_expression,
     unpack_expressions,
-    vector_combine_helper,
 )
 from backend.lower.context import (
     RESERVED_PREFIX,
@@ -434,17 +434,17 @@ class MemoryLowering(LoweringContext):
         first: int,
         width: int,
         mask: Expr | None,
-        combines: bool = False,
+        combine: bool = False,
     ) -> None:
         """Store registers first .. first + width - 1 of `src` with one vector access; with
-        `combines`, add them with one vector add (``la_red_add_{type}_v{width}``,
-        `COMBINE_SOURCE`), its 32-bit words in order."""
+        `combine`, add them with one vector add (`combine_helper`, `COMBINE_SOURCE`), its
+        32-bit words in order."""
         address, vector_bytes = self.recorded_vector(tile, first, width, mask)
         bit = first * tile.element_bits
-        if combines:
+        if combine:
             self.note(f"combine {vector_bytes} B")
             words = ", ".join(self.word(src, bit // 32 + q) for q in range(vector_bytes // 4))
-            helper = vector_combine_helper(src.dtype.name, width)
+            helper = combine_helper(src.dtype.name, width)
             self.out.line(f"{helper}({pointer} + ({address}), {words});")
             return
         self.note(f"store {vector_bytes} B")
@@ -467,18 +467,19 @@ class MemoryLowering(LoweringContext):
         width: int,
         masked: bool,
         base: ElementBase | None = None,
-        combine: str | None = None,
+        combine: bool = False,
     ) -> None:
         """Store registers first .. first + width - 1 of `src` one by one (skipped out of
         bounds), through `base` when given; with `combine`, add them (`store_element`)."""
         masks = [
             tile.inside(self.thread, i, 1) if masked else None for i in range(first, first + width)
         ]
-        self.note_elements("store" if combine is None else "combine", tile, width, masks)
+        self.note_elements("combine" if combine else "store", tile, width, masks)
+        helper = combine_helper(src.dtype.name) if combine else None
         for i, mask in zip(range(first, first + width), masks):
             if mask is None or not is_false(mask):
                 code = self.element(src, i)
-                self.store_element(pointer, tile, i, code, mask, base, combine)
+                self.store_element(pointer, tile, i, code, mask, base, helper)
 
     def note_elements(self, verb: str, tile: Tile, width: int, masks: list[Expr | None]) -> None:
         """Note `width` element moves: native ones (whole 1-, 2- or 4-byte elements, each
@@ -566,13 +567,11 @@ class MemoryLowering(LoweringContext):
         tile: Tile,
         width: int,
         masked: bool,
-        combine: str | None = None,
+        combine: bool = False,
     ) -> None:
         """Store every register of `src` into a tile, as `load_tile` loads; only the primary
         replica stores. Element by element in global memory, through one base pointer of the
-        thread's tile (`element_base`). With `combine` (the C helper of a combining store's
-        type), add instead (`store_vector`'s vector adds, `combine` element by element)."""
-        combines = combine is not None
+        thread's tile (`element_base`). With `combine`, add instead (a combining store)."""
         with self.primary_replica(src.layout):
             base = self.element_base(pointer, tile) if width == 1 else None
             self.vector_runs(
@@ -580,7 +579,7 @@ class MemoryLowering(LoweringContext):
                 width,
                 masked,
                 lambda first, mask: self.store_vector(
-                    src, pointer, tile, first, width, mask, combines
+                    src, pointer, tile, first, width, mask, combine
                 ),
                 lambda first: self.store_elements(
                     src, pointer, tile, first, width, masked, base, combine
@@ -682,7 +681,7 @@ class MemoryLowering(LoweringContext):
         recorded as a store's."""
         if src.dtype.name not in VECTOR_COMBINE_DTYPES:
             width = 1
-        self.store_tile(src, pointer, tile, width, True, combine=f"la_red_add_{src.dtype.name}")
+        self.store_tile(src, pointer, tile, width, True, combine=True)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
         """Every thread fences its stores and the block (in a thread group, the group) syncs;

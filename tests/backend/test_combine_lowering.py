@@ -11,7 +11,7 @@ import re
 import pytest
 
 from backend import sass
-from backend.cuda_codegen import COMBINE_SOURCE, VECTOR_COMBINE_WIDTHS, vector_combine_helper
+from backend.cuda_codegen import COMBINE_SOURCE, VECTOR_COMBINE_WIDTHS, combine_helper
 from backend.lower import lower
 from backend.nvrtc import compile_cuda
 from ir import dtypes
@@ -137,7 +137,7 @@ def test_each_run_takes_its_vector_helper(dtype: DataType, run: int) -> None:
     words = run * dtype.nbits // 32
     source = lower(_runs_program(dtype, run), "sm_90a").source
     arguments = ", ".join(f"r0[{q}]" for q in range(words))
-    helper = vector_combine_helper(dtype.name, run)
+    helper = combine_helper(dtype.name, run)
     assert f"{helper}(g1 + (la_thread * {run * dtype.nbits // 8}), {arguments});" in source
     doubled = lower(_runs_program(dtype, 2 * run), "sm_90a").source
     if 2 * run * dtype.nbits > 128:
@@ -175,8 +175,11 @@ def test_the_vector_helpers_add_in_memory() -> None:
     assert "la_red_add_f16_v2((la_u32*)address + 3, w3);" in f16_run[: f16_run.index("\n}")]
     bf16_run = COMBINE_SOURCE[COMBINE_SOURCE.index("void la_red_add_bf16_v4(") :]
     assert "la_red_add_bf16((unsigned short*)address + 3, w1 >> 16);" in bf16_run
-    with pytest.raises(ValueError, match="no vector combining add of 4 i32 elements"):
-        vector_combine_helper("i32", 4)
+    with pytest.raises(ValueError, match="no combining add of 4 i32 elements"):
+        combine_helper("i32", 4)
+    with pytest.raises(ValueError, match="no combining add of 1 u8 elements"):
+        combine_helper("u8")
+    assert [combine_helper(d) for d in ("i32", "f16")] == ["la_red_add_i32", "la_red_add_f16"]
 
 
 def _all_runs_program():

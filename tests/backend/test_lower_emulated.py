@@ -49,7 +49,7 @@ from backend.cuda_codegen import (
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
     VECTOR_COMBINE_WIDTHS,
-    vector_combine_helper,
+    combine_helper,
 )
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
 from backend.kernel import KernelArrayParam
@@ -484,7 +484,7 @@ static inline void la_red_add_half_run(void* address, void (*add)(unsigned short
 
 
 def _vector_combine_emulation() -> str:
-    """The host's `vector_combine_helper` of each type and width, by the runs above."""
+    """The host's `combine_helper` of each type and width, by the runs above."""
     functions = []
     for dtype, widths in VECTOR_COMBINE_WIDTHS.items():
         for width in widths:
@@ -497,7 +497,7 @@ def _vector_combine_emulation() -> str:
                 else f"la_red_add_half_run(address, la_red_add_{dtype}, {arguments})"
             )
             functions.append(
-                f"static inline void {vector_combine_helper(dtype, width)}(void* address, "
+                f"static inline void {combine_helper(dtype, width)}(void* address, "
                 f"{parameters})\n{{\n    {run};\n}}"
             )
     return "\n".join(functions) + "\n"
