@@ -72,11 +72,11 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
 For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (21 to 188 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
-point of the 8-row tiling of one row block whose parts a fused sum adds (split or stream-K) is
-also offered with `combine_parts` (the parts added into one sum by combining stores, in no fixed
-order): measured on an H100 it was 0.3 to 2.5 us faster at 8 of 9 such points at M = 1 (i2, i3,
-i8 at the three layers that split 4 to 16) and slower at 8 of 9 at M = 16, where a block adds
-16 rows and the tiling is another; by default every candidate gives the same bits launch to
+point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
+parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
+i8 at the three layers that split 4 to 16) it was 0.4 to 2.7 us faster at the split-8 and
+split-16 points at M = 1, and at M = 16, where the 16-row tiling adds pairs of columns with
+vector adds, faster at 6 of 7 points; by default every candidate gives the same bits launch to
 launch.
 
     problem = DecodeProblem(dtypes.i4, 128, k=4096, n=12288)
@@ -685,8 +685,8 @@ def decode_search_space(
     """The `DequantConfig` candidates for a (K, N) weight of `weight_dtype` at batch `m`, in a
     fixed order (row tiling, warps, units_k, split, depth, late_scale); see the module
     docstring for the byte model. ``deterministic=False`` adds the `combine_parts` twins of
-    the one-block 8-row tiling's split and stream-K points (results then vary in their last
-    bits from launch to launch).
+    the split and stream-K points (results then vary in their last bits from launch to
+    launch).
 
     `compact` keeps, of those, the points of the last row tiling with 4 warps (or the warp
     count N allows), depth 1 and the late scale where the k-tile is the group: the k-tile
@@ -716,7 +716,7 @@ def decode_search_space(
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
         # The late-scale points' twins with the biases kept: one 8-row block.
         one_block = biased and weights_as_a and units_m == 1
-        combined = not deterministic and not compact and weights_as_a and units_m == 1
+        combined = not deterministic and not compact
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
                 blocks = (n // (UNIT_N * warps)) * math.ceil(m / block_m)
@@ -753,19 +753,20 @@ def decode_search_space(
                             if combined and split > 1:
                                 space += [replace(t, combine_parts=True) for t in twins]
                     if ring:
-                        space.append(
-                            DequantConfig(
-                                warps=warps,
-                                units_n=1,
-                                units_k=units_k,
-                                split=split,
-                                unroll=RING_STAGES,
-                                late_scale=lates[-1],
-                                weights_as_a=weights_as_a,
-                                units_m=units_m,
-                                stages=RING_STAGES,
-                            )
+                        ringed = DequantConfig(
+                            warps=warps,
+                            units_n=1,
+                            units_k=units_k,
+                            split=split,
+                            unroll=RING_STAGES,
+                            late_scale=lates[-1],
+                            weights_as_a=weights_as_a,
+                            units_m=units_m,
+                            stages=RING_STAGES,
                         )
+                        space.append(ringed)
+                        if combined and split > 1:
+                            space.append(replace(ringed, combine_parts=True))
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
                 # at the byte model's occupancy (asked of the compiler), sharing all the
                 # tiles' k-tiles evenly.
