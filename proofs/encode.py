@@ -130,27 +130,35 @@ class Encoder:
         """The condition under which evaluating `expr` on ints raises no error: every divisor
         it reaches is nonzero and every shift count it reaches is non-negative. The branch of a
         select not taken, and the right side of and / or when not read, are not reached."""
-        node = as_expr(expr)
+        condition = self._definedness(as_expr(expr))
+        return z3.BoolVal(True, self.context) if condition is None else condition
+
+    def _definedness(self, node: Expr) -> z3.BoolRef | None:
+        """`defined` of `node`, or None where nothing in it can raise (no divisor or shift
+        count reached): most address expressions, so their queries carry no trivial terms."""
         done = self._defined.get(id(node))
         if done is not None:
             return done[1]
-        parts = [self.defined(arg) for arg in node.args]
-        if node.op == "select":
+        if node.op in ("var", "const"):
+            return None
+        reached = [self._definedness(arg) for arg in node.args]
+        parts = [z3.BoolVal(True, self.context) if part is None else part for part in reached]
+        if node.op == "select" and any(part is not None for part in reached[1:]):
             cond = self.truth(node.args[0])
             result = z3.And(
                 parts[0], z3.Implies(cond, parts[1]), z3.Implies(z3.Not(cond), parts[2])
             )
-        elif node.op == "and":
+        elif node.op == "and" and reached[1] is not None:
             result = z3.And(parts[0], z3.Implies(self.truth(node.args[0]), parts[1]))
-        elif node.op == "or":
+        elif node.op == "or" and reached[1] is not None:
             result = z3.And(parts[0], z3.Implies(z3.Not(self.truth(node.args[0])), parts[1]))
         else:
-            own = []
+            own = [part for part in reached if part is not None]
             if node.op in ("//", "%"):
                 own.append(self.term(node.args[1]) != 0)
             elif node.op in ("<<", ">>"):
                 own.append(self.term(node.args[1]) >= 0)
-            result = z3.And(*parts, *own) if parts or own else z3.BoolVal(True, self.context)
+            result = None if not own else own[0] if len(own) == 1 else z3.And(*own)
         self._defined[id(node)] = (node, result)
         return result
 

@@ -35,6 +35,7 @@ Each function returns None when the check holds and a sentence saying what is mi
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,23 +81,33 @@ class PrintedSource:
                 return wanted
         return None
 
-    def matching(self, pattern: re.Pattern[str]) -> list[int]:
-        """The indices of the lines where `pattern` matches."""
-        return [n for n, line in enumerate(self.lines) if pattern.search(line)]
+    def matching(self, pattern: re.Pattern[str], needle: str) -> list[int]:
+        """The indices of the lines where `pattern` matches; `needle` is a text every match
+        holds, so the pattern is tried on the lines holding it alone (a kernel of thousands of
+        accesses reads its source once per access)."""
+        return [n for n, line in enumerate(self.lines) if needle in line and pattern.search(line)]
+
+    @functools.cached_property
+    def _enclosing(self) -> tuple[int, ...]:
+        """For each line, the index of the header line of the block it sits in (the nearest
+        line before it, indented less, that opens a block with `` {``), or -1 at the top."""
+        last_opener: list[int] = []  # by indentation level: the last line opening a block
+        enclosing = []
+        for n, text in enumerate(self.lines):
+            level = (len(text) - len(text.lstrip(" "))) // len(INDENT)
+            enclosing.append(max(last_opener[:level], default=-1))
+            if text.rstrip().endswith("{"):
+                last_opener.extend([-1] * (level + 1 - len(last_opener)))
+                last_opener[level] = n
+        return tuple(enclosing)
 
     def headers(self, index: int) -> list[str]:
         """The headers (without `` {``) of the blocks enclosing line `index`, innermost first."""
-        line = self.lines[index]
-        depth = (len(line) - len(line.lstrip(" "))) // len(INDENT)
         found = []
-        for n in range(index - 1, -1, -1):
-            text = self.lines[n]
-            level = (len(text) - len(text.lstrip(" "))) // len(INDENT)
-            if text.strip() and level < depth and text.rstrip().endswith("{"):
-                found.append(text.strip()[:-1].rstrip())
-                depth = level
-                if depth == 0:
-                    break
+        n = self._enclosing[index]
+        while n >= 0:
+            found.append(self.lines[n].strip()[:-1].rstrip())
+            n = self._enclosing[n]
         return found
 
 
@@ -117,7 +128,7 @@ def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | 
     """(the lines using the access's address, None) or ([], what is missing)."""
     if access.base is not None:
         return _check_base(access, source)
-    lines = source.matching(address_pattern(access, source))
+    lines = source.matching(address_pattern(access, source), source.c(access.expr))
     if not lines:
         return [], (
             f"no line of the source uses {access.pointer} at the proved address "
@@ -144,14 +155,14 @@ def _check_base(access: Access, source: PrintedSource) -> tuple[list[int], str |
         rf"\* const {re.escape(name)} = \(\(\w[\w ]*\*\){re.escape(access.pointer)}\) "
         rf"\+ \({re.escape(source.c(offset))}\);"
     )
-    if not source.matching(declaration):
+    if not source.matching(declaration, f"{name} = "):
         return [], (
             f"no line declares {name} as {access.pointer} plus the offset {source.c(offset)}"
         )
     missing = source.undeclared(offset)
     if missing is not None:
         return [], f"the offset reads a value the kernel never computes: no line {missing}"
-    lines = source.matching(re.compile(rf"(?<![\w.]){re.escape(name)}\[{index}\]"))
+    lines = source.matching(re.compile(rf"(?<![\w.]){re.escape(name)}\[{index}\]"), name)
     if lines:
         return lines, None
     return [], f"no line of the source uses {name}[{index}]"

@@ -340,13 +340,31 @@ def _set_fields(
     hi: int | None,
 ) -> None:
     """Fill a fresh node's slots; the hash of a constant is its value's, as `==` requires."""
-    fields = {"op": op, "args": args, "name": name, "value": value, "lo": lo, "hi": hi}
-    for key, field in fields.items():
-        object.__setattr__(node, key, field)
-    digest = hash(value) if op == "const" else hash((op, args, name, lo, hi))
-    object.__setattr__(node, "_hash", digest)
-    object.__setattr__(node, "_interval", None)
-    object.__setattr__(node, "_free_vars", None)
+    _SET_OP(node, op)
+    _SET_ARGS(node, args)
+    _SET_NAME(node, name)
+    _SET_VALUE(node, value)
+    _SET_LO(node, lo)
+    _SET_HI(node, hi)
+    _SET_HASH(node, hash(value) if op == "const" else hash((op, args, name, lo, hi)))
+    _SET_INTERVAL(node, None)
+    _SET_FREE_VARS(node, None)
+
+
+# The slots' own setters: they fill a node without `Expr.__setattr__`, which refuses (nodes are
+# immutable once built), and faster than ``object.__setattr__`` by name (a lowering builds
+# hundreds of thousands of nodes).
+(
+    _SET_OP,
+    _SET_ARGS,
+    _SET_NAME,
+    _SET_VALUE,
+    _SET_LO,
+    _SET_HI,
+    _SET_HASH,
+    _SET_INTERVAL,
+    _SET_FREE_VARS,
+) = (vars(Expr)[slot].__set__ for slot in Expr.__slots__)
 
 
 def raw_node(op: str, args: tuple[Expr, ...]) -> Expr:

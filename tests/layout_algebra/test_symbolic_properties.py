@@ -31,6 +31,7 @@ from layout_algebra.symbolic import (
     maximum,
     minimum,
     select,
+    simplification,
     simplify,
     var,
 )
@@ -196,6 +197,37 @@ def test_simplify_preserves_meaning(tree: tuple[Expr, Reference], env: dict[str,
 def test_simplify_is_idempotent(tree: tuple[Expr, Reference]) -> None:
     once = simplify(tree[0])
     assert simplify(once) == once
+
+
+@settings(max_examples=200)
+@given(trees())
+def test_simplify_remembers_by_structure_what_a_fresh_start_gives(
+    tree: tuple[Expr, Reference],
+) -> None:
+    """`simplify` keeps what it simplified by structure (`simplification._SIMPLIFIED`): a copy
+    of the tree built afresh (other nodes, the same structure) gets the result the tree got,
+    which is what a simplification without anything remembered gives."""
+    expression = tree[0]
+    remembered = simplify(expression)
+    copy = pickle.loads(pickle.dumps(expression))
+    assert copy is not expression or not expression.args
+    assert simplify(copy) == remembered
+    simplification._SIMPLIFIED.clear()
+    assert simplify(copy) == remembered
+
+
+def test_simplify_remembers_variables_with_their_bounds(monkeypatch) -> None:
+    """Nodes that differ only in a variable's bounds are different keys; what is remembered
+    stays under `SIMPLIFIED_LIMIT` nodes (it starts afresh when full)."""
+    narrow, wide = var("v", 0, 3), var("v", 0, 7)
+    assert simplify(narrow // 4) == const(0)
+    assert simplify(wide // 4) == wide // 4
+    assert simplify(narrow // 4) == const(0)
+    monkeypatch.setattr(simplification, "SIMPLIFIED_LIMIT", 5)
+    simplification._SIMPLIFIED.clear()
+    for shift in range(40):
+        assert simplify((wide + shift) // 8 * 8 + (wide + shift) % 8) == wide + shift
+        assert len(simplification._SIMPLIFIED) <= 5
 
 
 @settings(max_examples=200)

@@ -165,6 +165,16 @@ def test_defined_follows_pythons_evaluation(
             evaluate(expr, values)
 
 
+def test_an_expression_without_divisors_or_shifts_is_defined_without_terms() -> None:
+    """`defined` builds no condition for nodes that cannot raise: an address's sums, products,
+    minima and comparisons give the literal True (no term in the query); a divisor inside
+    gives its own condition alone."""
+    encoder = Encoder()
+    assert z3.is_true(encoder.defined(minimum(x + y * 3, 7) < select(y, x, 2)))
+    condition = encoder.defined(minimum(x + 1, 7) + (x // y) * 2)
+    assert z3.eq(condition, encoder.term(y) != 0)
+
+
 def test_encoder_collects_declared_bounds() -> None:
     encoder = Encoder()
     encoder.term(x + u * n)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from backend.cuda_codegen import unpack_expressions
 from backend.lower import Access, lower
@@ -39,6 +41,7 @@ from proofs.lowering_validation import (
     validate_access,
     validate_lowering,
 )
+from proofs.printed_source import INDENT, PrintedSource
 
 _spec = importlib.util.spec_from_file_location(
     "lower_emulated",
@@ -93,10 +96,19 @@ def test_tensor_core_matmul_ring_is_proved_with_its_ldmatrix_plans() -> None:
     assert sum(claim.name.startswith("ldmatrix") for claim, _ in report.plan_results) == 4
 
 
-@settings(max_examples=15)
+RANDOM_ACCESSES = 1000
+"""The most accesses a random program's kernel may have in `test_random_program_lowering_
+validates`. The draws past it, dots written out over a few thousand registers (cheap queries,
+but thousands), took ten seconds apiece, over half of the test's time, and add no form of access
+the smaller draws lack; the examples and feature programs carry the large kernels. The time they
+took goes to twice as many draws."""
+
+
+@settings(max_examples=30)
 @given(program_cases())
 def test_random_program_lowering_validates(case: ProgramCase) -> None:
     kernel = lower(case.program, constants=case.constants)
+    assume(len(kernel.accesses) <= RANDOM_ACCESSES)
     report = validate_lowering(kernel, rlimit=RLIMIT)
     assert report.holds is not False, report.failures[:1]
     assert report.holds is True, report.unknown[:1]
@@ -453,3 +465,49 @@ def test_a_base_pointer_printed_wrong_is_refused(edit: str, message: str) -> Non
     result = validate_access(access, source, rlimit=RLIMIT)
     assert result.holds is False and result.counterexample["claim"] == "text"
     assert message in result.counterexample["reason"]
+
+
+# ------------------------------------------------------------------------- the source's lines
+
+
+def _headers_by_scanning(lines: list[str], index: int) -> list[str]:
+    """The enclosing headers of line `index` found by walking back from it: the nearest line
+    indented less that opens a block, then the nearest indented less than that one, ..."""
+    depth = (len(lines[index]) - len(lines[index].lstrip(" "))) // len(INDENT)
+    found = []
+    for n in range(index - 1, -1, -1):
+        level = (len(lines[n]) - len(lines[n].lstrip(" "))) // len(INDENT)
+        if level < depth and lines[n].rstrip().endswith("{"):
+            found.append(lines[n].strip()[:-1].rstrip())
+            depth = level
+    return found
+
+
+SOURCE_LINES = st.lists(
+    st.tuples(
+        st.integers(0, 4),
+        st.sampled_from(["if (t < 4) {", "for (k) {", "x = 1;", "}", "", "  {", "y[i] = 2;"]),
+    ),
+    max_size=40,
+).map(lambda drawn: [INDENT * level + text if text else "" for level, text in drawn])
+
+
+@given(SOURCE_LINES)
+def test_each_line_s_headers_are_those_walking_back_finds(lines: list[str]) -> None:
+    """`PrintedSource.headers` (one pass over the lines, then the chain of enclosing headers)
+    against the walk back from each line, on sources of any indentation, closed or not."""
+    source = PrintedSource.of("\n".join(lines))
+    for index in range(len(source.lines)):
+        assert source.headers(index) == _headers_by_scanning(list(source.lines), index)
+
+
+def test_the_lines_an_address_matches_are_found_through_its_text() -> None:
+    """`PrintedSource.matching` tries the pattern on the lines holding the needle alone: the
+    same lines as trying it on all of them, where every match holds the needle."""
+    source = PrintedSource.of(
+        "    if (t < 4) {\n        y[t + 1] = x[t];\n        y[t + 10] = 0;\n    }\n    y[(t + 1)];"
+    )
+    pattern = re.compile(r"(?<![\w.])y\)?\[t \+ 1\]")
+    assert source.matching(pattern, "t + 1") == [1]
+    assert [n for n, line in enumerate(source.lines) if pattern.search(line)] == [1]
+    assert source.headers(1) == ["if (t < 4)"] and source.headers(4) == []
