@@ -25,11 +25,11 @@ import platform
 import time
 from pathlib import Path
 
+from backend.autotune import PRUNING_ERRORS
 from backend.batch_matmul import batch_paths, batch_program
 from backend.decode_matmul import DecodeProblem, decode_programs, decode_search_space
 from backend.lower import lower
 from ir import dtypes
-from ir.errors import SpecializationError, VerificationError
 from proofs.lowering_validation import validate_lowering
 
 ARCH = "sm_90a"
@@ -59,7 +59,7 @@ def _batch_kernels(weight, k, n):
     for path in batch_paths():
         try:
             program = batch_program(problem, path)
-        except (VerificationError, SpecializationError):
+        except PRUNING_ERRORS:
             continue
         yield str(dict(path)), program, None
 

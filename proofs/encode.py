@@ -130,8 +130,7 @@ class Encoder:
         """The condition under which evaluating `expr` on ints raises no error: every divisor
         it reaches is nonzero and every shift count it reaches is non-negative. The branch of a
         select not taken, and the right side of and / or when not read, are not reached."""
-        condition = self._definedness(as_expr(expr))
-        return z3.BoolVal(True, self.context) if condition is None else condition
+        return self._holding(self._definedness(as_expr(expr)))
 
     def _definedness(self, node: Expr) -> z3.BoolRef | None:
         """`defined` of `node`, or None where nothing in it can raise (no divisor or shift
@@ -142,16 +141,22 @@ class Encoder:
         if node.op in ("var", "const"):
             return None
         reached = [self._definedness(arg) for arg in node.args]
-        parts = [z3.BoolVal(True, self.context) if part is None else part for part in reached]
-        if node.op == "select" and any(part is not None for part in reached[1:]):
+        if node.op == "select" and (reached[1] is not None or reached[2] is not None):
             cond = self.truth(node.args[0])
             result = z3.And(
-                parts[0], z3.Implies(cond, parts[1]), z3.Implies(z3.Not(cond), parts[2])
+                self._holding(reached[0]),
+                z3.Implies(cond, self._holding(reached[1])),
+                z3.Implies(z3.Not(cond), self._holding(reached[2])),
             )
         elif node.op == "and" and reached[1] is not None:
-            result = z3.And(parts[0], z3.Implies(self.truth(node.args[0]), parts[1]))
+            result = z3.And(
+                self._holding(reached[0]), z3.Implies(self.truth(node.args[0]), reached[1])
+            )
         elif node.op == "or" and reached[1] is not None:
-            result = z3.And(parts[0], z3.Implies(z3.Not(self.truth(node.args[0])), parts[1]))
+            result = z3.And(
+                self._holding(reached[0]),
+                z3.Implies(z3.Not(self.truth(node.args[0])), reached[1]),
+            )
         else:
             own = [part for part in reached if part is not None]
             if node.op in ("//", "%"):
@@ -161,6 +166,10 @@ class Encoder:
             result = None if not own else own[0] if len(own) == 1 else z3.And(*own)
         self._defined[id(node)] = (node, result)
         return result
+
+    def _holding(self, condition: z3.BoolRef | None) -> z3.BoolRef:
+        """`condition`, or True for None (`_definedness`'s "nothing can raise")."""
+        return z3.BoolVal(True, self.context) if condition is None else condition
 
     def bounds(self) -> list[z3.BoolRef]:
         """``lo <= v <= hi`` for every declared bound of every variable met so far."""

@@ -111,10 +111,11 @@ class PrintedSource:
         return found
 
 
-def address_pattern(access: Access, source: PrintedSource) -> re.Pattern[str]:
-    """The pattern of the access's pointer and printed address as a whole operand."""
+def address_pattern(access: Access, printed: str) -> re.Pattern[str]:
+    """The pattern of the access's pointer and its address, as `printed` (C text), as a whole
+    operand."""
     pointer = re.escape(access.pointer)
-    address = re.escape(source.c(access.expr))
+    address = re.escape(printed)
     if access.width > 1:
         return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
     if access.unit_bits == 1:
@@ -128,11 +129,12 @@ def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | 
     """(the lines using the access's address, None) or ([], what is missing)."""
     if access.base is not None:
         return _check_base(access, source)
-    lines = source.matching(address_pattern(access, source), source.c(access.expr))
+    address = source.c(access.expr)
+    lines = source.matching(address_pattern(access, address), address)
     if not lines:
         return [], (
             f"no line of the source uses {access.pointer} at the proved address "
-            f"{source.c(access.expr)} (units of {access.unit_bits} bits)"
+            f"{address} (units of {access.unit_bits} bits)"
         )
     for what, expr in (("address", access.expr), ("guard", access.guard), ("mask", access.mask)):
         missing = None if expr is None else source.undeclared(expr)

@@ -265,7 +265,7 @@ _SIMPLIFIED: dict[Expr, Expr] = {}
 """Every node simplified so far (up to `SIMPLIFIED_LIMIT`), by structure, with its result. A
 node's simplification depends on its structure alone (variables carry their bounds), and a
 lowering asks for the same few nodes over and over: 16 thousand distinct nodes among 290
-thousand simplified in lowering the decode and prefill kernels of the tests."""
+thousand simplified in lowering 40 of the tests' decode, prefill and matmul kernels."""
 
 
 def _simplify(node: Expr, memo: dict[int, Expr]) -> Expr:
