@@ -9,8 +9,9 @@ in this one process on the same random inputs:
     ``ir.examples.packed_weights`` (mma B fragments per 16-byte lane vector), with the
     configuration the autotuner (``DecodeMatmul.tuned``, ``backend.autotune``) picks for each
     shape and M bucket from ``decode_search_space`` (recorded in `config`; tuned once, then
-    read from the kernel cache directory); a split-k configuration is timed with its
-    ``split_k_sum`` launch (`launches` 2);
+    read from the kernel cache directory; ``--space combining`` adds the ``combine_parts``
+    twins of the split points, the space of ``deterministic=False``); a split-k configuration
+    is timed with its ``split_k_sum`` launch (`launches` 2);
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
     ``mma_ring``: the same on tensor cores with `RING_OPTIONS` (128 x 128 tiles, a ring of
@@ -61,7 +62,7 @@ Usage (on a GPU machine, with the checkout on PYTHONPATH)::
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
         [--batches 1,16,256,4096] [--shapes 4096x12288,8192x8192] [--tune-batches 1,16]
         [--kernels register_dequant,mma]
-        [--space full|compact] [--configs-from FILES] [--variants "stages=3,depth=1"]
+        [--space full|compact|combining] [--configs-from FILES] [--variants "stages=3,depth=1"]
         [--output benchmarks/results]
 """
 
@@ -112,6 +113,8 @@ BATCHES = [1, 16, 256, 4096]
 QUICK_SHAPES = [(4096, 12288)]
 QUICK_BATCHES = [1, 256]
 GROUP_SIZE = 128
+SPACES = ("full", "compact", "combining")
+"""The register-dequant kernel's search spaces ``--space`` names (see its help)."""
 BLOCK_M = BLOCK_N = 64
 RING_OPTIONS = {"num_threads": 256, "block_m": 128, "block_n": 128, "stages": 3, "swizzle": True}
 """The ``mma_ring`` variant: ``quantized_matmul`` on tensor cores with a ring of swizzled
@@ -370,18 +373,24 @@ def tuned(
     batches: list[int],
     flush: torch.Tensor,
     repeats: int,
-    compact: bool = False,
+    space: str = "full",
 ) -> dict[int, Operation]:
     """For each of `batches` (the tuning batches), the register-dequant operation with the
     configuration the autotuner picks for its M bucket (`DecodeMatmul.tuned`: measured on this
-    GPU the first time, each candidate checked; read from the record store after; `compact`:
-    from the compact search space); a larger M uses the operation of the largest tuning batch
-    not above it (`for_batch`)."""
+    GPU the first time, each candidate checked; read from the record store after) from the
+    search space `space` names (`SPACES`); a larger M uses the operation of the largest tuning
+    batch not above it (`for_batch`)."""
     decode_problem = DecodeProblem(problem.weight, GROUP_SIZE, problem.k, problem.n)
     operations = {}
     for m in batches:
         measure = DecodeMeasure(decode_problem, m_bucket(m).lo, repeats=repeats, flush=flush)
-        decode = DecodeMatmul.tuned(decode_problem, m, measure=measure, compact=compact)
+        decode = DecodeMatmul.tuned(
+            decode_problem,
+            m,
+            measure=measure,
+            compact=space == "compact",
+            deterministic=space != "combining",
+        )
         operations[m] = Operation("register_dequant", problem, decode)
     return operations
 
@@ -439,7 +448,7 @@ def register_dequant_operations(
     variants: list[dict[str, int | bool]],
     flush: torch.Tensor,
     repeats: int,
-    compact: bool = False,
+    space: str = "full",
 ) -> list[dict[int, Operation]]:
     """The register-dequant kernel's operations by batch: first those of the tuned
     configurations (`recorded` None: tuned at `batches`, a larger M using the largest tuning
@@ -448,7 +457,7 @@ def register_dequant_operations(
     configuration the replaced fields make invalid, `VerificationError`, left out: e.g.
     ``refill_in_place`` for one with a shared ring)."""
     if recorded is None:
-        base = tuned(problem, batches, flush, repeats, compact)
+        base = tuned(problem, batches, flush, repeats, space)
     else:
         known = {
             m: recorded[key]
@@ -458,7 +467,7 @@ def register_dequant_operations(
         base = dict(zip(known, compiled(problem, list(known.values()))))
         for m in batches:
             if m not in known:
-                base.update(tuned(problem, [m], flush, repeats, compact))
+                base.update(tuned(problem, [m], flush, repeats, space))
         base = dict(sorted(base.items()))
     keys, configs = [], []
     for index in range(len(variants)):
@@ -642,11 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--space",
-        choices=("full", "compact"),
+        choices=SPACES,
         default="full",
-        help="the register-dequant kernel's search space (decode_search_space): full, or "
-        "compact (4 warps, depth 1, the late scale: k-tile sizes and splits only) for surveys "
-        "of many weight types",
+        help="the register-dequant kernel's search space (decode_search_space): full; compact "
+        "(4 warps, depth 1, the late scale: k-tile sizes and splits only) for surveys of many "
+        "weight types; or combining (full with the combine_parts twins of the split and "
+        "stream-K points: deterministic=False, results not the same bits launch to launch)",
     )
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     parser.add_argument(
@@ -734,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
                         variant_overrides,
                         flush,
                         options.repeats,
-                        options.space == "compact",
+                        options.space,
                     )
                     for operations in kernels:
                         covered = variant_batches(kernels[0], operations, batches)

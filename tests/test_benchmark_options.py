@@ -143,6 +143,37 @@ def test_a_variant_measures_the_batches_whose_configuration_it_has() -> None:
 
 
 @pytest.mark.parametrize(
+    ("space", "compact", "deterministic"),
+    [("full", False, True), ("compact", True, True), ("combining", False, False)],
+)
+def test_the_space_option_reaches_the_tuner(monkeypatch, space, compact, deterministic) -> None:
+    """``--space`` picks `decode_search_space`'s arguments for every tuned batch, each tuned
+    at its own bucket's measure."""
+    calls = []
+
+    class FakeDecode:
+        launches = 1
+
+    def fake_tuned(problem, m, **options):
+        calls.append((problem.k, problem.n, m, options["compact"], options["deterministic"]))
+        return FakeDecode()
+
+    monkeypatch.setattr(benchmark.DecodeMatmul, "tuned", fake_tuned)
+    monkeypatch.setattr(benchmark, "DecodeMeasure", lambda *args, **kwargs: None)
+    problem = benchmark.Problem(benchmark.dtypes.i2, 8192, 8192, None, None, None, None)
+    operations = benchmark.tuned(problem, [1, 16], flush=None, repeats=30, space=space)
+    assert sorted(operations) == [1, 16]
+    assert calls == [(8192, 8192, m, compact, deterministic) for m in (1, 16)]
+
+
+def test_the_command_line_refuses_an_unknown_space(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["--space", "nondeterministic"])
+    assert exit_info.value.code == 2
+    assert "combining" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("wanted", "count"),
     [
         ("in flight tma$", 5),  # the five tile shapes, none with more after "tma"
