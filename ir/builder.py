@@ -1016,22 +1016,31 @@ class ProgramBuilder:
     # ----------------------------------------------------------------------------------------
 
     def for_range(
-        self, start: ExprLike, stop: ExprLike | None = None, step: int = 1, unroll: int = 1
+        self,
+        start: ExprLike,
+        stop: ExprLike | None = None,
+        step: int = 1,
+        unroll: int = 1,
+        *,
+        rolled: bool = False,
     ) -> contextlib.AbstractContextManager[Expr]:
         """``with b.for_range(start, stop, step, unroll=S) as k:`` a loop; `k` is the loop
         variable.
 
         Like Python's `range`: one argument is the stop (start 0). `step` is a positive int.
         `unroll` (a positive int) leaves the meaning unchanged and asks the lowering to write
-        the body S times per generated iteration (`ir.instructions.ForRange`). Iterating it
-        (``for k in b.for_range(...)``) raises VerificationError.
+        the body S times per generated iteration; `rolled` (a bool) leaves it unchanged too
+        and asks the compiler not to unroll the generated loop any further
+        (`ir.instructions.ForRange`). Iterating it (``for k in b.for_range(...)``) raises
+        VerificationError.
         """
         args = ", ".join(repr(v) for v in (start, stop) if v is not None)
-        return _LoopContext(self._for_range(start, stop, step, unroll), f"for_range({args})")
+        loop = self._for_range(start, stop, step, unroll, rolled)
+        return _LoopContext(loop, f"for_range({args})")
 
     @contextlib.contextmanager
     def _for_range(
-        self, start: ExprLike, stop: ExprLike | None, step: int, unroll: int
+        self, start: ExprLike, stop: ExprLike | None, step: int, unroll: int, rolled: bool
     ) -> Iterator[Expr]:
         if stop is None:
             start, stop = 0, start
@@ -1040,13 +1049,16 @@ class ProgramBuilder:
             raise VerificationError(f"for_range step must be a positive int, got {step!r}")
         if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
             raise VerificationError(f"for_range unroll must be a positive int, got {unroll!r}")
+        if not isinstance(rolled, bool):
+            raise VerificationError(f"for_range rolled must be True or False, got {rolled!r}")
         loop_var = loop_variable(self._fresh("k"), start_expr, stop_expr)
         self._bodies.append([])
         try:
             yield loop_var
         finally:
             body = tuple(self._bodies.pop())
-        self._bodies[-1].append(ForRange(loop_var, start_expr, stop_expr, step, body, unroll))
+        loop = ForRange(loop_var, start_expr, stop_expr, step, body, unroll, rolled)
+        self._bodies[-1].append(loop)
 
     @contextlib.contextmanager
     def if_(self, cond: ExprLike) -> Iterator[None]:

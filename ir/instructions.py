@@ -679,6 +679,11 @@ class ForRange(Instruction):
     so that what depends on var modulo ``unroll * step`` (a stage index ``(var - start) % 2``
     of a double buffer) is a constant in each copy; iterations that do not fill a whole group
     run after it, one by one. Printed as ``range(start, stop, step, unroll=S)`` when S > 1.
+
+    `rolled` (default False) does not change the meaning either: it asks the compiler to keep
+    the generated loop a loop (``#pragma unroll 1``) rather than unroll it further, so that
+    what one iteration loads is not hoisted into the iterations before it (a batch of loads
+    a step, each batch's registers reused). Printed as ``rolled=True``.
     """
 
     op: ClassVar[str] = "for_range"
@@ -688,6 +693,7 @@ class ForRange(Instruction):
     step: int
     body: tuple[Instruction, ...]
     unroll: int = 1
+    rolled: bool = False
 
 
 @dataclass(frozen=True, eq=False)

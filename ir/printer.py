@@ -164,7 +164,8 @@ class _LinePrinter(InstructionVisitor[str]):
     def visit_for_range(self, instruction: instructions.ForRange) -> str:
         i = instruction
         unroll = f", unroll={i.unroll}" if i.unroll != 1 else ""
-        return f"for {i.var.name} in range({i.start!r}, {i.stop!r}, {i.step}{unroll}):"
+        rolled = ", rolled=True" if i.rolled else ""
+        return f"for {i.var.name} in range({i.start!r}, {i.stop!r}, {i.step}{unroll}{rolled}):"
 
     def visit_if(self, instruction: instructions.If) -> str:
         return f"if {instruction.cond!r}:"

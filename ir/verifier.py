@@ -451,6 +451,8 @@ class _InstructionChecker(InstructionVisitor[None]):
         unroll = instruction.unroll
         if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
             raise _fail(instruction, f"unroll must be a positive int, got {unroll!r}")
+        if not isinstance(instruction.rolled, bool):
+            raise _fail(instruction, f"rolled must be True or False, got {instruction.rolled!r}")
 
     def visit_other(self, instruction: Instruction) -> None:
         """An instruction without checks of its own: its register tensors have the program's

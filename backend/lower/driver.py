@@ -11,7 +11,8 @@ A loop with ``unroll=S`` (S > 1) becomes a C loop stepping by ``S * step`` whose
 body written S times, copy j reading ``k + j * step`` with its stage indices folded to
 constants (`unrolled_copy`), then a remainder loop for the iterations that do not fill a group
 of S (none when the trip count is known to be a multiple of S). An unrolled loop of constant
-trip count below S, and every loop with S = 1, is written as a plain loop.
+trip count below S, and every loop with S = 1, is written as a plain loop. A `rolled` loop's C
+loop follows ``#pragma unroll 1``.
 """
 
 from __future__ import annotations
@@ -434,12 +435,19 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             f"{self.c(instruction.stop)}; {name} += {instruction.step})"
         )
         self.find_in_flight_dot(instruction)
+        self.keep_rolled(instruction)
         with (
             self.out.block(header),
             self.loop_scope(instruction, instruction.start, instruction.step, instruction.stop),
         ):
             self.execute_scoped(instruction.body)
         self.drain(instruction)
+
+    def keep_rolled(self, instruction: instructions.ForRange) -> None:
+        """Before the C loop of a `rolled` loop: ``#pragma unroll 1``, so that the compiler
+        keeps it a loop (`ir.instructions.ForRange.rolled`)."""
+        if instruction.rolled:
+            self.out.line("#pragma unroll 1")
 
     def execute_scoped(self, body: Sequence[Instruction]) -> None:
         """`body` in a C block of its own (a loop's, a copy of it, an if's): what a thread
@@ -535,6 +543,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 init = ""
                 bound = last
             header = f"for ({init}; {name} < {self.c(bound)}; {name} += {group})"
+            self.keep_rolled(instruction)
             with self.out.block(header), self.loop_scope(instruction, start, group, stop, reach):
                 for j, body in enumerate(copies):
                     self.out.comment(f"copy {j} of {unroll}: {name} + {j * step}")

@@ -207,6 +207,12 @@ class DequantConfig:
     recorded configurations, D = 3 and 6 at M = 1 where valid, D = 4 at M = 16), the more so
     the larger D (i8 28672 x 8192, M = 1: 83.2 us, 98.4 at D = 3,
     144.8 at D = 6; `benchmarks/results/quantized_matmul_decode_l2_prefetch_*_h100.*`).
+    `parts_batch` B (with the fused sum's slots: split > 1 or stream-K, not `combine_parts`):
+    the block that adds a tile's parts loads them B at a time (`split_sum.add_parts_last`'s
+    `batch`: each step of a loop the compiler keeps rolled issues B parts' loads, then adds
+    them in slot order), about (count - 1) / B round trips to L2 after the k loop instead of
+    count - 1, for B parts' registers there; the same adds in the same order, so the same
+    bits (1: one part at a time).
     """
 
     warps: int = 4
@@ -231,6 +237,7 @@ class DequantConfig:
     prefetch_parts: bool = False
     prefetch_distance: int = 0
     combine_parts: bool = False
+    parts_batch: int = 1
 
     @property
     def ring_lead(self) -> int:
@@ -318,7 +325,7 @@ def panelled_rows(stages: int, rows: int, columns: int, panel: int) -> SharedLay
 
 
 def _check_config(group_size: int, config: DequantConfig) -> None:
-    positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll")
+    positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll", "parts_batch")
     check_int_fields(PROGRAM, config, positive, 1)
     check_int_fields(
         PROGRAM, config, ("min_blocks_per_sm", "stream_k", "stages", "prefetch_distance"), 0
@@ -367,6 +374,15 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: combine_parts=True with split={config.split}, "
             f"stream_k={config.stream_k} and fused_sum={config.fused_sum}; the parts are "
             "added in the fused sum of split > 1 or stream-K"
+        )
+    if config.parts_batch > 1 and (
+        config.combine_parts or not (config.fused_sum and (config.split > 1 or config.stream_k))
+    ):
+        raise VerificationError(
+            f"register_dequant_matmul: parts_batch={config.parts_batch} with split="
+            f"{config.split}, stream_k={config.stream_k}, fused_sum={config.fused_sum} and "
+            f"combine_parts={config.combine_parts}; the parts are loaded in batches by the "
+            "fused sum's slots (split > 1 or stream-K, without combine_parts)"
         )
     if config.combine_parts and config.prefetch_parts:
         raise VerificationError(
@@ -808,7 +824,13 @@ def register_dequant_matmul(
                 return
             b.store_global(c_tile(partial, f32, slots), acc, [slot, *origin(row0, col0)])
             parts = b.global_view(partial, f32, GlobalLayout((slots, m, n), (m * n, n, 1)))
-            add_parts_last(b, parts=parts, prefetch=config.prefetch_parts, **tile_sum)
+            add_parts_last(
+                b,
+                parts=parts,
+                prefetch=config.prefetch_parts,
+                batch=config.parts_batch,
+                **tile_sum,
+            )
 
         if not stream:
             tiles_per_split = k_tiles // split

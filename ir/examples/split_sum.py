@@ -80,6 +80,7 @@ def add_parts_last(
     layout: RegisterLayout,
     out_dtype: DataType,
     prefetch: bool = False,
+    batch: int = 1,
 ) -> None:
     """After this block stored its part of the tile at `origin` (row, column of C) in its slot
     of `parts` (the (slots, m, n) f32 view): take a ticket on ``counters[tile]``; the block
@@ -88,14 +89,33 @@ def add_parts_last(
     and zeroes the counter. With `prefetch`, that block first prefetches parts 1 to count - 1
     into L1 (`prefetch_global`), all at once, meant to spare the loop adding them one at a
     time a round trip to L2 per part (measured slower in the decode kernel:
-    `DequantConfig.prefetch_parts`)."""
+    `DequantConfig.prefetch_parts`).
+
+    `batch` B > 1: the parts after slot 0 are loaded B at a time, in a loop kept rolled
+    (`ForRange.rolled`) whose step issues its B loads and then adds them in slot order, the
+    last ``(count - 1) % B`` one at a time after it: the same adds in the same order, so the
+    same bits, with about (count - 1) / B round trips to L2 instead of count - 1, for B parts'
+    registers (the rolled loop keeps the compiler from hoisting every part's loads at once)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise VerificationError(f"add_parts_last: batch={batch!r}; expected an int >= 1")
+    part_layout = layout.unsqueeze(0)
     with last_of_tile(b, counters, tile, count):
         if prefetch:
             with b.for_range(1, count) as part:
-                b.prefetch_global(parts, [part, *origin], layout.unsqueeze(0))
-        total: RegisterTensor = b.load_global(parts, [0, *origin], layout.unsqueeze(0))
-        with b.for_range(1, count) as part:
-            term = b.load_global(parts, [part, *origin], layout.unsqueeze(0))
+                b.prefetch_global(parts, [part, *origin], part_layout)
+        total: RegisterTensor = b.load_global(parts, [0, *origin], part_layout)
+        rest, steps = 1, (count - 1) // batch
+        if batch > 1 and not (isinstance(steps, int) and steps == 0):
+            with b.for_range(0, steps, rolled=True) as step:
+                first = 1 + step * batch
+                terms = [
+                    b.load_global(parts, [first + j, *origin], part_layout) for j in range(batch)
+                ]
+                for term in terms:
+                    b.assign(total, b.add(total, term))
+            rest = 1 + steps * batch
+        with b.for_range(rest, count) as part:
+            term = b.load_global(parts, [part, *origin], part_layout)
             b.assign(total, b.add(total, term))
         total = b.view(total, dtypes.f32, layout)
         b.store_global(out, b.cast(total, out_dtype), list(origin))

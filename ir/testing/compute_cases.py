@@ -426,7 +426,8 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     `stop` is `count` as a constant or as a runtime int parameter (0 runs no iteration), which
     may be declared a multiple of ``unroll * step`` when it is one and start is 0 (then the
     lowering knows the trip count is a multiple of `unroll`). `unroll` is 1 to 4, and `count`
-    goes up to ``2 * unroll + 1``, so trip counts are and are not multiples of it.
+    goes up to ``2 * unroll + 1``, so trip counts are and are not multiples of it; half the
+    loops are `rolled` (a hint to the compiler, no change of meaning).
     Expected: the same recurrence on the global arrays with `ir.elementwise.apply_binary`.
     """
     num_threads = draw_threads(draw)
@@ -435,6 +436,7 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
     tile = layout.shape
     (grid_x, grid_y), (m, n), padding = grid_and_tensor(draw, tile)
     unroll = draw(st.sampled_from(_UNROLLS))
+    rolled = draw(st.booleans())  # the C loop under ``#pragma unroll 1``
     count = draw(st.integers(0, max(4, 2 * unroll + 1)))
     runtime_stop = draw(st.booleans())
     start, step = draw(st.integers(0, 1)), draw(st.integers(1, 2))
@@ -461,7 +463,7 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
         x_view = b.global_view(x, dtype, GlobalLayout((tiles, rows, cols), (rows * cols, cols, 1)))
         origin = [b.block_y * tile[0], b.block_x * tile[1]]
         accumulator = b.register_tensor(dtype, layout, init)
-        with b.for_range(start, stop, step, unroll) as t:
+        with b.for_range(start, stop, step, unroll, rolled=rolled) as t:
             values = b.load_global(x_view, [t, *origin], layout)
             b.assign(accumulator, b.binary(op, accumulator, values))
             if loop_condition is not None:
@@ -503,7 +505,8 @@ def loop_cases(draw: Callable[..., Any]) -> ProgramCase:
         expected=expected.ravel(),
         description=(
             f"loop {dtype} {layout!r} range({start}, {count}{'=param' if runtime_stop else ''}"
-            f"{f' multiple_of={multiple}' if multiple > 1 else ''}, {step}, unroll={unroll}) "
+            f"{f' multiple_of={multiple}' if multiple > 1 else ''}, {step}, unroll={unroll}"
+            f"{', rolled' if rolled else ''}) "
             f"{op}, if {loop_condition and loop_condition[0]}: {extra_op} {constant}; "
             f"store if {block_condition and block_condition[0]}"
         ),

@@ -325,6 +325,22 @@ DECODE_CASES = [
         True,
         {"warps": 2, "units_k": 2, "stream_k": 3, "combine_parts": True},
     ),
+    # The slots' parts loaded in batches by the last block (same bits as one at a time):
+    # three a step at split 8 (slots 1-6, then 7 alone), two a step of stream-K's parts.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "warps": 2,
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "split": 8,
+            "parts_batch": 3,
+        },
+    ),
+    (dtypes.u3, dtypes.bf16, True, {"warps": 2, "units_k": 2, "stream_k": 3, "parts_batch": 2}),
     # The magic numbers' biases kept by the cast and taken out by a dot of their negation.
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "magic_bias": True}),
     (

@@ -58,12 +58,13 @@ def staged_loop(
     *,
     stages: int | None = None,
     multiple_of: int = 1,
+    rolled: bool = False,
 ) -> Program:
     """A loop over k in range(start, stop, step, unroll) whose iteration i = (k - start) //
     step goes through buffer ``stage = i % stages`` (default: `unroll` stages) of a shared
     tensor: row k of x stored there, read back by other threads, ``acc = acc * 0.5 + row``,
     and ``acc += 1`` when the stage is 0; then y = acc. `stop` None: the runtime int parameter
-    n (declared a multiple of `multiple_of`)."""
+    n (declared a multiple of `multiple_of`); `rolled` asks the compiler to keep it a loop."""
     stages = stages or unroll
     with ProgramBuilder("staged", 4) as b:
         n = b.int_param("n", 0, ROWS, multiple_of)
@@ -72,7 +73,8 @@ def staged_loop(
         target = b.global_view(y, F32, GlobalLayout((4,), (1,)))
         buffer = b.shared_tensor(F32, shared_row_major(stages, 4))
         total = b.register_tensor(F32, spatial(4), 0.5)
-        with b.for_range(start, n if stop is None else stop, step, unroll=unroll) as k:
+        loop = b.for_range(start, n if stop is None else stop, step, unroll=unroll, rolled=rolled)
+        with loop as k:
             stage = (k - start) // step % stages
             b.store_shared(buffer, b.load_global(source, [k, 0], spatial(1, 4)), [stage, 0])
             b.sync()
@@ -192,6 +194,26 @@ def test_runtime_trip_count_runs_a_remainder_loop():
         "            // r1: f32[1, 4] spatial(1,4) = load_global(g0, [k0, 0])\n"
     )
     assert "// store_shared(s0, r1, [k0 % 3, 0])" in remainder  # a runtime stage there
+
+
+@pytest.mark.parametrize(
+    ("unroll", "stop", "header"),
+    [
+        (1, None, "for (int k0 = 0; k0 < n; k0 += 1) {"),
+        (1, 7, "for (int k0 = 0; k0 < 7; k0 += 1) {"),
+        (3, None, "for (; k0 < n - 2; k0 += 3) {"),  # not its remainder loop
+        (2, 8, "for (int k0 = 0; k0 < 8; k0 += 2) {"),
+    ],
+)
+def test_a_rolled_loop_is_kept_rolled_by_a_pragma(unroll: int, stop: int | None, header: str):
+    """A `rolled` loop's C loop follows ``#pragma unroll 1``; the same loop not rolled has no
+    pragma and is otherwise the same text (but the loop's comment, the IR's text)."""
+    rolled = lower(staged_loop(unroll, stop=stop, rolled=True)).source.splitlines()
+    rolled = [line.replace(", rolled=True)", ")") for line in rolled]
+    plain = lower(staged_loop(unroll, stop=stop)).source.splitlines()
+    [at] = [i for i, line in enumerate(rolled) if "#pragma" in line]
+    assert (rolled[at].strip(), rolled[at + 1].strip()) == ("#pragma unroll 1", header)
+    assert rolled[:at] + rolled[at + 1 :] == plain
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ from ir.examples.register_dequant_matmul import (
     transposed_weight_layout,
     weight_exponent,
 )
-from ir.instructions import Cast, ForRange, LaunchDependents, PrefetchGlobal
+from ir.instructions import Binary, Cast, ForRange, If, LaunchDependents, LoadGlobal, PrefetchGlobal
 from ir.program import Program, walk
 from ir.testing.quantized_problems import (
     F16_WEIGHT_DTYPES,
@@ -298,6 +298,18 @@ CASES = [
     (dtypes.f4e2m1, 64, DequantConfig(weights_as_a=True, stages=4, units_m=2), 9, 1, 6),
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
+    # The fused sum's parts loaded in batches: 3 + 3 and one alone, 2 + 2 + 2 + 1, stream-K's
+    # tiles of 2 to 3 parts (a batch or none, and the rest alone).
+    (dtypes.i4, 64, DequantConfig(warps=1, split=8, parts_batch=3), 5, 1, 1),
+    (
+        dtypes.i2,
+        128,
+        DequantConfig(units_k=8, split=8, late_scale=True, weights_as_a=True, parts_batch=2),
+        9,
+        1,
+        1,
+    ),
+    (dtypes.i4, 64, DequantConfig(warps=1, stream_k=5, parts_batch=2), 17, 2, 3),
     # The ring's activations bulk-copied and released (no block barrier in the k loop): two
     # panels a k-tile, a k-tile of one 64-byte panel, laps of the ring, split and stream-K.
     (dtypes.i4, 128, DequantConfig(units_k=8, stages=3, late_scale=True, release=True), 5, 1, 7),
@@ -532,6 +544,8 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
     if config.fused_sum and (config.split > 1 or stream_k):  # one sum by combining stores
         config = replace(config, combine_parts=draw(st.booleans()))
+        if not config.combine_parts:  # or the slots' parts loaded in batches
+            config = replace(config, parts_batch=draw(st.sampled_from([1, 2, 3])))
     dtype = draw(st.sampled_from(F16_WEIGHT_DTYPES))
     # The biases kept (not with stream-K, whose check here has no biases).
     if config.late_scale and not stream_k and dtypes.magic_bias_error(dtype, dtypes.f16) is None:
@@ -685,6 +699,20 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
             DequantConfig(split=2, combine_parts=True, prefetch_parts=True),
             "combine_parts=True with prefetch_parts=True; the combined parts are one sum",
         ),
+        (DequantConfig(split=2, parts_batch=0), "parts_batch=0; expected an int >= 1"),
+        (
+            DequantConfig(parts_batch=2),
+            "parts_batch=2 with split=1, stream_k=0, fused_sum=True and combine_parts=False; "
+            "the parts are loaded in batches",
+        ),
+        (
+            DequantConfig(split=4, fused_sum=False, parts_batch=2),
+            "parts_batch=2 with split=4, stream_k=0, fused_sum=False",
+        ),
+        (
+            DequantConfig(split=4, combine_parts=True, parts_batch=2),
+            "parts_batch=2 with split=4, .* combine_parts=True",
+        ),
     ],
     ids=str,
 )
@@ -716,6 +744,42 @@ def test_the_fused_sum_prefetches_its_parts(config: DequantConfig, prefetches: i
     ]
     assert len(loops) == prefetches
     assert sum(isinstance(i, PrefetchGlobal) for i in program.walk()) == prefetches
+
+
+@pytest.mark.parametrize(
+    ("config", "steps", "singles"),
+    [
+        (DequantConfig(split=16), None, 15),
+        (DequantConfig(split=16, parts_batch=4), 3, 3),  # slots 1-12 four a step, 13-15
+        (DequantConfig(split=16, parts_batch=5), 3, 0),
+        (DequantConfig(split=8, parts_batch=8), None, 7),  # no whole batch of the 7
+        (DequantConfig(split=8, parts_batch=7), 1, 0),
+    ],
+    ids=str,
+)
+def test_the_fused_sum_loads_its_parts_in_rolled_batches(
+    config: DequantConfig, steps: int | None, singles: int
+) -> None:
+    """With ``parts_batch`` B, the last block's sum loads the parts after slot 0 B at a time
+    in a loop kept rolled (B loads, then their B adds in slot order), the rest one at a time
+    in the loop after it: the loads' slots, in program order, are 0, 1, 2, ... as before."""
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    [*_, last] = [i for i in program.walk() if isinstance(i, If)]  # the last ticket's body
+    loops = [i for i in last.body if isinstance(i, ForRange)]
+    batched = [loop for loop in loops if loop.rolled]
+    if steps is None:
+        assert batched == []
+    else:
+        [loop] = batched
+        assert (loop.start.value, loop.stop.value) == (0, steps)
+        loads = [i for i in loop.body if isinstance(i, LoadGlobal)]
+        adds = [i for i in loop.body if isinstance(i, Binary)]
+        assert len(loads) == len(adds) == config.parts_batch
+        assert all(add.op == "add" for add in adds)
+        last_load = max(i for i, x in enumerate(loop.body) if isinstance(x, LoadGlobal))
+        assert last_load < min(i for i, x in enumerate(loop.body) if isinstance(x, Binary))
+    [rest] = [loop for loop in loops if not loop.rolled]
+    assert rest.stop.value - rest.start.value == singles
 
 
 @pytest.mark.parametrize(

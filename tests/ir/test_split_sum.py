@@ -97,11 +97,18 @@ def test_pieces_are_runs_of_registers(groups: int, block_m: int) -> None:
 
 
 def _sum_program(
-    count: int, block_m: int, block_n: int, threads: int, dynamic: bool, prefetch: bool = False
+    count: int,
+    block_m: int,
+    block_n: int,
+    threads: int,
+    dynamic: bool,
+    prefetch: bool = False,
+    batch: int = 1,
 ) -> Program:
     """One block adding `count` f32 parts of a (block_m, block_n) tile with `add_parts_last`
     (its counter starts at count - 1, so the block's ticket is the last); `dynamic` passes
-    the count as an int parameter instead of a Python int; `prefetch` as the function's."""
+    the count as an int parameter instead of a Python int; `prefetch` and `batch` as the
+    function's."""
     layout = sum_layout(block_m, block_n, threads)
     with ProgramBuilder("sum_parts", threads) as b:
         parts = b.array_param("parts", dtypes.f32)
@@ -123,13 +130,15 @@ def _sum_program(
             layout=layout,
             out_dtype=dtypes.f16,
             prefetch=prefetch,
+            batch=batch,
         )
     return b.program()
 
 
 def _loaded_parts(program: Program) -> list[object]:
     """What the sum's branch does, in program order: the part index of each load, "+" for
-    each add, "loop" for a loop and "prefetch loop" for a loop of prefetches."""
+    each add, "loop" for a loop, "rolled loop" for a rolled one and "prefetch loop" for a loop
+    of prefetches."""
     (branch,) = [i for i in program.body if isinstance(i, If)]
     order: list[object] = []
     for instruction in branch.body:
@@ -139,7 +148,8 @@ def _loaded_parts(program: Program) -> list[object]:
             order.append("+")
         elif isinstance(instruction, ForRange):
             prefetches = all(isinstance(i, PrefetchGlobal) for i in instruction.body)
-            order.append("prefetch loop" if prefetches else "loop")
+            kind = "rolled loop" if instruction.rolled else "loop"
+            order.append("prefetch loop" if prefetches else kind)
     return order
 
 
@@ -168,20 +178,49 @@ def test_with_prefetch_the_other_parts_are_prefetched_first(dynamic: bool) -> No
     assert (str(prefetch_loop.start), str(prefetch_loop.stop)) == ("1", str(add_loop.stop))
 
 
+@pytest.mark.parametrize(
+    ("count", "batch", "dynamic", "order"),
+    [
+        (8, 3, False, [0, "rolled loop", "loop"]),  # slots 1-6 three a step, then 7
+        (7, 3, False, [0, "rolled loop", "loop"]),  # slots 1-6, none after (an empty loop)
+        (3, 4, False, [0, "loop"]),  # no whole batch: one at a time
+        (8, 2, True, [0, "rolled loop", "loop"]),
+    ],
+)
+def test_batches_of_parts_are_loaded_in_a_rolled_loop(
+    count: int, batch: int, dynamic: bool, order: list[object]
+) -> None:
+    """With `batch` B, a rolled loop whose step loads B parts and then adds them in slot order,
+    then a loop for the parts left one at a time."""
+    program = _sum_program(count, 16, 256, 128, dynamic=dynamic, batch=batch)
+    assert _loaded_parts(program) == order
+    (branch,) = [i for i in program.body if isinstance(i, If)]
+    for loop in (i for i in branch.body if isinstance(i, ForRange) and i.rolled):
+        kinds = ["load" if isinstance(i, LoadGlobal) else i.op for i in loop.body]
+        assert [kind for kind in kinds if kind != "assign"] == ["load"] * batch + ["add"] * batch
+
+
+@pytest.mark.parametrize("batch", [0, -1, True, 2.0])
+def test_a_bad_batch_is_refused(batch: object) -> None:
+    with pytest.raises(VerificationError, match=f"add_parts_last: batch={batch!r}; expected an"):
+        _sum_program(4, 16, 256, 128, dynamic=False, batch=batch)
+
+
 @given(
     count=st.integers(2, 9),
     block_m=st.sampled_from([2, 8, 16]),
     dynamic=st.booleans(),
     prefetch=st.booleans(),
+    batch=st.integers(1, 4),
     seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=25, deadline=None)
 def test_the_sum_is_the_parts_added_in_slot_order(
-    count: int, block_m: int, dynamic: bool, prefetch: bool, seed: int
+    count: int, block_m: int, dynamic: bool, prefetch: bool, batch: int, seed: int
 ) -> None:
-    """With the count a Python int or a parameter, with or without the prefetch, the tile's
-    sum is the f32 parts added from slot 0 in order (the same bits as a sequential NumPy
-    sum), stored as f16, and the counter is reset."""
+    """With the count a Python int or a parameter, with or without the prefetch, loaded one
+    or several at a time, the tile's sum is the f32 parts added from slot 0 in order (the
+    same bits as a sequential NumPy sum), stored as f16, and the counter is reset."""
     block_n, threads = 64, 32
     rng = np.random.default_rng(seed)
     parts = (rng.standard_normal((count, block_m, block_n)) * 2.0 ** rng.integers(-8, 8)).astype(
@@ -190,7 +229,7 @@ def test_the_sum_is_the_parts_added_in_slot_order(
     out = np.zeros((block_m, block_n), dtype=np.float16)
     counters = np.array([count - 1], dtype=np.int32)
     arguments = [parts, out, counters] + ([count] if dynamic else [])
-    program = _sum_program(count, block_m, block_n, threads, dynamic, prefetch)
+    program = _sum_program(count, block_m, block_n, threads, dynamic, prefetch, batch)
     run_reference(program, *arguments, grid=1)
     expected = parts[0].copy()
     for part in parts[1:]:

@@ -26,10 +26,13 @@ WIDTH = 4
 """Every program here is 4 threads holding one i32 each of a row of 4."""
 
 
-def staged_sum(start: int, stop: int | None, step: int, unroll: int, *, rows: int = 12) -> Program:
+def staged_sum(
+    start: int, stop: int | None, step: int, unroll: int, *, rows: int = 12, rolled: bool = False
+) -> Program:
     """``acc = 0; for k in range(start, stop, step, unroll): buffer[k % 2] = x[k]; acc += buffer[k
     % 2]; if (k - start) % 3 == 0: acc = acc * 3`` then ``y = acc``: a stage index of a double
-    buffer and a condition on the stage. `stop` None: the runtime int parameter ``n``."""
+    buffer and a condition on the stage. `stop` None: the runtime int parameter ``n``; `rolled`
+    asks the compiler to keep the loop rolled."""
     layout = spatial(WIDTH)
     with ProgramBuilder("staged_sum", THREADS) as b:
         n = b.int_param("n", 0, rows)
@@ -38,7 +41,8 @@ def staged_sum(start: int, stop: int | None, step: int, unroll: int, *, rows: in
         target = b.global_view(y, dtypes.i32, GlobalLayout((WIDTH,), (1,)))
         buffer = b.shared_tensor(dtypes.i32, shared_row_major(2, WIDTH))
         total = b.register_tensor(dtypes.i32, layout, 0)
-        with b.for_range(start, n if stop is None else stop, step, unroll=unroll) as k:
+        stop_value = n if stop is None else stop
+        with b.for_range(start, stop_value, step, unroll=unroll, rolled=rolled) as k:
             row = b.load_global(source, [k, 0], spatial(1, WIDTH))
             b.store_shared(buffer, row, [k % 2, 0])
             b.sync()
@@ -105,7 +109,32 @@ def test_for_range_refuses_a_bad_unroll(unroll, message):
             b.for_range(0, 4, 1, unroll=unroll).__enter__()
 
 
+def test_for_range_records_rolled_which_defaults_to_false():
+    with ProgramBuilder("rolled", 4) as b:
+        with b.for_range(4):
+            pass
+        with b.for_range(0, 8, 2, unroll=2, rolled=True):
+            pass
+    plain, rolled = b.program().body
+    assert (plain.rolled, rolled.rolled, rolled.unroll) == (False, True, 2)
+
+
+@pytest.mark.parametrize("rolled", [1, 0, "yes", None])
+def test_for_range_refuses_a_rolled_that_is_no_bool(rolled):
+    with ProgramBuilder("bad", 4) as b:
+        with pytest.raises(
+            VerificationError, match=f"for_range rolled must be True or False, got {rolled!r}"
+        ):
+            b.for_range(0, 4, rolled=rolled).__enter__()
+
+
 # ----------------------------------------------------------------------------------- verifier
+
+
+def test_verifier_refuses_a_rolled_that_is_no_bool():
+    loop = ForRange(var("i", 0, 3), const(0), const(4), 1, (), 1, 1)
+    with pytest.raises(VerificationError, match="for_range.*rolled must be True or False, got 1"):
+        verify(Program("bad", 4, (), (loop,)))
 
 
 @pytest.mark.parametrize(
@@ -155,6 +184,11 @@ program staged_sum(n: int, x: i32*, y: i32*) num_threads=4
 
 def test_printer_shows_unroll_above_1():
     assert str(staged_sum(1, None, 2, 3)) == STAGED_SUM_TEXT
+
+
+def test_printer_shows_a_rolled_loop():
+    rolled = STAGED_SUM_TEXT.replace("unroll=3)", "unroll=3, rolled=True)")
+    assert str(staged_sum(1, None, 2, 3, rolled=True)) == rolled
 
 
 def test_printer_shows_a_plain_loop_as_before():
@@ -208,15 +242,17 @@ def test_map_scalars_keeps_a_global_views_extents():
     step=st.integers(1, 2),
     unroll=st.integers(2, 4),
     runtime=st.booleans(),
+    rolled=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_unrolled_loop_computes_what_the_plain_loop_computes(
-    start, trips, step, unroll, runtime, seed
+    start, trips, step, unroll, runtime, rolled, seed
 ):
     stop = start + trips * step
     rows = max(stop, 1)
     x = np.random.default_rng(seed).integers(-50, 50, (rows, WIDTH)).astype(np.int32)
-    unrolled = staged_sum(start, None if runtime else stop, step, unroll, rows=rows)
+    program_stop = None if runtime else stop
+    unrolled = staged_sum(start, program_stop, step, unroll, rows=rows, rolled=rolled)
     plain = staged_sum(start, None if runtime else stop, step, 1, rows=rows)
     got = run(unrolled, x, stop)
     np.testing.assert_array_equal(got, run(plain, x, stop))

@@ -214,10 +214,15 @@ REFILLED = DequantConfig(
 clamped to the last k-tile of a part, unguarded)."""
 
 
+BATCHED_PARTS = DequantConfig(units_k=8, split=8, late_scale=True, weights_as_a=True, parts_batch=3)
+"""The decode kernel whose fused sum loads its parts three a step of a rolled loop (slots 1-6),
+then slot 7 alone."""
+
+
 @pytest.mark.parametrize(
     "config",
-    [DequantConfig(), DequantConfig(split=2, depth=2), RELEASED_RING, REFILLED],
-    ids=["default", "split2_depth2", "released_ring", "refilled_in_place"],
+    [DequantConfig(), DequantConfig(split=2, depth=2), RELEASED_RING, REFILLED, BATCHED_PARTS],
+    ids=["default", "split2_depth2", "released_ring", "refilled_in_place", "batched_parts"],
 )
 def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
     """Every access and claim of the decode kernel proved: the mma operands, the ldmatrix
