@@ -40,6 +40,7 @@ from backend.decode_matmul import (
     IN_FLIGHT_BYTES,
     MAX_UNITS_M,
     NAMESPACE,
+    PARTS_BATCH,
     RING_SHARED_BYTES,
     RING_STAGES,
     DecodeMatmul,
@@ -447,12 +448,31 @@ def test_combined_parts_only_when_results_may_vary(weight: str, m: int) -> None:
     varying = decode_search_space(dtype, 28672, 8192, m, deterministic=False)
     twins = [c for c in varying if c.combine_parts]
     parted = [c for c in fixed if c.split > 1 or c.stream_k]
-    assert twins == [replace(c, combine_parts=True) for c in parted]
+    assert twins == [replace(c, combine_parts=True, parts_batch=1) for c in parted]
     assert [c for c in varying if not c.combine_parts] == fixed
     assert any(not c.weights_as_a for c in twins) is (m > 8)
     assert twins
     for twin in twins:
         register_dequant_matmul(dtype, 128, twin)
+
+
+@pytest.mark.parametrize("weight", ["i2", "i3", "i8"])
+@pytest.mark.parametrize("m", [1, 4, 8, 16])
+@pytest.mark.parametrize("shape", [(8192, 8192), (28672, 8192)])
+def test_parts_are_loaded_in_batches_by_the_one_block_eight_row_splits(
+    weight: str, m: int, shape: tuple[int, int]
+) -> None:
+    """The points of the one-block 8-row tiling that split more than PARTS_BATCH ways load
+    their parts PARTS_BATCH at a time (measured faster at M = 1), every other point one at a
+    time (a batch of two to four parts changes nothing; 16-row parts take twice the
+    registers); with deterministic=False the combining twins have no slots to batch."""
+    dtype = dtypes.from_name(weight)
+    for config in decode_search_space(dtype, *shape, m, deterministic=False):
+        one_block = config.weights_as_a and config.units_m == 1
+        batched = one_block and config.split > PARTS_BATCH and not config.combine_parts
+        assert config.parts_batch == (PARTS_BATCH if batched else 1), config
+    space = decode_search_space(dtype, *shape, m)
+    assert any(c.parts_batch == PARTS_BATCH for c in space) is (m <= 8)  # 8: one block too
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
