@@ -761,8 +761,8 @@ def test_the_fused_sum_loads_its_parts_in_rolled_batches(
     config: DequantConfig, steps: int | None, singles: int
 ) -> None:
     """With ``parts_batch`` B, the last block's sum loads the parts after slot 0 B at a time
-    in a loop kept rolled (B loads, then their B adds in slot order), the rest one at a time
-    in the loop after it: the loads' slots, in program order, are 0, 1, 2, ... as before."""
+    in a loop kept rolled (B loads, then their B adds), the rest one at a time in the loop
+    after it (that the sum is the parts' in slot order, bit for bit: `CASES`)."""
     program = register_dequant_matmul(dtypes.i4, 128, config)
     [*_, last] = [i for i in program.walk() if isinstance(i, If)]  # the last ticket's body
     loops = [i for i in last.body if isinstance(i, ForRange)]
