@@ -10,8 +10,8 @@ in this one process on the same random inputs:
     configuration the autotuner (``DecodeMatmul.tuned``, ``backend.autotune``) picks for each
     shape and M bucket from ``decode_search_space`` (recorded in `config`; tuned once, then
     read from the kernel cache directory; ``--space combining`` adds the ``combine_parts``
-    twins of the split points, the space of ``deterministic=False``); a split-k configuration
-    is timed with its ``split_k_sum`` launch (`launches` 2);
+    twins of the split and stream-K points, the space of ``deterministic=False``); a split-k
+    configuration is timed with its ``split_k_sum`` launch (`launches` 2);
   - ``mma`` / ``simt``: ``ir.examples.quantized_matmul(weight, group_size=128,
     tensor_cores=...)`` on the dense (K, N) bitstream of codes (mma.sync or the CUDA-core dot);
     ``mma_ring``: the same on tensor cores with `RING_OPTIONS` (128 x 128 tiles, a ring of
