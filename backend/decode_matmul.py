@@ -52,13 +52,15 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   measured on the H200 at the two short layers (i4, i8, M = 1 and 16) beside the recorded
   points, it was level or 2 to 10 % slower everywhere, so it is a field to try by hand
   (`benchmarks/quantized_matmul.py --variants`);
-- in the 8-row tiling of one row block, the fused sums of the points that split more than
-  `PARTS_BATCH` ways load their parts `PARTS_BATCH` at a time (`DequantConfig.parts_batch`:
-  a loop kept rolled, the same adds in the same order, so the same bits; 16 registers a
-  part there): measured on an H100 beside the recorded configurations at M = 1, 0.9 to 1.9
-  us faster at all four points tried (i2 and i3 at 8192 x 8192 and 28672 x 8192, split 8
-  and 16); the 16-row and several-block tilings keep one part at a time (32 registers a
-  part and more: most of their kernels would reach 184 to 255 registers);
+- the fused sums of the points that split more than `PARTS_BATCH_BY_ROWS` ways load their
+  parts that many at a time (`DequantConfig.parts_batch`: a loop kept rolled, the same adds
+  in the same order, so the same bits): 4 in blocks of 8 rows (16 registers a part), 2 in
+  blocks of 16 rows (32 registers a part; 4 would take most of those kernels to 184 to 255
+  registers, 2 keeps their counts), blocks of more rows one at a time. Measured on an H100
+  beside the recorded configurations: at M = 1 with 4, 0.9 to 1.9 us faster at all four
+  points tried (i2 and i3 at 8192 x 8192 and 28672 x 8192, split 8 and 16); at M = 16 with
+  2, 0.3 to 1.0 us faster at 10 of 12 points (i2, i3, i4, i8 at the three layers that split
+  4 or 8 ways), level at the other two (3 a step lost 1.9 us at one point);
 - where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
   occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
@@ -162,9 +164,10 @@ RING_STAGES = 4
 blocks of 16 rows or more."""
 RING_SHARED_BYTES = 112 * 1024
 """The most shared bytes a block's ring may take in the search space: two blocks an SM."""
-PARTS_BATCH = 4
-"""Parts the fused sum of a split point of the one-block 8-row tiling loads at a time in the
-search space (`DequantConfig.parts_batch`; see the module docstring)."""
+PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
+"""Parts the fused sum of a split point loads at a time in the search space
+(`DequantConfig.parts_batch`), by the rows of its block; blocks of other row counts load one
+at a time (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -724,10 +727,9 @@ def decode_search_space(
     space = []
     for weights_as_a, units_m in tilings:
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
-        # The late-scale points' twins with the biases kept: one 8-row block, whose split
-        # points' sums also load their parts in batches.
+        # The late-scale points' twins with the biases kept: one 8-row block.
         one_block = biased and weights_as_a and units_m == 1
-        batch = PARTS_BATCH if weights_as_a and units_m == 1 else 1
+        batch = PARTS_BATCH_BY_ROWS.get(block_m, 1)
         combined = not deterministic and not compact
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
@@ -778,10 +780,11 @@ def decode_search_space(
                             weights_as_a=weights_as_a,
                             units_m=units_m,
                             stages=RING_STAGES,
+                            parts_batch=batch if split > batch else 1,
                         )
                         space.append(ringed)
                         if combined and split > 1:
-                            space.append(replace(ringed, combine_parts=True))
+                            space.append(replace(ringed, combine_parts=True, parts_batch=1))
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
                 # at the byte model's occupancy (asked of the compiler), sharing all the
                 # tiles' k-tiles evenly.

@@ -213,8 +213,9 @@ class DequantConfig:
     them in slot order), about (count - 1) / B round trips to L2 after the k loop instead of
     count - 1, for B parts' registers there; the same adds in the same order, so the same
     bits (1: one part at a time). Measured on an H100 at M = 1 with B = 4: 0.9 to 1.9 us
-    faster at split 8 and 16 (`benchmarks/results/quantized_matmul_decode_parts_batch_h100.*`;
-    the search space takes it for the one-block 8-row tiling, `decode_matmul.PARTS_BATCH`).
+    faster at split 8 and 16, and at M = 16 with B = 2 0.3 to 1.0 us faster at split 8
+    (`benchmarks/results/quantized_matmul_decode_parts_batch_*h100.*`; the search space takes
+    4 in 8-row blocks and 2 in 16-row ones, `decode_matmul.PARTS_BATCH_BY_ROWS`).
     """
 
     warps: int = 4

@@ -341,6 +341,22 @@ DECODE_CASES = [
         },
     ),
     (dtypes.u3, dtypes.bf16, True, {"warps": 2, "units_k": 2, "stream_k": 3, "parts_batch": 2}),
+    # Two a step in the search space's M = 16 form: two 8-row blocks, a shared ring, split 8.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "units_m": 2,
+            "stages": 4,
+            "unroll": 4,
+            "split": 8,
+            "parts_batch": 2,
+        },
+    ),
     # The magic numbers' biases kept by the cast and taken out by a dot of their negation.
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "magic_bias": True}),
     (

@@ -40,7 +40,7 @@ from backend.decode_matmul import (
     IN_FLIGHT_BYTES,
     MAX_UNITS_M,
     NAMESPACE,
-    PARTS_BATCH,
+    PARTS_BATCH_BY_ROWS,
     RING_SHARED_BYTES,
     RING_STAGES,
     DecodeMatmul,
@@ -457,22 +457,29 @@ def test_combined_parts_only_when_results_may_vary(weight: str, m: int) -> None:
 
 
 @pytest.mark.parametrize("weight", ["i2", "i3", "i8"])
-@pytest.mark.parametrize("m", [1, 4, 8, 16])
+@pytest.mark.parametrize("m", [1, 4, 8, 16, 32])
 @pytest.mark.parametrize("shape", [(8192, 8192), (28672, 8192)])
-def test_parts_are_loaded_in_batches_by_the_one_block_eight_row_splits(
+def test_parts_are_loaded_in_batches_by_the_splits_of_8_and_16_row_blocks(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
-    """The points of the one-block 8-row tiling that split more than PARTS_BATCH ways load
-    their parts PARTS_BATCH at a time (measured faster at M = 1), every other point one at a
-    time (a batch of two to four parts changes nothing; 16-row parts take twice the
-    registers); with deterministic=False the combining twins have no slots to batch."""
+    """The split points (the shared ring's too) of 8-row blocks that split more than 4 ways
+    load their parts 4 at a time, those of 16-row blocks (one of 16 rows, or two of 8 with
+    the weights as A) that split more than 2 ways 2 at a time (measured faster at M = 1 and
+    16), every other point one at a time (the parts of larger blocks take more registers);
+    with deterministic=False the combining twins have no slots to batch."""
+    assert PARTS_BATCH_BY_ROWS == {8: 4, 16: 2}
     dtype = dtypes.from_name(weight)
+    rows_batched = set()
     for config in decode_search_space(dtype, *shape, m, deterministic=False):
-        one_block = config.weights_as_a and config.units_m == 1
-        batched = one_block and config.split > PARTS_BATCH and not config.combine_parts
-        assert config.parts_batch == (PARTS_BATCH if batched else 1), config
-    space = decode_search_space(dtype, *shape, m)
-    assert any(c.parts_batch == PARTS_BATCH for c in space) is (m <= 8)  # 8: one block too
+        rows = config.block_m
+        batch = {8: 4, 16: 2}.get(rows, 1)
+        batched = config.split > batch and not config.combine_parts
+        assert config.parts_batch == (batch if batched else 1), config
+        if config.parts_batch > 1:
+            rows_batched.add(rows)
+    # Below 9 rows the one 8-row block's tiling is offered; 16 rows are a block of their own
+    # from 9 rows on, and no tiling of 32 rows has a block of 8 or 16.
+    assert rows_batched == {1: {8}, 4: {8}, 8: {8, 16}, 16: {16}, 32: set()}[m]
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])

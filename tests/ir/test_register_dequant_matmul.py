@@ -299,7 +299,8 @@ CASES = [
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
     # The fused sum's parts loaded in batches: 3 + 3 and one alone, 2 + 2 + 2 + 1, stream-K's
-    # tiles of 2 to 3 parts (a batch or none, and the rest alone).
+    # tiles of 2 to 3 parts (a batch or none, and the rest alone), two 8-row blocks with a
+    # shared ring (the search space's M = 16 form): 2 and one alone.
     (dtypes.i4, 64, DequantConfig(warps=1, split=8, parts_batch=3), 5, 1, 1),
     (
         dtypes.i2,
@@ -310,6 +311,14 @@ CASES = [
         1,
     ),
     (dtypes.i4, 64, DequantConfig(warps=1, stream_k=5, parts_batch=2), 17, 2, 3),
+    (
+        dtypes.i4,
+        64,
+        DequantConfig(weights_as_a=True, units_m=2, stages=3, split=4, parts_batch=2),
+        13,
+        1,
+        2,
+    ),
     # The ring's activations bulk-copied and released (no block barrier in the k loop): two
     # panels a k-tile, a k-tile of one 64-byte panel, laps of the ring, split and stream-K.
     (dtypes.i4, 128, DequantConfig(units_k=8, stages=3, late_scale=True, release=True), 5, 1, 7),
