@@ -167,7 +167,19 @@ RING_SHARED_BYTES = 112 * 1024
 PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
 """Parts the fused sum of a split point loads at a time in the search space
 (`DequantConfig.parts_batch`), by the rows of its block; blocks of other row counts load one
-at a time (see the module docstring)."""
+at a time (see the module docstring and `with_batched_parts`)."""
+
+
+def with_batched_parts(config: DequantConfig) -> DequantConfig:
+    """`config` with its fused sum's parts loaded as the search space loads them:
+    `PARTS_BATCH_BY_ROWS` of its block's rows at a time where it splits k more ways than that
+    into a fused sum of ordered slots (not `combine_parts`, not stream-K), else one at a
+    time. The same adds in the same order either way, so the same results bit for bit; for
+    configurations recorded before a rule of this table (``benchmarks/quantized_matmul.py
+    --batched-parts``)."""
+    batch = PARTS_BATCH_BY_ROWS.get(config.block_m, 1)
+    slotted = config.fused_sum and not config.combine_parts and not config.stream_k
+    return replace(config, parts_batch=batch if slotted and config.split > batch else 1)
 
 
 @dataclass(frozen=True)
@@ -729,7 +741,6 @@ def decode_search_space(
         block_m = (BLOCK_M_WEIGHTS_AS_A if weights_as_a else BLOCK_M) * units_m
         # The late-scale points' twins with the biases kept: one 8-row block.
         one_block = biased and weights_as_a and units_m == 1
-        batch = PARTS_BATCH_BY_ROWS.get(block_m, 1)
         combined = not deterministic and not compact
         for warps in warp_choices:
             for units_k in units_k_choices(problem.weight_dtype.nbits, k, group_size):
@@ -759,8 +770,8 @@ def decode_search_space(
                                 late_scale=late,
                                 weights_as_a=weights_as_a,
                                 units_m=units_m,
-                                parts_batch=batch if split > batch else 1,
                             )
+                            point = with_batched_parts(point)
                             twins = [point]
                             if late and not compact and one_block:
                                 twins.append(replace(point, magic_bias=True))
@@ -780,8 +791,8 @@ def decode_search_space(
                             weights_as_a=weights_as_a,
                             units_m=units_m,
                             stages=RING_STAGES,
-                            parts_batch=batch if split > batch else 1,
                         )
+                        ringed = with_batched_parts(ringed)
                         space.append(ringed)
                         if combined and split > 1:
                             space.append(replace(ringed, combine_parts=True, parts_batch=1))

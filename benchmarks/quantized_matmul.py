@@ -53,7 +53,10 @@ To compare configurations of the register-dequant kernel in one run, beside the 
 ``register_dequant`` points, the fastest where several record one; a point they lack is
 tuned), and ``--variants`` measures each configuration again with fields overridden
 (``"stages=3,depth=1;stages=4,depth=1"``: two variants), recorded as further
-``register_dequant`` points with their configurations. For the other kernels with options,
+``register_dequant`` points with their configurations. ``--batched-parts`` first gives each
+recorded configuration the search space's rule for its split sum's parts
+(`backend.decode_matmul.with_batched_parts`: recorded before that rule, the same bits). For
+the other kernels with options,
 ``--options`` may likewise hold several sets separated by ``;`` (``"units_k=2;block_m=32"``),
 each compiled and measured in the same run.
 
@@ -62,8 +65,8 @@ Usage (on a GPU machine, with the checkout on PYTHONPATH)::
     python benchmarks/quantized_matmul.py [--quick] [--weights i4,i8] [--repeats 30]
         [--batches 1,16,256,4096] [--shapes 4096x12288,8192x8192] [--tune-batches 1,16]
         [--kernels register_dequant,mma]
-        [--space full|compact|combining] [--configs-from FILES] [--variants "stages=3,depth=1"]
-        [--output benchmarks/results]
+        [--space full|compact|combining] [--configs-from FILES] [--batched-parts]
+        [--variants "stages=3,depth=1"] [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ from backend.decode_matmul import (
     decode_programs,
     prepare_all,
     relative_error,
+    with_batched_parts,
 )
 from backend.device import current_arch
 from backend.timing import flush_buffer, median_us
@@ -684,6 +688,12 @@ def main(argv: list[str] | None = None) -> int:
         "lack are tuned)",
     )
     parser.add_argument(
+        "--batched-parts",
+        action="store_true",
+        help="with --configs-from: each recorded configuration's split sum loads its parts as "
+        "the search space now does (backend.decode_matmul.with_batched_parts)",
+    )
+    parser.add_argument(
         "--variants",
         default="",
         help="register-dequant configurations also measured with these fields overridden, "
@@ -704,9 +714,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants: {unknown_fields} are not DequantConfig fields")
     recorded = None
     space = options.space
+    if options.batched_parts and not options.configs_from:
+        parser.error("--batched-parts needs --configs-from (tuned configurations have it)")
     if options.configs_from:
         recorded = configs_option(parser, options.configs_from)
         space = f"recorded configurations ({options.space} where tuned)"
+        if options.batched_parts:
+            recorded = {key: with_batched_parts(config) for key, config in recorded.items()}
+            space = f"recorded configurations, parts batched ({options.space} where tuned)"
     try:
         shapes = parse_shapes(options.shapes, options.quick)
     except ValueError as error:

@@ -130,6 +130,13 @@ def test_the_command_line_refuses_configs_that_are_no_record(capsys, tmp_path) -
     assert "--configs-from" in capsys.readouterr().err
 
 
+def test_batched_parts_need_recorded_configurations(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["--batched-parts"])
+    assert exit_info.value.code == 2
+    assert "--batched-parts needs --configs-from" in capsys.readouterr().err
+
+
 def test_a_variant_measures_the_batches_whose_configuration_it_has() -> None:
     """Tuned at 1 and 16, the base operations serve every batch from the largest tuned batch
     not above it; a variant that could not change the configuration of 16 (left out) measures

@@ -54,6 +54,7 @@ from backend.decode_matmul import (
     row_tilings,
     split_choices,
     units_k_choices,
+    with_batched_parts,
 )
 from backend.errors import CompilationError, LaunchError, TimingError
 from ir import dtypes
@@ -480,6 +481,42 @@ def test_parts_are_loaded_in_batches_by_the_splits_of_8_and_16_row_blocks(
     # Below 9 rows the one 8-row block's tiling is offered; 16 rows are a block of their own
     # from 9 rows on, and no tiling of 32 rows has a block of 8 or 16.
     assert rows_batched == {1: {8}, 4: {8}, 8: {8, 16}, 16: {16}, 32: set()}[m]
+
+
+@pytest.mark.parametrize(
+    ("config", "batch"),
+    [
+        (DequantConfig(weights_as_a=True, split=8), 4),  # one 8-row block
+        (DequantConfig(weights_as_a=True, split=4), 1),  # 3 parts after slot 0: no batch of 4
+        (DequantConfig(weights_as_a=True, split=16, units_m=2), 2),  # two 8-row blocks
+        (DequantConfig(split=4, stages=4, unroll=4), 2),  # a 16-row block with a ring
+        (DequantConfig(split=2), 1),  # one part after slot 0
+        (DequantConfig(split=8, units_m=2), 1),  # 32 rows
+        (DequantConfig(split=8, combine_parts=True), 1),  # no slots: combining stores
+        (DequantConfig(split=8, fused_sum=False), 1),  # a second launch sums the parts
+        (DequantConfig(weights_as_a=True, stream_k=100), 1),  # stream-K keeps one at a time
+        (DequantConfig(weights_as_a=True, split=8, parts_batch=7), 4),  # the rule's, not 7
+        (DequantConfig(split=2, parts_batch=2), 1),
+    ],
+)
+def test_with_batched_parts_is_the_search_spaces_rule(config: DequantConfig, batch: int) -> None:
+    """`with_batched_parts` sets the parts a step by the block's rows where the fused sum has
+    more slots than that, and changes no other field; every configuration it gives builds."""
+    batched = with_batched_parts(config)
+    assert batched == replace(config, parts_batch=batch)
+    assert with_batched_parts(batched) == batched
+    register_dequant_matmul(dtypes.i4, 128, batched)
+
+
+@pytest.mark.parametrize("weight", ["i2", "i4", "f4e2m1"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_every_point_of_the_space_follows_the_batched_parts_rule(weight: str, m: int) -> None:
+    """The search space's points, the combining twins included, are their own
+    `with_batched_parts`: one rule for the tuner and for the recorded configurations the
+    benchmark's --batched-parts updates."""
+    dtype = dtypes.from_name(weight)
+    for config in decode_search_space(dtype, 8192, 8192, m, deterministic=False):
+        assert with_batched_parts(config) == config, config
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "u4", "i8", "f4e2m1"])
