@@ -176,7 +176,11 @@ def with_batched_parts(config: DequantConfig) -> DequantConfig:
     into a fused sum of ordered slots (not `combine_parts`, not stream-K), else one at a
     time. The same adds in the same order either way, so the same results bit for bit; for
     configurations recorded before a rule of this table (``benchmarks/quantized_matmul.py
-    --batched-parts``)."""
+    --batched-parts``). Raises `TuningError` for a `config` that is not a `DequantConfig`."""
+    if not isinstance(config, DequantConfig):
+        raise TuningError(
+            f"with_batched_parts: config is {type(config).__name__}; expected a DequantConfig"
+        )
     batch = PARTS_BATCH_BY_ROWS.get(config.block_m, 1)
     slotted = config.fused_sum and not config.combine_parts and not config.stream_k
     return replace(config, parts_batch=batch if slotted and config.split > batch else 1)

@@ -508,6 +508,11 @@ def test_with_batched_parts_is_the_search_spaces_rule(config: DequantConfig, bat
     register_dequant_matmul(dtypes.i4, 128, batched)
 
 
+def test_with_batched_parts_refuses_what_is_no_configuration() -> None:
+    with pytest.raises(TuningError, match=r"config is dict; expected a DequantConfig"):
+        with_batched_parts({"split": 8})
+
+
 @pytest.mark.parametrize("weight", ["i2", "i4", "f4e2m1"])
 @pytest.mark.parametrize("m", [1, 16])
 def test_every_point_of_the_space_follows_the_batched_parts_rule(weight: str, m: int) -> None:
