@@ -174,9 +174,10 @@ def with_batched_parts(config: DequantConfig) -> DequantConfig:
     """`config` with its fused sum's parts loaded as the search space loads them:
     `PARTS_BATCH_BY_ROWS` of its block's rows at a time where it splits k more ways than that
     into a fused sum of ordered slots (not `combine_parts`, not stream-K), else one at a
-    time. The same adds in the same order either way, so the same results bit for bit; for
-    configurations recorded before a rule of this table (``benchmarks/quantized_matmul.py
-    --batched-parts``). Raises `TuningError` for a `config` that is not a `DequantConfig`."""
+    time. The same adds in the same order either way, so the same results bit for bit. The
+    search space applies it to every point; ``benchmarks/quantized_matmul.py --batched-parts``
+    to configurations recorded before the rule. Raises `TuningError` for a `config` that is
+    not a `DequantConfig`."""
     if not isinstance(config, DequantConfig):
         raise TuningError(
             f"with_batched_parts: config is {type(config).__name__}; expected a DequantConfig"
