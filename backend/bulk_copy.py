@@ -69,17 +69,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from backend.tensor_core import Claim, arch_number
 from ir import instructions
-from ir.program import Program
+from ir.program import BLOCK_INDICES, Program
 from ir.values import GlobalTensor, SharedTensor
 from layout_algebra.errors import LayoutError
 from layout_algebra.hardware import WARP_SIZE
 from layout_algebra.swizzle_modes import SWIZZLE_BITS
-from layout_algebra.symbolic import Expr
+from layout_algebra.symbolic import Expr, as_expr
 from layout_algebra.symbolic.divisors import known_divisor
 from layout_algebra.tma_box import ELEMENT_BITS, MAX_RANK, TmaBox, derive_box
 from layout_algebra.validation import is_int
@@ -144,24 +144,102 @@ static __device__ __forceinline__ void la_mbarrier_wait(unsigned long long* barr
 """
 """The device helpers of bulk copies (after the includes)."""
 
+CLUSTER_COPY_SOURCE = r"""
+static __device__ __forceinline__ unsigned la_cluster_rank()
+{
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
 
-def tma_load_helper(rank: int) -> str:
+static __device__ __forceinline__ void la_cluster_sync_aligned()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void la_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void la_proxy_fence_cluster()
+{
+    asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
+}
+
+static __device__ __forceinline__ void la_mbarrier_arrive_remote(unsigned long long* barrier,
+                                                                 unsigned rank)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(barrier);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n"
+                 ::"r"(remote) : "memory");
+}
+
+static __device__ __forceinline__ bool la_mbarrier_try_wait_cluster(unsigned long long* barrier,
+                                                                    unsigned parity)
+{
+    const unsigned address = (unsigned)__cvta_generic_to_shared(barrier);
+    unsigned done;
+    asm volatile("{\n .reg .pred p;\n"
+                 " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(address), "r"(parity) : "memory");
+    return done != 0;
+}
+
+static __device__ __forceinline__ void la_mbarrier_wait_cluster(unsigned long long* barrier,
+                                                                unsigned parity)
+{
+    while (!la_mbarrier_try_wait_cluster(barrier, parity)) {
+    }
+}
+"""
+"""The device helpers of bulk copies shared by the blocks of a cluster (after
+`BULK_COPY_SOURCE`): the block's rank in its cluster, the cluster's barrier (the aligned form
+where every thread of a warp runs it together), the async proxy's fence over the cluster's
+shared memory, an arrival on the barrier at the same address in another block of the cluster,
+and a wait that acquires what the cluster's blocks released."""
+
+
+def _bulk_tensor_helper(rank: int, multicast: bool) -> str:
     """The device helper issuing a bulk tensor copy of a rank-`rank` box (coordinates innermost
-    first, as the tensor map's dimensions)."""
+    first); with `multicast`, into every block of the cluster its 16-bit mask names."""
+    name, mask, suffix, operand, extra = "load", "", "", "", ""
+    if multicast:
+        name, mask = "multicast", "unsigned short mask, "
+        suffix, operand, extra = ".multicast::cluster", ", %3", '"h"(mask), '
+    first = 4 if multicast else 3
     coords = ", ".join(f"int c{i}" for i in range(rank))
-    operands = ", ".join(f"%{i + 3}" for i in range(rank))
+    operands = ", ".join(f"%{i + first}" for i in range(rank))
     inputs = ", ".join(f'"r"(c{i})' for i in range(rank))
     return (
-        f"static __device__ __forceinline__ void la_tma_load_{rank}d(void* shared, "
-        f"const la_tensor_map* map, unsigned long long* barrier, {coords})\n"
+        f"static __device__ __forceinline__ void la_tma_{name}_{rank}d(void* shared, "
+        f"const la_tensor_map* map, unsigned long long* barrier, {mask}{coords})\n"
         "{\n"
         "    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);\n"
         "    const unsigned bar = (unsigned)__cvta_generic_to_shared(barrier);\n"
         f'    asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile'
-        f'.mbarrier::complete_tx::bytes [%0], [%1, {{{operands}}}], [%2];\\n"\n'
-        f'                 ::"r"(address), "l"(map), "r"(bar), {inputs} : "memory");\n'
+        f".mbarrier::complete_tx::bytes{suffix}"
+        f' [%0], [%1, {{{operands}}}], [%2]{operand};\\n"\n'
+        f'                 ::"r"(address), "l"(map), "r"(bar), {extra}{inputs} : "memory");\n'
         "}\n"
     )
+
+
+def tma_load_helper(rank: int) -> str:
+    """The device helper issuing a bulk tensor copy of a rank-`rank` box (coordinates innermost
+    first, as the tensor map's dimensions)."""
+    return _bulk_tensor_helper(rank, False)
+
+
+def tma_multicast_helper(rank: int) -> str:
+    """The device helper issuing a bulk tensor copy of a rank-`rank` box that lands at the same
+    shared address in every block of the cluster named in the 16-bit `mask`, each completing
+    its own barrier at the same address."""
+    return _bulk_tensor_helper(rank, True)
 
 
 @dataclass(frozen=True)
@@ -187,7 +265,12 @@ class BulkTensorPlan:
     tensor's tiles (`ir.instructions.CopyBulkRelease`), so each barrier has a free barrier as
     well. `per_stage`: every wait and release of the tensor names whole stages, so a stage's
     slots share one barrier (each copy arrives on it expecting its bytes) and one free barrier
-    (each warp arrives once a release)."""
+    (each warp arrives once a release). `multicast`: the blocks of a cluster that share each
+    copy (1: none, `shared_copies`): block r of the C issues part r of the tile, cut along the
+    box's outermost dimension (`split_dim`), which lands in every block's shared memory and
+    completes each one's barrier, so every barrier still waits for the whole tile's bytes;
+    `parts` holds the (origin, box) of each part of each stage's each slot (`checked`'s order,
+    C parts each), each found by `derive_box` and lying `part_bytes` after the one before."""
 
     tensor: SharedTensor
     box: TmaBox
@@ -198,6 +281,31 @@ class BulkTensorPlan:
     checked: tuple[tuple[tuple[int, ...], TmaBox], ...]
     released: bool = False
     per_stage: bool = False
+    multicast: int = 1
+    parts: tuple[tuple[tuple[int, ...], TmaBox], ...] = ()
+
+    @property
+    def split_dim(self) -> int:
+        """The tile dimension a shared copy is cut along: the box's outermost."""
+        return self.box.order[0]
+
+    @property
+    def part_extent(self) -> int:
+        """The extent along `split_dim` of the part of a copy one block issues (the box's own
+        without multicast)."""
+        return self.box.extents[self.split_dim] // self.multicast
+
+    @property
+    def part_bytes(self) -> int:
+        """Bytes of the part of a copy one block issues: part r lands ``r * part_bytes`` past
+        the slot's start."""
+        return self.box.nbytes // self.multicast
+
+    @property
+    def copy_box(self) -> TmaBox:
+        """The box each block's copy names in its tensor map: a part's where the copies are
+        multicast, else `box`."""
+        return self.parts[0][1] if self.multicast > 1 else self.box
 
     @property
     def count(self) -> int:
@@ -260,15 +368,24 @@ class BulkTensorPlan:
         return self.stage_index(tuple(offsets[:lead])), self.covered(origin, shape)
 
     def claims(self) -> tuple[Claim, ...]:
-        """Per stage and slot: the box writes each element where the layout holds it."""
+        """Per stage and slot: the box writes each element where the layout holds it; with
+        `multicast`, each part of it as well."""
         layout = self.tensor.layout
-        return tuple(
+        whole = tuple(
             Claim(
                 f"bulk copy of {self.tensor.name} at {origin}",
                 *box.claim(layout, origin, self.dims),
             )
             for origin, box in self.checked
         )
+        parts = tuple(
+            Claim(
+                f"shared bulk copy part of {self.tensor.name} at {origin}",
+                *box.claim(layout, origin, self.dims),
+            )
+            for origin, box in self.parts
+        )
+        return whole + parts
 
 
 @dataclass(frozen=True)
@@ -281,7 +398,7 @@ class BulkCopies:
 
     def map_name(self, copy: instructions.CopyBulk) -> str:
         """The tensor-map parameter of a copy into a planned tensor."""
-        box = self.tensors[copy.dst.name].box
+        box = self.tensors[copy.dst.name].copy_box
         for use in self.maps:
             if use.source.name == copy.src.name and use.box == box:
                 return use.name
@@ -291,6 +408,17 @@ class BulkCopies:
     def ranks(self) -> tuple[int, ...]:
         """The box ranks the kernel issues (one helper each)."""
         return tuple(sorted({len(use.box.extents) for use in self.maps}))
+
+    @property
+    def multicast_ranks(self) -> tuple[int, ...]:
+        """The box ranks of the copies shared by a cluster's blocks (one helper each)."""
+        return tuple(sorted({len(p.box.extents) for p in self.tensors.values() if p.multicast > 1}))
+
+    @property
+    def shared(self) -> bool:
+        """Whether some tensor's copies are shared by a cluster's blocks: the kernel then
+        synchronises the cluster once its barriers are initialised and before it exits."""
+        return any(plan.multicast > 1 for plan in self.tensors.values())
 
 
 NO_BULK_COPIES = BulkCopies({}, ())
@@ -348,15 +476,95 @@ def _boxes(
     return checked
 
 
+def _guarded(
+    body: Sequence[instructions.Instruction], guards: tuple[Expr, ...] = ()
+) -> Iterator[tuple[instructions.Instruction, tuple[Expr, ...]]]:
+    """Every instruction of `body` in program order with the expressions its execution depends
+    on: the conditions of the ifs and the bounds of the loops around it."""
+    for instruction in body:
+        yield instruction, guards
+        inner = guards
+        if isinstance(instruction, instructions.ForRange):
+            inner = (*guards, as_expr(instruction.start), as_expr(instruction.stop))
+        elif isinstance(instruction, instructions.If):
+            inner = (*guards, as_expr(instruction.cond))
+        for nested in instruction.bodies():
+            yield from _guarded(nested, inner)
+
+
+def shared_copies(program: Program) -> frozenset[str]:
+    """The shared tensors of `program` whose bulk copies every block of a cluster
+    (`ir.Program.cluster`) issues alike: no copy's source or destination offsets, nor any wait
+    or release's offsets, nor the condition or bounds of an if or loop around one of them,
+    reads a block index the cluster spans (an extent above 1). Such a tensor's blocks copy the
+    same tiles into the same stages in the same order, and wait for and release them in step,
+    so one block may issue a part of each copy for all of them. Empty without a cluster."""
+    if program.cluster_blocks == 1 or program.cluster is None:
+        return frozenset()
+    spanned = {index.name for index, extent in zip(BLOCK_INDICES, program.cluster) if extent > 1}
+    touched: set[str] = set()
+    varying: set[str] = set()
+    bulk = (instructions.CopyBulk, instructions.CopyBulkWait, instructions.CopyBulkRelease)
+    for instruction, guards in _guarded(program.body):
+        if not isinstance(instruction, bulk):
+            continue
+        touched.add(instruction.dst.name)
+        if isinstance(instruction, instructions.CopyBulk):
+            read = (*instruction.src_offsets, *instruction.dst_offsets)
+        else:
+            read = tuple(instruction.offsets)
+        if any(as_expr(e).free_vars() & spanned for e in (*guards, *read)):
+            varying.add(instruction.dst.name)
+    return frozenset(touched - varying)
+
+
+def _with_parts(plan: BulkTensorPlan, order: tuple[int, ...], blocks: int) -> BulkTensorPlan:
+    """`plan` with its copies shared by the `blocks` blocks of a cluster (`BulkTensorPlan.parts`),
+    or `plan` as it is where a part breaks a rule: the box's outermost extent is not a multiple
+    of `blocks`, or a part has no box of the plan's swizzle lying `part_bytes` after the part
+    before (its start aligned as the swizzle needs)."""
+    shape = plan.box.extents
+    split = plan.box.order[0]
+    if shape[split] % blocks:
+        return plan
+    part_shape = tuple(e // blocks if d == split else e for d, e in enumerate(shape))
+    part_bytes = plan.box.nbytes // blocks
+    lead = len(plan.stages)
+    parts = []
+    for origin, box in plan.checked:
+        for r in range(blocks):
+            start = list(origin)
+            start[lead + split] += r * part_shape[split]
+            try:
+                part = derive_box(
+                    plan.tensor.layout,
+                    plan.tensor.dtype.nbits,
+                    tuple(start),
+                    plan.dims,
+                    part_shape,
+                    order,
+                    [box.swizzle],
+                )
+            except LayoutError:
+                return plan
+            if part is None or part.start != box.start + r * part_bytes:
+                return plan
+            parts.append((tuple(start), part))
+    return dataclasses.replace(plan, multicast=blocks, parts=tuple(parts))
+
+
 def _tensor_plan(
     tensor: SharedTensor,
     copies: list[instructions.CopyBulk],
     waits: list[instructions.CopyBulkWait | instructions.CopyBulkRelease],
     divisor: Callable[[Expr | int], int],
+    blocks: int = 1,
 ) -> BulkTensorPlan | None:
     """The plan of `tensor`'s bulk copies, or None where one of them does not qualify
     (`divisor` as `plan_bulk_copies`'s); `waits`: its waits and releases, each a union of
-    whole slots."""
+    whole slots. `blocks` > 1: the blocks of a cluster that copy the tensor's tiles alike
+    (`shared_copies`); a released tensor's copies are then shared among them where the tile
+    cuts into parts (`_with_parts`)."""
     bits = tensor.dtype.nbits
     shapes = {copy.shape for copy in copies}
     orders = {unit_stride_order(copy.src.layout.strides) for copy in copies}
@@ -418,7 +626,10 @@ def _tensor_plan(
             return None  # the wait's tile is not a union of whole slots
         whole_stages = whole_stages and len(inside) == len(slots)
     if whole_stages and len(slots) > 1:
-        return dataclasses.replace(plan, per_stage=True)
+        plan = dataclasses.replace(plan, per_stage=True)
+    if blocks > 1 and released:
+        # Without releases nothing tells a block that the others are past a stage.
+        plan = _with_parts(plan, order, blocks)
     return plan
 
 
@@ -442,16 +653,18 @@ def plan_bulk_copies(
         elif isinstance(instruction, (instructions.CopyBulkWait, instructions.CopyBulkRelease)):
             waits.setdefault(instruction.dst.name, []).append(instruction)
     plans = {}
+    shared = shared_copies(program)
     for name, tensor in tensors.items():
-        plan = _tensor_plan(tensor, copies[name], waits.get(name, []), divisor)
+        blocks = program.cluster_blocks if name in shared else 1
+        plan = _tensor_plan(tensor, copies[name], waits.get(name, []), divisor, blocks)
         if plan is not None:
             plans[name] = plan
     maps: dict[tuple[str, TmaBox], TensorMapUse] = {}
     for name, plan in plans.items():
         for copy in copies[name]:
-            key = (copy.src.name, plan.box)
+            key = (copy.src.name, plan.copy_box)
             if key not in maps:
-                maps[key] = TensorMapUse(f"{TENSOR_MAP_PREFIX}{len(maps)}", copy.src, plan.box)
+                maps[key] = TensorMapUse(f"{TENSOR_MAP_PREFIX}{len(maps)}", copy.src, plan.copy_box)
     return BulkCopies(plans, tuple(maps.values()))
 
 
@@ -460,6 +673,9 @@ TMA_FENCE_MARK = "// la: proxy fence before a bulk copy into "
 lowering finds at the end that the tensor is `async_only`."""
 TMA_FENCE = "la_proxy_fence_shared();"
 """The async-proxy fence before a bulk tensor copy."""
+CLUSTER_TMA_FENCE = "la_proxy_fence_cluster();"
+"""The async-proxy fence before a bulk tensor copy shared by a cluster's blocks (over the
+cluster's shared memory)."""
 
 
 def async_only(program: Program, name: str, generic_reads: set[str]) -> bool:

@@ -653,6 +653,9 @@ def wrap_expression(dtype: DataType, value: str) -> str:
 
 PROGRAMMATIC_LAUNCH_ARCH = 90
 """Programmatic dependent launch (``griddepcontrol``) exists from sm_90 on."""
+CLUSTER_ARCH = 90
+"""The first architecture that launches blocks in clusters (`ir.Program.cluster`); before it a
+program's cluster is left out of the launch, which changes nothing it computes."""
 
 GROUP_BARRIER_SOURCE = r"""
 /* ---- barriers of thread groups (see backend/cuda_codegen.py) ---- */

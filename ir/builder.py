@@ -91,6 +91,7 @@ from ir.values import (
 )
 from ir.verifier import (
     biased_cast_error,
+    check_cluster_extents,
     check_grid_extents,
     check_instruction,
     check_min_blocks_per_sm,
@@ -214,6 +215,7 @@ class ProgramBuilder:
         self._min_blocks_per_sm: int | None = None
         self._programmatic_launch = False
         self._hoist_invariants = False
+        self._cluster: tuple[int, int, int] | None = None
         self._bulk_shapes: dict[str, tuple[int, ...]] = {}
 
     def __enter__(self) -> ProgramBuilder:
@@ -412,6 +414,26 @@ class ProgramBuilder:
                 f"programmatic_launch declared twice: {self.name} already declares it"
             )
         self._programmatic_launch = True
+
+    def cluster(self, x: int, y: int = 1, z: int = 1) -> None:
+        """Launch the grid in clusters of x by y by z blocks (sm_90 and newer; elsewhere an
+        ordinary launch): blocks of a cluster run at once on one GPU processing cluster, and
+        a tile that every block of a cluster bulk-copies alike into the same shared tensor
+        (its source and stage read no block index the cluster spans, nor does the control flow
+        around its copies, waits and releases) may be copied once for all of them, each block
+        issuing a part that lands in every block's shared memory (`backend.bulk_copy`). It
+        changes nothing the program computes. The declared grid must be a multiple of the
+        cluster (checked with the program, `ir.verifier.check_cluster`). Raises
+        VerificationError for a second declaration or extents that are not ints of at least 1
+        with at most `ir.verifier.MAX_CLUSTER_BLOCKS` blocks in all."""
+        if self._cluster is not None:
+            raise VerificationError(
+                f"cluster declared twice: {self.name} already declares the cluster {self._cluster}"
+            )
+        cluster = (x, y, z)
+        # The grid may come later: its divisibility is checked with the whole program.
+        check_cluster_extents(self.name, cluster)
+        self._cluster = cluster
 
     def hoist_invariants(self) -> None:
         """Have the lowering compute each value the same for the whole block that divides by a
@@ -1138,4 +1160,5 @@ class ProgramBuilder:
             self._min_blocks_per_sm,
             self._programmatic_launch,
             self._hoist_invariants,
+            self._cluster,
         )

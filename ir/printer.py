@@ -222,8 +222,9 @@ def _format_param(param: Param) -> str:
 
 
 def format_program(program: Program) -> str:
-    """The whole program: a header line with the parameters, the declared grid's line and the
-    occupancy's (when the program declares them), then the body."""
+    """The whole program: a header line with the parameters, the declared grid's line, the
+    occupancy's, the programmatic launch's and the cluster's (when the program declares them),
+    then the body."""
     params = ", ".join(_format_param(p) for p in program.params)
     header = [f"program {program.name}({params}) num_threads={program.num_threads}"]
     if program.grid is not None:
@@ -232,4 +233,6 @@ def format_program(program: Program) -> str:
         header.append(f"min_blocks_per_sm {program.min_blocks_per_sm}")
     if program.programmatic_launch:
         header.append("programmatic_launch")
+    if program.cluster is not None:
+        header.append("cluster {} x {} x {}".format(*program.cluster))
     return "\n".join([*header, *format_body(program.body)])

@@ -46,7 +46,11 @@ class Program:
     one `WaitPriorGrid`, before which it reads only memory no earlier kernel writes) and
     `hoist_invariants` (the lowering computes each block-invariant value that divides by a
     runtime value once, at the kernel's start: `backend.lower.lower`'s option of that name,
-    asked for by the program). None of them changes what the program computes.
+    asked for by the program) and `cluster` (None, or the (x, y, z) extents of the clusters
+    the grid is launched in: blocks scheduled together on one GPU processing cluster from
+    sm_90 on, whose bulk copies of a tile that every block of a cluster copies alike the
+    lowering may issue once for all of them, `backend.bulk_copy`; the declared grid is a
+    multiple of it). None of them changes what the program computes.
     """
 
     name: str
@@ -57,6 +61,15 @@ class Program:
     min_blocks_per_sm: int | None = None
     programmatic_launch: bool = False
     hoist_invariants: bool = False
+    cluster: tuple[int, int, int] | None = None
+
+    @property
+    def cluster_blocks(self) -> int:
+        """Blocks of a cluster: the product of `cluster`'s extents (1 without one)."""
+        if self.cluster is None:
+            return 1
+        x, y, z = self.cluster
+        return x * y * z
 
     @property
     def block_indices(self) -> tuple[Expr, Expr, Expr]:

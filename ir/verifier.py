@@ -43,6 +43,7 @@ instruction (its op and printed line) and the mismatch. It checks:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -77,7 +78,8 @@ from layout_algebra.hardware import (
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout
 from layout_algebra.shared import SharedLayout
-from layout_algebra.symbolic import Expr
+from layout_algebra.symbolic import Expr, var
+from layout_algebra.symbolic.divisors import known_divisor
 
 DEFAULT_SHARED_MEMORY_LIMIT = LARGEST_SHARED_MEMORY_LIMIT
 """Bytes of shared memory a block may use on the largest architecture (sm_90: 227 KiB); the
@@ -659,6 +661,62 @@ def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> N
         )
 
 
+MAX_CLUSTER_BLOCKS = 8
+"""The most blocks of a cluster every sm_90 GPU launches (CUDA's portable cluster size)."""
+
+
+def check_cluster_extents(program: str, cluster: object) -> None:
+    """Check the extents of the cluster of program `program` (`Program.cluster`): three ints
+    of at least 1 (x, y, z) whose product is at most `MAX_CLUSTER_BLOCKS`. Raises
+    VerificationError naming the value and what was expected."""
+    if (
+        not isinstance(cluster, tuple)
+        or len(cluster) != 3
+        or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in cluster)
+    ):
+        raise VerificationError(
+            f"the cluster of {program} is {cluster!r}; expected three ints of at least 1 (x, y, z)"
+        )
+    if math.prod(cluster) > MAX_CLUSTER_BLOCKS:
+        raise VerificationError(
+            f"the cluster {cluster} of {program} has {math.prod(cluster)} blocks; expected at "
+            f"most {MAX_CLUSTER_BLOCKS}"
+        )
+
+
+def check_cluster(
+    program: str,
+    cluster: object,
+    grid: Sequence[Expr] | None,
+    params: Sequence[object] = (),
+) -> None:
+    """Check the cluster of program `program` (`Program.cluster`): its extents
+    (`check_cluster_extents`) and a declared grid each of whose extents is known to be a
+    multiple of the cluster's (`known_divisor`, with each int parameter of `params` declared
+    a multiple of m read as m times a variable: a launch of a grid that is not fails). Raises
+    VerificationError naming the value and what was expected."""
+    check_cluster_extents(program, cluster)
+    if not isinstance(cluster, tuple):
+        return
+    multiples = {
+        p.name: var(f"{p.name}_quotient") * p.multiple_of
+        for p in params
+        if isinstance(p, IntParam) and p.multiple_of > 1
+    }
+    if grid is None:
+        raise VerificationError(
+            f"{program} declares the cluster {cluster} but no grid; a cluster needs a declared "
+            "grid that is a multiple of it"
+        )
+    for name, extent, size in zip("xyz", grid, cluster):
+        divisor = known_divisor(extent.substitute(multiples))
+        if size > 1 and (divisor == 0 or divisor % size):
+            raise VerificationError(
+                f"grid extent {name} = {extent} of {program} is not known to be a multiple of "
+                f"the cluster's extent {size} along {name}"
+            )
+
+
 def _check_chain_link(program: Program) -> None:
     """A program with `programmatic_launch` waits for the prior grid exactly once and launches
     its dependents at most once, at its top level; one without it does neither."""
@@ -945,6 +1003,8 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
         check_grid_extents(program.name, program.grid, int_params)
     if program.min_blocks_per_sm is not None:
         check_min_blocks_per_sm(program.name, program.min_blocks_per_sm, program.num_threads)
+    if program.cluster is not None:
+        check_cluster(program.name, program.cluster, program.grid, program.params)
     walker.names |= names
     walker.body(program.body, _Scope(set(), names))
     walker.coverage()

@@ -23,17 +23,21 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from backend.bulk_copy import (
     BULK_COPY_SOURCE,
+    CLUSTER_COPY_SOURCE,
+    CLUSTER_TMA_FENCE,
     TMA_FENCE,
     TMA_FENCE_MARK,
     arrives_per_warp,
     async_only,
     tma_load_helper,
+    tma_multicast_helper,
 )
 from backend.conversions import (
     CONVERSION_SOURCE,
 )
 from backend.cuda_codegen import (
     ASYNC_COPY_SOURCE,
+    CLUSTER_ARCH,
     COMBINE_SOURCE,
     GROUP_BARRIER_SOURCE,
     OPERATION_SOURCE,
@@ -134,9 +138,11 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             else:
                 source = _drop_marks(source)
             alignment = max(alignment, SWIZZLED_ALIGNMENT)
-        for name in self.bulk.tensors:
+        for name, plan in self.bulk.tensors.items():
             needed = not async_only(self.program, name, self.generic_reads)
-            source = source.replace(f"{TMA_FENCE_MARK}{name}\n", TMA_FENCE + "\n" if needed else "")
+            # A copy shared by a cluster writes the other blocks' shared memory too.
+            fence = TMA_FENCE if plan.multicast == 1 else CLUSTER_TMA_FENCE
+            source = source.replace(f"{TMA_FENCE_MARK}{name}\n", fence + "\n" if needed else "")
         return source.replace(
             SHARED_DECLARATION.format(alignment=16),
             SHARED_DECLARATION.format(alignment=alignment),
@@ -176,6 +182,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             out.lines(BULK_COPY_SOURCE)
             for rank in self.bulk.ranks:
                 out.lines(tma_load_helper(rank))
+        if self.bulk.shared:
+            out.lines(CLUSTER_COPY_SOURCE)
+            for rank in self.bulk.multicast_ranks:
+                out.lines(tma_multicast_helper(rank))
         out.line()
         table_position = out.position()
         declarations = [c_parameter(p) for p in program.params]
@@ -190,9 +200,10 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             # Without a block count ptxas cannot tell the registers a warp has at entry, and
             # ignores every setmaxnreg (its note C7508): ask for one block an SM.
             bounds += ", 1"
-        header = (
-            f'extern "C" __global__ void __launch_bounds__({bounds}) {program.name}({signature})'
-        )
+        attributes = f"__launch_bounds__({bounds})"
+        if program.cluster is not None and self.arch and arch_number(self.arch) >= CLUSTER_ARCH:
+            attributes = "__cluster_dims__({}, {}, {}) ".format(*program.cluster) + attributes
+        header = f'extern "C" __global__ void {attributes} {program.name}({signature})'
         with out.block(header):
             out.line(SHARED_DECLARATION.format(alignment=16))
             out.line(f"const int {THREAD_NAME} = (int)threadIdx.x;")
@@ -211,6 +222,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 # The next kernel of the chain may start now: it waits for this one's memory.
                 out.line("la_launch_dependents();")
             self.execute_block_body(program.body)
+            if self.bulk.shared:
+                # No block exits while another may still arrive on its barriers.
+                out.line("la_cluster_sync();")
         if self.invariants:
             declarations = (invariant_declaration(v, d) for d, v in self.invariants)
             # The kernel body's indentation: `insert` takes the lines as they are.
@@ -327,6 +341,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                         out.line(f"la_mbarrier_init(&la_free_{name}[la_i], {arrivals}u);")
             out.line("la_mbarrier_init_fence();")
         out.line("__syncthreads();")
+        if self.bulk.shared:
+            # Every block's barriers are initialised before any copy or arrival reaches them.
+            out.line("la_cluster_sync_aligned();")
 
     def release_arrivals(self, name: str) -> int:
         """Arrivals a free barrier of shared tensor `name` counts: one per warp of the threads
@@ -334,7 +351,9 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         is not whole warps)."""
         group = self.bulk_group(name, instructions.CopyBulkRelease)
         threads = self.threads if group is None else group[1]
-        return threads // WARP_SIZE if arrives_per_warp(threads) else threads
+        per_block = threads // WARP_SIZE if arrives_per_warp(threads) else threads
+        # A copy shared by a cluster waits for the releases of every block it writes.
+        return per_block * self.bulk.tensors[name].multicast
 
     def tensor_map_params(self) -> tuple[KernelTensorMapParam, ...]:
         """The tensor maps of the bulk copies written as TMA, for the launch to encode."""

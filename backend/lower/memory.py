@@ -964,23 +964,50 @@ class MemoryLowering(LoweringContext):
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
         if plan.released:
-            self.wait_until_free(dst.name, plan.barrier(stage, slot), plan.phase_bit(stage, slot))
+            self.wait_until_free(
+                dst.name,
+                plan.barrier(stage, slot),
+                plan.phase_bit(stage, slot),
+                plan.multicast > 1,
+            )
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
             # Shared memory the block touched before the barrier (or release) preceding this
             # copy is done with before the async proxy writes it (a mark: no fence where only
             # the async proxy touches the tensor, `backend.bulk_copy.async_only`).
             self.out.line(f"{TMA_FENCE_MARK}{dst.name}")
+            # Every block's barrier waits for the whole tile, whoever issues its parts.
             self.out.line(f"la_mbarrier_expect({barrier}, {plan.box.nbytes}u);")
-            self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
+            if plan.multicast == 1:
+                self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
+            else:
+                # This block's part of the tile, into every block of the cluster.
+                part = self.temporary("part")
+                self.out.line(f"const unsigned {part} = la_cluster_rank();")
+                coords = ", ".join(
+                    f"(int)({self.c(as_expr(instruction.src_offsets[d]))})"
+                    + (f" + (int){part} * {plan.part_extent}" if d == plan.split_dim else "")
+                    for d in reversed(plan.box.order)
+                )
+                mask = (1 << plan.multicast) - 1
+                self.out.line(
+                    f"la_tma_multicast_{rank}d({address} + {part} * {plan.part_bytes}u, "
+                    f"&{map_name}, {barrier}, (unsigned short){mask}u, {coords});"
+                )
         if not any(p is plan for p in self.plans):
             self.plans.append(plan)
-        self.note(f"bulk tensor copy {plan.box.nbytes} B")
+        if plan.multicast == 1:
+            self.note(f"bulk tensor copy {plan.box.nbytes} B")
+        else:
+            self.note(f"bulk tensor copy {plan.box.nbytes} B shared by {plan.multicast} blocks")
 
-    def wait_until_free(self, name: str, barrier_text: str, bit_text: str) -> None:
+    def wait_until_free(
+        self, name: str, barrier_text: str, bit_text: str, cluster: bool = False
+    ) -> None:
         """Wait until every warp has released the slot's last copy (the first copy passes):
         on free barrier `barrier_text` of shared tensor `name`, for the parity of bit
         `bit_text` of the mask, then flip that bit (C texts; `BulkTensorPlan.barrier` and
-        `phase_bit`).
+        `phase_bit`). `cluster`: the copy is shared by a cluster's blocks, whose warps all
+        arrive on the barrier: the wait acquires at the cluster's scope.
 
         Where the block is whole warps, warp 0's lanes all wait, on a condition read through
         a shuffle so that the compiler sees it is the same across the warp: a spin loop under
@@ -995,7 +1022,8 @@ class MemoryLowering(LoweringContext):
         else:
             waiter = f"{THREAD_NAME} == 0"
         with self.out.block(f"if ({waiter})"):
-            self.out.line(f"la_mbarrier_wait(&la_free_{name}[{index}], ({free} >> {bit}) & 1u);")
+            wait = "la_mbarrier_wait_cluster" if cluster else "la_mbarrier_wait"
+            self.out.line(f"{wait}(&la_free_{name}[{index}], ({free} >> {bit}) & 1u);")
         self.out.line(f"{free} ^= 1u << {bit};")
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:
@@ -1053,8 +1081,22 @@ class MemoryLowering(LoweringContext):
         arrive = f"if (({THREAD_NAME} & {WARP_SIZE - 1}) == 0) " if per_warp else ""
         for slot in slots[:1] if plan.per_stage else slots:
             index = plan.barrier(stage, slot)
-            self.out.line(f"{arrive}la_mbarrier_arrive(&la_free_{dst.name}[{index}]);")
-        self.note("bulk copy release: an arrival per warp on its free barriers")
+            if plan.multicast == 1:
+                self.out.line(f"{arrive}la_mbarrier_arrive(&la_free_{dst.name}[{index}]);")
+                continue
+            # The next copy into the slot writes every block of the cluster: each block's
+            # copying thread waits for the releases of all of them.
+            with self.out.block(arrive.removesuffix(" ")):
+                with self.out.block(
+                    f"for (unsigned la_rank = 0; la_rank < {plan.multicast}u; ++la_rank)"
+                ):
+                    self.out.line(
+                        f"la_mbarrier_arrive_remote(&la_free_{dst.name}[{index}], la_rank);"
+                    )
+        if plan.multicast == 1:
+            self.note("bulk copy release: an arrival per warp on its free barriers")
+        else:
+            self.note("bulk copy release: an arrival per warp on the free barriers of each block")
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
         if self.wgmma_dots:

@@ -84,6 +84,10 @@ class PrefillTile:
     """With `split` P > 1: the blocks of a wave, S; only the tiles past the last whole wave of
     S are split, each into at most P parts (`ir.examples.split_tail`): 0 (every tile split)
     where the configuration has no such field."""
+    cluster_n: int = 1
+    """Neighbouring column tiles of one row tile launched as a cluster
+    (`ProgramBuilder.cluster`), which share each activation tile's bulk copy: 1 (no cluster)
+    where the configuration has no such field."""
 
     @property
     def warps(self) -> int:
@@ -186,6 +190,21 @@ def check_prefill_fields(
             f"stream_k={config.stream_k}, persistent={config.persistent}; a split tail splits "
             "the last wave's tiles in up to split parts, so it requires split > 1, no stream-K "
             "and no persistent blocks"
+        )
+    clustered = config.cluster_n
+    if isinstance(clustered, bool) or not isinstance(clustered, int) or not 1 <= clustered <= 8:
+        raise VerificationError(
+            f"{program}: cluster_n={clustered!r}; expected an int from 1 to 8 (the blocks of a "
+            "portable cluster)"
+        )
+    released = getattr(config, "release", False)
+    if clustered > 1 and (config.stream_k or config.persistent or config.tail_wave or not released):
+        raise VerificationError(
+            f"{program}: cluster_n={clustered} with stream_k={config.stream_k}, "
+            f"persistent={config.persistent}, tail_wave={config.tail_wave}, "
+            f"release={released}; a cluster shares the activation tiles of the column "
+            "tiles of one row tile, whose blocks hand the ring's stages back by releases, so it "
+            "requires release and a grid of one block a tile or a split"
         )
     if config.stream_k and config.split != 1:
         raise VerificationError(
@@ -538,7 +557,9 @@ def declare_prefill(
     # A split tail's schedule multiplies the tile count: at most SPLIT_TAIL_MAX_ROWS rows keep
     # it, and every value derived from it, within 32 bits (printed as ints, not 64-bit values).
     m = b.int_param("m", lo=1, hi=SPLIT_TAIL_MAX_ROWS if config.tail_wave else INT_PARAM_LIMIT)
-    n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
+    # n in whole clusters of column tiles.
+    n_unit = block_n * config.cluster_n
+    n = b.int_param("n", lo=n_unit, multiple_of=n_unit, constant=True)
     # k in whole parts of a split, or whole runs of a stream-K share (`PrefillTile.granule`).
     k_unit = block_k * split * config.granule
     k = b.int_param("k", lo=k_unit, multiple_of=k_unit, constant=True)
@@ -582,6 +603,12 @@ def declare_prefill(
         b.grid(*grouped_grid(tiles_m, tiles_n, config.group_m))
     else:
         b.grid(tiles_n, tiles_m)
+    if config.cluster_n > 1:
+        # Column tiles of one row tile: along y in groups of tile rows, else along x.
+        if config.group_m > 1:
+            b.cluster(1, config.cluster_n)
+        else:
+            b.cluster(config.cluster_n)
     a_columns = b.global_view(operands[0], act, GlobalLayout((k, m), (1, k)))  # A^T
     packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
     c_columns = b.global_view(c, act, GlobalLayout((n, m), (1, n)))  # C^T

@@ -199,6 +199,12 @@ class WgmmaDequantConfig(PrefillTile):
     y)): a wave of blocks then reads the weights of fewer column tiles, which stay in L2
     while the group's rows of A pass over them, where row by row each wave reads every
     column's. Requires split 1, no stream-K and no persistent blocks.
+    `cluster_n` (1: none) launches the blocks in clusters of `cluster_n` neighbouring column
+    tiles of one row tile (`ProgramBuilder.cluster`; n a multiple of ``block_n * cluster_n``):
+    their blocks copy the same activation tiles, so on sm_90a each block issues a
+    ``1 / cluster_n`` part of each copy into every block of the cluster (TMA multicast,
+    `backend.bulk_copy`) and the activations leave L2 once per cluster instead of once per
+    block. Requires `release`, no stream-K, no persistent blocks and no split tail.
     """
 
     warpgroups: int = 1
@@ -224,6 +230,7 @@ class WgmmaDequantConfig(PrefillTile):
     staged_store: bool = False
     warp_columns: int = UNIT_N
     group_m: int = 1
+    cluster_n: int = 1
 
     @property
     def block_n(self) -> int:

@@ -681,6 +681,16 @@ PREFILL_CASES = [
         STAGED_BATCH_TILE,
         6,
     ),
+    # The same tile in clusters of two column tiles: each block issues half of every
+    # activation copy into both blocks' rings (TMA multicast), two row tiles by two columns.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        "register",
+        {**STAGED_BATCH_TILE, "cluster_n": 2, "row_tiles": 2, "column_tiles": 2},
+        6,
+    ),
     # Each warp one A fragment of its warpgroup's unit: 256 rows with a producer warpgroup and
     # the dot in flight; two warpgroups and a split with zero points.
     (
@@ -859,7 +869,8 @@ def prefill_cases(
     with A from registers, activations by TMA into a transposed ring;
     `ir.examples.staged_dequant_matmul`: the weights dequantized into shared tiles, both
     operands by descriptors) in the configurations of `PREFILL_CASES`, with m past one row
-    block (or the case's ``row_tiles``) and the rings wrapping."""
+    block (or the case's ``row_tiles``), one column block (or ``column_tiles``) and the rings
+    wrapping."""
     from ir.examples.packed_weights import pack_scales, pack_weights
     from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
     from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
@@ -873,10 +884,11 @@ def prefill_cases(
     for weight, activation, zero_points, form, options, tiles in PREFILL_CASES:
         config_type, build = forms[form]
         # m past one row tile, or past `row_tiles` of them where the case says.
-        fields = {key: value for key, value in options.items() if key != "row_tiles"}
+        shape = ("row_tiles", "column_tiles")
+        fields = {key: value for key, value in options.items() if key not in shape}
         config = config_type(**fields)
         m = config.block_m * options.get("row_tiles", 1) + 3
-        n, k = config.block_n, config.block_k * tiles
+        n, k = config.block_n * options.get("column_tiles", 1), config.block_k * tiles
         group = config.block_k
         weights, _ = pack_weights(rng.integers(0, 1 << weight.nbits, (k, n)), weight)
         scales = rng.uniform(0.5, 1.5, (k // group, n)) / 2 ** (weight.nbits - 1)
