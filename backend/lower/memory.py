@@ -964,12 +964,7 @@ class MemoryLowering(LoweringContext):
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
         if plan.released:
-            self.wait_until_free(
-                dst.name,
-                plan.barrier(stage, slot),
-                plan.phase_bit(stage, slot),
-                plan.multicast > 1,
-            )
+            self.wait_until_free(dst.name, plan.barrier(stage, slot), plan.phase_bit(stage, slot))
         with self.out.block(f"if ({THREAD_NAME} == 0)"):
             # Shared memory the block touched before the barrier (or release) preceding this
             # copy is done with before the async proxy writes it (a mark: no fence where only
@@ -1000,14 +995,12 @@ class MemoryLowering(LoweringContext):
         else:
             self.note(f"bulk tensor copy {plan.box.nbytes} B shared by {plan.multicast} blocks")
 
-    def wait_until_free(
-        self, name: str, barrier_text: str, bit_text: str, cluster: bool = False
-    ) -> None:
+    def wait_until_free(self, name: str, barrier_text: str, bit_text: str) -> None:
         """Wait until every warp has released the slot's last copy (the first copy passes):
         on free barrier `barrier_text` of shared tensor `name`, for the parity of bit
         `bit_text` of the mask, then flip that bit (C texts; `BulkTensorPlan.barrier` and
-        `phase_bit`). `cluster`: the copy is shared by a cluster's blocks, whose warps all
-        arrive on the barrier: the wait acquires at the cluster's scope.
+        `phase_bit`). A copy shared by a cluster's blocks waits alike: every block's warps
+        arrive on the barrier (`backend.bulk_copy.BulkTensorPlan.multicast`).
 
         Where the block is whole warps, warp 0's lanes all wait, on a condition read through
         a shuffle so that the compiler sees it is the same across the warp: a spin loop under
@@ -1022,8 +1015,7 @@ class MemoryLowering(LoweringContext):
         else:
             waiter = f"{THREAD_NAME} == 0"
         with self.out.block(f"if ({waiter})"):
-            wait = "la_mbarrier_wait_cluster" if cluster else "la_mbarrier_wait"
-            self.out.line(f"{wait}(&la_free_{name}[{index}], ({free} >> {bit}) & 1u);")
+            self.out.line(f"la_mbarrier_wait(&la_free_{name}[{index}], ({free} >> {bit}) & 1u);")
         self.out.line(f"{free} ^= 1u << {bit};")
 
     def visit_copy_bulk_wait(self, instruction: instructions.CopyBulkWait) -> None:

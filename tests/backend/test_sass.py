@@ -338,3 +338,25 @@ def test_the_i8_cast_in_the_decode_loop_flips_no_sign_bits(disassembler: None) -
     )
     census = sass.loop_report(kernel.cubin).census
     assert census.get("LOP3", 0) == 0 and census["PRMT"] == 256
+
+
+def test_the_clustered_batch_tile_s_k_loop_has_no_fence(disassembler: None) -> None:
+    """The staged 128 x 256 tile in clusters of two (`cluster_n`, its activations shared by
+    TMA multicast): the consumers' k loop issues the same 16 wgmma as the tile alone, with no
+    memory fence (each release's remote arrivals keep the CTA's scope; at the cluster's they
+    were a ``MEMBAR`` a release, which waited for the weights' loads in flight), no spills."""
+    path = {name: value for name, value in BATCH_PATHS[8].items() if name != "path"}
+    reports = []
+    for cluster_n in (1, 2):
+        config = replace(prefill_config({"path": "prefill", **path}), cluster_n=cluster_n)
+        kernel = compile_program(
+            wgmma_dequant_matmul(dtypes.i4, 128, config),
+            "sm_90a",
+            constants={"n": 12288, "k": 4096},
+        )
+        reports.append(sass.loop_report(kernel.cubin))
+    alone, clustered = reports
+    assert clustered.tensor_core == alone.tensor_core == 16
+    assert not {"MEMBAR", "ERRBAR", "CGAERRBAR"} & set(clustered.census)
+    assert clustered.kernel_spills == 0 and clustered.registers == alone.registers
+    assert clustered.instructions < alone.instructions + 8
