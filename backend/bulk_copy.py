@@ -56,6 +56,21 @@ copy does not wait. The IR's release rule (one release between two copies into a
 but a release standing in for it) keeps the phases in step. Where the tensor's copies fall back
 to ``cp.async``, a release is a barrier of the block.
 
+Copies shared by a cluster (`ir.Program.cluster`, sm_90 and newer): where no block index
+the cluster spans reaches a released tensor's copies, waits and releases or the control flow
+around them (`shared_copies`), every block of a cluster copies the same tiles into the same
+stages in step, so block r of the C issues only part r of each copy (the box cut along its
+outermost dimension into C parts, each found by `derive_box` and proved like a whole box;
+`BulkTensorPlan.parts`) with ``.multicast::cluster`` into every block's shared memory. Each
+block's own thread still arrives on its barrier expecting the whole tile's bytes, and the
+parts of the other blocks complete it. A free barrier counts the releasing warps of all C
+blocks, each release arriving on the barrier of every block (``mapa`` and a remote arrival),
+so the thread issuing the next copy into a stage waits until no block of the cluster still
+reads it. The cluster synchronises once the barriers are initialised (no part or arrival
+reaches a barrier before it is) and before the kernel exits (no block leaves while another may
+still arrive on its barriers). Tensors that do not qualify are copied whole, as without a
+cluster.
+
 A tensor map is one 128-byte kernel parameter per (source view, box): the launch encodes it with
 ``cuTensorMapEncodeTiled`` from the argument's address and the view's extents and strides at the
 launch's int arguments, in the box's order (`backend.kernel.KernelTensorMapParam`), cached per
