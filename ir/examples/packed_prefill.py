@@ -37,6 +37,7 @@ from ir.examples.stream_k import (
     stream_k_slots,
 )
 from ir.values import GlobalTensor, RegisterTensor, SharedTensor
+from ir.verifier import MAX_CLUSTER_BLOCKS
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import RegisterLayout, local
 from layout_algebra.shared import SharedLayout, row_swizzle
@@ -192,10 +193,11 @@ def check_prefill_fields(
             "and no persistent blocks"
         )
     clustered = config.cluster_n
-    if isinstance(clustered, bool) or not isinstance(clustered, int) or not 1 <= clustered <= 8:
+    most = MAX_CLUSTER_BLOCKS
+    if isinstance(clustered, bool) or not isinstance(clustered, int) or not 1 <= clustered <= most:
         raise VerificationError(
-            f"{program}: cluster_n={clustered!r}; expected an int from 1 to 8 (the blocks of a "
-            "portable cluster)"
+            f"{program}: cluster_n={clustered!r}; expected an int from 1 to {most} (the blocks "
+            "of a portable cluster)"
         )
     released = getattr(config, "release", False)
     if clustered > 1 and (config.stream_k or config.persistent or config.tail_wave or not released):
