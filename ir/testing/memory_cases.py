@@ -257,13 +257,15 @@ def _tile_copy_case(
     out_initial: np.ndarray,
     shape: tuple[int, int],
     text: str,
+    grid: tuple[int, ...] = (1,),
 ) -> ProgramCase:
-    """The case of a program ``(m, n, x, out)`` that copies the (m, n) codes of x to out."""
+    """The case of a program ``(m, n, x, out)`` that copies the (m, n) codes of x to out (every
+    block of `grid` the same codes)."""
     m, n = shape
     return ProgramCase(
         program=program,
         arguments=(m, n, dtypes.pack(codes, dtype), dtypes.pack(out_initial, dtype)),
-        grid=(1,),
+        grid=grid,
         output=3,
         output_dtype=dtype,
         output_count=m * n,
@@ -279,7 +281,10 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     The tile reaches shared memory through registers (`store_shared`), by `copy_async` (+
     commit and wait) or by `copy_bulk` (+ its wait); a `sync` precedes the read back. In the
     "bulk_released" form the bulk-copied tile is read back and stored once, released
-    (`copy_bulk_release`) and copied again, so the read back stores the same values twice. In
+    (`copy_bulk_release`) and copied again, so the read back stores the same values twice; it
+    may run as two blocks in a cluster (`ProgramBuilder.cluster`), both copying the same tile
+    (on sm_90a each issuing half of each copy into both, where the tile's rows split), both
+    storing it. In
     the "reused" form (half the register round trips) the tile goes through registers into a
     first shared tensor, back into registers, and after a `sync` into a second one that reuses
     the first's memory (`shared_tensor(..., reuse=...)`), from which it is read back.
@@ -299,18 +304,28 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
     how = draw(st.sampled_from(("registers", "async", "bulk", "bulk_released")))
     if how == "registers" and draw(st.booleans()):
         how = "reused"
+    clustered = how == "bulk_released" and draw(st.booleans())
     tile = first.shape
     m = draw(st.integers(1, tile[0]))
     n = draw(st.integers(1, tile[1]))
+    # In a cluster, rows of whole 16-byte runs where the type allows: the tile is then a box
+    # of a tensor map on sm_90a, and its copies are shared where its rows split in two.
+    run = 128 // dtype.nbits if dtype.nbits in (8, 16, 32) else 0
+    aligned = clustered and run > 0 and tile[1] % run == 0
+    if aligned:
+        n = tile[1]
     codes = random_codes(draw, dtype, m * n)
     out_initial = random_codes(draw, dtype, m * n)
     constant_names = draw_constants(draw, ("m", "n"))
     with ProgramBuilder("shared_round_trip", num_threads) as b:
         rows = b.int_param("m", constant="m" in constant_names)
-        cols = b.int_param("n", constant="n" in constant_names)
+        cols = b.int_param("n", constant="n" in constant_names, multiple_of=run if aligned else 1)
         x = b.array_param("x", dtype)
         out = b.array_param("out", dtype)
         view = GlobalLayout((rows, cols), (cols, 1))
+        if clustered:
+            b.grid(2)
+            b.cluster(2)
         buffer = b.shared_tensor(dtype, shared_row_major(*tile))
         source = b.global_view(x, dtype, view)
         if how == "async":
@@ -338,9 +353,9 @@ def shared_round_trip_cases(draw: Callable[..., Any]) -> ProgramCase:
             b.store_shared(buffer, b.load_global(source, [0, 0], first))
         b.sync()
         b.store_global(b.global_view(out, dtype, view), b.load_shared(buffer, second), [0, 0])
-    return _tile_copy_case(
-        b.program(), dtype, codes, out_initial, (m, n), f"{dtype} {first!r} -> {second!r} by {how}"
-    )
+    text = f"{dtype} {first!r} -> {second!r} by {how}" + (" in a cluster" if clustered else "")
+    grid = (2,) if clustered else (1,)
+    return _tile_copy_case(b.program(), dtype, codes, out_initial, (m, n), text, grid)
 
 
 @st.composite

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.bulk_copy import plan_bulk_copies, shared_copies
@@ -31,6 +31,7 @@ from ir.builder import ProgramBuilder
 from ir.errors import VerificationError
 from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
 from ir.specialize import specialize
+from ir.testing import shared_round_trip_cases
 from ir.verifier import verify
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.register import spatial
@@ -382,4 +383,23 @@ def test_a_clustered_prefill_kernel_compiles_and_is_proved(config) -> None:
     assert compile_cuda(lowered.source, "sm_90a", lowered.options).cubin
     report = validate_lowering(lowered)
     assert sum("shared bulk copy part" in claim.name for claim, _ in report.plan_results) > 0
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(shared_round_trip_cases().filter(lambda case: case.program.cluster is not None))
+def test_random_clustered_round_trips_run_and_are_proved_on_sm_90a(case) -> None:
+    """The random generator's bulk round trips in a cluster of two blocks: the interpreter's
+    result is the copy, and the sm_90a lowering (each copy shared where its tile qualifies as
+    a box and its rows split in two) is proved, parts and all."""
+    output = case.fresh_arguments()
+    run_reference(case.program, *output, grid=case.grid)
+    case.check(output[case.output])
+    kernel = lower(case.program, "sm_90a", constants=case.constants)
+    program = specialize(case.program, case.constants)
+    (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values() or (None,)
+    report = validate_lowering(kernel)
+    parts = [claim for claim, _ in report.plan_results if "shared bulk copy part" in claim.name]
+    assert len(parts) == (2 if plan is not None and plan.multicast == 2 else 0)
+    assert ("la_tma_multicast" in kernel.source) == bool(parts)
     assert report.holds is True, (report.failures[:1], report.unknown[:1])
