@@ -191,11 +191,11 @@ def test_copies_stay_whole_where_they_cannot_be_shared(program) -> None:
 
 
 def test_a_box_whose_outer_extent_does_not_cut_stays_whole() -> None:
-    """Three blocks a cluster cannot share a 64-row box."""
-    program = dataclasses.replace(clustered_ring(), cluster=(3, 1, 1), grid=None)
-    program = dataclasses.replace(program, grid=clustered_ring().grid)
+    """Three blocks of a cluster along y copy the same tiles, but cannot share a 64-row box."""
+    program = verify(clustered_ring(cluster=(1, 3, 1), source_row="x"))
+    assert shared_copies(program) == {"s0"}
     (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values()
-    assert plan.multicast == 1
+    assert plan.multicast == 1 and plan.parts == ()
 
 
 # -- the generated protocol ---------------------------------------------------------------------
