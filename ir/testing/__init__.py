@@ -14,9 +14,10 @@ Strategies:
   comparison feeding `where`), an optional cast, and a masked store into a row-padded output
   whose padding must stay untouched.
 - `reduction_cases()`: a masked load, `reduce` over one dimension with sum, max or min.
-- `shared_round_trip_cases()`: global -> registers -> shared (optionally by `copy_async`, or
-  through a second shared tensor that reuses the first's memory) -> registers in another
-  layout -> global, with the barriers and waits it needs.
+- `shared_round_trip_cases()`: global -> registers -> shared (optionally by `copy_async`, by
+  `copy_bulk`, released and copied again, maybe by two blocks of a cluster, or through a
+  second shared tensor that reuses the first's memory) -> registers in another layout ->
+  global, with the barriers and waits it needs.
 - `view_cases()`: a `view` re-splitting each thread's register bits into another type (every
   pair of case types whose widths have a common multiple of at most 32 bits).
 - `dot_cases()`: `dot` over a k loop (`for_range` + `assign`, unroll 1 to 4, or written out in
