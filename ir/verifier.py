@@ -665,9 +665,9 @@ MAX_CLUSTER_BLOCKS = 8
 """The most blocks of a cluster every sm_90 GPU launches (CUDA's portable cluster size)."""
 
 
-def check_cluster_extents(program: str, cluster: object) -> None:
+def check_cluster_extents(program: str, cluster: object) -> tuple[int, int, int]:
     """Check the extents of the cluster of program `program` (`Program.cluster`): three ints
-    of at least 1 (x, y, z) whose product is at most `MAX_CLUSTER_BLOCKS`. Raises
+    of at least 1 (x, y, z) whose product is at most `MAX_CLUSTER_BLOCKS`; return them. Raises
     VerificationError naming the value and what was expected."""
     if (
         not isinstance(cluster, tuple)
@@ -682,6 +682,7 @@ def check_cluster_extents(program: str, cluster: object) -> None:
             f"the cluster {cluster} of {program} has {math.prod(cluster)} blocks; expected at "
             f"most {MAX_CLUSTER_BLOCKS}"
         )
+    return cluster
 
 
 def check_cluster(
@@ -695,9 +696,7 @@ def check_cluster(
     multiple of the cluster's (`known_divisor`, with each int parameter of `params` declared
     a multiple of m read as m times a variable: a launch of a grid that is not fails). Raises
     VerificationError naming the value and what was expected."""
-    check_cluster_extents(program, cluster)
-    if not isinstance(cluster, tuple):
-        return
+    extents = check_cluster_extents(program, cluster)
     multiples = {
         p.name: var(f"{p.name}_quotient") * p.multiple_of
         for p in params
@@ -705,10 +704,10 @@ def check_cluster(
     }
     if grid is None:
         raise VerificationError(
-            f"{program} declares the cluster {cluster} but no grid; a cluster needs a declared "
+            f"{program} declares the cluster {extents} but no grid; a cluster needs a declared "
             "grid that is a multiple of it"
         )
-    for name, extent, size in zip("xyz", grid, cluster):
+    for name, extent, size in zip("xyz", grid, extents):
         divisor = known_divisor(extent.substitute(multiples))
         if size > 1 and (divisor == 0 or divisor % size):
             raise VerificationError(

@@ -955,12 +955,17 @@ class MemoryLowering(LoweringContext):
         stage = self.c(as_expr(plan.stage_index(instruction.dst_offsets[:lead])))
         barrier = f"&la_bar_{dst.name}[{plan.barrier(stage, slot)}]"
         address = f"{dst.name} + ({plan.slot_starts[slot]} + ({stage}) * {plan.stage_bytes})"
-        # The tensor map's coordinates: the box's innermost dimension first, 32-bit (outside
-        # the tensor: zeros).
-        coords = ", ".join(
-            f"(int)({self.c(as_expr(instruction.src_offsets[d]))})"
-            for d in reversed(plan.box.order)
-        )
+
+        def coordinates(part: str | None) -> str:
+            """The tensor map's coordinates: the box's innermost dimension first, 32-bit
+            (outside the tensor: zeros); with `part` (a block's rank in its cluster), that
+            part's along the dimension a shared copy is cut along."""
+            return ", ".join(
+                f"(int)({self.c(as_expr(instruction.src_offsets[d]))})"
+                + (f" + (int){part} * {plan.part_extent}" if part and d == plan.split_dim else "")
+                for d in reversed(plan.box.order)
+            )
+
         rank = len(instruction.shape)
         map_name = self.bulk.map_name(instruction)
         if plan.released:
@@ -973,20 +978,16 @@ class MemoryLowering(LoweringContext):
             # Every block's barrier waits for the whole tile, whoever issues its parts.
             self.out.line(f"la_mbarrier_expect({barrier}, {plan.box.nbytes}u);")
             if plan.multicast == 1:
+                coords = coordinates(None)
                 self.out.line(f"la_tma_load_{rank}d({address}, &{map_name}, {barrier}, {coords});")
             else:
                 # This block's part of the tile, into every block of the cluster.
                 part = self.temporary("part")
                 self.out.line(f"const unsigned {part} = la_cluster_rank();")
-                coords = ", ".join(
-                    f"(int)({self.c(as_expr(instruction.src_offsets[d]))})"
-                    + (f" + (int){part} * {plan.part_extent}" if d == plan.split_dim else "")
-                    for d in reversed(plan.box.order)
-                )
                 mask = (1 << plan.multicast) - 1
                 self.out.line(
                     f"la_tma_multicast_{rank}d({address} + {part} * {plan.part_bytes}u, "
-                    f"&{map_name}, {barrier}, (unsigned short){mask}u, {coords});"
+                    f"&{map_name}, {barrier}, (unsigned short){mask}u, {coordinates(part)});"
                 )
         if not any(p is plan for p in self.plans):
             self.plans.append(plan)

@@ -192,11 +192,11 @@ def check_prefill_fields(
             "the last wave's tiles in up to split parts, so it requires split > 1, no stream-K "
             "and no persistent blocks"
         )
+    check_int_fields(program, config, ("cluster_n",), 1)
     clustered = config.cluster_n
-    most = MAX_CLUSTER_BLOCKS
-    if isinstance(clustered, bool) or not isinstance(clustered, int) or not 1 <= clustered <= most:
+    if clustered > MAX_CLUSTER_BLOCKS:
         raise VerificationError(
-            f"{program}: cluster_n={clustered!r}; expected an int from 1 to {most} (the blocks "
+            f"{program}: cluster_n={clustered}; expected at most {MAX_CLUSTER_BLOCKS} (the blocks "
             "of a portable cluster)"
         )
     released = getattr(config, "release", False)

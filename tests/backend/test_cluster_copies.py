@@ -8,7 +8,7 @@ copies are shared (exact cases), the parts' boxes (a table, and each one proved 
 with the kernel's other claims; a wrong part refuted), the generated protocol (the cluster's
 attribute, its barrier after the barriers' initialisation and before the exit, free barriers
 counting every block's warps, remote arrivals, the parts' addresses and coordinates, NVRTC
-taking it), the interpreter's result unchanged (hypothesis), and the prefill program's
+taking it), the interpreter's result (hypothesis), and the prefill program's
 `cluster_n`. The GPU runs are in `test_gpu_cluster_copies.py`.
 """
 
@@ -306,17 +306,31 @@ def test_a_cluster_that_shares_nothing_launches_as_a_cluster_alone() -> None:
 
 
 @settings(max_examples=8, deadline=None)
-@given(tiles=st.integers(1, 5), stages=st.integers(2, 3), seed=st.integers(0, 2**16))
-def test_the_cluster_changes_nothing_the_program_computes(tiles, stages, seed) -> None:
+@given(
+    tiles=st.integers(1, 5),
+    stages=st.integers(2, 3),
+    source_row=st.sampled_from(("x", "y")),
+    seed=st.integers(0, 2**16),
+)
+def test_a_clustered_ring_computes_what_it_says(tiles, stages, source_row, seed) -> None:
+    """In the interpreter, block (x, y) of the clustered ring stores the tiles of x from row
+    ``64 tiles b`` (b its block_y, or block_x) into its own slab, and nothing else changes;
+    the GPU tests compare the kernel with this."""
     rows = 64 * 3 * 2 * 64
     x = np.random.default_rng(seed).integers(0, 2**14, (rows, COLUMNS)).astype(np.uint16)
-    results = []
-    for cluster in ((2, 1, 1), None):
-        y = np.zeros_like(x)
-        run_reference(clustered_ring(cluster=cluster, stages=stages), tiles, x, y)
-        results.append(y)
-    np.testing.assert_array_equal(results[0], results[1])
-    assert results[0].any()
+    y = np.full_like(x, 0xBC00)
+    expected = y.copy()
+    run = tiles * ROWS
+    for block_y in range(3):
+        for block_x in range(2):
+            source = (block_y if source_row == "y" else block_x) * run
+            out = (block_y * 2 + block_x) * run
+            expected[out : out + run] = x[source : source + run]
+    cluster = (2, 1, 1) if source_row == "y" else (1, 3, 1)
+    run_reference(
+        clustered_ring(cluster=cluster, stages=stages, source_row=source_row), tiles, x, y
+    )
+    np.testing.assert_array_equal(y, expected)
 
 
 # -- the prefill program's cluster_n -----------------------------------------------------------
@@ -345,7 +359,8 @@ def test_cluster_n_shares_the_activation_tiles_of_a_row_tile(fields, cluster) ->
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"cluster_n": 9}, "cluster_n=9; expected an int from 1 to 8"),
+        ({"cluster_n": 9}, "cluster_n=9; expected at most 8"),
+        ({"cluster_n": 0}, "cluster_n=0; expected an int >= 1"),
         ({"cluster_n": True}, "cluster_n=True; expected an int"),
         ({"cluster_n": 2, "release": False, "producer": False, "producer_registers": 0},
          "cluster_n=2 .* release=False; .* requires release"),
