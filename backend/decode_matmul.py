@@ -61,10 +61,19 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   points tried (i2 and i3 at 8192 x 8192 and 28672 x 8192, split 8 and 16); at M = 16 with
   2, 0.3 to 1.0 us faster at 10 of 12 points (i2, i3, i4, i8 at the three layers that split
   4 or 8 ways), level at the other two (3 a step lost 1.9 us at one point);
-- where the tiles leave a partial wave, a stream-K point per (row tiling, warps, units_k):
-  one wave of persistent blocks (`stream_k` = SMs * `RESIDENT_WARPS` / warps, that
-  occupancy asked of the compiler by `min_blocks_per_sm`) sharing every tile's k-tiles
-  evenly, depth 1, with the late scale where it applies;
+- where the tiles leave a partial wave, stream-K points per (row tiling, warps, units_k):
+  one wave of persistent blocks (`stream_k` = SMs * blocks an SM, that occupancy asked of the
+  compiler by `min_blocks_per_sm`) sharing every tile's k-tiles evenly, depth 1, with the late
+  scale where it applies, at each occupancy of `stream_k_residencies`: the byte model's
+  (`RESIDENT_WARPS` / warps), and for blocks of 16 rows or more also three quarters of it.
+  Those blocks need 160 to 230 registers a thread; at the byte model's occupancy the compiler
+  caps them at 128 and they spill. Measured on an H100 at M = 16 on 8192 x 57344, whose 224
+  column tiles leave two blocks on 92 SMs and one on 40: three blocks an SM (396, 167 registers,
+  no spills) took i3 from 92.5 to 82.2 us (91.6 to 82.5 in a second call), and the tuner over
+  this space picks that point there (82.7). Level for i2; slower for i4 and i8 (whose recorded
+  kernels there move 2.7 to 3.0 TB/s, near the H100's bandwidth) and at the three layers whose
+  tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks
+  split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
 - for blocks of 16 rows or more, each (warps, units_k, split) point also with the weights and
   activations in a shared ring of `RING_STAGES` stages (unrolled as often, depth 1, the late
   scale where it applies) where it takes at most `RING_SHARED_BYTES`: measured on the H200 it
@@ -79,7 +88,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 11 to 188 candidates at 1 to 8 bits (21 to 188 at
+For the benchmark's shapes and batches that is 14 to 206 candidates at 1 to 8 bits (15 to 206 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -680,6 +689,22 @@ def fit_rows(config: DequantConfig, m: int) -> DequantConfig:
     return config
 
 
+def stream_k_residencies(warps: int, block_m: int) -> tuple[int, ...]:
+    """The blocks an SM that the search space's stream-K points of `warps`-warp blocks of
+    `block_m` rows are sized for (a wave of that many blocks on every SM, asked of the compiler
+    by `min_blocks_per_sm`), most first: the byte model's (`RESIDENT_WARPS` / warps, at least
+    1), and for blocks of at least 16 rows (`BLOCK_M`) also three quarters of it, where their
+    registers fit without spilling (see the module docstring). Raises `TuningError` for warps
+    or block_m that are not ints >= 1."""
+    for name, value in (("warps", warps), ("block_m", block_m)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TuningError(f"stream_k_residencies: {name}={value!r}; expected an int >= 1")
+    full = max(1, RESIDENT_WARPS // warps)
+    if block_m < BLOCK_M:
+        return (full,)
+    return tuple(sorted({full, max(1, full * 3 // 4)}, reverse=True))
+
+
 def biased_cast_saves(weight_dtype: DataType, activation_dtype: DataType) -> bool:
     """Whether a biased cast (`ir.dtypes.magic_bias`) of `weight_dtype` codes in the packed
     order costs fewer instructions than the plain cast (`backend.fast_conversions`): 1, 2, 4
@@ -802,11 +827,12 @@ def decode_search_space(
                         if combined and split > 1:
                             space.append(replace(ringed, combine_parts=True, parts_batch=1))
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
-                # at the byte model's occupancy (asked of the compiler), sharing all the
-                # tiles' k-tiles evenly.
-                resident = max(1, RESIDENT_WARPS // warps)
-                wave = sm_count * resident
-                if not compact and blocks % wave and k // (UNIT_K * units_k) >= 2:
+                # at each occupancy (asked of the compiler), sharing all the tiles' k-tiles
+                # evenly.
+                for resident in stream_k_residencies(warps, block_m):
+                    wave = sm_count * resident
+                    if compact or not blocks % wave or k // (UNIT_K * units_k) < 2:
+                        continue
                     streamed = DequantConfig(
                         warps=warps,
                         units_n=1,

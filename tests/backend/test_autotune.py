@@ -41,6 +41,7 @@ from backend.decode_matmul import (
     MAX_UNITS_M,
     NAMESPACE,
     PARTS_BATCH_BY_ROWS,
+    RESIDENT_WARPS,
     RING_SHARED_BYTES,
     RING_STAGES,
     DecodeMatmul,
@@ -53,6 +54,7 @@ from backend.decode_matmul import (
     fit_rows,
     row_tilings,
     split_choices,
+    stream_k_residencies,
     units_k_choices,
     with_batched_parts,
 )
@@ -310,6 +312,82 @@ def test_decode_search_space_table() -> None:
 
 
 @pytest.mark.parametrize(
+    ("warps", "block_m", "expected"),
+    [
+        (4, 8, (4,)),  # 8-row blocks (M = 1): the byte model's 16 warps an SM alone
+        (2, 8, (8,)),
+        (4, 16, (4, 3)),  # 16-row blocks: also three quarters, 12 warps an SM
+        (2, 16, (8, 6)),
+        (8, 16, (2, 1)),
+        (4, 32, (4, 3)),
+        (1, 64, (16, 12)),
+        (16, 16, (1,)),  # one block an SM already: nothing less
+        (32, 8, (1,)),  # more warps than the byte model's: still one block an SM
+    ],
+)
+def test_stream_k_residencies_table(warps: int, block_m: int, expected: tuple[int, ...]) -> None:
+    assert stream_k_residencies(warps, block_m) == expected
+
+
+@pytest.mark.parametrize(("warps", "block_m"), [(0, 16), (4, 0), (True, 16), (4, 16.0), ("4", 8)])
+def test_stream_k_residencies_refuses_what_is_no_count(warps: object, block_m: object) -> None:
+    with pytest.raises(TuningError, match=r"stream_k_residencies: (warps|block_m)="):
+        stream_k_residencies(warps, block_m)  # type: ignore[arg-type]
+
+
+def test_decode_search_space_stream_k_points_at_16_rows() -> None:
+    """At M = 16 both row tilings (two 8-row blocks with the weights as A, one 16-row block)
+    take a stream-K point at the byte model's occupancy and one at three quarters of it, for
+    each warp count and k-tile size: 2048 / 64 w tiles never fill a wave of 132 SMs."""
+    space = decode_search_space(dtypes.i4, 1024, 2048, 16)
+    streams = [
+        (c.weights_as_a, c.units_m, c.warps, c.units_k, c.stream_k, c.min_blocks_per_sm)
+        for c in space
+        if c.stream_k
+    ]
+    expected = [
+        (as_a, units_m, warps, units_k, 132 * resident, resident)
+        for as_a, units_m in ((True, 2), (False, 1))
+        for warps, residents in ((2, (8, 6)), (4, (4, 3)), (8, (2, 1)))
+        for units_k in (4, 8)
+        for resident in residents
+    ]
+    assert streams == expected
+    # Each as the program requires: split 1, the fused sum, depth 1, the late scale where the
+    # k-tile is the group.
+    for config in (c for c in space if c.stream_k):
+        assert (config.split, config.fused_sum, config.depth, config.stages) == (1, True, 1, 0)
+        assert config.late_scale == (config.units_k == 8)
+
+
+@given(
+    weight=st.sampled_from(["i2", "i3", "i4", "i8", "f4e2m1"]),
+    m=st.integers(1, 64),
+    k=st.sampled_from([1024, 4096, 8192]),
+    n=st.sampled_from([2048, 12288, 57344]),
+    sm_count=st.integers(1, 200),
+)
+@settings(max_examples=30, deadline=None)
+def test_stream_k_points_take_one_wave_at_a_listed_occupancy(
+    weight: str, m: int, k: int, n: int, sm_count: int
+) -> None:
+    """Every stream-K point of any space is one wave of `sm_count` SMs at an occupancy of
+    `stream_k_residencies` (at most the byte model's warps an SM), where the tiles at that
+    occupancy leave a partial wave; no other point is persistent."""
+    space = decode_search_space(dtypes.from_name(weight), k, n, m, sm_count=sm_count)
+    for config in space:
+        if not config.stream_k:
+            assert config.min_blocks_per_sm == 0
+            continue
+        resident = config.min_blocks_per_sm
+        assert resident in stream_k_residencies(config.warps, config.block_m)
+        assert config.stream_k == sm_count * resident
+        assert resident * config.warps <= max(RESIDENT_WARPS, config.warps)
+        tiles = (n // (64 * config.warps)) * -(-m // config.block_m)
+        assert tiles % config.stream_k
+
+
+@pytest.mark.parametrize(
     ("m", "tilings"),
     [(1, [(True, 1)]), (3, [(True, 1)]), (7, [(True, 1)]), (8, [(True, 1), (False, 1)])]
     + [(11, [(True, 1), (False, 1)]), (12, [(True, 2), (False, 1)])]
@@ -375,9 +453,9 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    # At most 96 a row tiling: the widest layer's i8 space at M = 16 is 188 (compiled in
+    # At most 104 a row tiling: the widest layer's i8 space at M = 16 is 206 (compiled in
     # parallel, each timed in about 5 ms on the device).
-    assert 6 <= len(space) <= 96 * len(row_tilings(m))
+    assert 6 <= len(space) <= 104 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -1108,10 +1186,12 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 21
+    # 24: the 16-row form's stream-K points at three quarters of the byte model's occupancy
+    # among them (one a warp count).
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 24
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 21 and eleven.tuning.from_cache
+    assert len(measured) == 24 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 
