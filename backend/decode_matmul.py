@@ -69,7 +69,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   Those blocks need 160 to 230 registers a thread; at the byte model's occupancy the compiler
   caps them at 128 and they spill. Measured on an H100 at M = 16 on 8192 x 57344, whose 224
   column tiles leave two blocks on 92 SMs and one on 40: three blocks an SM (396, 167 registers,
-  no spills) took i3 from 92.5 to 82.2 us (91.6 to 82.5 in a second call), and the tuner over
+  no spills) took i3 from 92.5 to 82.2 us (91.6 to 82.5 in a second run), and the tuner over
   this space picks that point there (82.7). Level for i2; slower for i4 and i8 (whose recorded
   kernels there move 2.7 to 3.0 TB/s, near the H100's bandwidth) and at the three layers whose
   tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks

@@ -373,7 +373,7 @@ def test_stream_k_points_take_one_wave_at_a_listed_occupancy(
 ) -> None:
     """Every stream-K point of any space is one wave of `sm_count` SMs at an occupancy of
     `stream_k_residencies` (at most the byte model's warps an SM), where the tiles at that
-    occupancy leave a partial wave; no other point is persistent."""
+    occupancy leave a partial wave; no other point asks the compiler for an occupancy."""
     space = decode_search_space(dtypes.from_name(weight), k, n, m, sm_count=sm_count)
     for config in space:
         if not config.stream_k:
