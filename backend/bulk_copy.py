@@ -524,18 +524,19 @@ def _with_parts(plan: BulkTensorPlan, order: tuple[int, ...], blocks: int) -> Bu
     or `plan` as it is where a part breaks a rule: the box's outermost extent is not a multiple
     of `blocks`, or a part has no box of the plan's swizzle lying `part_bytes` after the part
     before (its start aligned as the swizzle needs)."""
-    shape = plan.box.extents
-    split = plan.box.order[0]
-    if shape[split] % blocks:
+    if plan.box.extents[plan.split_dim] % blocks:
         return plan
-    part_shape = tuple(e // blocks if d == split else e for d, e in enumerate(shape))
-    part_bytes = plan.box.nbytes // blocks
+    shared = dataclasses.replace(plan, multicast=blocks)
+    split, part_bytes = shared.split_dim, shared.part_bytes
+    part_shape = tuple(
+        shared.part_extent if d == split else e for d, e in enumerate(plan.box.extents)
+    )
     lead = len(plan.stages)
     parts = []
     for origin, box in plan.checked:
         for r in range(blocks):
             start = list(origin)
-            start[lead + split] += r * part_shape[split]
+            start[lead + split] += r * shared.part_extent
             try:
                 part = derive_box(
                     plan.tensor.layout,
@@ -551,7 +552,7 @@ def _with_parts(plan: BulkTensorPlan, order: tuple[int, ...], blocks: int) -> Bu
             if part is None or part.start != box.start + r * part_bytes:
                 return plan
             parts.append((tuple(start), part))
-    return dataclasses.replace(plan, multicast=blocks, parts=tuple(parts))
+    return dataclasses.replace(shared, parts=tuple(parts))
 
 
 def _tensor_plan(

@@ -66,8 +66,9 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   compiler by `min_blocks_per_sm`) sharing every tile's k-tiles evenly, depth 1, with the late
   scale where it applies, at each occupancy of `stream_k_residencies`: the byte model's
   (`RESIDENT_WARPS` / warps), and for blocks of 16 rows or more also three quarters of it.
-  Those blocks need 160 to 230 registers a thread; at the byte model's occupancy the compiler
-  caps them at 128 and they spill. Measured on an H100 at M = 16 on 8192 x 57344, whose 224
+  Those blocks take more than 128 registers a thread (158 to 175 in the recorded M = 16
+  configurations on 8192 x 57344); at the byte model's occupancy the compiler caps them at 128
+  and they spill. Measured on an H100 at M = 16 on 8192 x 57344, whose 224
   column tiles leave two blocks on 92 SMs and one on 40: three blocks an SM (396, 167 registers,
   no spills) took i3 from 92.5 to 82.2 us (91.6 to 82.5 in a second run), and the tuner over
   this space picks that point there (82.7). Level for i2; slower for i4 and i8 (whose recorded
