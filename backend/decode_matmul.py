@@ -75,6 +75,19 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   kernels there move 2.7 to 3.0 TB/s, near the H100's bandwidth) and at the three layers whose
   tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks
   split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
+- for blocks of 16 rows, each point of the register ring with the late scale also
+  with the group's scale row loaded `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`):
+  profiled on an H100 (i2, 8192 x 57344), 10 % of the M = 16 kernel's warp stall samples were
+  the scale's conversion waiting for its load, issued in the same k-tile. Measured beside the
+  recorded configurations on an H100: i3 at M = 16 on 8192 x 57344 9 to 10 % faster (91.5
+  and 91.8 us to 83.4 and 82.7; two runs), 2 to 4 % faster at three other points (i3 and i2
+  on 28672 x 8192, i3 on 8192 x 8192), level for i4, slower where the compiler's cap of 128
+  registers makes it spill (i2 on 8192 x 57344, 2.7 %) and, not explained (168 registers
+  either way, no spills), i3 on 4096 x 12288 (18.5 to 23.1 us): so the tuner decides. Not
+  offered in 8-row blocks: at M = 1 the same
+  stall took 28 % of the samples, but the ring was level or slower at all 16 points (i4 on
+  the two wide layers 19 and 20 % slower, its registers from 128 to 155: a block fewer an
+  SM), so there the warps wait on the memory, not on that load;
 - for blocks of 16 rows or more, each (warps, units_k, split) point also with the weights and
   activations in a shared ring of `RING_STAGES` stages (unrolled as often, depth 1, the late
   scale where it applies) where it takes at most `RING_SHARED_BYTES`: measured on the H200 it
@@ -89,7 +102,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 14 to 206 candidates at 1 to 8 bits (15 to 206 at
+For the benchmark's shapes and batches that is 14 to 234 candidates at 1 to 8 bits (15 to 234 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -174,6 +187,9 @@ RING_STAGES = 4
 blocks of 16 rows or more."""
 RING_SHARED_BYTES = 112 * 1024
 """The most shared bytes a block's ring may take in the search space: two blocks an SM."""
+ROWS_AHEAD = 1
+"""The depth of the group rows' own ring (`DequantConfig.rows_ahead`) of the search space's
+twins of the late-scale points in blocks of 16 rows (see the module docstring)."""
 PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
 """Parts the fused sum of a split point loads at a time in the search space
 (`DequantConfig.parts_batch`), by the rows of its block; blocks of other row counts load one
@@ -806,6 +822,8 @@ def decode_search_space(
                             twins = [point]
                             if late and not compact and one_block:
                                 twins.append(replace(point, magic_bias=True))
+                            if late and not compact and block_m == BLOCK_M:
+                                twins.append(replace(point, rows_ahead=ROWS_AHEAD))
                             space += twins
                             if combined and split > 1:
                                 space += [

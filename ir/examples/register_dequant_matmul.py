@@ -71,8 +71,8 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
+from ir.examples.packed_prefill import RegisterRing, transposed_ring
 from ir.examples.packed_prefill import copy_activations as bulk_copy_activations
-from ir.examples.packed_prefill import transposed_ring
 from ir.examples.packed_weights import (
     UNIT_K,
     UNIT_LANES,
@@ -216,6 +216,18 @@ class DequantConfig:
     faster at split 8 and 16, and at M = 16 with B = 2 0.3 to 1.0 us faster at split 8
     (`benchmarks/results/quantized_matmul_decode_parts_batch_*h100.*`; the search space takes
     4 in 8-row blocks and 2 in 16-row ones, `decode_matmul.PARTS_BATCH_BY_ROWS`).
+    `rows_ahead` R (0: none): the group rows a k-tile reads (its scales, and its zero points)
+    come through a register ring of their own (`packed_prefill.RegisterRing`, depth R): k-tile
+    t + R's rows are loaded at the top of k-tile t's iteration, so their loads have R whole
+    iterations to arrive instead of the part of one iteration between a row's load and its
+    first use (with the late scale, after the k-tile's dot). R rows' registers more (four a
+    thread at 16-bit scales with the late scale). Off by default; the search space offers it
+    in blocks of 16 rows (`decode_matmul.ROWS_AHEAD`). In a profile of the recorded
+    configurations on an H100 (Nsight Compute, i2 8192 x 57344) 28 % of the warps' stall
+    samples at M = 1 and 10 % at M = 16 were the scale's conversion waiting for its load;
+    measured there with R = 1, M = 16 was up to 9 % faster (i3 8192 x 57344: 90.9 to 83.5 us)
+    and M = 1 level or slower, up to 20 % for i4, whose registers grew past 128
+    (`benchmarks/results/quantized_matmul_decode_rows_ahead_*_h100.*`).
     """
 
     warps: int = 4
@@ -241,6 +253,7 @@ class DequantConfig:
     prefetch_distance: int = 0
     combine_parts: bool = False
     parts_batch: int = 1
+    rows_ahead: int = 0
 
     @property
     def ring_lead(self) -> int:
@@ -331,7 +344,10 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
     positive = ("warps", "units_n", "units_k", "units_m", "depth", "split", "unroll", "parts_batch")
     check_int_fields(PROGRAM, config, positive, 1)
     check_int_fields(
-        PROGRAM, config, ("min_blocks_per_sm", "stream_k", "stages", "prefetch_distance"), 0
+        PROGRAM,
+        config,
+        ("min_blocks_per_sm", "stream_k", "stages", "prefetch_distance", "rows_ahead"),
+        0,
     )
     if config.stream_k and (config.split != 1 or not config.fused_sum):
         raise VerificationError(
@@ -588,6 +604,19 @@ def register_dequant_matmul(
                 packed_view, [tile * config.units_k, word_col0], word_layout, level="L2"
             )
 
+        # The packed rows of a group as the k loop reads them: the scales for the accumulators
+        # (late scale) or for the weights, the zero points for the weights.
+        scale_row_load = (accumulator_row_layouts if config.late_scale else weight_row_layouts)[0]
+
+        def group_rows(tile, col0):
+            """The scale row (then the zero-point row) of k-tile `tile`'s group, from column
+            `col0`, as loaded (`rows_ahead`'s ring)."""
+            group = tile // tiles_per_group
+            rows = [b.load_global(scale_view, [group, col0], scale_row_load)]
+            if zero_points:
+                rows.append(b.load_global(zero_view, [group, col0], weight_row_layouts[0]))
+            return rows
+
         def accumulate(first, end, tile_m, tile_n):
             """The f32 product of row block `tile_m` and column block `tile_n` of C over the
             k-tiles [first, end) of K (at least one), in C's layout."""
@@ -640,6 +669,12 @@ def register_dequant_matmul(
                 ahead_of(first, d, end, lambda t, d=d: copy_activations(t, d))
                 if not config.bulk_weights:
                     b.copy_async_commit()
+            # The group rows' ring: after the wait above (the kernel before may write them).
+            row_ring = None
+            if config.rows_ahead:
+                row_ring = RegisterRing(
+                    b, lambda t: group_rows(t, col0), first, end, config.rows_ahead
+                )
             with b.for_range(first, end, unroll=config.unroll) as tile:
                 if config.prefetch_distance:
                     ahead_of(
@@ -680,9 +715,18 @@ def register_dequant_matmul(
                     ahead_of(tile, 1, end, lambda t: copy_activations(t, 1 - stage))
                     b.copy_async_commit()
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
+                rows = row_ring.advance(tile) if row_ring else None
 
                 def group_row(view, layouts):
-                    packed_row = b.load_global(view, [group, col0], layouts[0])
+                    if rows is None:
+                        packed_row = b.load_global(view, [group, col0], layouts[0])
+                    else:
+                        packed_row = rows[0] if view is scale_view else rows[1]
+                        if packed_row.layout != layouts[0]:
+                            raise VerificationError(
+                                "register_dequant_matmul: a group row of the ring in "
+                                f"{packed_row.layout}, read as {layouts[0]}"
+                            )
                     return b.view(packed_row, act, layouts[1])
 
                 def dequantized(words, layouts, rows=None):

@@ -446,6 +446,9 @@ DECODE_CASES = [
         True,
         {"units_k": 4, "units_m": 2, "split": 2, "prefetch_distance": 4},
     ),
+    # The scale and zero-point rows two k-tiles ahead in a ring of their own, with the weights'
+    # scales and a split.
+    (dtypes.u4, dtypes.bf16, True, {"units_k": 2, "split": 2, "rows_ahead": 2}),
 ]
 
 

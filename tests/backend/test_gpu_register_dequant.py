@@ -79,6 +79,11 @@ CONFIGS = [
     # The parts added into one f32 sum by combining stores, in the GPU's order.
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=4, combine_parts=True),
     DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, combine_parts=True),
+    # The group rows a ring of their own ahead: the late scale of a split, two k-tiles ahead
+    # beside the shared ring, stream-K.
+    DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=4, rows_ahead=1),
+    DequantConfig(warps=2, units_k=2, stages=3, rows_ahead=2),
+    DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5, rows_ahead=1),
 ]
 GROUP_SIZE = 128
 

@@ -438,6 +438,33 @@ CASES = [
     ),
     (dtypes.u3, 64, DequantConfig(warps=1, stages=3, split=2, combine_parts=True), 17, 1, 3),
     (dtypes.i8, 64, DequantConfig(warps=1, stream_k=3, combine_parts=True), 5, 2, 3),
+    # The group rows through a ring of their own: groups of two k-tiles with the weights'
+    # scales, the late scale with the weights as A (deeper than the range of a split's part),
+    # the biases kept, a shared ring, refilled in place, stream-K.
+    (dtypes.i4, 128, DequantConfig(warps=1, units_k=2, rows_ahead=1), 3, 1, 5),
+    (
+        dtypes.i2,
+        64,
+        DequantConfig(
+            warps=2, units_k=4, split=2, late_scale=True, weights_as_a=True, rows_ahead=3
+        ),
+        9,
+        1,
+        2,
+    ),
+    (
+        dtypes.u2,
+        64,
+        DequantConfig(
+            warps=1, units_k=4, late_scale=True, magic_bias=True, weights_as_a=True, rows_ahead=2
+        ),
+        1,
+        2,
+        4,
+    ),
+    (dtypes.u3, 64, DequantConfig(warps=1, stages=3, rows_ahead=1), 17, 1, 4),
+    (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, rows_ahead=1), 2, 1, 3),
+    (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=3, rows_ahead=2), 5, 2, 3),
 ]
 
 
@@ -473,6 +500,15 @@ ZERO_POINT_CASES = [
     (dtypes.u2, dtypes.f16, True, DequantConfig(units_k=4, late_scale=True, weights_as_a=True), 2),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=2, stages=3), 4),
     (dtypes.u4, dtypes.bf16, True, DequantConfig(warps=1, units_k=4, refill_in_place=True), 6),
+    # The zero points' rows through the rows' ring, with the weights' scales and the late one.
+    (dtypes.u4, dtypes.f16, True, DequantConfig(warps=1, units_k=2, rows_ahead=2), 3),
+    (
+        dtypes.u3,
+        dtypes.bf16,
+        True,
+        DequantConfig(warps=1, units_k=4, late_scale=True, weights_as_a=True, rows_ahead=1),
+        9,
+    ),
 ]
 
 
@@ -548,6 +584,7 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
         config = replace(config, refill_in_place=True)
     if draw(st.booleans()):  # L2 prefetches past the ring's lead
         config = replace(config, prefetch_distance=config.ring_lead + draw(st.integers(1, 3)))
+    config = replace(config, rows_ahead=draw(st.sampled_from([0, 0, 1, 2])))  # the rows' ring
     stream_k = draw(st.sampled_from([0, 0, 2, 5, 11]))
     if stream_k:  # stream-K: split 1 and the fused sum
         config = replace(config, split=1, fused_sum=True, stream_k=stream_k)
@@ -679,6 +716,8 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(refill_in_place=1), "refill_in_place=1; expected True or False"),
         (DequantConfig(prefetch_parts="yes"), "prefetch_parts='yes'; expected True or False"),
         (DequantConfig(prefetch_distance=-1), "prefetch_distance=-1; expected an int >= 0"),
+        (DequantConfig(rows_ahead=-1), "rows_ahead=-1; expected an int >= 0"),
+        (DequantConfig(rows_ahead=True), "rows_ahead=True; expected an int >= 0"),
         (
             DequantConfig(depth=2, prefetch_distance=2),
             r"prefetch_distance=2 with depth=2 and stages=0; the ring already loads 2 k-tile",
