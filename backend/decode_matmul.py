@@ -75,13 +75,15 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   kernels there move 2.7 to 3.0 TB/s, near the H100's bandwidth) and at the three layers whose
   tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks
   split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
-- for blocks of 16 rows, each point of the register ring with the late scale also
-  with the group's scale row loaded `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`):
+- for blocks of 16 rows, each point with the late scale (of the register ring or the shared
+  one; not stream-K, whose blocks the compiler caps) also with the group's scale row loaded
+  `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`):
   profiled on an H100 (i2, 8192 x 57344), 10 % of the M = 16 kernel's warp stall samples were
   the scale's conversion waiting for its load, issued in the same k-tile. Measured beside the
   recorded configurations on an H100: i3 at M = 16 on 8192 x 57344 9 to 10 % faster (91.5
   and 91.8 us to 83.4 and 82.7; two runs), 2 to 4 % faster at three other points (i3 and i2
-  on 28672 x 8192, i3 on 8192 x 8192), level for i4, slower where the compiler's cap of 128
+  on 28672 x 8192, the latter a shared ring, i3 on 8192 x 8192), level for i4, slower where
+  the compiler's cap of 128
   registers makes it spill (i2 on 8192 x 57344, 2.7 %) and, not explained (168 registers
   either way, no spills), i3 on 4096 x 12288 (18.5 to 23.1 us): so the tuner decides. Not
   offered in 8-row blocks: at M = 1 the same
@@ -102,7 +104,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 14 to 234 candidates at 1 to 8 bits (15 to 234 at
+For the benchmark's shapes and batches that is 14 to 244 candidates at 1 to 8 bits (15 to 244 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -189,7 +191,7 @@ RING_SHARED_BYTES = 112 * 1024
 """The most shared bytes a block's ring may take in the search space: two blocks an SM."""
 ROWS_AHEAD = 1
 """The depth of the group rows' own ring (`DequantConfig.rows_ahead`) of the search space's
-twins of the late-scale points in blocks of 16 rows (see the module docstring)."""
+twins of its late-scale points in blocks of 16 rows (see the module docstring)."""
 PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
 """Parts the fused sum of a split point loads at a time in the search space
 (`DequantConfig.parts_batch`), by the rows of its block; blocks of other row counts load one
@@ -842,9 +844,12 @@ def decode_search_space(
                             stages=RING_STAGES,
                         )
                         ringed = with_batched_parts(ringed)
-                        space.append(ringed)
+                        rings = [ringed]
+                        if ringed.late_scale and block_m == BLOCK_M:
+                            rings.append(replace(ringed, rows_ahead=ROWS_AHEAD))
+                        space += rings
                         if combined and split > 1:
-                            space.append(replace(ringed, combine_parts=True, parts_batch=1))
+                            space += [replace(r, combine_parts=True, parts_batch=1) for r in rings]
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
                 # at each occupancy (asked of the compiler), sharing all the tiles' k-tiles
                 # evenly.
