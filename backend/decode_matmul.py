@@ -77,19 +77,18 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
 - for blocks of 16 rows, each point with the late scale (of the register ring or the shared
   one; not stream-K, whose blocks the compiler caps) also with the group's scale row loaded
-  `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`):
-  profiled on an H100 (i2, 8192 x 57344), 10 % of the M = 16 kernel's warp stall samples were
-  the scale's conversion waiting for its load, issued in the same k-tile. Measured beside the
-  recorded configurations on an H100: i3 at M = 16 on 8192 x 57344 9 to 10 % faster (91.5
-  and 91.8 us to 83.4 and 82.7; two runs), 2 to 4 % faster at three other points (i3 and i2
-  on 28672 x 8192, the latter a shared ring, i3 on 8192 x 8192), level for i4, slower where
-  the compiler's cap of 128
-  registers makes it spill (i2 on 8192 x 57344, 2.7 %) and, not explained (168 registers
-  either way, no spills), i3 on 4096 x 12288 (18.5 to 23.1 us): so the tuner decides. Not
-  offered in 8-row blocks: at M = 1 the same
-  stall took 28 % of the samples, but the ring was level or slower at all 16 points (i4 on
-  the two wide layers 19 and 20 % slower, its registers from 128 to 155: a block fewer an
-  SM), so there the warps wait on the memory, not on that load;
+  `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`): profiled on an H100 (i2, 8192 x
+  57344), 10 % of the M = 16 kernel's warp stall samples were the scale's conversion waiting
+  for its load, issued in the same k-tile. Measured beside the recorded configurations on an
+  H100: i3 at M = 16 on 8192 x 57344 8 to 10 % faster in three runs (91.5, 91.8 and 90.9 us
+  to 83.4, 82.7 and 83.5), 1 to 4 % faster at three other points (i3 and i2 on 28672 x 8192,
+  the latter a shared ring, i3 on 8192 x 8192), level for i4, slower where the compiler's cap
+  of 128 registers makes it spill (i2 on 8192 x 57344, 3 %) and, not explained (168
+  registers either way, no spills), i3 on 4096 x 12288 (18.5 to 23.1 us): so the tuner
+  decides. Not offered in 8-row blocks: at M = 1 the same stall took 28 % of the samples, but
+  the ring was level (within 3 %) or slower at all 16 points (i4 on the two wide layers 19
+  and 20 % slower, its registers from 126-128 to 155-156: a block fewer an SM), so there the
+  warps wait on the memory, not on that load;
 - for blocks of 16 rows or more, each (warps, units_k, split) point also with the weights and
   activations in a shared ring of `RING_STAGES` stages (unrolled as often, depth 1, the late
   scale where it applies) where it takes at most `RING_SHARED_BYTES`: measured on the H200 it

@@ -225,8 +225,9 @@ class DequantConfig:
     in blocks of 16 rows (`decode_matmul.ROWS_AHEAD`). In a profile of the recorded
     configurations on an H100 (Nsight Compute, i2 8192 x 57344) 28 % of the warps' stall
     samples at M = 1 and 10 % at M = 16 were the scale's conversion waiting for its load;
-    measured there with R = 1, M = 16 was up to 9 % faster (i3 8192 x 57344: 90.9 to 83.5 us)
-    and M = 1 level or slower, up to 20 % for i4, whose registers grew past 128
+    measured there with R = 1, M = 16 was up to 10 % faster (i3 8192 x 57344: 90.9 to 83.5 us,
+    91.8 to 82.7 in another run) and M = 1 level or slower, up to 20 % for i4, whose registers
+    grew past 128
     (`benchmarks/results/quantized_matmul_decode_rows_ahead_*_h100.*`).
     """
 
@@ -715,13 +716,13 @@ def register_dequant_matmul(
                     ahead_of(tile, 1, end, lambda t: copy_activations(t, 1 - stage))
                     b.copy_async_commit()
                 group = minimum(tile, end - 1) // tiles_per_group  # tile <= end - 1: its bound
-                rows = row_ring.advance(tile) if row_ring else None
+                ring_rows = row_ring.advance(tile) if row_ring else None
 
                 def group_row(view, layouts):
-                    if rows is None:
+                    if ring_rows is None:
                         packed_row = b.load_global(view, [group, col0], layouts[0])
                     else:
-                        packed_row = rows[0] if view is scale_view else rows[1]
+                        packed_row = ring_rows[0] if view is scale_view else ring_rows[1]
                         if packed_row.layout != layouts[0]:
                             raise VerificationError(
                                 "register_dequant_matmul: a group row of the ring in "
