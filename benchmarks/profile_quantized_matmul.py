@@ -9,6 +9,9 @@
         python benchmarks/profile_quantized_matmul.py --m 256 --k 8192 --n 8192 \
         --prefill split=2 --prefill block_m=128
 
+With ``--section SourceCounters -o REPORT``, ``benchmarks/stall_samples.py`` reads the report's
+source page (warp stall samples by instruction and reason).
+
 Random inputs of one (weight type, K, N, M) point of `benchmarks/quantized_matmul.py`; each
 `--config` (fields of `ir.examples.register_dequant_matmul.DequantConfig`, the rest default; none
 given: the autotuner's choice, tuned here if no record exists) is compiled, checked against
