@@ -489,7 +489,7 @@ def test_shared_ring_candidates_are_blocks_of_16_rows_within_the_shared_budget(
 @pytest.mark.parametrize("weight", ["i2", "i3", "i8", "f4e2m1"])
 @pytest.mark.parametrize("m", [1, 7, 8, 16, 24, 256])
 @pytest.mark.parametrize("shape", [(4096, 12288), (28672, 8192)])
-def test_rows_ahead_twins_are_the_late_register_ring_points_of_16_row_blocks(
+def test_rows_ahead_twins_are_the_late_scale_points_of_16_row_blocks(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     """Exactly the late-scale points in blocks of 16 rows (of either ring, not stream-K) come

@@ -438,7 +438,7 @@ CASES = [
     ),
     (dtypes.u3, 64, DequantConfig(warps=1, stages=3, split=2, combine_parts=True), 17, 1, 3),
     (dtypes.i8, 64, DequantConfig(warps=1, stream_k=3, combine_parts=True), 5, 2, 3),
-    # The group rows through a ring of their own: groups of two k-tiles with the weights'
+    # The group rows through a ring of their own: groups of four k-tiles with the weights'
     # scales, the late scale with the weights as A (deeper than the range of a split's part),
     # the biases kept, a shared ring, refilled in place, stream-K.
     (dtypes.i4, 128, DequantConfig(warps=1, units_k=2, rows_ahead=1), 3, 1, 5),
