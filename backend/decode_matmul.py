@@ -197,6 +197,15 @@ PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
 at a time (see the module docstring and `with_batched_parts`)."""
 
 
+def with_rows_ahead_twin(config: DequantConfig) -> list[DequantConfig]:
+    """`config`, then, where it has the late scale in blocks of 16 rows, the same with the
+    group rows `ROWS_AHEAD` k-tiles ahead: the search space's points and their twins (see the
+    module docstring)."""
+    if config.late_scale and config.block_m == BLOCK_M:
+        return [config, replace(config, rows_ahead=ROWS_AHEAD)]
+    return [config]
+
+
 def with_batched_parts(config: DequantConfig) -> DequantConfig:
     """`config` with its fused sum's parts loaded as the search space loads them:
     `PARTS_BATCH_BY_ROWS` of its block's rows at a time where it splits k more ways than that
@@ -823,8 +832,8 @@ def decode_search_space(
                             twins = [point]
                             if late and not compact and one_block:
                                 twins.append(replace(point, magic_bias=True))
-                            if late and not compact and block_m == BLOCK_M:
-                                twins.append(replace(point, rows_ahead=ROWS_AHEAD))
+                            if not compact:
+                                twins = [t for c in twins for t in with_rows_ahead_twin(c)]
                             space += twins
                             if combined and split > 1:
                                 space += [
@@ -843,9 +852,7 @@ def decode_search_space(
                             stages=RING_STAGES,
                         )
                         ringed = with_batched_parts(ringed)
-                        rings = [ringed]
-                        if ringed.late_scale and block_m == BLOCK_M:
-                            rings.append(replace(ringed, rows_ahead=ROWS_AHEAD))
+                        rings = with_rows_ahead_twin(ringed)
                         space += rings
                         if combined and split > 1:
                             space += [replace(r, combine_parts=True, parts_batch=1) for r in rings]

@@ -722,12 +722,9 @@ def register_dequant_matmul(
                     if ring_rows is None:
                         packed_row = b.load_global(view, [group, col0], layouts[0])
                     else:
+                        # The ring loads each row in the one layout its reads load it in.
                         packed_row = ring_rows[0] if view is scale_view else ring_rows[1]
-                        if packed_row.layout != layouts[0]:
-                            raise VerificationError(
-                                "register_dequant_matmul: a group row of the ring in "
-                                f"{packed_row.layout}, read as {layouts[0]}"
-                            )
+                        assert packed_row.layout == layouts[0]
                     return b.view(packed_row, act, layouts[1])
 
                 def dequantized(words, layouts, rows=None):
