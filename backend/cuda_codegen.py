@@ -19,7 +19,8 @@ element-by-element loads of sub-byte elements (`la_load_bits`) and stores that c
 element's own bits with atomic AND/OR on the containing 32-bit words (`la_store_bits`), so that
 threads sharing a byte keep each other's elements. It is plain CUDA C++ without inline PTX; the
 PTX (``cp.async`` and its groups) lives apart in `ASYNC_COPY_SOURCE`, the prefetches' in
-`PREFETCH_SOURCE` and the combining stores' (``red.global.add``) in `COMBINE_SOURCE`.
+`PREFETCH_SOURCE`, the combining stores' (``red.global.add``) in `COMBINE_SOURCE` and the
+`atomic_add` tickets' (``atom.acq_rel.gpu``) in `TICKET_SOURCE`.
 """
 
 from __future__ import annotations
@@ -271,6 +272,33 @@ static __device__ __forceinline__ void la_prefetch_l2_bits(const unsigned char* 
 """The helpers of `prefetch_global`, in a kernel that has one: inline PTX ``prefetch.global.L1``
 or ``prefetch.global.L2`` per address, whole-byte elements and vectors by their address,
 sub-byte elements by the byte holding their first bit."""
+
+
+TICKET_SOURCE = r"""
+/* ---- the tickets of `atomic_add` (see backend/cuda_codegen.py) ---- */
+
+/* Add `value` to the int at `word` at GPU scope and return the old value: a release of what
+   the calling thread's block (made visible to it by the barrier before) wrote, and an acquire
+   of what the blocks whose adds came earlier released, for the block after the barrier that
+   follows. */
+static __device__ __forceinline__ int la_ticket_add(int* word, int value)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+                 : "=r"(old)
+                 : "l"(word), "r"(value)
+                 : "memory");
+    return old;
+}
+"""
+"""`la_ticket_add`, the one atomic of an `atomic_add` (sm_70 and later): one thread of the block
+(or thread group) adds, between two barriers of it. The PTX memory model makes this the release
+and acquire the instruction promises to the whole block: the barrier before orders every
+thread's earlier stores before the add at CTA scope, the add's release is cumulative over them
+(causality order is transitive), and the barrier after orders the add's acquire before every
+thread's later loads. The same pattern as the semaphores of CUTLASS's serial split-k and
+stream-K (a barrier, then one thread's release or acquire at GPU scope); it replaces a
+``__threadfence`` in every thread before the add and after it."""
 
 
 _SCALAR_COMBINE_SOURCE = r"""

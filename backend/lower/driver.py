@@ -46,6 +46,7 @@ from backend.cuda_codegen import (
     PROGRAMMATIC_LAUNCH_ARCH,
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
+    TICKET_SOURCE,
 )
 from backend.errors import CompilationError
 from backend.fast_conversions import FAST_CONVERSION_PRIMITIVES
@@ -117,12 +118,15 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         async-proxy fences at the marks of the barriers and dots where threads write what the
         dots read (`threads_write_wgmma_tensors`), and an allocation aligned to the swizzle
         repeat; else without the marks. With bulk copies written as TMA, the allocation is
-        aligned to their boxes' alignment too."""
+        aligned to their boxes' alignment too. The prefetch, combining-store and ticket helpers
+        go in where an instruction needs them."""
         alignment = max([16] + [plan.box.alignment for plan in self.bulk.tensors.values()])
         if any(isinstance(plan, StmatrixPlan) for plan in self.plans):
             self.out.insert(includes_end, STMATRIX_SOURCE)
         if any(isinstance(i, instructions.PrefetchGlobal) for i in self.program.walk()):
             self.out.insert(includes_end, PREFETCH_SOURCE)
+        if any(isinstance(i, instructions.AtomicAdd) for i in self.program.walk()):
+            self.out.insert(includes_end, TICKET_SOURCE)
         if any(
             isinstance(i, instructions.StoreGlobal) and i.combine is not None
             for i in self.program.walk()

@@ -684,16 +684,16 @@ class MemoryLowering(LoweringContext):
         self.store_tile(src, pointer, tile, width, True, combine=True)
 
     def visit_atomic_add(self, instruction: instructions.AtomicAdd) -> None:
-        """Every thread fences its stores and the block (in a thread group, the group) syncs;
-        the primary thread (0) adds atomically and fences; the threads sync again and every
-        thread reads the old value from shared memory (the block's slot, or its group's),
-        then fences (acquire). Out of bounds: no access, the value 0."""
+        """The block (in a thread group, the group) syncs; the primary thread (0) adds with
+        release and acquire at GPU scope (`cuda_codegen.TICKET_SOURCE`, which says why that
+        orders every thread's stores before and loads after); the threads sync again and every
+        thread reads the old value from shared memory (the block's slot, or its group's). Out
+        of bounds: no access, the value 0."""
         dst, name = instruction.dst, instruction.var.name
         layout = replicate(self.threads).reshape(*([1] * dst.rank))
         tile = self.register_tile(dst, layout, instruction.offsets, "dst")
         slot = f"*(int*)(la_smem + {self.ticket_slots[self.group]})"
         barrier = self.barrier()
-        self.out.line("__threadfence();")
         self.out.line(barrier)
         self.note("atomic add")
         with self.primary_replica(layout):
@@ -701,15 +701,13 @@ class MemoryLowering(LoweringContext):
             mask = tile.inside(self.thread, 0, 1)
             self.record(tile, 0, 1, address, unit, mask)
             value = self.c(instruction.value)
-            add = f"atomicAdd(&((int*){dst.name})[{self.c(address)}], (int)({value}))"
+            add = f"la_ticket_add(&((int*){dst.name})[{self.c(address)}], (int)({value}))"
             if mask is not None and not is_true(mask):
                 add = f"({self.c(mask)} ? {add} : 0)"
             self.out.line(f"{slot} = {add};")
-            self.out.line("__threadfence();")
         self.out.line(barrier)
         self.out.line(f"const int {name} = {slot};")
         self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
-        self.out.line("__threadfence();")
 
     def visit_load_shared(self, instruction: instructions.LoadShared) -> None:
         if id(instruction) in self.deferred_loads:

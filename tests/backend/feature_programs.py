@@ -792,6 +792,29 @@ def _group_tickets(rng: np.random.Generator) -> FeatureCase:
     return FeatureCase("group_tickets", b.program(), _ticket_arguments(rng, parts, width), (parts,))
 
 
+def _many_tickets(rng: np.random.Generator) -> FeatureCase:
+    """The ticketed sum over two waves of a large GPU's blocks: each of 264 blocks of 128
+    threads (four warps) stores a 16-byte vector a thread, its last store right before its
+    ticket, and the last block adds the 264 parts in block order, one a step of a loop. Every
+    warp's stores must be visible to the last block through the one thread's ticket
+    (`cuda_codegen.TICKET_SOURCE`), not only the stores of the ticket's own warp."""
+    parts, width = 264, 512
+    layout = spatial(1, 128).local(1, 4)
+    with ProgramBuilder("many_tickets", 128) as b:
+        x_view, parts_view, counter_view, y_view = _ticket_views(b, parts, width, 1)
+        mine = b.load_global(x_view, [b.block_x, 0], layout)
+        b.store_global(parts_view, b.fma(mine, mine, mine), [b.block_x, 0])
+        ticket = b.atomic_add(counter_view, [0])
+        with b.if_(ticket.eq(parts - 1)):
+            total = b.load_global(parts_view, [0, 0], layout)
+            with b.for_range(1, parts) as part:
+                b.assign(total, b.add(total, b.load_global(parts_view, [part, 0], layout)))
+            b.store_global(y_view, total, [0, 0])
+            zero = b.register_tensor(dtypes.i32, replicate(128).reshape(1), 0)
+            b.store_global(counter_view, zero, [0])
+    return FeatureCase("many_tickets", b.program(), _ticket_arguments(rng, parts, width), (parts,))
+
+
 def _paired_half_casts(rng: np.random.Generator) -> FeatureCase:
     """f32 -> f16 casts of 32 values a thread (16 output words, each one paired conversion):
     magnitudes from below f16's subnormals to past its overflow, and a NaN of either sign with
@@ -980,5 +1003,6 @@ def feature_cases() -> list[FeatureCase]:
         _prefetches,
         _combining_stores,
         _combining_runs,
+        _many_tickets,
     )
     return [make(rng) for make in makers]

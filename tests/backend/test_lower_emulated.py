@@ -7,7 +7,8 @@ threads), ``__shfl_sync`` an exchange through a barrier of the warp, atomics GCC
 shared memory one static buffer per kernel, and the ``cp.async`` helpers (inline PTX,
 `cuda_codegen.ASYNC_COPY_SOURCE`) synchronous copies, a prefetch (`cuda_codegen.PREFETCH_SOURCE`) a
 read of the byte it names, a combining store's add (`cuda_codegen.COMBINE_SOURCE`) a
-compare-and-swap loop that rounds as the device does, and the four primitives of the fast
+compare-and-swap loop that rounds as the device does, a ticket (`cuda_codegen.TICKET_SOURCE`) an
+acquire-release fetch-and-add, and the four primitives of the fast
 conversions (`backend.fast_conversions`, inline PTX too) exact host functions. The float intrinsics
 (``__fadd_rn`` ...) are the host's IEEE float32 operations, as NumPy's. The tensor-core helpers are
 warp-collective host functions (exchanging operands through the warp's barrier): ``ldmatrix`` and
@@ -48,6 +49,7 @@ from backend.cuda_codegen import (
     PREFETCH_SOURCE,
     PROGRAMMATIC_LAUNCH_SOURCE,
     REGISTER_BUDGET_SOURCE,
+    TICKET_SOURCE,
     VECTOR_COMBINE_WIDTHS,
     combine_helper,
 )
@@ -119,13 +121,6 @@ static inline T __shfl_sync(unsigned, T value, int lane)
     memcpy(&value, &bits, 4);
     return value;
 }
-
-static inline int atomicAdd(int* word, int value)
-{
-    return __atomic_fetch_add(word, value, __ATOMIC_SEQ_CST);
-}
-
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 static inline unsigned atomicAnd(unsigned* word, unsigned value)
 {
@@ -424,6 +419,15 @@ static inline void la_prefetch_l2_bits(const unsigned char* base, long long bit)
 }
 """
 
+TICKET_EMULATION = r"""
+/* A ticket's add: acquire and release, as the device's atom.acq_rel.gpu (the barriers around it
+   order the other threads' accesses, as std::barrier's completion does here). */
+static inline int la_ticket_add(int* word, int value)
+{
+    return __atomic_fetch_add(word, value, __ATOMIC_ACQ_REL);
+}
+"""
+
 COMBINE_EMULATION = r"""
 /* A combining store's add: a compare-and-swap loop on the element, rounding as the device's
    red.global.add does (f32 flushing subnormal inputs and results to zero of their sign; f16
@@ -575,6 +579,7 @@ def _translation_unit(kernels: Sequence[tuple[int, LoweredKernel]]) -> str:
         source = source.replace(STMATRIX_SOURCE.strip("\n"), STMATRIX_EMULATION)
         source = source.replace(PREFETCH_SOURCE.strip("\n"), PREFETCH_EMULATION)
         source = source.replace(COMBINE_SOURCE.strip("\n"), COMBINE_EMULATION)
+        source = source.replace(TICKET_SOURCE.strip("\n"), TICKET_EMULATION)
         # One launch at a time: a link of a chain has nothing to wait for.
         source = source.replace(PROGRAMMATIC_LAUNCH_SOURCE.strip("\n"), PLAIN_LAUNCH_SOURCE)
         source = source.replace(FAST_CONVERSION_PRIMITIVES.strip("\n"), FAST_CONVERSION_EMULATION)
