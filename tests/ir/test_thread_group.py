@@ -471,7 +471,7 @@ def test_atomic_add_inside_a_group_is_the_group_s() -> None:
     np.testing.assert_array_equal(counters, [12, 14])
     np.testing.assert_array_equal(y, np.repeat([1, 2], 32))
     body = backend.compile(program, arch="sm_80").source.split('extern "C"')[1]
-    assert body.count("atomicAdd(") == 2
+    assert body.count("la_ticket_add(&") == 2
     assert "__syncthreads" not in body
     assert body.count("la_group_barrier(1, 32);") == 2
     assert body.count("la_group_barrier(2, 32);") == 2

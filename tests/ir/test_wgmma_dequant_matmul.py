@@ -1198,8 +1198,8 @@ def test_a_split_kernel_runs_the_same_k_loop_on_its_part_of_k(config: WgmmaDequa
     for text in ("if (", "la_wgmma_wait", "wgmma.mma_async", "la_tma_load_2d", "__syncthreads"):
         assert loops[0].count(text) == loops[1].count(text), text
     assert "block_z" not in loops[0] and "block_z * 32" in loops[1]
-    assert "atomicAdd" not in whole.source
-    assert halves.source.split('extern "C"')[1].count("atomicAdd") == 1
+    assert "la_ticket_add(&" not in whole.source
+    assert halves.source.split('extern "C"')[1].count("la_ticket_add(&") == 1
     compile_cuda(halves.source, "sm_90a")
 
 
@@ -1220,7 +1220,7 @@ def test_a_stream_k_kernel_runs_the_same_k_loop_per_segment() -> None:
     for text in ("if (", "la_wgmma_wait", "wgmma.mma_async", "la_tma_load_2d", "__syncthreads"):
         assert loops[0].count(text) == loops[1].count(text), text
     kernel_text = segments.source.split('extern "C"')[1]
-    assert kernel_text.count("atomicAdd") == 1
+    assert kernel_text.count("la_ticket_add(&") == 1
     compile_cuda(segments.source, "sm_90a")
 
 
@@ -1228,7 +1228,7 @@ def test_a_stream_k_producer_kernel_runs_its_segments_per_warp_class() -> None:
     """Stream-K with the producer warpgroup: the loop over the block's segments holds thread
     groups only, so each class of warps runs it on its own path (the consumers with 232
     registers, the producer with 24), with no block barrier after the barriers' set-up; the
-    consumers' loop holds one ticket (`atomicAdd`); NVRTC takes it."""
+    consumers' loop holds one ticket (`la_ticket_add`); NVRTC takes it."""
     config = WgmmaDequantConfig(
         min_blocks_per_sm=2, stream_k=264, release=True, producer=True, producer_registers=24
     )
@@ -1240,7 +1240,7 @@ def test_a_stream_k_producer_kernel_runs_its_segments_per_warp_class() -> None:
     segment_loop = re.compile(r"for \(int k0 = .*block_x")
     assert len(segment_loop.findall(consumers)) == len(segment_loop.findall(producer)) == 1
     assert kernel_text.count("__syncthreads();") == 1
-    assert consumers.count("atomicAdd") == 1 and "atomicAdd" not in producer
+    assert consumers.count("la_ticket_add(&") == 1 and "la_ticket_add(&" not in producer
     assert "la_tma_load_2d" in producer and "la_tma_load_2d" not in consumers
     compile_cuda(lowered.source, "sm_90a", lowered.options)
 
@@ -1353,8 +1353,8 @@ def test_a_producer_kernel_with_split_k_takes_the_group_s_ticket() -> None:
     # In the consumers' class (the first), between two barriers of their 128 threads, the
     # old value read after the second from a slot of the consumers' own.
     consumers = body[: body.index("else if")]
-    assert "atomicAdd(" not in body[len(consumers) :]
-    atomic = consumers.index("atomicAdd(")
+    assert "la_ticket_add(&" not in body[len(consumers) :]
+    atomic = consumers.index("la_ticket_add(&")
     barrier = re.findall(r"la_group_barrier\((\d+), 128\);", consumers)
     assert barrier and len(set(barrier)) == 1
     before = consumers.rindex(f"la_group_barrier({barrier[0]}, 128);", 0, atomic)
