@@ -4,8 +4,8 @@ Exact tables on a hand-written listing (no tool needed), the loops and dominator
 control-flow graphs against their definitions by brute force, and kernels compiled by NVRTC
 and disassembled by nvdisasm: the tensor-core instructions in the decode kernel's k loop
 against the count its configuration implies, the refill's loop without copies, the rule that
-offers the biased cast against the loops it compiles to, the i8 cast without sign flips, and
-the batch paths' tile of three warpgroups without spills.
+offers the biased cast against the loops it compiles to, the i8 cast without sign flips,
+the batch paths' tile of three warpgroups without spills, and the split sum's one fence.
 """
 
 from __future__ import annotations
@@ -360,3 +360,20 @@ def test_the_clustered_batch_tile_s_k_loop_has_no_fence(disassembler: None) -> N
     assert not {"MEMBAR", "ERRBAR", "CGAERRBAR"} & set(clustered.census)
     assert clustered.kernel_spills == 0 and clustered.registers == alone.registers
     assert clustered.instructions < alone.instructions + 8
+
+
+def test_the_split_sum_s_ticket_fences_in_one_thread_only(disassembler: None) -> None:
+    """The fused split-k sum's ticket (`atomic_add`): one acquire-release add at GPU scope,
+    so the whole kernel holds one memory fence (before the add) and one L1 invalidation
+    (after it), none of them sequentially consistent, where a ``__threadfence`` in every
+    thread before and after the add made three ``MEMBAR.SC.GPU``."""
+    config = DequantConfig(warps=4, units_k=8, split=8, late_scale=True, weights_as_a=True)
+    kernel = compile_program(
+        register_dequant_matmul(dtypes.i2, 128, config), "sm_90a", constants={"n": 8192, "k": 8192}
+    )
+    [function] = sass.disassemble(kernel.cubin).values()
+    opcodes = [instruction.opcode for instruction in function.instructions]
+    fences = [opcode for opcode in opcodes if opcode.startswith("MEMBAR")]
+    assert len(fences) == 1 and ".SC" not in fences[0]
+    assert sum(opcode.startswith("ATOMG") for opcode in opcodes) == 1
+    assert opcodes.count("CCTL.IVALL") == 1
