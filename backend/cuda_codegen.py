@@ -297,8 +297,8 @@ and acquire the instruction promises to the whole block: the barrier before orde
 thread's earlier stores before the add at CTA scope, the add's release is cumulative over them
 (causality order is transitive), and the barrier after orders the add's acquire before every
 thread's later loads. The same pattern as the semaphores of CUTLASS's serial split-k and
-stream-K (a barrier, then one thread's release or acquire at GPU scope); it replaces a
-``__threadfence`` in every thread before the add and after it."""
+stream-K (a barrier, then one thread's release or acquire at GPU scope): no other thread
+fences."""
 
 
 _SCALAR_COMBINE_SOURCE = r"""

@@ -793,8 +793,8 @@ def _group_tickets(rng: np.random.Generator) -> FeatureCase:
 
 
 def _many_tickets(rng: np.random.Generator) -> FeatureCase:
-    """The ticketed sum over two waves of a large GPU's blocks: each of 264 blocks of 128
-    threads (four warps) stores a 16-byte vector a thread, its last store right before its
+    """The ticketed sum over many blocks (twice an H100's or H200's SMs): each of 264 blocks
+    of 128 threads (four warps) stores a 16-byte vector a thread, its last store right before its
     ticket, and the last block adds the 264 parts in block order, one a step of a loop. Every
     warp's stores must be visible to the last block through the one thread's ticket
     (`cuda_codegen.TICKET_SOURCE`), not only the stores of the ticket's own warp."""
