@@ -273,6 +273,24 @@ class CudaDriver:
                 raise
         return LoadedFunction(ordinal, function, resources)
 
+    def resident_blocks(
+        self, function: LoadedFunction, block_threads: int, dynamic_shared_bytes: int
+    ) -> int:
+        """The driver's count of `function`'s blocks, of `block_threads` threads and
+        `dynamic_shared_bytes` of dynamic shared memory each, that one SM of its device holds
+        at once (cuOccupancyMaxActiveBlocksPerMultiprocessor; `backend.occupancy` computes the
+        same without a GPU). Raises `DriverError` when the driver refuses the query."""
+        with self._in_context(function.ordinal) as driver:
+            return int(
+                _checked(
+                    driver,
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                    driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        function.handle, block_threads, dynamic_shared_bytes
+                    ),
+                )
+            )
+
     @staticmethod
     def _resources(driver: ModuleType, function: object) -> KernelResources:
         """The driver's report of what `function` uses."""

@@ -512,3 +512,30 @@ def cubin_registers(cubin: bytes) -> dict[str, int]:
     except (struct.error, IndexError, ValueError) as error:
         raise CompilationError(f"malformed CUBIN: {error}") from error
     return counts
+
+
+STATIC_SHARED_PREFIX = b".nv.shared."
+"""The name prefix of a CUBIN's section of one kernel's static shared memory (its size is the
+kernel's static shared bytes; the section holds no data)."""
+
+
+def cubin_static_shared(cubin: bytes) -> dict[str, int]:
+    """Static shared memory bytes of each kernel of a CUBIN (`cubin_kernels`), by name, read
+    without a GPU: the sizes of its ``.nv.shared.<kernel>`` sections (0 for a kernel without
+    one; sections of the system's, such as ``.nv.shared.reserved.0``, are not kernels').
+    Raises `CompilationError` when `cubin` is not a CUBIN or its tables are out of bounds."""
+    kernels = cubin_kernels(cubin)
+    try:
+        data, sections = _cubin_sections(cubin)
+        (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
+        names_offset = sections[section_names][4]
+        sizes = dict.fromkeys(kernels, 0)
+        for name_offset, _, _, _, _, size, _, _, _, _ in sections:
+            name_end = data.index(b"\0", names_offset + name_offset)
+            name = data[names_offset + name_offset : name_end]
+            kernel = name[len(STATIC_SHARED_PREFIX) :].decode("utf-8")
+            if name.startswith(STATIC_SHARED_PREFIX) and kernel in sizes:
+                sizes[kernel] = size
+    except (struct.error, IndexError, ValueError) as error:
+        raise CompilationError(f"malformed CUBIN: {error}") from error
+    return sizes

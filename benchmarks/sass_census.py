@@ -12,7 +12,10 @@ innermost loop issuing tensor-core instructions, `backend.sass.Function.main_loo
   ``--options`` set (``;``-separated) at every (weight, K, N);
 - ``batch_paths``: every prefill path of ``QuantizedLinear`` (`backend.batch_matmul.BATCH_PATHS`).
 
-Per kernel: a thread's registers, the spill instructions in the whole kernel, the loop's
+Per kernel: a thread's registers, the blocks an SM holds (`backend.occupancy`, from the
+registers, the block's threads and its static and dynamic shared memory) and, for the decode
+kernels, the waves their grid at the point's M makes on `--sms` SMs (above 1.0: a second wave),
+the spill instructions in the whole kernel, the loop's
 instructions and tensor-core instructions among them, instructions per tensor-core instruction,
 the register copies of words a global load of the loop wrote (each waits for its load), and
 the loop's instructions by mnemonic. These are static counts of one pass through the loop as
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -48,7 +52,9 @@ from quantized_matmul import (  # the sibling timed benchmark: its configuration
 
 from backend.batch_matmul import BATCH_PATHS, prefill_config
 from backend.compile import compile_lowered, lower_all
-from backend.nvrtc import nvrtc_version
+from backend.decode_matmul import DEFAULT_SM_COUNT
+from backend.nvrtc import cubin_static_shared, nvrtc_version
+from backend.occupancy import resident_blocks, waves
 from backend.sass import LoopReport, loop_report
 from ir import dtypes
 from ir.errors import VerificationError
@@ -73,6 +79,9 @@ class CensusPoint:
     m: int | None
     config: dict[str, object]
     registers: int
+    shared_bytes: int
+    blocks_per_sm: int
+    waves: float | None
     kernel_spills: int
     loop_instructions: int
     tensor_core: int
@@ -82,11 +91,12 @@ class CensusPoint:
 
 @dataclass(frozen=True)
 class Build:
-    """A program to compile and its row's first fields (`CensusPoint`'s weight, kernel, k, n,
-    m and config)."""
+    """A program to compile, its row's first fields (`CensusPoint`'s weight, kernel, k, n,
+    m and config) and the blocks of its launch grid (None where the census does not know it)."""
 
     row: dict[str, object]
     program: Program
+    grid_blocks: int | None = None
 
     @classmethod
     def of(
@@ -98,12 +108,14 @@ class Build:
         m: int | None,
         config: DequantConfig | WgmmaDequantConfig,
         program: Program,
+        grid_blocks: int | None = None,
     ) -> Build:
         """The build of `program`, a kernel of `config` at (`k`, `n`) (`m` its recorded batch,
-        None for the prefill kernels)."""
+        None for the prefill kernels) launched on `grid_blocks` blocks (None: not known)."""
         return cls(
             {"weight": weight, "kernel": kernel, "k": k, "n": n, "m": m, "config": asdict(config)},
             program,
+            grid_blocks,
         )
 
 
@@ -126,7 +138,10 @@ def decode_builds(
                 program = register_dequant_matmul(weight, GROUP_SIZE, candidate)
             except VerificationError:
                 continue
-            builds.append(Build.of(weight.name, "register_dequant", k, n, m, candidate, program))
+            blocks = math.prod(candidate.grid(m, n, k))
+            builds.append(
+                Build.of(weight.name, "register_dequant", k, n, m, candidate, program, blocks)
+            )
     return builds
 
 
@@ -157,9 +172,10 @@ def batch_path_builds(weight: dtypes.DataType, shapes: list[tuple[int, int]]) ->
     return builds
 
 
-def census(builds: list[Build], arch: str) -> list[CensusPoint]:
+def census(builds: list[Build], arch: str, sm_count: int = DEFAULT_SM_COUNT) -> list[CensusPoint]:
     """Lower every build (in worker processes), compile them (in threads) and count their
-    loops; a build that fails to lower or compile is reported on stderr and left out."""
+    loops, their blocks an SM and their grids' waves on `sm_count` SMs; a build that fails to
+    lower or compile is reported on stderr and left out."""
     lowered = lower_all([(b.program, {"n": b.row["n"], "k": b.row["k"]}) for b in builds], arch)
 
     def count(item: tuple[Build, object]) -> CensusPoint | None:
@@ -167,7 +183,10 @@ def census(builds: list[Build], arch: str) -> list[CensusPoint]:
         try:
             if isinstance(kernel, Exception):
                 raise kernel
-            report: LoopReport = loop_report(compile_lowered(build.program, kernel, arch).cubin)
+            compiled = compile_lowered(build.program, kernel, arch).kernel
+            report: LoopReport = loop_report(compiled.cubin)
+            shared = compiled.shared_bytes + cubin_static_shared(compiled.cubin)[compiled.entry]
+            resident = resident_blocks(report.registers, compiled.block_threads, shared).blocks
         except Exception as error:  # noqa: BLE001 - one bad build must not stop the census
             row = build.row
             print(
@@ -177,6 +196,13 @@ def census(builds: list[Build], arch: str) -> list[CensusPoint]:
         return CensusPoint(
             **build.row,
             registers=report.registers,
+            shared_bytes=shared,
+            blocks_per_sm=resident,
+            waves=(
+                None
+                if build.grid_blocks is None or resident == 0
+                else round(waves(build.grid_blocks, resident, sm_count), 3)
+            ),
             kernel_spills=report.kernel_spills,
             loop_instructions=report.instructions,
             tensor_core=report.tensor_core,
@@ -205,6 +231,8 @@ def table(points: list[CensusPoint]) -> str:
         "N",
         "M",
         "registers",
+        "blocks an SM",
+        "waves",
         "spills",
         "loop",
         "tensor core",
@@ -224,6 +252,8 @@ def table(points: list[CensusPoint]) -> str:
             str(p.n),
             "-" if p.m is None else str(p.m),
             str(p.registers),
+            str(p.blocks_per_sm),
+            "-" if p.waves is None else f"{p.waves:.2f}",
             str(p.kernel_spills),
             str(p.loop_instructions),
             str(p.tensor_core),
@@ -247,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="", help="decode overrides, ';'-separated sets")
     parser.add_argument("--options", default="", help="prefill overrides, ';'-separated sets")
     parser.add_argument("--arch", default="sm_90a", help="the architecture compiled for")
+    parser.add_argument(
+        "--sms", type=int, default=DEFAULT_SM_COUNT, help="SMs the waves are counted on"
+    )
     parser.add_argument("--output", default=None, help="directory of results (none: print)")
     parser.add_argument("--stem", default="sass_census", help="the results' file name stem")
     options = parser.parse_args(argv)
@@ -284,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if not builds:
         print("no kernel to count (no recorded point matches?)", file=sys.stderr)
         return 1
-    points = census(builds, options.arch)
+    points = census(builds, options.arch, options.sms)
     text = table(points)
     if options.output:
         output = Path(options.output)
@@ -294,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             "arch": options.arch,
             "nvrtc": ".".join(map(str, nvrtc_version())),
             "group_size": GROUP_SIZE,
+            "sms": options.sms,
             "points": [asdict(point) for point in points],
         }
         (output / f"{options.stem}.json").write_text(json.dumps(record, indent=2) + "\n")

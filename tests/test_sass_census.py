@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from backend.occupancy import resident_blocks
+
 pytest.importorskip("torch", reason="the census reads the timed benchmark, which imports torch")
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
@@ -60,8 +62,17 @@ def test_a_recorded_configuration_and_its_variant_are_counted(tmp_path: Path, ca
     assert ring["tensor_core"] == refilled["tensor_core"] == ring["census"]["HMMA"] == 128
     assert ring["copies_of_loads"] > 0 == refilled["copies_of_loads"]
     assert refilled["loop_instructions"] < ring["loop_instructions"]
+    # Blocks an SM from the kernel's resources; its grid: 1024 / 128 columns, one 16-row block,
+    # split 2, so 16 blocks on the default 132 SMs.
+    for point in record["points"]:
+        resident = resident_blocks(point["registers"], 64, point["shared_bytes"]).blocks
+        assert point["blocks_per_sm"] == resident > 0
+        assert point["waves"] == round(16 / (resident * 132), 3)
+    assert record["sms"] == 132
     table = (tmp_path / "sass_census.md").read_text()
-    assert table.splitlines()[0].startswith("| weight | kernel | K | N | M | registers |")
+    assert table.splitlines()[0].startswith(
+        "| weight | kernel | K | N | M | registers | blocks an SM | waves |"
+    )
     assert "refill_in_place=True" in table and table in capsys.readouterr().out
 
 

@@ -1,0 +1,199 @@
+"""`backend.occupancy`: blocks an SM holds and a grid's waves, and the CUBIN's static shared bytes.
+
+- An exact table of resident blocks (the decode kernels' register counts among the rows, with
+  the resource or resources that bind), and of waves.
+- Properties (hypothesis): more registers, threads or shared memory never let an SM hold more
+  blocks; the blocks held fit every limit; one block more would break a limit that the result
+  names.
+- Bad values raise `LaunchError` naming them.
+- `cubin_static_shared` reads a kernel's static shared bytes from its CUBIN (0 without any).
+- On the GPU (marked `gpu`): the driver's count (`Kernel.resident_blocks`,
+  cuOccupancyMaxActiveBlocksPerMultiprocessor) equals `resident_blocks` of the kernel's
+  resources for decode kernels of several shapes: register-bound, shared-bound, both.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import backend
+from backend.compile import compile_lowered, lower_all
+from backend.errors import CompilationError, LaunchError
+from backend.nvrtc import cubin_kernels, cubin_static_shared
+from backend.occupancy import SM_90, Residency, SmLimits, resident_blocks, waves
+from ir import dtypes
+from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
+from ir.examples.vector_add import vector_add
+
+RESIDENT = [
+    # registers, threads, shared bytes -> blocks, what binds
+    (161, 128, 0, 3, ("registers",)),
+    (186, 128, 0, 2, ("registers",)),
+    (255, 128, 0, 2, ("registers",)),
+    (158, 64, 0, 6, ("registers",)),
+    (188, 64, 0, 4, ("registers",)),
+    (184, 64, 0, 4, ("registers",)),
+    (175, 128, 82960, 2, ("registers", "shared memory")),
+    (32, 128, 0, 16, ("registers", "warps")),
+    (0, 32, 0, 32, ("blocks",)),
+    (64, 1024, 0, 1, ("registers",)),
+    (32, 32, 100 * 1024, 2, ("shared memory",)),
+    (32, 33, 0, 32, ("registers", "warps", "blocks")),
+    (40, 256, 48 * 1024, 4, ("shared memory",)),
+    (255, 32, 227 * 1024, 1, ("shared memory",)),
+]
+
+
+@pytest.mark.parametrize(("registers", "threads", "shared", "blocks", "binding"), RESIDENT)
+def test_resident_blocks_table(registers, threads, shared, blocks, binding):
+    assert resident_blocks(registers, threads, shared) == Residency(blocks, binding)
+
+
+def test_a_smaller_sm_holds_fewer():
+    half = SmLimits(registers=32768, shared_bytes=100 * 1024, warps=32, blocks=16)
+    assert resident_blocks(161, 128, 0, half).blocks == 1
+    assert resident_blocks(32, 64, 0, half) == Residency(16, ("registers", "warps", "blocks"))
+
+
+WAVES = [
+    (384, 3, 132, 384 / 396),
+    (384, 2, 132, 384 / 264),
+    (768, 6, 132, 768 / 792),
+    (256, 2, 132, 256 / 264),
+    (1, 1, 1, 1.0),
+]
+
+
+@pytest.mark.parametrize(("grid", "per_sm", "sms", "expected"), WAVES)
+def test_waves_table(grid, per_sm, sms, expected):
+    assert waves(grid, per_sm, sms) == pytest.approx(expected)
+    assert (waves(grid, per_sm, sms) <= 1) == (grid <= per_sm * sms)
+
+
+registers_strategy = st.integers(0, SM_90.max_registers_per_thread)
+threads_strategy = st.integers(1, SM_90.max_threads_per_block)
+shared_strategy = st.integers(0, SM_90.max_shared_per_block)
+
+
+def _over_limits(registers: int, threads: int, shared: int, blocks: int) -> set[str]:
+    """The limits of `SM_90` that `blocks` blocks of such a kernel break."""
+    warps = math.ceil(threads / 32)
+    over = set()
+    if registers:
+        warp_registers = math.ceil(registers * 32 / SM_90.register_unit) * SM_90.register_unit
+        # Each register file holds whole warps; the SM's warps spread over its files.
+        busiest_file = math.ceil(blocks * warps / SM_90.sub_partitions)
+        if busiest_file * warp_registers > SM_90.registers // SM_90.sub_partitions:
+            over.add("registers")
+    block_shared = math.ceil((shared + SM_90.reserved_shared_bytes) / SM_90.shared_unit)
+    if blocks * block_shared * SM_90.shared_unit > SM_90.shared_bytes:
+        over.add("shared memory")
+    if blocks * warps > SM_90.warps:
+        over.add("warps")
+    if blocks > SM_90.blocks:
+        over.add("blocks")
+    return over
+
+
+@settings(max_examples=300, deadline=None)
+@given(registers_strategy, threads_strategy, shared_strategy)
+def test_the_blocks_fit_and_one_more_does_not(registers, threads, shared):
+    result = resident_blocks(registers, threads, shared)
+    assert result.blocks >= 0 and result.limited_by
+    assert not _over_limits(registers, threads, shared, result.blocks)
+    assert _over_limits(registers, threads, shared, result.blocks + 1) == set(result.limited_by)
+
+
+@settings(max_examples=200, deadline=None)
+@given(registers_strategy, registers_strategy, threads_strategy, shared_strategy)
+def test_more_registers_never_hold_more_blocks(a, b, threads, shared):
+    low, high = sorted((a, b))
+    if low == 0:
+        low = 1  # 0 registers: a kernel that declares none has no register bound at all
+    high = max(high, low)
+    assert (
+        resident_blocks(high, threads, shared).blocks
+        <= resident_blocks(low, threads, shared).blocks
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(registers_strategy, threads_strategy, threads_strategy, shared_strategy, shared_strategy)
+def test_more_threads_or_shared_never_hold_more_blocks(registers, t1, t2, s1, s2):
+    few, many = sorted((t1, t2))
+    little, much = sorted((s1, s2))
+    assert (
+        resident_blocks(registers, many, much).blocks
+        <= resident_blocks(registers, few, little).blocks
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: resident_blocks(-1, 128), "registers_per_thread=-1"),
+        (lambda: resident_blocks(256, 128), "registers_per_thread=256"),
+        (lambda: resident_blocks(32, 0), "block_threads=0"),
+        (lambda: resident_blocks(32, 1025), "block_threads=1025"),
+        (lambda: resident_blocks(32, 128, 228 * 1024), "shared_bytes=233472"),
+        (lambda: resident_blocks(32.0, 128), "registers_per_thread=32.0"),
+        (lambda: resident_blocks(True, 128), "registers_per_thread=True"),
+        (lambda: waves(0, 1, 132), "grid_blocks=0"),
+        (lambda: waves(10, 0, 132), "blocks_per_sm=0"),
+        (lambda: waves(10, 1, "132"), "sm_count='132'"),
+    ],
+)
+def test_bad_values_are_named(call, named):
+    with pytest.raises(LaunchError, match=named.replace("(", r"\(")):
+        call()
+
+
+def _compiled(config: DequantConfig, k: int = 8192, n: int = 8192):
+    program = register_dequant_matmul(dtypes.i4, 128, config)
+    (lowered,) = lower_all([(program, {"k": k, "n": n})], "sm_90a")
+    return compile_lowered(program, lowered, "sm_90a").kernel
+
+
+def test_static_shared_bytes_from_the_cubin():
+    plain = backend.compile(vector_add(), arch="sm_90a")
+    assert cubin_static_shared(plain.cubin) == dict.fromkeys(cubin_kernels(plain.cubin), 0)
+    released = _compiled(DequantConfig(units_k=8, stages=4, unroll=4, release=True))
+    sizes = cubin_static_shared(released.cubin)
+    assert list(sizes) == [released.entry]
+    # The ring's barriers (8 bytes each, full and free for every stage) are static.
+    assert sizes[released.entry] >= 2 * 4 * 8
+
+
+def test_static_shared_of_a_malformed_cubin_is_refused():
+    with pytest.raises(CompilationError, match="CUBIN"):
+        cubin_static_shared(b"not an elf at all" * 4)
+
+
+GPU_CONFIGS = [
+    DequantConfig(),
+    DequantConfig(warps=2, units_k=8, split=8, late_scale=True),
+    DequantConfig(warps=4, units_k=8, split=8, late_scale=True, weights_as_a=True, units_m=2),
+    DequantConfig(units_k=8, stages=4, unroll=4, late_scale=True, weights_as_a=True, units_m=2),
+    DequantConfig(units_k=8, stages=4, unroll=4, release=True),
+    DequantConfig(warps=8, units_k=4, split=4),
+]
+
+
+@pytest.mark.gpu
+def test_resident_blocks_match_the_driver():
+    with ThreadPoolExecutor() as pool:
+        kernels = list(pool.map(_compiled, GPU_CONFIGS))
+    for config, kernel in zip(GPU_CONFIGS, kernels, strict=True):
+        resources = kernel.resources
+        ours = resident_blocks(
+            resources.registers_per_thread,
+            kernel.block_threads,
+            resources.static_shared_bytes + kernel.shared_bytes,
+        )
+        assert kernel.resident_blocks() == ours.blocks, (config, resources, ours)
+        assert resources.static_shared_bytes == cubin_static_shared(kernel.cubin)[kernel.entry]
