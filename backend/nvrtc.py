@@ -516,26 +516,34 @@ def cubin_registers(cubin: bytes) -> dict[str, int]:
 
 STATIC_SHARED_PREFIX = b".nv.shared."
 """The name prefix of a CUBIN's section of one kernel's static shared memory (its size is the
-kernel's static shared bytes; the section holds no data)."""
+kernel's static shared bytes and the system's reserved window; the section holds no data)."""
+RESERVED_SHARED_SYMBOL = ".nv.reservedSmem.offset0"
+"""The symbol of the system's reserved shared memory window (sm_80 and newer), which a kernel's
+shared section starts with whenever the kernel has shared memory."""
+RESERVED_SHARED_BYTES = 1024
+"""The reserved window's size: the driver counts it apart from a kernel's static shared bytes."""
 
 
 def cubin_static_shared(cubin: bytes) -> dict[str, int]:
-    """Static shared memory bytes of each kernel of a CUBIN (`cubin_kernels`), by name, read
-    without a GPU: the sizes of its ``.nv.shared.<kernel>`` sections (0 for a kernel without
-    one; sections of the system's, such as ``.nv.shared.reserved.0``, are not kernels').
+    """Static shared memory bytes of each kernel of a CUBIN (`cubin_kernels`), by name, as the
+    driver reports them (``CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES``), read without a GPU: the size
+    of the kernel's ``.nv.shared.<kernel>`` section, less the system's reserved window it starts
+    with where the CUBIN declares one (`RESERVED_SHARED_SYMBOL`); 0 for a kernel without a
+    section. Sections of the system's own, such as ``.nv.shared.reserved.0``, are not kernels'.
     Raises `CompilationError` when `cubin` is not a CUBIN or its tables are out of bounds."""
     kernels = cubin_kernels(cubin)
     try:
-        data, sections = _cubin_sections(cubin)
+        data, sections, symbols = _cubin_symbols(cubin)
         (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
         names_offset = sections[section_names][4]
+        reserved = any(name == RESERVED_SHARED_SYMBOL for name, _, _ in symbols)
         sizes = dict.fromkeys(kernels, 0)
         for name_offset, _, _, _, _, size, _, _, _, _ in sections:
             name_end = data.index(b"\0", names_offset + name_offset)
             name = data[names_offset + name_offset : name_end]
             kernel = name[len(STATIC_SHARED_PREFIX) :].decode("utf-8")
             if name.startswith(STATIC_SHARED_PREFIX) and kernel in sizes:
-                sizes[kernel] = size
+                sizes[kernel] = max(0, size - RESERVED_SHARED_BYTES) if reserved else size
     except (struct.error, IndexError, ValueError) as error:
         raise CompilationError(f"malformed CUBIN: {error}") from error
     return sizes

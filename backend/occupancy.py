@@ -18,10 +18,10 @@ sm_90's, the H100 and H200):
 - warps: at most `warps` an SM, each block's threads rounded up to whole warps;
 - blocks: at most `blocks` an SM.
 
-The SM's shared memory is taken to be all of it (the driver's carveout can be set lower; a
-kernel asking for more than a carveout leaves gets its carveout raised by `backend.kernel`).
-`tests/backend/test_occupancy.py` checks these rules against the driver's own
-`cuOccupancyMaxActiveBlocksPerMultiprocessor` on the GPU.
+The SM's shared memory is taken to be all of it (a kernel's carveout preference, which the
+backend does not set, can make the driver count less). `tests/backend/test_occupancy.py`
+checks these rules against the driver's own `cuOccupancyMaxActiveBlocksPerMultiprocessor` on
+the GPU (`backend.kernel.Kernel.resident_blocks`).
 """
 
 from __future__ import annotations
