@@ -283,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=None, help="directory of results (none: print)")
     parser.add_argument("--stem", default="sass_census", help="the results' file name stem")
     options = parser.parse_args(argv)
+    if options.sms < 1:
+        parser.error(f"--sms {options.sms}: expected at least 1")
     kernels = [name.strip() for name in options.kernels.split(",")]
     unknown = sorted(set(kernels) - set(KERNELS))
     if unknown:

@@ -84,6 +84,7 @@ def test_a_recorded_configuration_and_its_variant_are_counted(tmp_path: Path, ca
         (["--kernels=wgmma_dequant", "--shapes=12x"], "--shapes entry '12x'"),
         (["--variants=colour=1", "--configs-from=x"], "['colour'] are not DequantConfig fields"),
         (["--configs-from=no_such_record.json"], "--configs-from: [Errno 2]"),
+        (["--sms=0"], "--sms 0: expected at least 1"),
     ],
 )
 def test_a_bad_command_line_is_refused(argv: list[str], message: str, capsys) -> None:

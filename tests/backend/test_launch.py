@@ -3,7 +3,9 @@ own checks are in test_kernel_signature.py.
 
 Without a GPU the checks run against a fake `Device` and fake arrays exposing
 `__cuda_array_interface__` or DLPack; the fake records what would have been launched, so every
-refusal is also checked to have launched (and loaded) nothing.
+refusal is also checked to have launched (and loaded) nothing. `Kernel.resident_blocks` asks
+the device for its count with the kernel's threads and dynamic shared bytes, and is refused by a
+device that cannot count.
 """
 
 from __future__ import annotations
@@ -873,3 +875,30 @@ def test_dynamic_shared_memory_over_48_kib(torch_cuda: types.ModuleType) -> None
     torch.cuda.synchronize()
     assert torch.equal(target, source.flip(1))
     assert kernel.resources.static_shared_bytes == 0
+
+
+def test_resident_blocks_ask_the_device(device: FakeDevice) -> None:
+    asked = []
+
+    class CountingDevice(FakeDevice):
+        def resident_blocks(self, function: object, threads: int, shared: int) -> int:
+            asked.append((threads, shared))
+            return 7
+
+    counting = CountingDevice(parameter_types=VECTOR_ADD_TYPES)
+    kernel = Kernel(
+        source=VECTOR_ADD,
+        cubin=b"\x7fELF fake image",
+        arch="sm_80",
+        entry="vector_add",
+        params=vector_add_params(),
+        block_threads=96,
+        shared_bytes=512,
+        device=counting,
+    )
+    assert kernel.resident_blocks() == 7 and asked == [(96, 512)]
+
+
+def test_resident_blocks_without_a_drivers_count_are_refused(kernel: Kernel) -> None:
+    with pytest.raises(LaunchError, match="FakeDevice has no resident_blocks"):
+        kernel.resident_blocks()
