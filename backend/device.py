@@ -91,6 +91,14 @@ class Device(Protocol):
         stream serialization (the kernel may start before the one before it has finished)."""
         ...
 
+    def resident_blocks(
+        self, function: LoadedFunction, block_threads: int, dynamic_shared_bytes: int
+    ) -> int:
+        """How many of `function`'s blocks, of `block_threads` threads and
+        `dynamic_shared_bytes` of dynamic shared memory each, one SM of its device holds at
+        once."""
+        ...
+
     def encode_tensor_map(
         self, address: int, element_bits: int, arguments: Mapping[str, Any]
     ) -> list[int]:
@@ -276,10 +284,9 @@ class CudaDriver:
     def resident_blocks(
         self, function: LoadedFunction, block_threads: int, dynamic_shared_bytes: int
     ) -> int:
-        """The driver's count of `function`'s blocks, of `block_threads` threads and
-        `dynamic_shared_bytes` of dynamic shared memory each, that one SM of its device holds
-        at once (cuOccupancyMaxActiveBlocksPerMultiprocessor; `backend.occupancy` computes the
-        same without a GPU). Raises `DriverError` when the driver refuses the query."""
+        """See `Device.resident_blocks`: the driver's count
+        (cuOccupancyMaxActiveBlocksPerMultiprocessor; `backend.occupancy` computes the same
+        without a GPU). Raises `DriverError` when the driver refuses the query."""
         with self._in_context(function.ordinal) as driver:
             return int(
                 _checked(

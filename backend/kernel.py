@@ -552,18 +552,11 @@ class Kernel:
 
     def resident_blocks(self) -> int:
         """How many of this kernel's blocks one SM of the current device holds at once, as the
-        driver counts them (`backend.device.CudaDriver.resident_blocks`; loads the kernel
-        there on first use). `backend.occupancy.resident_blocks` computes the same from the
-        resources without a GPU. Raises `LaunchError` when the kernel's driver interface
-        cannot count them."""
+        device counts them (`backend.device.Device.resident_blocks`; loads the kernel there on
+        first use). `backend.occupancy.resident_blocks` computes the same from the resources
+        without a GPU."""
         loaded = self._load(self._device.current_ordinal())
-        count = getattr(self._device, "resident_blocks", None)
-        if count is None:
-            raise LaunchError(
-                f"kernel {self._entry!r}: its device interface {type(self._device).__name__} "
-                "has no resident_blocks; expected the CUDA driver's"
-            )
-        return count(loaded, self._block_threads, self._shared_bytes)
+        return self._device.resident_blocks(loaded, self._block_threads, self._shared_bytes)
 
     def __repr__(self) -> str:
         return (

@@ -4,8 +4,7 @@ own checks are in test_kernel_signature.py.
 Without a GPU the checks run against a fake `Device` and fake arrays exposing
 `__cuda_array_interface__` or DLPack; the fake records what would have been launched, so every
 refusal is also checked to have launched (and loaded) nothing. `Kernel.resident_blocks` asks
-the device for its count with the kernel's threads and dynamic shared bytes, and is refused by a
-device that cannot count.
+the device for its count with the kernel's threads and dynamic shared bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import sys
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -82,8 +82,10 @@ class Launch:
 
 @dataclass
 class FakeDevice:
-    """A `Device` with allocations it hands out itself; launches decode the argument array."""
+    """A `Device` with allocations it hands out itself; launches decode the argument array;
+    it counts `RESIDENT_BLOCKS` blocks an SM for any kernel, recording what it was asked."""
 
+    RESIDENT_BLOCKS: ClassVar[int] = 7
     ordinal: int = 0
     max_threads_per_block: int = 1024
     allocations: dict[int, tuple[int, int]] = field(default_factory=dict)  # start: (end, ordinal)
@@ -91,6 +93,7 @@ class FakeDevice:
     launches: list[Launch] = field(default_factory=list)
     parameter_types: Sequence[type] = ()
     next_address: int = BASE_ADDRESS
+    counted: list[tuple[int, int]] = field(default_factory=list)  # (threads, shared bytes)
 
     def allocate(self, nbytes: int, ordinal: int = 0) -> int:
         address = self.next_address
@@ -106,6 +109,10 @@ class FakeDevice:
             if start <= address < end:
                 return ordinal
         return None
+
+    def resident_blocks(self, function: object, block_threads: int, shared_bytes: int) -> int:
+        self.counted.append((block_threads, shared_bytes))
+        return self.RESIDENT_BLOCKS
 
     def load(self, ordinal: int, cubin: bytes, entry: str, dynamic_shared_bytes: int):
         self.loads.append((ordinal, entry, dynamic_shared_bytes))
@@ -260,17 +267,22 @@ def device() -> FakeDevice:
     return FakeDevice(parameter_types=VECTOR_ADD_TYPES)
 
 
-@pytest.fixture
-def kernel(device: FakeDevice) -> Kernel:
+def vector_add_kernel(device: FakeDevice, **fields: object) -> Kernel:
+    """The vector-add `Kernel` on `device` (128 threads a block unless `fields` say otherwise)."""
     return Kernel(
         source=VECTOR_ADD,
         cubin=b"\x7fELF fake image",
         arch="sm_80",
         entry="vector_add",
         params=vector_add_params(),
-        block_threads=128,
         device=device,
+        **{"block_threads": 128, **fields},
     )
+
+
+@pytest.fixture
+def kernel(device: FakeDevice) -> Kernel:
+    return vector_add_kernel(device)
 
 
 def halves(device: FakeDevice, count: int, **extra: object) -> FakeCudaArray:
@@ -878,27 +890,7 @@ def test_dynamic_shared_memory_over_48_kib(torch_cuda: types.ModuleType) -> None
 
 
 def test_resident_blocks_ask_the_device(device: FakeDevice) -> None:
-    asked = []
-
-    class CountingDevice(FakeDevice):
-        def resident_blocks(self, function: object, threads: int, shared: int) -> int:
-            asked.append((threads, shared))
-            return 7
-
-    counting = CountingDevice(parameter_types=VECTOR_ADD_TYPES)
-    kernel = Kernel(
-        source=VECTOR_ADD,
-        cubin=b"\x7fELF fake image",
-        arch="sm_80",
-        entry="vector_add",
-        params=vector_add_params(),
-        block_threads=96,
-        shared_bytes=512,
-        device=counting,
-    )
-    assert kernel.resident_blocks() == 7 and asked == [(96, 512)]
-
-
-def test_resident_blocks_without_a_drivers_count_are_refused(kernel: Kernel) -> None:
-    with pytest.raises(LaunchError, match="FakeDevice has no resident_blocks"):
-        kernel.resident_blocks()
+    kernel = vector_add_kernel(device, block_threads=96, shared_bytes=512)
+    assert kernel.resident_blocks() == FakeDevice.RESIDENT_BLOCKS
+    assert device.counted == [(96, 512)]
+    assert [entry for _, entry, _ in device.loads] == ["vector_add"]
