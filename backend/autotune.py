@@ -14,6 +14,11 @@ caller gives three functions:
   candidate after another in search-space order (on a GPU: `backend.timing.median_us`); it
   starts as soon as the first candidate is built, while the others still compile.
 
+A build or measure may also find, once the candidate is built, that it cannot gain over
+another candidate (e.g. its compiled kernel's grid takes more waves than that of the
+candidate it is a twin of): it raises `CandidatePruned`, and the candidate is pruned as
+construct's refusals are, unmeasured and without a warning.
+
 A construct or build that raises one of `CANDIDATE_ERRORS` (the project's "this candidate does
 not fit or does not work" types) or a measure that raises one, or returns anything but a finite
 number >= 0, is a failed trial: recorded, reported in one `RuntimeWarning`, never chosen. Any
@@ -79,6 +84,11 @@ class TuningError(ValueError):
     wrong; the message names the value and what was expected."""
 
 
+class CandidatePruned(TuningError):
+    """Raised by a tuning's `build` or `measure` for a candidate that, once built, is found not
+    worth measuring; the message says why. The trial is "pruned", with no warning."""
+
+
 PRUNING_ERRORS: tuple[type[Exception], ...] = (VerificationError, SpecializationError)
 """What `construct` raises for a candidate whose program is ill-formed or does not fit the
 problem: the candidate is pruned."""
@@ -133,7 +143,8 @@ def m_bucket(m: int) -> MBucket:
 
 @dataclass(frozen=True)
 class Trial:
-    """One candidate's fate in a cold tuning: `status` "pruned" (construct refused it),
+    """One candidate's fate in a cold tuning: `status` "pruned" (construct refused it, or
+    build or measure raised `CandidatePruned`),
     "failed" (build or measure raised, or measure gave no time) or "measured"; `us` its time
     when measured; `detail` the reason otherwise."""
 
@@ -271,6 +282,10 @@ def _tune(
             try:
                 built = future.result()
                 us = _measure_retrying(measure, built)
+            except CandidatePruned as error:
+                trials[index] = Trial(candidate, "pruned", detail=str(error))
+                display.advance(None if best is None else trials[best].us)
+                continue
             except CANDIDATE_ERRORS as error:
                 trials[index] = Trial(
                     candidate, "failed", detail=f"{type(error).__name__}: {error}"
@@ -298,6 +313,7 @@ def _tune(
         pool.shutdown(wait=True, cancel_futures=True)
     finished = tuple(trial for trial in trials if trial is not None)
     failed = [trial for trial in finished if trial.status == "failed"]
+    pruned = sum(trial.status == "pruned" for trial in finished)
     if best is None:
         display.close(f"tuning {label}: no candidate could be measured")
         reasons = "; ".join(f"{_canonical(t.candidate)}: {t.status}: {t.detail}" for t in finished)
@@ -307,7 +323,7 @@ def _tune(
         )
     choice, us = space[best], trials[best].us
     display.close(
-        f"tuned {label}: {len(space)} candidates, {len(space) - len(constructed)} pruned, "
+        f"tuned {label}: {len(space)} candidates, {pruned} pruned, "
         f"{len(failed)} failed; best {us:.2f} us with {_describe(choice)} "
         f"({time.monotonic() - started:.1f} s)"
     )

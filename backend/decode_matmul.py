@@ -61,6 +61,15 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   points tried (i2 and i3 at 8192 x 8192 and 28672 x 8192, split 8 and 16); at M = 16 with
   2, 0.3 to 1.0 us faster at 10 of 12 points (i2, i3, i4, i8 at the three layers that split
   4 or 8 ways), level at the other two (3 a step lost 1.9 us at one point);
+- in blocks of 16 rows, each point that loads two parts a step over a split of 8
+  (`PARTS_TWIN_MAX_SPLIT`), without the group rows' ring, also with four a step
+  (`PARTS_BATCH_TWINS`, `with_parts_batch_twin`), which the tuner measures only where the
+  compiled twin's grid takes no more waves than its base's (`DecodeMatmul.whole_waves`, the
+  blocks an SM read from the CUBIN by `backend.occupancy`; else the twin is pruned). Measured
+  on an H100 at M = 16: four a step 0.3 to 0.6 us faster at the four points of 8192 x 8192
+  and 1.4 us at i8 28672 x 8192, whose grids stay within one wave, and 2.7 to 4 us slower at
+  the four of 4096 x 12288, where the parts' registers (i3 168 -> 255) leave fewer blocks an
+  SM and the grid goes from 0.97 to 1.46 waves;
 - where the tiles leave a partial wave, stream-K points per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * blocks an SM, that occupancy asked of the
   compiler by `min_blocks_per_sm`) sharing every tile's k-tiles evenly, depth 1, with the late
@@ -103,7 +112,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 14 to 244 candidates at 1 to 8 bits (15 to 244 at
+For the benchmark's shapes and batches that is 14 to 280 candidates at 1 to 8 bits (15 to 280 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -128,13 +137,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
-from backend.autotune import Scalar, TuningError, TuningResult, autotune, m_bucket
+from backend.autotune import (
+    CandidatePruned,
+    Scalar,
+    TuningError,
+    TuningResult,
+    autotune,
+    m_bucket,
+)
 from backend.cache import CubinCache, RecordStore
 from backend.compile import CompiledKernel, compile, compile_lowered, lower_all
 from backend.device import current_arch
 from backend.errors import LaunchError
 from backend.fast_conversions import plan_conversion
 from backend.lower import LoweredKernel
+from backend.occupancy import whole_waves
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
@@ -195,6 +212,16 @@ PARTS_BATCH_BY_ROWS = {8: 4, 16: 2}
 """Parts the fused sum of a split point loads at a time in the search space
 (`DequantConfig.parts_batch`), by the rows of its block; blocks of other row counts load one
 at a time (see the module docstring and `with_batched_parts`)."""
+PARTS_BATCH_TWINS = {16: 4}
+"""By the rows of a block: the parts a step of the twins that the search space adds to its
+split points that load their parts `PARTS_BATCH_BY_ROWS` at a time and split more ways than
+this, up to `PARTS_TWIN_MAX_SPLIT` (without the group rows' ring); the tuner measures a twin
+only where its kernel's grid takes no more waves than its base's (`parts_twin_base`,
+`DecodeMatmul.whole_waves`; see the module docstring)."""
+PARTS_TWIN_MAX_SPLIT = 8
+"""The deepest split given a `PARTS_BATCH_TWINS` twin: at 16 rows a split of 16 was slower
+than the split of 8 at all ten points measured (by 3.7 to 8.4 us, on an H100), so deeper
+splits' twins would only lengthen the tuning."""
 
 
 def with_rows_ahead_twin(config: DequantConfig) -> list[DequantConfig]:
@@ -206,18 +233,49 @@ def with_rows_ahead_twin(config: DequantConfig) -> list[DequantConfig]:
     return [config]
 
 
+def with_parts_batch_twin(config: DequantConfig) -> list[DequantConfig]:
+    """`config`, then, where its block's rows have a `PARTS_BATCH_TWINS` batch B and it loads
+    its fused sum's parts `PARTS_BATCH_BY_ROWS` at a time over a split of more than B and at
+    most `PARTS_TWIN_MAX_SPLIT` parts, without the group rows' ring, the same with its parts
+    B at a time: the search space's points and their twins."""
+    batch = PARTS_BATCH_TWINS.get(config.block_m)
+    based = config.parts_batch == PARTS_BATCH_BY_ROWS.get(config.block_m, 1) > 1
+    if based and _parts_twin_fits(config, batch):
+        return [config, replace(config, parts_batch=batch)]
+    return [config]
+
+
+def _parts_twin_fits(config: DequantConfig, batch: int | None) -> bool:
+    """Whether a point of `config`'s split and group rows has a parts twin of `batch`."""
+    return (
+        batch is not None and batch < config.split <= PARTS_TWIN_MAX_SPLIT and not config.rows_ahead
+    )
+
+
+def parts_twin_base(config: DequantConfig) -> DequantConfig | None:
+    """The point whose `with_parts_batch_twin` twin `config` is (the same with its parts
+    `PARTS_BATCH_BY_ROWS` at a time), or None when `config` is no such twin."""
+    batch = PARTS_BATCH_TWINS.get(config.block_m)
+    if config.parts_batch != batch or not _parts_twin_fits(config, batch):
+        return None
+    return replace(config, parts_batch=PARTS_BATCH_BY_ROWS[config.block_m])
+
+
 def with_batched_parts(config: DequantConfig) -> DequantConfig:
     """`config` with its fused sum's parts loaded as the search space loads them:
     `PARTS_BATCH_BY_ROWS` of its block's rows at a time where it splits k more ways than that
     into a fused sum of ordered slots (not `combine_parts`, not stream-K), else one at a
-    time. The same adds in the same order either way, so the same results bit for bit. The
-    search space applies it to every point; ``benchmarks/quantized_matmul.py --batched-parts``
-    to configurations recorded before the rule. Raises `TuningError` for a `config` that is
+    time; a `with_parts_batch_twin` twin is left as it is. The same adds in the same order
+    either way, so the same results bit for bit. The search space applies it to every point;
+    ``benchmarks/quantized_matmul.py --batched-parts`` to configurations recorded before the
+    rule. Raises `TuningError` for a `config` that is
     not a `DequantConfig`."""
     if not isinstance(config, DequantConfig):
         raise TuningError(
             f"with_batched_parts: config is {type(config).__name__}; expected a DequantConfig"
         )
+    if parts_twin_base(config) is not None:
+        return config  # the search space's twin, of the parts a step it names
     batch = PARTS_BATCH_BY_ROWS.get(config.block_m, 1)
     slotted = config.fused_sum and not config.combine_parts and not config.stream_k
     return replace(config, parts_batch=batch if slotted and config.split > batch else 1)
@@ -421,6 +479,17 @@ class DecodeMatmul:
         """Kernel launches per call: 2 with the split-k sum in a second launch, else 1."""
         return 1 if self.reduce_kernel is None else 2
 
+    def whole_waves(self, m: int, sm_count: int) -> int:
+        """The waves (a partial one counted whole, `backend.occupancy.whole_waves`) that the
+        matmul launch's grid at batch `m` runs in on `sm_count` SMs, with the blocks an SM
+        holds as the CUBIN gives them (`backend.kernel.Kernel.residency`: no GPU needed).
+        Raises `LaunchError` for m or sm_count not ints >= 1, or a kernel no SM holds."""
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise LaunchError(f"whole_waves: m={m!r}; expected an int >= 1")
+        grid = math.prod(self.config.grid(m, self.problem.n, self.problem.k))
+        resident = self.matmul_kernel.kernel.residency().blocks
+        return whole_waves(grid, resident, sm_count)
+
     def counters(self, m: int, device: Any) -> Any:
         """The zeroed i32 tile counters of a fused split-k sum for `m` rows on `device`."""
         return self._counters(self.config.tiles(m, self.problem.n), device)
@@ -501,6 +570,22 @@ class DecodeMatmul:
             ready = prepared.get(id(programs), programs)
             return cls.from_programs(ready, arch=arch, cache=cache)
 
+        timed = DecodeMeasure(problem, bucket.lo) if measure is None else measure
+        waves_of: dict[DequantConfig, int] = {}
+
+        def measure_kept(operation: DecodeMatmul) -> float:
+            # A twin whose grid takes more waves than its base's (measured just before it) is
+            # not measured: its parts' registers cost it more than the batch saves.
+            waves = operation.whole_waves(bucket.lo, sm_count)
+            waves_of[operation.config] = waves
+            base = parts_twin_base(operation.config)
+            if base is not None and waves > waves_of.get(base, waves):
+                raise CandidatePruned(
+                    f"its grid takes {waves} waves on {sm_count} SMs, its base's "
+                    f"(parts_batch={base.parts_batch}) {waves_of[base]}"
+                )
+            return timed(operation)
+
         result = autotune(
             NAMESPACE,
             decode_tuning_key(problem, bucket.lo, gpu_name=gpu_name, arch=arch),
@@ -508,7 +593,7 @@ class DecodeMatmul:
             construct=construct,
             build=build,
             prepare=prepare,
-            measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,
+            measure=measure_kept,
             store=store,
             workers=workers,
             progress=progress,
@@ -834,10 +919,13 @@ def decode_search_space(
                                 twins.append(replace(point, magic_bias=True))
                             if not compact:
                                 twins = [t for c in twins for t in with_rows_ahead_twin(c)]
+                                twins += with_parts_batch_twin(point)[1:]
                             space += twins
                             if combined and split > 1:
                                 space += [
-                                    replace(t, combine_parts=True, parts_batch=1) for t in twins
+                                    replace(t, combine_parts=True, parts_batch=1)
+                                    for t in twins
+                                    if parts_twin_base(t) is None
                                 ]
                     if ring:
                         ringed = DequantConfig(
@@ -852,10 +940,14 @@ def decode_search_space(
                             stages=RING_STAGES,
                         )
                         ringed = with_batched_parts(ringed)
-                        rings = with_rows_ahead_twin(ringed)
+                        rings = with_rows_ahead_twin(ringed) + with_parts_batch_twin(ringed)[1:]
                         space += rings
                         if combined and split > 1:
-                            space += [replace(r, combine_parts=True, parts_batch=1) for r in rings]
+                            space += [
+                                replace(r, combine_parts=True, parts_batch=1)
+                                for r in rings
+                                if parts_twin_base(r) is None
+                            ]
                 # Stream-K where the tiles leave a partial wave: one wave of persistent blocks
                 # at each occupancy (asked of the compiler), sharing all the tiles' k-tiles
                 # evenly.

@@ -62,7 +62,8 @@ from backend.device import (
     current_arch,
 )
 from backend.errors import CompilationError, LaunchError
-from backend.nvrtc import compile_cached, cubin_kernels
+from backend.nvrtc import compile_cached, cubin_kernels, cubin_registers, cubin_static_shared
+from backend.occupancy import SM_90, Residency, SmLimits, resident_blocks
 from backend.tensor_core import arch_number
 from ir.arguments import (
     STORAGE_DTYPE_BITS,
@@ -550,11 +551,20 @@ class Kernel:
         """What the kernel uses on the current device (loads it there on first use)."""
         return self._load(self._device.current_ordinal()).resources
 
+    def residency(self, limits: SmLimits = SM_90) -> Residency:
+        """How many of this kernel's blocks one SM of `limits` holds at once, and what allows
+        no more (`backend.occupancy.resident_blocks`), read from the CUBIN without a GPU: its
+        registers a thread (`cubin_registers`), its static shared bytes
+        (`cubin_static_shared`) with the dynamic ones, and its block's threads. The driver's
+        own count is `resident_blocks`."""
+        registers = cubin_registers(self._cubin).get(self._entry, 0)
+        static = cubin_static_shared(self._cubin).get(self._entry, 0)
+        return resident_blocks(registers, self._block_threads, static + self._shared_bytes, limits)
+
     def resident_blocks(self) -> int:
         """How many of this kernel's blocks one SM of the current device holds at once, as the
         device counts them (`backend.device.Device.resident_blocks`; loads the kernel there on
-        first use). `backend.occupancy.resident_blocks` computes the same from the resources
-        without a GPU."""
+        first use). `residency` computes the same from the CUBIN without a GPU."""
         loaded = self._load(self._device.current_ordinal())
         return self._device.resident_blocks(loaded, self._block_threads, self._shared_bytes)
 

@@ -135,3 +135,11 @@ def waves(grid_blocks: int, blocks_per_sm: int, sm_count: int) -> float:
     _checked("blocks_per_sm", blocks_per_sm, 1)
     _checked("sm_count", sm_count, 1)
     return grid_blocks / (blocks_per_sm * sm_count)
+
+
+def whole_waves(grid_blocks: int, blocks_per_sm: int, sm_count: int) -> int:
+    """The waves of `waves` with a partial wave counted whole: how many times the SMs start
+    blocks anew, which a grid pays for in time however few blocks its last wave has. Raises
+    `LaunchError` as `waves` does."""
+    waves(grid_blocks, blocks_per_sm, sm_count)  # the checks
+    return -(-grid_blocks // (blocks_per_sm * sm_count))

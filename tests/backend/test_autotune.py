@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from backend.autotune import (
     MEASURE_ATTEMPTS,
     RECORD_FORMAT,
+    CandidatePruned,
     MBucket,
     TuningError,
     autotune,
@@ -41,6 +42,8 @@ from backend.decode_matmul import (
     MAX_UNITS_M,
     NAMESPACE,
     PARTS_BATCH_BY_ROWS,
+    PARTS_BATCH_TWINS,
+    PARTS_TWIN_MAX_SPLIT,
     RESIDENT_WARPS,
     RING_SHARED_BYTES,
     RING_STAGES,
@@ -53,13 +56,17 @@ from backend.decode_matmul import (
     decode_tuning_key,
     depth_choices,
     fit_rows,
+    parts_twin_base,
     row_tilings,
     split_choices,
     stream_k_residencies,
     units_k_choices,
     with_batched_parts,
+    with_parts_batch_twin,
 )
 from backend.errors import CompilationError, LaunchError, TimingError
+from backend.nvrtc import cubin_registers, cubin_static_shared
+from backend.occupancy import resident_blocks
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
@@ -454,9 +461,9 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    # At most 122 a row tiling: the widest layer's i8 space at M = 16 is 244 (compiled in
-    # parallel, each timed in about 5 ms on the device).
-    assert 6 <= len(space) <= 122 * len(row_tilings(m))
+    # At most 140 a row tiling: the widest layer's i8 space at M = 16 is 280 with the parts'
+    # twins (compiled in parallel, each timed in about 5 ms on the device).
+    assert 6 <= len(space) <= 140 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -505,6 +512,7 @@ def test_rows_ahead_twins_are_the_late_scale_points_of_16_row_blocks(
         and c.late_scale
         and c.block_m == 16
         and not (c.stream_k or c.magic_bias or c.combine_parts)
+        and parts_twin_base(c) is None
     ]
     assert ahead == twins_of
     assert all(space[space.index(c) - 1] == replace(c, rows_ahead=0) for c in ahead)
@@ -554,7 +562,9 @@ def test_combined_parts_only_when_results_may_vary(weight: str, m: int) -> None:
     varying = decode_search_space(dtype, 28672, 8192, m, deterministic=False)
     twins = [c for c in varying if c.combine_parts]
     parted = [c for c in fixed if c.split > 1 or c.stream_k]
-    assert twins == [replace(c, combine_parts=True, parts_batch=1) for c in parted]
+    # The parts' twins (four a step) have none: their base's is the same point.
+    based = [c for c in parted if parts_twin_base(c) is None]
+    assert twins == [replace(c, combine_parts=True, parts_batch=1) for c in based]
     assert [c for c in varying if not c.combine_parts] == fixed
     assert any(not c.weights_as_a for c in twins) is (m > 8)
     assert twins
@@ -572,11 +582,14 @@ def test_parts_are_loaded_in_batches_by_the_splits_of_8_and_16_row_blocks(
     load their parts 4 at a time, those of 16-row blocks (one of 16 rows, or two of 8 with
     the weights as A) that split more than 2 ways 2 at a time (measured faster at M = 1 and
     16), every other point one at a time (the parts of larger blocks take more registers);
-    with deterministic=False the combining twins have no slots to batch."""
+    with deterministic=False the combining twins have no slots to batch. The parts' twins
+    (four a step at 16 rows) are apart."""
     assert PARTS_BATCH_BY_ROWS == {8: 4, 16: 2}
     dtype = dtypes.from_name(weight)
     rows_batched = set()
     for config in decode_search_space(dtype, *shape, m, deterministic=False):
+        if parts_twin_base(config) is not None:
+            continue
         rows = config.block_m
         batch = {8: 4, 16: 2}.get(rows, 1)
         batched = config.split > batch and not config.combine_parts
@@ -611,6 +624,65 @@ def test_with_batched_parts_is_the_search_spaces_rule(config: DequantConfig, bat
     assert batched == replace(config, parts_batch=batch)
     assert with_batched_parts(batched) == batched
     register_dequant_matmul(dtypes.i4, 128, batched)
+
+
+@pytest.mark.parametrize("weight", ["i2", "i3", "i4", "i8", "f4e2m1"])
+@pytest.mark.parametrize("m", [1, 8, 16, 24, 256])
+@pytest.mark.parametrize("shape", [(4096, 12288), (8192, 8192), (28672, 8192)])
+def test_parts_twins_are_the_16_row_split_points_of_two_parts_a_step(
+    weight: str, m: int, shape: tuple[int, int]
+) -> None:
+    """Exactly the points in blocks of 16 rows that load two parts a step over a split of 8
+    (more than the twin's 4, at most `PARTS_TWIN_MAX_SPLIT`), without the rows' ring, come
+    once more with four parts a step, each after its base and its base's rows-ahead twin;
+    `parts_twin_base` names the base of each twin and of nothing else."""
+    space = decode_search_space(dtypes.from_name(weight), *shape, m)
+    twins = [c for c in space if parts_twin_base(c) is not None]
+    bases = [
+        c
+        for c in space
+        if c.block_m == 16 and c.parts_batch == 2 and 4 < c.split <= 8 and not c.rows_ahead
+    ]
+    assert [parts_twin_base(c) for c in twins] == bases
+    assert all(c.parts_batch == PARTS_BATCH_TWINS[16] == 4 for c in twins)
+    for twin in twins:
+        base = space.index(parts_twin_base(twin))
+        assert space[base + 1 : space.index(twin)] in (
+            [],
+            [replace(space[base], rows_ahead=ROWS_AHEAD)],
+        )
+    assert all(parts_twin_base(c) is None for c in space if c not in twins)
+    assert all(with_parts_batch_twin(c) == [c, replace(c, parts_batch=4)] for c in bases)
+    assert bool(twins) == (8 <= m < 24 and any(c.split == 8 for c in bases))
+
+
+@pytest.mark.parametrize(
+    ("config", "twinned"),
+    [
+        (DequantConfig(split=8, parts_batch=2), True),
+        (DequantConfig(split=8, parts_batch=2, weights_as_a=True, units_m=2), True),
+        (DequantConfig(split=8, parts_batch=2, stages=4, unroll=4), True),  # the shared ring
+        (DequantConfig(split=4, parts_batch=2), False),  # no more parts than the twin's 4
+        (DequantConfig(split=16, parts_batch=2), False),  # past PARTS_TWIN_MAX_SPLIT
+        (DequantConfig(split=8, parts_batch=2, rows_ahead=1), False),  # the rows' ring
+        (DequantConfig(split=8, parts_batch=1, combine_parts=True), False),  # no slots
+        (DequantConfig(split=8, parts_batch=4, weights_as_a=True), False),  # 8-row blocks
+        (DequantConfig(split=8, parts_batch=2, units_m=2), False),  # 32 rows
+    ],
+)
+def test_with_parts_batch_twin_table(config: DequantConfig, twinned: bool) -> None:
+    """The twin is the same point with four parts a step, which `with_batched_parts` keeps,
+    and it builds; `parts_twin_base` undoes it."""
+    points = with_parts_batch_twin(config)
+    assert PARTS_TWIN_MAX_SPLIT == 8
+    if not twinned:
+        assert points == [config] and parts_twin_base(config) is None
+        return
+    base, twin = points
+    assert (base, twin) == (config, replace(config, parts_batch=4))
+    assert parts_twin_base(twin) == config and parts_twin_base(config) is None
+    assert with_batched_parts(twin) == twin
+    register_dequant_matmul(dtypes.i4, 128, twin)
 
 
 def test_with_batched_parts_refuses_what_is_no_configuration() -> None:
@@ -767,6 +839,38 @@ def test_pruned_candidates_are_never_built_or_measured(tmp_path: Path) -> None:
     assert [t.status for t in result.trials][:2] == ["pruned", "pruned"]
     assert "tile 16 does not fit" in result.trials[0].detail
     assert sorted(fake.built) == sorted(FakeTuning.name(c) for c in SPACE[2:])
+
+
+@pytest.mark.parametrize("step", ["build", "measure"])
+def test_a_candidate_found_not_worth_measuring_is_pruned_without_a_warning(
+    tmp_path: Path, step: str
+) -> None:
+    """A build or measure that raises `CandidatePruned` prunes its candidate: a "pruned"
+    trial with the reason, no warning, counted with construct's refusals in the summary, and
+    the choice stored (nothing went unmeasured)."""
+    fake = FakeTuning(_times(t16d1=1.0, t32d1=2.0), prune=frozenset({(64, 2)}))
+    inner = getattr(fake, step)
+
+    def refusing(*arguments: object) -> object:
+        named = arguments[-1][1] if step == "measure" else FakeTuning.name(arguments[0])
+        if named == (16, 1):
+            raise CandidatePruned("its grid takes 2 waves, its base's 1")
+        return inner(*arguments)
+
+    setattr(fake, step, refusing)
+    stream = io.StringIO()
+    store = RecordStore(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = fake.tune(store, progress=stream)
+    assert result.choice == {"tile": 32, "depth": 1}
+    first = result.trials[0]
+    assert (first.candidate, first.status, first.us) == ({"tile": 16, "depth": 1}, "pruned", None)
+    assert first.detail == "its grid takes 2 waves, its base's 1"
+    assert [t.status for t in result.trials].count("pruned") == 2
+    assert (16, 1) not in fake.measured
+    assert "2 pruned, 0 failed" in stream.getvalue()
+    assert fake.tune(store).from_cache  # stored
 
 
 def test_specialization_errors_prune_too(tmp_path: Path) -> None:
@@ -1197,6 +1301,76 @@ def test_decode_matmul_tuned_end_to_end_without_a_gpu(tmp_path: Path) -> None:
     key = decode_tuning_key(problem, 1, gpu_name="Fake GPU", arch="sm_90a")
     entry = record_key(NAMESPACE, {"key": key, "space": space_digest([asdict(c) for c in space])})
     assert store.load(entry)["choice"] == asdict(cold.config)
+
+
+@pytest.mark.parametrize(("twin_waves", "status"), [(2, "pruned"), (1, "measured")])
+def test_the_tuner_measures_a_parts_twin_only_where_its_grid_keeps_its_waves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, twin_waves: int, status: str
+) -> None:
+    """A space of a split-8 point in a 16-row block, its twin with four parts a step, and a
+    split-4 point, compiled with NVRTC: where the twin's grid takes more waves than its
+    base's (as `DecodeMatmul.whole_waves` gives them, here stood in for) the twin is pruned
+    unmeasured, else measured and, being fastest, chosen."""
+    problem = DecodeProblem(dtypes.i3, 128, 4096, 2048)
+    base = DequantConfig(warps=4, units_k=8, split=8, late_scale=True, parts_batch=2)
+    twin, other = replace(base, parts_batch=4), replace(base, split=4, parts_batch=2)
+    assert parts_twin_base(twin) == base
+    space = [base, twin, other]
+    monkeypatch.setattr(
+        "backend.decode_matmul.decode_search_space", lambda *arguments, **options: space
+    )
+    waves_asked: list[tuple[DequantConfig, int, int]] = []
+
+    def whole_waves(operation: DecodeMatmul, m: int, sm_count: int) -> int:
+        waves_asked.append((operation.config, m, sm_count))
+        return twin_waves if operation.config == twin else 1
+
+    monkeypatch.setattr(DecodeMatmul, "whole_waves", whole_waves)
+    measured: list[DequantConfig] = []
+
+    def measure(operation: DecodeMatmul) -> float:
+        measured.append(operation.config)
+        return {base: 20.0, twin: 10.0, other: 30.0}[operation.config]
+
+    options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chosen = DecodeMatmul.tuned(
+            problem, 16, measure=measure, store=RecordStore(tmp_path), **options
+        )
+    assert [t.status for t in chosen.tuning.trials] == ["measured", status, "measured"]
+    assert waves_asked == [(c, 16, 132) for c in space]
+    if status == "pruned":
+        assert measured == [base, other] and chosen.config == base
+        assert chosen.tuning.trials[1].detail == (
+            "its grid takes 2 waves on 132 SMs, its base's (parts_batch=2) 1"
+        )
+    else:
+        assert measured == space and chosen.config == twin
+
+
+def test_whole_waves_of_a_compiled_decode_matmul_are_its_grid_over_its_residency() -> None:
+    """The waves of the matmul launch, from the CUBIN's registers and shared bytes: the grid
+    (N / 256 column tiles, a row of blocks, the split) over the blocks an SM holds times the
+    SMs, a partial wave counted whole."""
+    problem = DecodeProblem(dtypes.i3, 128, 4096, 2048)
+    config = DequantConfig(warps=4, units_k=8, split=8, late_scale=True, parts_batch=2)
+    operation = DecodeMatmul(problem, config, arch="sm_90a")
+    kernel = operation.matmul_kernel.kernel
+    registers = cubin_registers(kernel.cubin)[kernel.entry]
+    shared = cubin_static_shared(kernel.cubin)[kernel.entry] + kernel.shared_bytes
+    resident = resident_blocks(registers, 128, shared).blocks
+    assert resident == kernel.residency().blocks >= 1
+    grid = 8 * 1 * 8  # column tiles, rows of blocks, split
+    enough = -(-grid // resident)  # the fewest SMs that take the grid in one wave
+    for sm_count, waves in ((1, enough), (enough, 1), (enough - 1, 2), (132, 1)):
+        assert operation.whole_waves(16, sm_count) == waves
+    assert operation.whole_waves(16 * 200, 1) == -(-grid * 200 // resident)
+    for bad in (0, -1, True):
+        with pytest.raises(LaunchError, match=f"m={bad!r}"):
+            operation.whole_waves(bad, 132)
+    with pytest.raises(LaunchError, match="sm_count=0"):
+        operation.whole_waves(16, 0)
 
 
 def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Path) -> None:

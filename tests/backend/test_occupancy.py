@@ -24,8 +24,15 @@ from hypothesis import strategies as st
 import backend
 from backend.compile import compile_lowered, lower_all
 from backend.errors import CompilationError, LaunchError
-from backend.nvrtc import cubin_kernels, cubin_static_shared
-from backend.occupancy import SM_90, Residency, SmLimits, resident_blocks, waves
+from backend.nvrtc import cubin_kernels, cubin_registers, cubin_static_shared
+from backend.occupancy import (
+    SM_90,
+    Residency,
+    SmLimits,
+    resident_blocks,
+    waves,
+    whole_waves,
+)
 from ir import dtypes
 from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
 from ir.examples.vector_add import vector_add
@@ -73,6 +80,22 @@ WAVES = [
 def test_waves_table(grid, per_sm, sms, expected):
     assert waves(grid, per_sm, sms) == pytest.approx(expected)
     assert (waves(grid, per_sm, sms) <= 1) == (grid <= per_sm * sms)
+
+
+@pytest.mark.parametrize(
+    ("grid", "per_sm", "sms", "expected"),
+    [(384, 3, 132, 1), (384, 2, 132, 2), (396, 3, 132, 1), (397, 3, 132, 2), (1, 1, 1, 1)],
+)
+def test_whole_waves_table(grid, per_sm, sms, expected):
+    assert whole_waves(grid, per_sm, sms) == expected
+
+
+@given(st.integers(1, 10**6), st.integers(1, 64), st.integers(1, 200))
+@settings(max_examples=200)
+def test_whole_waves_are_the_waves_rounded_up(grid, per_sm, sms):
+    count = whole_waves(grid, per_sm, sms)
+    assert count == math.ceil(waves(grid, per_sm, sms) - 1e-12)
+    assert (count - 1) * per_sm * sms < grid <= count * per_sm * sms
 
 
 registers_strategy = st.integers(0, SM_90.max_registers_per_thread)
@@ -146,6 +169,8 @@ def test_more_threads_or_shared_never_hold_more_blocks(registers, t1, t2, s1, s2
         (lambda: waves(0, 1, 132), "grid_blocks=0"),
         (lambda: waves(10, 0, 132), "blocks_per_sm=0"),
         (lambda: waves(10, 1, "132"), "sm_count='132'"),
+        (lambda: whole_waves(0, 1, 132), "grid_blocks=0"),
+        (lambda: whole_waves(10, 1, 0), "sm_count=0"),
     ],
 )
 def test_bad_values_are_named(call, named):
@@ -170,6 +195,26 @@ def test_static_shared_bytes_from_the_cubin():
     assert cubin_static_shared(dynamic_only.cubin) == {dynamic_only.entry: 0}
     released = _compiled(DequantConfig(units_k=8, stages=4, unroll=4, release=True))
     assert cubin_static_shared(released.cubin) == {released.entry: 1024}
+
+
+def test_a_kernels_residency_is_read_from_its_cubin():
+    """`Kernel.residency` without a GPU: the rules of `resident_blocks` on the CUBIN's
+    registers and static shared bytes with the block's threads and dynamic shared bytes."""
+    for config in GPU_CONFIGS[:3] + [DequantConfig(units_k=8, stages=4, unroll=4, release=True)]:
+        kernel = _compiled(config)
+        shared = cubin_static_shared(kernel.cubin)[kernel.entry] + kernel.shared_bytes
+        registers = cubin_registers(kernel.cubin)[kernel.entry]
+        expected = resident_blocks(registers, kernel.block_threads, shared)
+        assert kernel.residency() == expected and expected.blocks >= 1
+        half = SmLimits(registers=32768, shared_bytes=114 * 1024)
+        assert kernel.residency(half) == resident_blocks(
+            registers, kernel.block_threads, shared, half
+        )
+    plain = backend.compile(vector_add(), arch="sm_90a").kernel
+    assert (
+        plain.residency().blocks
+        == resident_blocks(cubin_registers(plain.cubin)[plain.entry], plain.block_threads).blocks
+    )
 
 
 def test_static_shared_of_a_malformed_cubin_is_refused():
@@ -199,4 +244,5 @@ def test_resident_blocks_match_the_driver():
             resources.static_shared_bytes + kernel.shared_bytes,
         )
         assert kernel.resident_blocks() == ours.blocks, (config, resources, ours)
+        assert kernel.residency() == ours, (config, resources, ours)
         assert resources.static_shared_bytes == cubin_static_shared(kernel.cubin)[kernel.entry]
