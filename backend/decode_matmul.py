@@ -66,10 +66,14 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   (`PARTS_BATCH_TWINS`, `with_parts_batch_twin`), which the tuner measures only where the
   compiled twin's grid takes no more waves than its base's (`DecodeMatmul.whole_waves`, the
   blocks an SM read from the CUBIN by `backend.occupancy`; else the twin is pruned). Measured
-  on an H100 at M = 16: four a step 0.3 to 0.6 us faster at the four points of 8192 x 8192
-  and 1.4 us at i8 28672 x 8192, whose grids stay within one wave, and 2.7 to 4 us slower at
-  the four of 4096 x 12288, where the parts' registers (i3 168 -> 255) leave fewer blocks an
-  SM and the grid goes from 0.97 to 1.46 waves;
+  on an H100 at M = 16 beside the recorded configurations: four a step 0.3 to 0.6 us faster
+  at the four points of 8192 x 8192 and 1.4 us at i8 28672 x 8192, whose grids stay within one
+  wave, and 2.7 to 4 us slower at the four of 4096 x 12288, where the parts' registers (i3
+  168 -> 255) leave fewer blocks an SM and the grid goes from 0.97 to 1.46 waves. Tuned over
+  the twins there: 31 of 70 pruned at 4096 x 12288 (i4, i8), none at 8192 x 8192 or 28672 x
+  8192; the tuner picked a twin at 4 of 12 points, against its base 4.5 % faster for i4 at
+  8192 x 8192 and 9 and 13 % for i2 at 8192 x 8192 and 28672 x 8192 (a shorter k loop in
+  the machine code);
 - where the tiles leave a partial wave, stream-K points per (row tiling, warps, units_k):
   one wave of persistent blocks (`stream_k` = SMs * blocks an SM, that occupancy asked of the
   compiler by `min_blocks_per_sm`) sharing every tile's k-tiles evenly, depth 1, with the late
