@@ -272,8 +272,7 @@ def with_batched_parts(config: DequantConfig) -> DequantConfig:
     time; a `with_parts_batch_twin` twin is left as it is. The same adds in the same order
     either way, so the same results bit for bit. The search space applies it to every point;
     ``benchmarks/quantized_matmul.py --batched-parts`` to configurations recorded before the
-    rule. Raises `TuningError` for a `config` that is
-    not a `DequantConfig`."""
+    rule. Raises `TuningError` for a `config` that is not a `DequantConfig`."""
     if not isinstance(config, DequantConfig):
         raise TuningError(
             f"with_batched_parts: config is {type(config).__name__}; expected a DequantConfig"
@@ -537,8 +536,10 @@ class DecodeMatmul:
         torch or a GPU. `store` is the record store (default: the kernel cache directory's),
         `cache` the CUBIN cache, `workers` the compile pool size, `progress` as
         `backend.autotune.autotune`, `compact` and `deterministic` as `decode_search_space`
-        (a space of its own, so a record of its own). Raises `TuningError` when no candidate
-        can be measured.
+        (a space of its own, so a record of its own). A parts twin (`with_parts_batch_twin`)
+        whose compiled grid takes more waves on `sm_count` SMs than its base's
+        (`whole_waves`) is pruned unmeasured. Raises `TuningError` when no candidate can be
+        measured.
         """
         bucket = m_bucket(m)
         if gpu_name is None or sm_count is None:
@@ -578,8 +579,8 @@ class DecodeMatmul:
         waves_of: dict[DequantConfig, int] = {}
 
         def measure_kept(operation: DecodeMatmul) -> float:
-            # A twin whose grid takes more waves than its base's (measured just before it) is
-            # not measured: its parts' registers cost it more than the batch saves.
+            # A parts twin whose grid takes more waves than its base's (measured before it,
+            # earlier in the space) is not measured: its registers cost more than it saves.
             waves = operation.whole_waves(bucket.lo, sm_count)
             waves_of[operation.config] = waves
             base = parts_twin_base(operation.config)
