@@ -186,6 +186,49 @@ def _low_zero_bits(linear: _Linear) -> int | None:
     return None if factor == 0 else (factor & -factor).bit_length() - 1
 
 
+def _possible_bits(linear: _Linear) -> int | None:
+    """A mask of every bit the value of `linear` (no constant) can have set, or None when the
+    analysis cannot tell: each term c * x with c > 0 and x in [0, hi] sets bits only from c's
+    lowest set bit up to the bit length of c * hi, and when no two terms' masks meet the sum
+    has no carries, so its bits are their union."""
+    union = 0
+    for term, coefficient in linear.terms.items():
+        lo, hi = interval_of(term)
+        if coefficient <= 0 or lo < 0 or not isinstance(hi, int):
+            return None
+        low = (coefficient & -coefficient).bit_length() - 1
+        mask = ((1 << (coefficient * hi).bit_length()) - 1) >> low << low
+        if mask & union:
+            return None
+        union |= mask
+    return union
+
+
+def _xor_past_constant(a: Expr, b: Expr) -> Expr | None:
+    """`(p + c) ^ b` with c a positive constant whose bits p cannot have rewritten as
+    `(p ^ b) ^ c`, or as `(p ^ b) + c` where b cannot have c's bits either: c leaves the
+    exclusive or, so that the part `p ^ b` is the same for every c (one register for a
+    swizzled tile's unrolled steps, each then one operation or an immediate offset), else
+    None."""
+    for x, y in ((a, b), (b, a)):
+        linear = _linear(x)
+        if linear.constant <= 0 or not linear.terms:
+            continue
+        rest = _Linear(linear.terms)
+        bits = _possible_bits(rest)
+        if bits is None or bits & linear.constant:
+            continue
+        inner = _from_linear(rest)
+        part = _simplify_bitwise("^", inner, y)
+        if part is None:
+            part = build("^", (inner, y))
+        other = _possible_bits(_linear(y)) if interval_of(y)[0] >= 0 else None
+        if _linear(y).constant == 0 and other is not None and not other & linear.constant:
+            return offset(part, linear.constant)
+        return build("^", (part, const(linear.constant)))
+    return None
+
+
 def _simplify_bitwise(op: str, a: Expr, b: Expr) -> Expr | None:
     """`a & b`, `a | b` or `a ^ b` of simplified operands rewritten into arithmetic, or None.
 
@@ -205,6 +248,8 @@ def _simplify_bitwise(op: str, a: Expr, b: Expr) -> Expr | None:
             if y.value >> shift == (1 << width) - 1:
                 field = _simplify_mod(_simplify_floordiv(x, 1 << shift), 1 << width)
                 return _from_linear(_recombine(_linear(field).scaled(1 << shift)))
+    if op == "^":
+        return _xor_past_constant(a, b)
     return None
 
 
@@ -302,7 +347,10 @@ def simplify(expr: ExprLike) -> Expr:
     and `x & m` for a contiguous mask m = (2**w - 1) * 2**s is `((x // 2**s) % 2**w) * 2**s`,
     so that they take part in the rewrites of `//` and `%`; `a & b` is 0 and `a | b`, `a ^ b`
     are `a + b` where a is a multiple of 2**k (every coefficient and the constant of its sum)
-    and b lies in [0, 2**k); other bitwise nodes stay, their operands simplified; any node whose
+    and b lies in [0, 2**k); `(p + c) ^ b`, c a positive constant whose bits the sum p (of
+    non-negative terms whose bits do not meet) cannot have, is `(p ^ b) ^ c`, or `(p ^ b) + c`
+    where b cannot have them either (a swizzled tile's unrolled steps then share `p ^ b`);
+    other bitwise nodes stay, their operands simplified; any node whose
     bounds are a single value becomes that constant. Where the original divides by zero the
     result may have a value. Results are remembered across calls, by the node's structure.
     """

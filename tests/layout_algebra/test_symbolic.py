@@ -497,6 +497,16 @@ SIMPLIFY_TABLE = [
     (swizzle(N, 3, 3, 4), "n ^ (n & 896) // 16"),
     (N ^ M, "n ^ m"),
     (N >> M, "n >> m"),
+    # A constant whose bits the rest of a sum cannot have leaves an exclusive or: a swizzled
+    # tile's unrolled steps then share `p ^ b`, each one operation (or an offset) past it.
+    (
+        ((T % 8) * 128 + (T // 8 % 2) * 8 + 16) ^ ((T % 8) * 8),
+        "(t % 8) * 128 + ((t // 8) % 2) * 8 ^ (t % 8) * 8 ^ 16",
+    ),
+    (((T % 8) * 128 + 1024) ^ A, "(t % 8) * 128 ^ a ^ 1024"),
+    (((T % 8) * 128 + 4) ^ ((T % 8) * 8), "(t % 8) * 136 + 4"),  # b lacks bit 2: an offset
+    (((T % 8) * 8 + 16) ^ ((T % 8) * 8), "(t % 8) * 8 + 16 ^ (t % 8) * 8"),  # may carry: kept
+    ((N * 128 + 16) ^ T, "n * 128 + 16 ^ t"),  # n of unknown sign: kept
 ]
 
 

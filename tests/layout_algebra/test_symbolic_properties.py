@@ -399,3 +399,32 @@ def test_c_text_computes_what_evaluate_computes(
     parameters = ", ".join(f"long long {name}" for name in TREE_RANGES)
     values = run_c_expressions(cases, parameters, tree_arguments, flags=("-O0", "-std=c99"))
     assert values == expected
+
+
+@st.composite
+def _xor_past_a_constant(draw: st.DrawFn) -> tuple[Expr, dict[str, int]]:
+    """`(sum of terms + c) ^ b` over bounded variables, with the variables' values: the terms
+    2**s * x (x in [0, hi]) at random shifts, so their bits may or may not meet c's or each
+    other's, and b a bounded variable or a term."""
+    terms, env = [], {}
+    for index in range(draw(st.integers(1, 3))):
+        hi = draw(st.integers(0, 15))
+        name = f"x{index}"
+        terms.append(var(name, 0, hi) * (1 << draw(st.integers(0, 10))))
+        env[name] = draw(st.integers(0, hi))
+    b_hi = draw(st.integers(0, 4095))
+    env["b"] = draw(st.integers(0, b_hi))
+    other = var("b", 0, b_hi) * (1 << draw(st.integers(0, 4)))
+    constant = draw(st.integers(1, 4096))
+    return (sum(terms[1:], terms[0]) + constant) ^ other, env
+
+
+@given(_xor_past_a_constant())
+@settings(max_examples=300, deadline=None)
+def test_a_constant_taken_out_of_an_exclusive_or_keeps_the_value(
+    case: tuple[Expr, dict[str, int]],
+) -> None:
+    """The rewrite of `(p + c) ^ b` into `(p ^ b) ^ c` or `(p ^ b) + c` (only where p cannot
+    have c's bits) against the expression as written, at the drawn values."""
+    expression, env = case
+    assert evaluate(simplify(expression), env) == evaluate(expression, env)
