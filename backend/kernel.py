@@ -551,15 +551,26 @@ class Kernel:
         """What the kernel uses on the current device (loads it there on first use)."""
         return self._load(self._device.current_ordinal()).resources
 
+    @property
+    def static_shared_bytes(self) -> int:
+        """Static shared memory per block, in bytes, read from the CUBIN
+        (`backend.nvrtc.cubin_static_shared`: what the driver reports, without a GPU)."""
+        return cubin_static_shared(self._cubin)[self._entry]
+
     def residency(self, limits: SmLimits = SM_90) -> Residency:
         """How many of this kernel's blocks one SM of `limits` holds at once, and what allows
         no more (`backend.occupancy.resident_blocks`), read from the CUBIN without a GPU: its
-        registers a thread (`cubin_registers`), its static shared bytes
-        (`cubin_static_shared`) with the dynamic ones, and its block's threads. The driver's
-        own count is `resident_blocks`."""
-        registers = cubin_registers(self._cubin).get(self._entry, 0)
-        static = cubin_static_shared(self._cubin).get(self._entry, 0)
-        return resident_blocks(registers, self._block_threads, static + self._shared_bytes, limits)
+        registers a thread (`cubin_registers`), its `static_shared_bytes` with the dynamic
+        ones, and its block's threads. The driver's own count is `resident_blocks`. Raises
+        `CompilationError` when the CUBIN records no register count for the kernel."""
+        registers = cubin_registers(self._cubin).get(self._entry)
+        if registers is None:
+            raise CompilationError(
+                f"{self._entry}: the CUBIN records no register count for the kernel; expected "
+                "one, to count the blocks an SM holds"
+            )
+        shared = self.static_shared_bytes + self._shared_bytes
+        return resident_blocks(registers, self._block_threads, shared, limits)
 
     def resident_blocks(self) -> int:
         """How many of this kernel's blocks one SM of the current device holds at once, as the

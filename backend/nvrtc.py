@@ -463,6 +463,17 @@ def _cubin_symbols(cubin: bytes) -> tuple[bytes, list[tuple[int, ...]], list[tup
     return data, sections, symbols
 
 
+def _section_names(data: bytes, sections: list[tuple[int, ...]]) -> list[bytes]:
+    """The name of each section of a CUBIN (`_cubin_sections`), in section order."""
+    (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
+    names_offset = sections[section_names][4]
+    names = []
+    for section in sections:
+        start = names_offset + section[0]
+        names.append(data[start : data.index(b"\0", start)])
+    return names
+
+
 def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
     """The names of the kernels (entry functions) defined in a CUBIN, in symbol-table order.
 
@@ -486,12 +497,11 @@ def cubin_registers(cubin: bytes) -> dict[str, int]:
     CUBIN or its tables are out of bounds."""
     try:
         data, sections, symbols = _cubin_symbols(cubin)
-        (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
-        names_offset = sections[section_names][4]
         counts: dict[str, int] = {}
-        for name_offset, _, _, _, offset, size, _, _, _, _ in sections:
-            name_end = data.index(b"\0", names_offset + name_offset)
-            if data[names_offset + name_offset : name_end] != b".nv.info":
+        for name, (_, _, _, _, offset, size, _, _, _, _) in zip(
+            _section_names(data, sections), sections
+        ):
+            if name != b".nv.info":
                 continue
             position = offset
             while position < offset + size:
@@ -534,13 +544,10 @@ def cubin_static_shared(cubin: bytes) -> dict[str, int]:
     kernels = cubin_kernels(cubin)
     try:
         data, sections, symbols = _cubin_symbols(cubin)
-        (section_names,) = struct.unpack_from("<H", data, 0x3E)  # e_shstrndx
-        names_offset = sections[section_names][4]
         reserved = any(name == RESERVED_SHARED_SYMBOL for name, _, _ in symbols)
         sizes = dict.fromkeys(kernels, 0)
-        for name_offset, _, _, _, _, size, _, _, _, _ in sections:
-            name_end = data.index(b"\0", names_offset + name_offset)
-            name = data[names_offset + name_offset : name_end]
+        for name, section in zip(_section_names(data, sections), sections):
+            size = section[5]
             kernel = name[len(STATIC_SHARED_PREFIX) :].decode("utf-8")
             if name.startswith(STATIC_SHARED_PREFIX) and kernel in sizes:
                 sizes[kernel] = max(0, size - RESERVED_SHARED_BYTES) if reserved else size

@@ -53,7 +53,7 @@ from quantized_matmul import (  # the sibling timed benchmark: its configuration
 from backend.batch_matmul import BATCH_PATHS, prefill_config
 from backend.compile import compile_lowered, lower_all
 from backend.decode_matmul import DEFAULT_SM_COUNT
-from backend.nvrtc import cubin_static_shared, nvrtc_version
+from backend.nvrtc import nvrtc_version
 from backend.occupancy import waves
 from backend.sass import LoopReport, loop_report
 from ir import dtypes
@@ -185,7 +185,7 @@ def census(builds: list[Build], arch: str, sm_count: int = DEFAULT_SM_COUNT) -> 
                 raise kernel
             compiled = compile_lowered(build.program, kernel, arch).kernel
             report: LoopReport = loop_report(compiled.cubin)
-            shared = compiled.shared_bytes + cubin_static_shared(compiled.cubin)[compiled.entry]
+            shared = compiled.shared_bytes + compiled.static_shared_bytes
             resident = compiled.residency().blocks
         except Exception as error:  # noqa: BLE001 - one bad build must not stop the census
             row = build.row

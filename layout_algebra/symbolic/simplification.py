@@ -222,8 +222,9 @@ def _xor_past_constant(a: Expr, b: Expr) -> Expr | None:
         part = _simplify_bitwise("^", inner, y)
         if part is None:
             part = build("^", (inner, y))
-        other = _possible_bits(_linear(y)) if interval_of(y)[0] >= 0 else None
-        if _linear(y).constant == 0 and other is not None and not other & linear.constant:
+        other = _linear(y)
+        other_bits = _possible_bits(other) if other.constant == 0 else None
+        if other_bits is not None and not other_bits & linear.constant:
             return offset(part, linear.constant)
         return build("^", (part, const(linear.constant)))
     return None

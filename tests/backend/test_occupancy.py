@@ -195,6 +195,7 @@ def test_static_shared_bytes_from_the_cubin():
     assert cubin_static_shared(dynamic_only.cubin) == {dynamic_only.entry: 0}
     released = _compiled(DequantConfig(units_k=8, stages=4, unroll=4, release=True))
     assert cubin_static_shared(released.cubin) == {released.entry: 1024}
+    assert (released.static_shared_bytes, dynamic_only.static_shared_bytes) == (1024, 0)
 
 
 def test_a_kernels_residency_is_read_from_its_cubin():
@@ -215,6 +216,13 @@ def test_a_kernels_residency_is_read_from_its_cubin():
         plain.residency().blocks
         == resident_blocks(cubin_registers(plain.cubin)[plain.entry], plain.block_threads).blocks
     )
+
+
+def test_a_residency_without_a_register_count_is_refused(monkeypatch):
+    kernel = backend.compile(vector_add(), arch="sm_90a").kernel
+    monkeypatch.setattr("backend.kernel.cubin_registers", lambda cubin: {})
+    with pytest.raises(CompilationError, match="no register count"):
+        kernel.residency()
 
 
 def test_static_shared_of_a_malformed_cubin_is_refused():
