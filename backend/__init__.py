@@ -52,3 +52,4 @@ from backend.tensor_core import plan_mma as plan_mma
 from backend.tensor_core import plan_stmatrix as plan_stmatrix
 from backend.timing import flush_buffer as flush_buffer
 from backend.timing import median_us as median_us
+from backend.timing import medians_in_turns as medians_in_turns

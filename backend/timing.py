@@ -21,6 +21,10 @@ the kernel, was at fault).
 
     flush = flush_buffer()                        # cached per device
     us = median_us(lambda: kernel(*args), flush, repeats=30)
+    ours, peer = medians_in_turns({"ours": ours_run, "peer": peer_run}, flush).values()
+
+`medians_in_turns` times several runs that are to be compared in turns, round by round, so a
+slow drift of the GPU's clocks over the measurement does not favour the one timed first.
 
 torch is imported inside the functions only: this module imports on a machine without torch.
 """
@@ -30,7 +34,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from backend.errors import LaunchError, TimingError
@@ -100,35 +104,79 @@ def median_us(
     `flush` that is not a CUDA tensor; `TimingError` (a `LaunchError`) when `run`'s host time
     outlasts even the longest sleep (the module docstring): a busy host, not a bad kernel.
     """
-    import torch
+    return _medians({"run": run}, flush, repeats, warmup, sleep_cycles, "median_us")["run"]
 
+
+def medians_in_turns(
+    runs: Mapping[str, Callable[[], object]],
+    flush: Any,
+    repeats: int = 30,
+    *,
+    warmup: int = WARMUP_RUNS,
+    sleep_cycles: int = SLEEP_CYCLES,
+) -> dict[str, float]:
+    """The median time in microseconds of each of `runs` (name -> run), timed in turns: round r
+    times every run once, each behind a read of `flush` and a sleep kernel as in `median_us`,
+    in the mapping's order rotated by r places. So a drift of the GPU's clocks or temperature
+    over the measurement (seconds at the prefill's sizes) falls on all the runs alike, and no
+    run always comes first after another. With one run it is `median_us`.
+
+    Raises `LaunchError` for `runs` that is not a mapping or is empty, a name that is not a
+    non-empty str, and the arguments `median_us` refuses; `TimingError` when one run's host
+    time outlasts even the longest sleep (all are then timed again behind a longer sleep, as
+    in `median_us`).
+    """
+    return _medians(runs, flush, repeats, warmup, sleep_cycles, "medians_in_turns")
+
+
+def _medians(
+    runs: Mapping[str, Callable[[], object]],
+    flush: Any,
+    repeats: int,
+    warmup: int,
+    sleep_cycles: int,
+    caller: str,
+) -> dict[str, float]:
+    """`medians_in_turns`, its errors naming `caller`."""
     for name, value, least in (
         ("repeats", repeats, 1),
         ("warmup", warmup, 0),
         ("sleep_cycles", sleep_cycles, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise LaunchError(f"median_us: {name}={value!r}; expected an int >= {least}")
+            raise LaunchError(f"{caller}: {name}={value!r}; expected an int >= {least}")
+    names = list(runs) if isinstance(runs, Mapping) else None
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise LaunchError(
+            f"{caller}: runs {runs!r}; expected a mapping of one or more non-empty str names "
+            "to callables"
+        )
+    import torch
+
     if not isinstance(flush, torch.Tensor) or not flush.is_cuda:
         raise LaunchError(
-            f"median_us: flush is {type(flush).__name__}; expected a CUDA tensor of at least "
+            f"{caller}: flush is {type(flush).__name__}; expected a CUDA tensor of at least "
             "twice the L2 (backend.timing.flush_buffer)"
         )
-    for _ in range(warmup):
-        run()
+    for name in names:
+        for _ in range(warmup):
+            runs[name]()
     torch.cuda.synchronize()
     for _ in range(SLEEP_ATTEMPTS):
         sleep_us = _elapsed_us(torch, functools.partial(torch.cuda._sleep, sleep_cycles))
-        times, host_us = [], []
-        for _ in range(repeats):
-            flush.sum()
-            torch.cuda._sleep(sleep_cycles)
-            times.append(_elapsed_us(torch, run, host_us))
+        times: dict[str, list[float]] = {name: [] for name in names}
+        host_us: list[float] = []
+        for turn in range(repeats):
+            shift = turn % len(names)
+            for name in names[shift:] + names[:shift]:
+                flush.sum()
+                torch.cuda._sleep(sleep_cycles)
+                times[name].append(_elapsed_us(torch, runs[name], host_us))
         if max(host_us) < sleep_us:
-            return statistics.median(times)
+            return {name: statistics.median(times[name]) for name in names}
         sleep_cycles *= SLEEP_GROWTH
     raise TimingError(
-        f"median_us: queuing one run took up to {max(host_us):.0f} us on the host, longer than "
+        f"{caller}: queuing one run took up to {max(host_us):.0f} us on the host, longer than "
         f"the longest sleep before it ({sleep_us:.0f} us): its time would include host work"
     )
 

@@ -5,8 +5,9 @@ f32 accumulation: `ir.examples.matmul` on tensor cores (mma.sync) in each config
 `CONFIGS` (block tile, warps, k-tile, shared stages, swizzle), compiled for the current GPU,
 beside cuBLAS (``torch.matmul``) on the same inputs. Each result is checked against cuBLAS's
 first (relative error below `TOLERANCE`), then timed by the protocol of
-``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read flush and a
-sleep kernel before each run, CUDA events, the median of `--repeats`). Per point: microseconds,
+``benchmarks/quantized_matmul.py`` (a 512 MiB read flush and a sleep kernel before each run,
+CUDA events, the median of `--repeats`), ours and cuBLAS in turns
+(`backend.timing.medians_in_turns`). Per point: microseconds,
 TFLOP/s and the ratio to cuBLAS (cuBLAS time / ours: above 1 we are faster). Results go to
 ``<output>/matmul.json`` and ``.md``, the table printed last.
 
@@ -25,7 +26,7 @@ from records import write_record  # a sibling module of the benchmarks
 
 import backend
 from backend.decode_matmul import relative_error
-from backend.timing import flush_buffer, median_us
+from backend.timing import flush_buffer, medians_in_turns
 from ir.examples.matmul import matmul
 
 
@@ -202,7 +203,8 @@ def measure(size: int, name: str, flush: torch.Tensor, repeats: int) -> Point:
     error = relative_error(ours(), cublas())
     if not error < TOLERANCE:
         raise RuntimeError(f"matmul {size} {name}: differs from cuBLAS by {error:.2e}")
-    ours_us, cublas_us = median_us(ours, flush, repeats), median_us(cublas, flush, repeats)
+    times = medians_in_turns({"ours": ours, "cuBLAS": cublas}, flush, repeats)
+    ours_us, cublas_us = times["ours"], times["cuBLAS"]
     return Point(size, name, ours_us, cublas_us, 2 * size**3 / ours_us / 1e6, cublas_us / ours_us)
 
 
@@ -262,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  FAILED {error}")
                 continue
             print(f"  {size} {name}: {points[-1].ours_us:.1f} us")
-            write_record(output, "matmul", points, table(points), repeats=options.repeats)
+            write_record(
+                output, "matmul", points, table(points), repeats=options.repeats, timing="in turns"
+            )
     print(table(points), end="")
     return 1 if failures else 0
 

@@ -21,8 +21,10 @@ beside, on the same weights and rows:
 prefill kernel (each tuned per M bucket on its first call, then read from the kernel cache
 directory), and dequantize-then-matmul above; the `path` column names what it took. Every
 result is checked against cuBLAS fp16 before it is timed. Timing is the protocol of
-``benchmarks/quantized_matmul.py`` (`backend.timing.median_us`: a 512 MiB read flush and a
-sleep kernel before each timed run, CUDA events, the median of `--repeats`).
+``benchmarks/quantized_matmul.py`` (a 512 MiB read flush and a sleep kernel before each timed
+run, CUDA events, the median of `--repeats`), with the runs of a point timed in turns
+(`backend.timing.medians_in_turns`: each round times every run once, its order rotated round
+by round), so a drift of the GPU's clocks over a point's seconds of timing falls on them all.
 Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
 
     python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
@@ -44,7 +46,7 @@ from backend.autotune import m_bucket
 from backend.decode_matmul import DecodeMatmul, relative_error
 from backend.errors import LaunchError
 from backend.quantized_linear import BATCH_MAX_ROWS, DECODE_MAX_ROWS, QuantizedLinear
-from backend.timing import flush_buffer, median_us
+from backend.timing import flush_buffer, medians_in_turns
 from ir import dtypes
 from ir.dtypes import DataType
 
@@ -119,12 +121,10 @@ def measure(
         # Humming quantizes the dequantized weights again: its own error comes on top.
         if not error < (5 * TOLERANCE if name == "Humming" else TOLERANCE):
             raise RuntimeError(f"{weight} {k}x{n} M={m}: {name} differs by {error:.2e}")
-    times = {}
-    for name, run in runs.items():
-        try:
-            times[name] = median_us(run, flush, repeats)
-        except LaunchError as error:
-            raise RuntimeError(f"{weight} {k}x{n} M={m}: timing {name}: {error}") from error
+    try:
+        times = medians_in_turns(runs, flush, repeats)
+    except LaunchError as error:
+        raise RuntimeError(f"{weight} {k}x{n} M={m}: timing: {error}") from error
     humming = times.get("Humming")
     ours = times["forward"]
     path = "decode kernel"
@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 points,
                 table(points),
                 repeats=options.repeats,
+                timing="in turns",
                 group_size=GROUP_SIZE,
             )
             del layer, peer

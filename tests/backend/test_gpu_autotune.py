@@ -8,11 +8,13 @@
   zero points, against torch (the split's parts added into one sum by combining stores too,
   over calls of growing and shrinking batches, which reuse the sum every launch leaves zero);
 - its argument checks (`LaunchError` naming the argument) and `out=`;
-- `backend.timing`: the flush buffer's size and reuse, and a median that grows with the work.
+- `backend.timing`: the flush buffer's size and reuse, a median that grows with the work, and
+  several runs timed in turns (the order of each round, each run's median).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -211,3 +213,38 @@ def test_median_grows_with_the_work_and_checks_its_arguments() -> None:
         median_us(lambda: None, flush, 0)
     with pytest.raises(LaunchError, match=r"flush is Tensor; expected a CUDA tensor"):
         median_us(lambda: None, torch.ones(16), 30)
+
+
+def test_medians_in_turns_rotate_the_order_and_time_each_run() -> None:
+    torch = _torch()
+    from backend.timing import flush_buffer, median_us, medians_in_turns
+
+    flush = flush_buffer()
+    tensors = {
+        "small": torch.ones(1 << 10, device="cuda"),
+        "large": torch.ones(1 << 28, device="cuda"),
+        "middle": torch.ones(1 << 24, device="cuda"),
+    }
+    calls: list[str] = []
+
+    def run(name: str) -> None:
+        calls.append(name)
+        tensors[name].sum()
+
+    runs = {name: functools.partial(run, name) for name in tensors}
+    times = medians_in_turns(runs, flush, 4, warmup=1)
+    assert list(times) == ["small", "large", "middle"]
+    # One warm-up run each in the mapping's order, then four rounds, each rotated by one more
+    # place (the last 12 calls: a sleep that had to grow repeats the rounds, not the warm-up).
+    assert calls[:3] == ["small", "large", "middle"]
+    assert calls[-12:] == (
+        ["small", "large", "middle"]
+        + ["large", "middle", "small"]
+        + ["middle", "small", "large"]
+        + ["small", "large", "middle"]
+    )
+    assert 0 < times["small"] < 100
+    assert times["large"] > 150 and times["large"] > 5 * times["middle"] > 5 * times["small"]
+    # One run in turns is `median_us`: the same work, the same protocol.
+    alone = medians_in_turns({"large": runs["large"]}, flush, 30)["large"]
+    assert 0.8 < alone / median_us(runs["large"], flush, 30) < 1.25
