@@ -14,6 +14,15 @@ caller gives three functions:
   candidate after another in search-space order (on a GPU: `backend.timing.median_us`); it
   starts as soon as the first candidate is built, while the others still compile.
 
+Optionally `measure_in_turns(builts)`: the times of several built candidates measured in turns
+(on a GPU: `backend.timing.medians_in_turns`), in the order given. Measured one after another,
+candidates whose times differ by less than the GPU's clocks drift over the tuning's seconds
+are ranked by when they ran (on an H100, one prefill kernel timed three times in one process
+gave times 7 % apart). So the *finalists*, the measured candidates within `FINALIST_MARGIN` of
+the fastest (at most `FINALISTS` of them, the fastest first), are timed again in turns, and the
+fastest in turns wins; each finalist's trial keeps both times (`Trial.turns_us`). The builds
+of candidates that may still be finalists are kept until then.
+
 A build or measure may also find, once the candidate is built, that it cannot gain over
 another candidate (e.g. its compiled kernel's grid takes more waves than that of the
 candidate it is a twin of): it raises `CandidatePruned`, and the candidate is pruned as
@@ -25,9 +34,10 @@ number >= 0, is a failed trial: recorded, reported in one `RuntimeWarning`, neve
 other exception is a bug and propagates. A measure that raises one of `TRANSIENT_ERRORS` (the
 timing protocol's refusal on a busy host) is tried again, up to `MEASURE_ATTEMPTS` times; if it
 never succeeds, the trial fails and the choice is returned but not stored, so that a later
-process tunes again rather than keep a choice that left a candidate unmeasured. The fastest
-measured candidate wins; equal times go to the one earlier in the search space, so the choice
-is a function of the times alone.
+process tunes again rather than keep a choice that left a candidate unmeasured; so does a
+`measure_in_turns` that never succeeds (the fastest one after another is then the choice). The
+fastest measured candidate wins; equal times go to the one earlier in the search space, so the
+choice is a function of the times alone.
 
 Storage: the record store of the kernel cache (`backend.cache.RecordStore`, same directory, same
 ownership, permission, hash and atomic-replace rules as the CUBINs), under
@@ -64,7 +74,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TextIO, TypeVar
 
 from backend.cache import RecordStore, default_record_store, record_key
@@ -111,6 +121,13 @@ since the candidate it left out may have been the fastest."""
 MEASURE_ATTEMPTS = 3
 """Times `measure` is tried on a candidate whose measurement raises a `TRANSIENT_ERRORS`."""
 
+FINALIST_MARGIN = 0.05
+"""How far above the fastest one-after-another time a candidate may be and still be timed again
+in turns: 5 %, the spread of one kernel's times over a process on an H100 at the prefill's
+sizes (`benchmarks/results/quantized_matmul_notes.md`, "Prefill timed in turns")."""
+FINALISTS = 4
+"""At most this many finalists are timed in turns, the fastest one after another first."""
+
 RECORD_FORMAT = 1
 """Version of the record's fields; a record of another version is tuned again."""
 
@@ -146,27 +163,33 @@ class Trial:
     """One candidate's fate in a cold tuning: `status` "pruned" (construct refused it, or
     build or measure raised `CandidatePruned`),
     "failed" (build or measure raised, or measure gave no time) or "measured"; `us` its time
-    when measured; `detail` the reason otherwise."""
+    when measured; `turns_us` its time in turns when it was a finalist (the module docstring);
+    `detail` the reason otherwise."""
 
     candidate: dict[str, Scalar]
     status: str
     us: float | None = None
     detail: str = ""
+    turns_us: float | None = None
 
     def as_record(self) -> dict[str, Any]:
-        return {
+        record = {
             "candidate": self.candidate,
             "status": self.status,
             "us": self.us,
             "detail": self.detail,
         }
+        if self.turns_us is not None:
+            record["turns_us"] = self.turns_us
+        return record
 
 
 @dataclass(frozen=True)
 class TuningResult(Generic[Built]):
     """What `autotune` returns: the `choice` (a candidate), what `build` made of it, whether it
     came `from_cache` (then nothing was measured and `trials` is empty), its time `us` (as
-    measured when it was tuned) and the `trials` of a cold tuning, in search-space order."""
+    measured when it was tuned: in turns when finalists were timed so) and the `trials` of a
+    cold tuning, in search-space order."""
 
     choice: dict[str, Scalar]
     built: Built
@@ -188,6 +211,7 @@ def autotune(
     construct: Callable[[dict[str, Scalar]], Constructed],
     build: Callable[[dict[str, Scalar], Constructed], Built],
     measure: Callable[[Built], float],
+    measure_in_turns: Callable[[list[Built]], Sequence[float]] | None = None,
     prepare: Callable[[list[Constructed]], None] | None = None,
     store: RecordStore | None = None,
     workers: int | None = None,
@@ -196,6 +220,7 @@ def autotune(
     """The fastest of `candidates` for `key` (see the module docstring for every step).
 
     `namespace` names the tuned operation and its version (e.g. ``"register_dequant_matmul/1"``);
+    `measure_in_turns`, when given, times the finalists again in turns;
     `prepare`, when given, gets every constructed candidate of a cold tuning at once, before
     the builds (e.g. to lower them all in worker processes);
     `store` defaults to `backend.cache.default_record_store()`; `workers` is the size of the
@@ -204,7 +229,8 @@ def autotune(
 
     Raises `TuningError` for an empty or malformed search space (a candidate that is not a
     mapping of str to JSON scalars, ints of at most 64 bits, or two equal candidates), a
-    malformed key, or when no candidate could be measured (the message lists every trial);
+    malformed key, when no candidate could be measured (the message lists every trial), or
+    for a `measure_in_turns` that gives other than one finite time >= 0 per finalist;
     `CacheError` when the cache directory cannot be trusted.
     """
     space = _checked_candidates(candidates)
@@ -237,6 +263,7 @@ def autotune(
         construct,
         build,
         measure,
+        measure_in_turns,
         prepare,
         workers,
         progress,
@@ -253,12 +280,13 @@ def _tune(
     construct: Callable[[dict[str, Scalar]], Any],
     build: Callable[[dict[str, Scalar], Any], Any],
     measure: Callable[[Any], float],
+    measure_in_turns: Callable[[list[Any]], Sequence[float]] | None,
     prepare: Callable[[list[Any]], None] | None,
     workers: int | None,
     progress: bool | TextIO,
 ) -> TuningResult[Any]:
-    """The cold tuning: prune, prepare, build in parallel, measure in order, record the
-    winner."""
+    """The cold tuning: prune, prepare, build in parallel, measure in order, time the finalists
+    in turns, record the winner."""
     started = time.monotonic()
     trials: list[Trial | None] = [None] * len(space)
     constructed: dict[int, Any] = {}
@@ -272,7 +300,8 @@ def _tune(
     label = f"{namespace} {_describe(key)}"
     display = _Progress(label, len(constructed), progress)
     best: int | None = None
-    best_built: Any = None  # only the fastest so far is kept: the others' modules can go
+    # Only the builds that may still be finalists are kept: the others' modules can go.
+    kept: dict[int, Any] = {}
     unmeasured = 0  # candidates failed for want of a measurement (`TRANSIENT_ERRORS`)
     pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1)
     try:
@@ -307,10 +336,21 @@ def _tune(
             else:
                 trials[index] = Trial(candidate, "measured", us=float(us))
                 if best is None or trials[index].us < trials[best].us:
-                    best, best_built = index, built
+                    best = index
+                kept[index] = built
+                kept = _finalists(kept, trials, best, measure_in_turns is not None)
             display.advance(None if best is None else trials[best].us)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    turns, turns_error = "", ""
+    if measure_in_turns is not None and len(kept) > 1:
+        try:
+            best = _time_in_turns(measure_in_turns, kept, trials)
+            turns = f", the fastest of {len(kept)} in turns"
+        except TRANSIENT_ERRORS as error:
+            turns_error = f"{type(error).__name__}: {error}"
+            turns = ", not timed in turns"
+    best_built = None if best is None else kept[best]
     finished = tuple(trial for trial in trials if trial is not None)
     failed = [trial for trial in finished if trial.status == "failed"]
     pruned = sum(trial.status == "pruned" for trial in finished)
@@ -321,12 +361,20 @@ def _tune(
             f"tuning {label}: none of the {len(space)} candidates could be measured ({reasons}); "
             "expected at least one that builds and runs"
         )
-    choice, us = space[best], trials[best].us
+    choice = space[best]
+    us = trials[best].turns_us if trials[best].turns_us is not None else trials[best].us
     display.close(
         f"tuned {label}: {len(space)} candidates, {pruned} pruned, "
-        f"{len(failed)} failed; best {us:.2f} us with {_describe(choice)} "
+        f"{len(failed)} failed; best {us:.2f} us with {_describe(choice)}{turns} "
         f"({time.monotonic() - started:.1f} s)"
     )
+    if turns_error:
+        warnings.warn(
+            f"tuning {label}: the {len(kept)} finalists could not be timed in turns "
+            f"({turns_error}); the choice is the fastest one after another, not stored",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     if failed:
         warnings.warn(
             f"tuning {label}: {len(failed)} candidates failed: "
@@ -340,7 +388,7 @@ def _tune(
             RuntimeWarning,
             stacklevel=3,
         )
-    if unmeasured:
+    if unmeasured or turns_error:
         return TuningResult(choice, best_built, False, us, finished)
     record = {
         "format": RECORD_FORMAT,
@@ -360,6 +408,47 @@ def _tune(
             stacklevel=3,
         )
     return TuningResult(choice, best_built, False, us, finished)
+
+
+def _finalists(
+    kept: dict[int, Any], trials: list[Trial | None], best: int, in_turns: bool
+) -> dict[int, Any]:
+    """The builds of `kept` that may still be finalists (in search-space order): those within
+    `FINALIST_MARGIN` of the fastest time so far, at most `FINALISTS`, the fastest first; the
+    fastest alone when nothing is timed in turns."""
+    if not in_turns:
+        return {best: kept[best]}
+    limit = trials[best].us * (1 + FINALIST_MARGIN)  # type: ignore[union-attr]
+    near = [i for i in kept if trials[i].us <= limit]  # type: ignore[union-attr,operator]
+    near = sorted(near, key=lambda i: (trials[i].us, i))[:FINALISTS]  # type: ignore[union-attr]
+    return {i: kept[i] for i in sorted(near)}
+
+
+def _time_in_turns(
+    measure_in_turns: Callable[[list[Any]], Sequence[float]],
+    kept: dict[int, Any],
+    trials: list[Trial | None],
+) -> int:
+    """Time the finalists `kept` in turns (retried as `measure` is), record each one's time in
+    its trial, and return the index of the fastest (the earliest of equal times)."""
+    order = list(kept)
+    times: Any = _measure_retrying(measure_in_turns, [kept[i] for i in order])  # type: ignore[arg-type]
+    if (
+        isinstance(times, str | bytes)
+        or not isinstance(times, Sequence)
+        or len(times) != len(order)
+        or any(
+            isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0
+            for t in times
+        )
+    ):
+        raise TuningError(
+            f"measure_in_turns gave {times!r} for {len(order)} finalists; expected one finite "
+            "time >= 0 in us for each"
+        )
+    for index, us in zip(order, times, strict=True):
+        trials[index] = replace(trials[index], turns_us=float(us))  # type: ignore[arg-type]
+    return min(zip(order, times, strict=True), key=lambda pair: (float(pair[1]), pair[0]))[0]
 
 
 def _measure_retrying(measure: Callable[[Any], float], built: Any) -> float:

@@ -281,7 +281,8 @@ class BatchMatmul:
     ) -> BatchMatmul:
         """The path the autotuner picks for `m`'s bucket (measured at the bucket's smallest
         batch) among `batch_paths` (`sm_count`). `measure(operation) -> microseconds` defaults
-        to ``DecodeMeasure(problem, bucket.lo)`` on the current GPU; `gpu_name` defaults to the
+        to ``DecodeMeasure(problem, bucket.lo)`` on the current GPU (whose `in_turns` times
+        the tuner's finalists again in turns); `gpu_name` defaults to the
         current GPU's name, `sm_count` to its SMs (`DEFAULT_SM_COUNT` where `gpu_name` is
         given) and `arch` to its architecture (give both and a `measure` to tune without a
         GPU); `store`, `cache`, `workers` and `progress` as `DecodeMatmul.tuned`. Raises
@@ -297,6 +298,8 @@ class BatchMatmul:
         paths = batch_paths(DEFAULT_SM_COUNT if sm_count is None else sm_count)
         arch = current_arch() if arch is None else arch
 
+        timed = DecodeMeasure(problem, bucket.lo) if measure is None else measure
+
         def build(path: dict[str, Scalar], program: Program) -> BatchMatmul:
             operation = cls.__new__(cls)
             operation._setup(problem, path, program, arch, cache)
@@ -311,7 +314,8 @@ class BatchMatmul:
             # Every candidate lowered at once in worker processes, into compile's memo, so
             # that the builds' threads (one GIL) only compile.
             prepare=lambda programs: lower_all([(p, None) for p in programs], arch),
-            measure=DecodeMeasure(problem, bucket.lo) if measure is None else measure,
+            measure=timed,
+            measure_in_turns=getattr(timed, "in_turns", None),
             store=store,
             workers=workers,
             progress=progress,

@@ -20,7 +20,9 @@ in no fixed order.
 (`backend.autotune`) picks for the M bucket of `m` on the current GPU, from
 `decode_search_space`; the choice is remembered in the kernel cache directory, so a second
 call (in this process or another) measures nothing. The measure is `DecodeMeasure`: random
-inputs, each candidate's result checked against torch, then timed by `backend.timing`.
+inputs, each candidate's result checked against torch, then timed by `backend.timing`; the
+finalists, the candidates within a few per cent of the fastest, are timed again in turns
+(`DecodeMeasure.in_turns`, `backend.autotune`).
 
 The search space sizes tiles in bytes. A memory-bound decode kernel wants 32 to 64 KiB of
 weight loads in flight per SM (`IN_FLIGHT_BYTES`: HBM's bandwidth-latency product, 4.4 TB/s
@@ -136,8 +138,9 @@ search space and compiles without torch.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
@@ -531,9 +534,10 @@ class DecodeMatmul:
         the bucket's smallest batch), fitted to `m` by `fit_rows`.
 
         `measure(operation) -> microseconds` defaults to ``DecodeMeasure(problem, bucket.lo)``
-        on the current GPU. `gpu_name` and `sm_count` default to the current GPU's (through
-        torch), `arch` to its architecture; give all three (and a `measure`) to tune without
-        torch or a GPU. `store` is the record store (default: the kernel cache directory's),
+        on the current GPU; a measure with an `in_turns` method, as that one has, also times
+        the tuner's finalists in turns. `gpu_name` and `sm_count` default to the current GPU's
+        (through torch), `arch` to its architecture; give all three (and a `measure`) to tune
+        without torch or a GPU. `store` is the record store (default: the kernel cache directory's),
         `cache` the CUBIN cache, `workers` the compile pool size, `progress` as
         `backend.autotune.autotune`, `compact` and `deterministic` as `decode_search_space`
         (a space of its own, so a record of its own). A parts twin (`with_parts_batch_twin`)
@@ -599,6 +603,7 @@ class DecodeMatmul:
             build=build,
             prepare=prepare,
             measure=measure_kept,
+            measure_in_turns=getattr(timed, "in_turns", None),
             store=store,
             workers=workers,
             progress=progress,
@@ -983,7 +988,7 @@ class DecodeMeasure:
     rounded to the activation type as the kernel rounds it) within `tolerance` in the relative
     Frobenius norm (default 2e-3 for f16, 1e-2 for bf16: `TuningError` beyond), then returns
     `backend.timing.median_us` of it over `repeats` runs, with `flush` (default
-    `backend.timing.flush_buffer()`).
+    `backend.timing.flush_buffer()`); ``in_turns(operations)`` times several in turns.
     """
 
     def __init__(
@@ -1034,6 +1039,29 @@ class DecodeMeasure:
             operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"], out)
 
         return median_us(run, self._flush, self.repeats)
+
+    def in_turns(self, operations: Sequence[Any]) -> list[float]:
+        """The times of `operations` (each measured by this measure before: its result
+        checked) timed in turns on the same inputs (`backend.timing.medians_in_turns`, `repeats`
+        rounds), in their order: the tuner's finalists (`backend.autotune`)."""
+        from backend.timing import flush_buffer, medians_in_turns
+
+        inputs = self.inputs()
+        runs = {}
+        for index, operation in enumerate(operations):
+            if operation.problem != self.problem:
+                raise TuningError(
+                    f"measure of {self.problem} given an operation for {operation.problem}; "
+                    "expected the same problem"
+                )
+            out = operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
+            runs[f"{index}"] = functools.partial(
+                operation, inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"], out
+            )
+            if self._flush is None:
+                self._flush = flush_buffer(out.device)
+        times = medians_in_turns(runs, self._flush, self.repeats)
+        return [times[f"{index}"] for index in range(len(operations))]
 
 
 def relative_error(actual: Any, expected: Any) -> float:

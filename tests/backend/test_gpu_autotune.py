@@ -3,7 +3,8 @@
 - `DecodeMatmul.tuned` on a small problem (i4, K=1024, N=2048, M=1) with the real measure
   (`DecodeMeasure`: checked against torch, then timed by `backend.timing`): the chosen
   operation's result against torch ``a @ dequantized``; a second tuning from the warm record
-  store gives the same configuration and times nothing;
+  store gives the same configuration and times nothing; with the default measure, the
+  finalists timed again in turns (`DecodeMeasure.in_turns`) and the choice the fastest of them;
 - `DecodeMatmul` with split-k and without, for i4 and i8 in f16, and with bf16 activations and
   zero points, against torch (the split's parts added into one sum by combining stores too,
   over calls of growing and shrinking batches, which reuse the sum every launch leaves zero);
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,28 @@ def test_tuned_operation_matches_torch_and_warm_tuning_times_nothing(tmp_path: P
     assert len(calls) == len(space)  # nothing timed
     assert warm.config == cold.config and warm.tuning.from_cache
     _check_against_torch(warm, 1, seed=13, tolerance=2e-3)
+
+
+def test_the_default_measure_times_the_finalists_in_turns(tmp_path: Path) -> None:
+    from backend.autotune import FINALIST_MARGIN, FINALISTS
+
+    store = RecordStore(tmp_path / "records")
+    tuned = DecodeMatmul.tuned(SMALL, 1, store=store, progress=False)
+    measured = [t for t in tuned.tuning.trials if t.status == "measured"]
+    fastest = min(t.us for t in measured)
+    finalists = [t for t in measured if t.turns_us is not None]
+    assert len(finalists) <= FINALISTS
+    assert all(t.us <= fastest * (1 + FINALIST_MARGIN) for t in finalists)
+    if len(finalists) > 1:
+        chosen = next(t for t in finalists if t.candidate == asdict(tuned.config))
+        assert tuned.tuning.us == chosen.turns_us == min(t.turns_us for t in finalists) > 0
+    _check_against_torch(tuned, 1, seed=14, tolerance=2e-3)
+    # The measure's own turns: two operations on the same inputs, each a positive time.
+    measure = DecodeMeasure(SMALL, 1)
+    pair = [DecodeMatmul(SMALL, DequantConfig(warps=4, units_k=4, split=s)) for s in (1, 4)]
+    assert [measure(operation) > 0 for operation in pair] == [True, True]
+    times = measure.in_turns(pair)
+    assert len(times) == 2 and all(0 < us < 1000 for us in times)
 
 
 def _sm_count() -> int:
