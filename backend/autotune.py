@@ -35,7 +35,8 @@ other exception is a bug and propagates. A measure that raises one of `TRANSIENT
 timing protocol's refusal on a busy host) is tried again, up to `MEASURE_ATTEMPTS` times; if it
 never succeeds, the trial fails and the choice is returned but not stored, so that a later
 process tunes again rather than keep a choice that left a candidate unmeasured; so does a
-`measure_in_turns` that never succeeds (the fastest one after another is then the choice). The
+`measure_in_turns` that raises one of `CANDIDATE_ERRORS` (retried as `measure` is when
+transient): the fastest one after another is then the choice, with a warning. The
 fastest measured candidate wins; equal times go to the one earlier in the search space, so the
 choice is a function of the times alone.
 
@@ -345,11 +346,13 @@ def _tune(
     turns, turns_error = "", ""
     if measure_in_turns is not None and len(kept) > 1:
         try:
-            best = _time_in_turns(measure_in_turns, kept, trials)
-            turns = f", the fastest of {len(kept)} in turns"
-        except TRANSIENT_ERRORS as error:
+            times = _measure_retrying(measure_in_turns, list(kept.values()))  # type: ignore[arg-type]
+        except CANDIDATE_ERRORS as error:
             turns_error = f"{type(error).__name__}: {error}"
             turns = ", not timed in turns"
+        else:
+            best = _fastest_in_turns(times, list(kept), trials)
+            turns = f", the fastest of {len(kept)} in turns"
     best_built = None if best is None else kept[best]
     finished = tuple(trial for trial in trials if trial is not None)
     failed = [trial for trial in finished if trial.status == "failed"]
@@ -424,15 +427,10 @@ def _finalists(
     return {i: kept[i] for i in sorted(near)}
 
 
-def _time_in_turns(
-    measure_in_turns: Callable[[list[Any]], Sequence[float]],
-    kept: dict[int, Any],
-    trials: list[Trial | None],
-) -> int:
-    """Time the finalists `kept` in turns (retried as `measure` is), record each one's time in
-    its trial, and return the index of the fastest (the earliest of equal times)."""
-    order = list(kept)
-    times: Any = _measure_retrying(measure_in_turns, [kept[i] for i in order])  # type: ignore[arg-type]
+def _fastest_in_turns(times: object, order: list[int], trials: list[Trial | None]) -> int:
+    """Record the finalists' `times` in turns (in the order of their indices `order`) in their
+    trials and return the index of the fastest (the earliest of equal times); `TuningError`
+    unless `times` holds one finite time >= 0 for each."""
     if (
         isinstance(times, str | bytes)
         or not isinstance(times, Sequence)

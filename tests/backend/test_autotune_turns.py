@@ -6,7 +6,8 @@ within `FINALIST_MARGIN` of the fastest (at most `FINALISTS`) are timed again to
 fastest in turns wins. Tests: a drifting measure whose sequential pick is wrong and the turns
 mend it; which candidates are finalists (a table and a hypothesis property against a direct
 computation); the record and the summary line; a turns measure that never succeeds (the
-sequential pick, a warning, nothing stored) or that gives malformed times (`TuningError`); one
+sequential pick, a warning, nothing stored; a transient error retried) or that gives malformed
+times (`TuningError`); one
 finalist alone is not timed again; and the decode measure's `in_turns` refusing an operation of
 another problem.
 """
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 from backend.autotune import FINALIST_MARGIN, FINALISTS, TuningError, autotune
 from backend.cache import RecordStore
 from backend.decode_matmul import DecodeMeasure, DecodeProblem
-from backend.errors import TimingError
+from backend.errors import LaunchError, TimingError
 from ir import dtypes
 
 KEY = {"gpu": "Fake GPU", "arch": "sm_90a", "k": 4096}
@@ -153,18 +154,28 @@ def test_a_single_finalist_is_not_timed_again(tmp_path: Path) -> None:
     assert "turns_us" not in result.trials[0].as_record()
 
 
-def test_turns_that_never_succeed_keep_the_sequential_pick_unstored(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("error", "attempts"),
+    [
+        # Transient: tried as often as a measure is.
+        (TimingError("medians_in_turns: queuing one run took up to 152239 us on the host"), 3),
+        (LaunchError("BatchMatmul: a of torch.float32; expected torch.float16"), 1),
+    ],
+)
+def test_turns_that_never_succeed_keep_the_sequential_pick_unstored(
+    tmp_path: Path, error: Exception, attempts: int
+) -> None:
     fake = Drifting([10.0, 10.1, 10.2])
 
-    def busy(builts: list[int]) -> list[float]:
-        raise TimingError("medians_in_turns: queuing one run took up to 152239 us on the host")
+    def failing(builts: list[int]) -> list[float]:
+        raise error
 
-    fake.turns = busy
+    fake.turns = failing
     store = RecordStore(tmp_path)
     with pytest.warns(RuntimeWarning, match=r"the 3 finalists could not be timed in turns"):
         result = fake.tune(store)
     assert result.choice == {"c": 0} and result.us == 10.0
-    assert len(fake.turns_given) == 3  # tried as often as a measure is
+    assert len(fake.turns_given) == attempts
     later = Drifting([10.0, 10.1, 9.0])
     assert not later.tune(store).from_cache  # nothing was stored
     assert later.tune(store).from_cache
@@ -195,3 +206,40 @@ def test_no_warning_when_the_turns_succeed(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Drifting([10.0, 10.2, 10.1], drift=0.01).tune(RecordStore(tmp_path))
+
+
+def test_the_decode_measure_times_its_operations_in_turns_in_order(monkeypatch) -> None:
+    """`DecodeMeasure.in_turns` without a GPU: the timing functions stood in for, each operation
+    runs once to make its output, then is timed writing into it, the times in the given order."""
+    import backend.timing
+
+    problem = DecodeProblem(dtypes.i4, 128, 1024, 2048)
+    calls: list[tuple[str, object]] = []
+
+    class Out:
+        device = "cuda:0"
+
+    class Operation:
+        def __init__(self, name: str) -> None:
+            self.name, self.problem, self.out = name, problem, Out()
+
+        def __call__(self, a, packed, scales, zeros, out=None):
+            assert (a, packed, scales, zeros) == ("a", "packed", "scales", None)
+            calls.append((self.name, out))
+            return self.out if out is None else out
+
+    def medians(runs, flush, repeats):
+        assert flush == "flush of cuda:0" and repeats == 30
+        for run in runs.values():
+            run()
+        return {name: 10.0 + float(name) for name in reversed(list(runs))}
+
+    monkeypatch.setattr(backend.timing, "flush_buffer", lambda device: f"flush of {device}")
+    monkeypatch.setattr(backend.timing, "medians_in_turns", medians)
+    measure = DecodeMeasure(problem, 1)
+    measure._inputs = {"a": "a", "packed": "packed", "scales": "scales", "zeros": None}
+    operations = [Operation("x"), Operation("y"), Operation("z")]
+    assert measure.in_turns(operations) == [10.0, 11.0, 12.0]
+    made = [(name, None) for name in "xyz"]
+    timed = [(op.name, op.out) for op in operations]
+    assert calls == made + timed
