@@ -43,22 +43,28 @@ PREFILL_PATH = BATCH_PATHS[3]
 
 def parse_fields(text: str, config_type: type, option: str) -> dict[str, object]:
     """``"warps=4,units_k=8"`` -> {"warps": 4, "units_k": 8} for the dataclass `config_type`
-    (`option` names the command-line option in errors); its bool fields take 0/1."""
+    (`option` names the command-line option in errors); its bool fields take 0/1 or true/false,
+    as the timed benchmark's ``--options`` do."""
     fields: dict[str, object] = {}
     known = {f.name: f for f in dataclasses.fields(config_type)}
-    for item in filter(None, text.split(",")):
+    for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, value = item.partition("=")
-        if name not in known or not value.isdigit():
+        flag = name in known and known[name].type == "bool"
+        if flag and value.lower() in ("true", "false"):
+            fields[name] = value.lower() == "true"
+            continue
+        if name not in known or not value.isdigit() or (flag and value not in ("0", "1")):
             raise SystemExit(
-                f"{option} {text!r}: {item!r} is not a {config_type.__name__} field=int"
+                f"{option} {text!r}: {item!r} is not a {config_type.__name__} field=int "
+                "(a bool field: 0, 1, true or false)"
             )
-        fields[name] = bool(int(value)) if known[name].type == "bool" else int(value)
+        fields[name] = bool(int(value)) if flag else int(value)
     return fields
 
 
 def parse_config(text: str) -> DequantConfig:
     """``"warps=4,units_k=8"`` -> DequantConfig(warps=4, units_k=8); the bool fields
-    (``fused_sum``, ``late_scale``, ``weights_as_a``) take 0/1."""
+    (``fused_sum``, ``late_scale``, ``weights_as_a``, ...) take 0/1 or true/false."""
     return DequantConfig(**parse_fields(text, DequantConfig, "--config"))  # type: ignore[arg-type]
 
 

@@ -1,6 +1,7 @@
 """The quantized-matmul benchmarks' command lines, on the CPU: ``--shapes`` and ``--options``
-are parsed, and bad entries are refused before any GPU is looked for (skipped without torch,
-which the benchmarks import)."""
+are parsed, and bad entries are refused before any GPU is looked for; the profiling script's
+``--prefill`` fields take bools as 0/1 or true/false (skipped without torch, which the
+benchmarks import)."""
 
 from __future__ import annotations
 
@@ -193,3 +194,37 @@ def test_the_f16_benchmark_chooses_configurations_by_parts(wanted: str, count: i
     matmul_benchmark = _load("matmul_benchmark", "matmul.py")
     names = [name for name in matmul_benchmark.CONFIGS if matmul_benchmark.chosen(name, wanted)]
     assert len(names) == count, names
+
+
+profile = _load("profile_quantized_matmul_benchmark", "profile_quantized_matmul.py")
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [
+        ("units_k=8,stages=3", {"units_k": 8, "stages": 3}),
+        (
+            "depth=1,refill_in_place=true,staged_store=1",
+            {"depth": 1, "refill_in_place": True, "staged_store": True},
+        ),
+        (
+            " refill_in_place=False , staged_store=0",
+            {"refill_in_place": False, "staged_store": False},
+        ),
+        ("", {}),
+    ],
+)
+def test_the_profile_script_takes_bool_fields_as_numbers_or_words(text: str, fields: dict) -> None:
+    from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig
+
+    assert profile.parse_fields(text, WgmmaDequantConfig, "--prefill") == fields
+
+
+@pytest.mark.parametrize(
+    "text", ["stages=true", "refill_in_place=2", "refill_in_place=yes", "no_such_field=1", "stages"]
+)
+def test_the_profile_script_refuses_a_bad_field_by_name(text: str) -> None:
+    from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig
+
+    with pytest.raises(SystemExit, match=r"--prefill .* is not a WgmmaDequantConfig field=int"):
+        profile.parse_fields(text, WgmmaDequantConfig, "--prefill")
