@@ -113,16 +113,18 @@ class PrintedSource:
 
 def address_pattern(access: Access, printed: str) -> re.Pattern[str]:
     """The pattern of the access's pointer and its address, as `printed` (C text), as a whole
-    operand."""
+    operand: ``pointer + (address)`` (a vector, or an asynchronous copy's operand, which may
+    move a single element) or, for one element, ``pointer[address]``."""
     pointer = re.escape(access.pointer)
     address = re.escape(printed)
+    operand = rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)"
     if access.width > 1:
-        return re.compile(rf"(?<![\w.]){pointer} \+ \({address}\)(?=\)|,| :)")
+        return re.compile(operand)
     if access.unit_bits == 1:
         return re.compile(
             rf"la_(?:load|store|prefetch_l1|prefetch_l2)_bits\({pointer}, {address}(?:, |\))"
         )
-    return re.compile(rf"(?<![\w.]){pointer}\)?\[{address}\]")
+    return re.compile(rf"{operand}|(?<![\w.]){pointer}\)?\[{address}\]")
 
 
 def check_text(access: Access, source: PrintedSource) -> tuple[list[int], str | None]:

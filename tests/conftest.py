@@ -39,6 +39,11 @@ if not os.environ.get(CACHE_VARIABLE):
     os.environ[CACHE_VARIABLE] = _session_cache
     atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
+# derandomize fixes the examples of one tree, not across trees: Hypothesis also draws constants
+# from the project's own modules loaded at the time (its "local constants"), so an edit anywhere
+# in the code, or which modules a worker has loaded before a test, can change what a property
+# is tried on. A property that fails on an unrelated change is a property or a bug found late,
+# not noise.
 settings.register_profile(
     "suite",
     max_examples=60,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.bulk_copy import BulkTensorPlan, plan_bulk_copies
+from backend.bulk_copy import BulkCopies, BulkTensorPlan, plan_bulk_copies
 from backend.cuda_codegen import (
     CodeWriter,
 )
@@ -317,6 +317,31 @@ def nan_blind_tensors(program: Program) -> frozenset[str]:
     return frozenset(name for name, only in blind.items() if only)
 
 
+def declared_multiples(program: Program) -> dict[str, Expr]:
+    """Each int parameter of `program` declared a multiple of m > 1 (and not given a value), by
+    name: ``m * q`` over its `quotient` q, what the lowering substitutes so that
+    `known_divisor` sees the divisibility."""
+    return {
+        p.name: p.multiple_of * quotient(p)
+        for p in program.params
+        if isinstance(p, IntParam) and p.multiple_of > 1 and p.value is None
+    }
+
+
+def lowering_bulk_copies(program: Program, arch: str | None) -> BulkCopies:
+    """The bulk copies the lowering of `program` writes as TMA on `arch`
+    (`backend.bulk_copy.plan_bulk_copies`), each source stride's divisor read with the int
+    parameters declared multiples (`declared_multiples`)."""
+    multiples = declared_multiples(program)
+
+    def divisor(stride: Expr | int) -> int:
+        if not isinstance(stride, Expr):
+            return known_divisor(stride)
+        return known_divisor(simplify(stride.substitute(multiples)))
+
+    return plan_bulk_copies(program, arch, divisor)
+
+
 def quotient(param: IntParam) -> Expr:
     """The variable q of ``param = multiple_of * q``, bounded so that the product stays within
     the parameter's bounds."""
@@ -550,7 +575,7 @@ class LoweringContext:
                 for index, extent in zip(program.block_indices, program.grid)
                 if not extent.is_const
             ]
-        self.multiples = {p.name: p.multiple_of * quotient(p) for p in divided}
+        self.multiples = declared_multiples(program)
         # For each enclosing C loop, by its variable's name: (variable, start, step, stop), the
         # variable taking the values start, start + step, ... below stop (for an unrolled loop:
         # its group step and the stop of the whole groups; `driver.KernelLowering.loop_scope`).
@@ -563,11 +588,7 @@ class LoweringContext:
         self.shared_base: dict[str, int] = {}
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
-        self.bulk = plan_bulk_copies(
-            program,
-            arch if tma else None,
-            lambda stride: known_divisor(self.with_multiples(stride)),
-        )
+        self.bulk = lowering_bulk_copies(program, arch if tma else None)
         self.instruction_groups = thread_groups(program)
         self.user_shared_bytes = self._allocate_shared()
         # The thread group being written (first block thread, threads; None: the block), the

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from backend.bulk_copy import plan_bulk_copies, shared_copies
 from backend.errors import CompilationError
 from backend.lower import lower
+from backend.lower.context import lowering_bulk_copies
 from backend.nvrtc import compile_cuda
 from ir import dtypes, run_reference
 from ir.builder import ProgramBuilder
@@ -34,8 +35,8 @@ from ir.specialize import specialize
 from ir.testing import shared_round_trip_cases
 from ir.verifier import verify
 from layout_algebra.global_layout import GlobalLayout
-from layout_algebra.register import spatial
-from layout_algebra.shared import shared_row_major_swizzle
+from layout_algebra.register import local, spatial
+from layout_algebra.shared import shared_row_major, shared_row_major_swizzle
 from layout_algebra.tma_box import TmaBox
 from proofs import check_equivalent
 from proofs.lowering_validation import validate_lowering
@@ -412,9 +413,36 @@ def test_random_clustered_round_trips_run_and_are_proved_on_sm_90a(case) -> None
     case.check(output[case.output])
     kernel = lower(case.program, "sm_90a", constants=case.constants)
     program = specialize(case.program, case.constants)
-    (plan,) = plan_bulk_copies(program, "sm_90a").tensors.values() or (None,)
+    # The lowering's own plan: its strides' divisors read with the int parameters declared
+    # multiples (a plain `plan_bulk_copies` may find no TMA box where the lowering does).
+    (plan,) = lowering_bulk_copies(program, "sm_90a").tensors.values() or (None,)
     report = validate_lowering(kernel)
     parts = [claim for claim, _ in report.plan_results if "shared bulk copy part" in claim.name]
     assert len(parts) == (2 if plan is not None and plan.multicast == 2 else 0)
     assert ("la_tma_multicast" in kernel.source) == bool(parts)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+
+
+def test_a_single_element_copy_of_a_clustered_round_trip_is_proved() -> None:
+    """Found by the random round trips: one f32 copied by one of four threads in clusters of two
+    goes through ``cp.async`` (no TMA box of one element), printed as ``g0 + (0)``; the
+    proof's text check reads that operand form for a single element as for a vector, and the
+    copy's lines sit under their ``if (la_thread == 0)``."""
+    with ProgramBuilder("single_element_round_trip", 4) as b:
+        x, out = b.array_param("x", dtypes.f32), b.array_param("out", dtypes.f32)
+        view = GlobalLayout((1, 1), (1, 1))
+        b.grid(2)
+        b.cluster(2)
+        buffer = b.shared_tensor(dtypes.f32, shared_row_major(1, 1))
+        source = b.global_view(x, dtypes.f32, view)
+        b.copy_bulk(buffer, source, [0, 0])
+        b.copy_bulk_wait(buffer)
+        b.store_global(
+            b.global_view(out, dtypes.f32, view),
+            b.load_shared(buffer, local(1, 1).replicate(4)),
+            [0, 0],
+        )
+    kernel = lower(b.program(), "sm_90a")
+    assert "la_cp_async_4(s0 + (0), g0 + (0));" in kernel.source
+    report = validate_lowering(kernel)
     assert report.holds is True, (report.failures[:1], report.unknown[:1])

@@ -264,7 +264,9 @@ def test_run_reference_without_a_declared_grid_defaults_to_one_block() -> None:
 
 def _declared(case: ProgramCase, symbolic: bool) -> Program:
     """The case's program declaring the grid it is launched on: constants, or (`symbolic`) x
-    written ``min(p, a) - a + x`` over its first int parameter p, whose argument is a."""
+    written ``(min(p, a) - a) * c + x`` over its first int parameter p, whose argument is a,
+    with c the cluster's extent along x (1 without clusters), so that the declared extent is
+    still known to be a multiple of the cluster's."""
     x, y, z = (const(extent) for extent in (*case.grid, 1, 1)[:3])
     ints = [
         (param, int(argument))
@@ -273,7 +275,8 @@ def _declared(case: ProgramCase, symbolic: bool) -> Program:
     ]
     if symbolic and ints:
         param, argument = ints[0]
-        x = minimum(param.var, argument) - argument + x
+        cluster_x = case.program.cluster[0] if case.program.cluster else 1
+        x = (minimum(param.var, argument) - argument) * cluster_x + x
     return dataclasses.replace(case.program, grid=(x, y, z))
 
 
