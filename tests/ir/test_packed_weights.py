@@ -79,7 +79,8 @@ def unit_table(nbits: int | None = None) -> list[list[tuple[int, int]]]:
 
 def formula_pack(codes: np.ndarray, dtype: DataType) -> np.ndarray:
     """The packed i32 tensor written from the fragment formula: unit (kb, nb) after unit, lane
-    after lane, each lane's 32 codes as a b-bit little-endian bitstream."""
+    after lane, each lane's 32 codes plus the format's `stored_offset` (modulo 2^b: i8 offset
+    binary) as a b-bit little-endian bitstream."""
     k, n = codes.shape
     table = unit_table(dtype.nbits)
     ordered = []
@@ -89,7 +90,8 @@ def formula_pack(codes: np.ndarray, dtype: DataType) -> np.ndarray:
                 ordered += [codes[16 * kb + r, 64 * nb + c] for r, c in table[lane]]
     mask = (1 << dtype.nbits) - 1
     stream = dtypes.pack(
-        np.array(ordered, dtype=np.int64) & mask, dtypes.from_name(f"u{dtype.nbits}")
+        (np.array(ordered, dtype=np.int64) + stored_offset(dtype)) & mask,
+        dtypes.from_name(f"u{dtype.nbits}"),
     )
     return stream.view(np.int32).reshape(k // 16, n // 64 * 32 * dtype.nbits)
 
