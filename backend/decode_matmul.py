@@ -1016,14 +1016,18 @@ class DecodeMeasure:
             self._inputs = decode_inputs(self.problem, self.m, seed=self.seed)
         return self._inputs
 
-    def __call__(self, operation: DecodeMatmul) -> float:
-        from backend.timing import flush_buffer, median_us
-
+    def _check_problem(self, operation: Any) -> None:
+        """`TuningError` unless `operation` computes this measure's problem."""
         if operation.problem != self.problem:
             raise TuningError(
                 f"measure of {self.problem} given an operation for {operation.problem}; expected "
                 "the same problem"
             )
+
+    def __call__(self, operation: DecodeMatmul) -> float:
+        from backend.timing import flush_buffer, median_us
+
+        self._check_problem(operation)
         inputs = self.inputs()
         out = operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
         error = relative_error(out, inputs["expected"])
@@ -1049,11 +1053,7 @@ class DecodeMeasure:
         inputs = self.inputs()
         runs = {}
         for index, operation in enumerate(operations):
-            if operation.problem != self.problem:
-                raise TuningError(
-                    f"measure of {self.problem} given an operation for {operation.problem}; "
-                    "expected the same problem"
-                )
+            self._check_problem(operation)
             out = operation(inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
             runs[f"{index}"] = functools.partial(
                 operation, inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"], out
