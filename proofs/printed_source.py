@@ -9,7 +9,8 @@ the registers and run on the threads the IR asks for. The checks, per access:
 - "text": a line of the source uses `pointer` at the printed address, the C text of the proved
   expression (`backend.lower.context.c_text`) as a whole operand: for a vector (a byte
   offset), ``pointer + (ADDR)`` followed by ``)``, ``,`` or `` :``; for one element,
-  ``pointer)[ADDR]`` (a typed index; ``pointer[ADDR]`` for a scratch copy) or
+  ``pointer)[ADDR]`` (a typed index; ``pointer[ADDR]`` for a scratch copy), the same
+  ``pointer + (ADDR)`` (a byte offset: a ``cp.async`` of one element of 4 bytes or more) or
   ``la_load_bits(pointer, ADDR, `` / ``la_store_bits(pointer, ADDR, `` (a bit offset). A printed
   ``ADDR + 1`` or another tensor's pointer matches no line. An element printed through a base
   pointer (`Access.base`: name, offset, index) needs the pointer's declaration, ``NAME =
