@@ -58,7 +58,12 @@ recorded configuration the search space's rule for its split sum's parts
 (`backend.decode_matmul.with_batched_parts`: recorded before that rule, the same bits). For
 the other kernels with options,
 ``--options`` may likewise hold several sets separated by ``;`` (``"units_k=2;block_m=32"``),
-each compiled and measured in the same run.
+each compiled and measured in the same run. Those kernels are timed in turns with the peers
+(`backend.timing.medians_in_turns`: at each batch, every round times each option set's kernel,
+cuBLAS and Humming once, the order rotated a place a round), so that a drift of the clocks over
+a large point's seconds falls on all of them alike; the register-dequant kernel's points, which
+take microseconds, are timed apart. Each point's ``timing`` says which (``"in turns"`` or
+``"apart"``).
 
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
@@ -101,7 +106,7 @@ from backend.decode_matmul import (
     with_batched_parts,
 )
 from backend.device import current_arch
-from backend.timing import flush_buffer, median_us
+from backend.timing import flush_buffer, median_us, medians_in_turns
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
@@ -184,6 +189,9 @@ class Point:
     launches: int
     config: dict[str, Any]
     notes: str
+    timing: str = "apart"
+    """``"apart"``: each kernel's runs timed back to back (`median_us`); ``"in turns"``: this
+    point's kernels and peers timed round by round (`medians_in_turns`)."""
 
 
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -357,8 +365,9 @@ class Operation:
         return functools.partial(self.kernel, *args, out, grid=grid), out
 
 
-def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repeats: int) -> float:
-    """The median time of `operation` on `a`, after checking its result against cuBLAS."""
+def checked_run(operation: Operation, a: torch.Tensor) -> Callable[[], Any]:
+    """`operation`'s run on `a`, after checking its result against cuBLAS (within f16
+    rounding)."""
     run, out = operation.prepare(a)
     run()
     torch.cuda.synchronize()
@@ -369,7 +378,12 @@ def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repea
             f"{p.weight} {operation.variant} {operation.config_record} K={p.k} N={p.n} "
             f"M={a.shape[0]}: our result differs from cuBLAS by {error:.2e}"
         )
-    return median_us(run, flush, repeats)
+    return run
+
+
+def checked_us(operation: Operation, a: torch.Tensor, flush: torch.Tensor, repeats: int) -> float:
+    """The median time of `operation` on `a`, after checking its result against cuBLAS."""
+    return median_us(checked_run(operation, a), flush, repeats)
 
 
 def tuned(
@@ -502,6 +516,62 @@ def variant_batches(
     return [m for m in batches if max(b for b in base if b <= m) in variant]
 
 
+def batch_activations(problem: Problem, m: int, device: torch.device) -> torch.Tensor:
+    """The (m, K) f16 activations of one batch, uniform in [-1, 1), from the problem's
+    generator."""
+    a = torch.rand((m, problem.k), device=device, generator=problem.generator) * 2 - 1
+    return a.to(torch.float16)
+
+
+def humming_run(
+    layer: Any | None, note: str, a: torch.Tensor, dequantized: torch.Tensor
+) -> tuple[Callable[[], Any] | None, str]:
+    """(Humming's run on `a`, `note`) when `layer` exists and its result is within its
+    quantization error of the unquantized product; else (None, the reason)."""
+    if layer is None:
+        return None, note
+    error = relative_error(layer(a), a.float() @ dequantized.float())
+    if not error < 0.25:
+        return None, f"Humming result off by {error:.2e}: not timed"
+    return functools.partial(layer, a), note
+
+
+def measured_point(
+    operation: Operation,
+    m: int,
+    ours_us: float,
+    peers: tuple[float, float | None, str],
+    timing: str,
+) -> Point:
+    """The `Point` of `operation` at batch `m`, from its time and the peers' (cuBLAS, Humming
+    or None, a note)."""
+    p = operation.problem
+    cublas_us, humming_us, note = peers
+    best_peer = min(t for t in (cublas_us, humming_us) if t is not None)
+    roofline = roofline_us(p.weight, p.k, p.n, m)
+    print(
+        f"  {p.weight} {operation.variant} K={p.k} N={p.n} M={m}: ours {ours_us:.1f} us", flush=True
+    )
+    return Point(
+        weight=p.weight.name,
+        kernel=operation.variant,
+        k=p.k,
+        n=p.n,
+        m=m,
+        ours_us=ours_us,
+        cublas_us=cublas_us,
+        humming_us=humming_us,
+        roofline_us=roofline,
+        speedup_over_cublas=cublas_us / ours_us,
+        ratio_to_best_peer=best_peer / ours_us,
+        roofline_fraction=roofline / ours_us,
+        launches=operation.launches,
+        config=operation.config_record,
+        notes=note,
+        timing=timing,
+    )
+
+
 def run_point(
     operations: dict[int, Operation],
     batches: list[int],
@@ -510,54 +580,45 @@ def run_point(
     peers: dict[int, tuple[float, float | None, str]],
 ) -> list[Point]:
     """Measure every batch of one kernel on one problem (`operations`: the kernel to use from
-    each batch on, `for_batch`); `peers` caches the peers' times."""
+    each batch on, `for_batch`), each run timed apart; `peers` caches the peers' times."""
     p = next(iter(operations.values())).problem
-    weight, k, n = p.weight, p.k, p.n
     layer, humming_note = (None, "")
     if any(m not in peers for m in batches):
-        layer, humming_note = humming_layer(weight, p.dequantized)
+        layer, humming_note = humming_layer(p.weight, p.dequantized)
     points = []
     for m in batches:
-        a = (torch.rand((m, k), device=flush.device, generator=p.generator) * 2 - 1).to(
-            torch.float16
-        )
+        a = batch_activations(p, m, flush.device)
         operation = for_batch(operations, m)
         ours_us = checked_us(operation, a, flush, repeats)
         if m not in peers:
             cublas_us = median_us(functools.partial(torch.matmul, a, p.dequantized), flush, repeats)
-            humming_us, note = None, humming_note
-            if layer is not None:
-                humming_error = relative_error(layer(a), a.float() @ p.dequantized.float())
-                if humming_error < 0.25:
-                    humming_us = median_us(functools.partial(layer, a), flush, repeats)
-                else:
-                    note = f"Humming result off by {humming_error:.2e}: not timed"
+            humming, note = humming_run(layer, humming_note, a, p.dequantized)
+            humming_us = None if humming is None else median_us(humming, flush, repeats)
             peers[m] = (cublas_us, humming_us, note)
-        cublas_us, humming_us, note = peers[m]
-        best_peer = min(t for t in (cublas_us, humming_us) if t is not None)
-        roofline = roofline_us(weight, k, n, m)
-        points.append(
-            Point(
-                weight=weight.name,
-                kernel=operation.variant,
-                k=k,
-                n=n,
-                m=m,
-                ours_us=ours_us,
-                cublas_us=cublas_us,
-                humming_us=humming_us,
-                roofline_us=roofline,
-                speedup_over_cublas=cublas_us / ours_us,
-                ratio_to_best_peer=best_peer / ours_us,
-                roofline_fraction=roofline / ours_us,
-                launches=operation.launches,
-                config=operation.config_record,
-                notes=note,
-            )
-        )
-        print(
-            f"  {weight} {operation.variant} K={k} N={n} M={m}: ours {ours_us:.1f} us", flush=True
-        )
+        points.append(measured_point(operation, m, ours_us, peers[m], "apart"))
+    return points
+
+
+def run_in_turns(
+    operations: list[Operation], batches: list[int], flush: torch.Tensor, repeats: int
+) -> list[Point]:
+    """Measure several of our kernels on one problem (the option sets of one variant) and the
+    peers at every batch, all of a batch's runs timed in turns (`medians_in_turns`), so that a
+    drift of the clocks over the seconds a large point takes falls on all of them alike."""
+    p = operations[0].problem
+    layer, humming_note = humming_layer(p.weight, p.dequantized)
+    points = []
+    for m in batches:
+        a = batch_activations(p, m, flush.device)
+        runs = {f"ours {i}": checked_run(op, a) for i, op in enumerate(operations)}
+        runs["cuBLAS"] = functools.partial(torch.matmul, a, p.dequantized)
+        humming, note = humming_run(layer, humming_note, a, p.dequantized)
+        if humming is not None:
+            runs["Humming"] = humming
+        times = medians_in_turns(runs, flush, repeats)
+        peers = (times["cuBLAS"], times.get("Humming"), note)
+        for i, operation in enumerate(operations):
+            points.append(measured_point(operation, m, times[f"ours {i}"], peers, "in turns"))
     return points
 
 
@@ -678,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="option overrides for the variants that have options (mma_ring, wgmma, "
         "wgmma_in_flight, wgmma_dequant, staged_dequant), e.g. stages=3,block_n=256: integers, "
-        "or true / false; several sets separated by ';' are each measured beside the same peers",
+        "or true / false; several sets separated by ';' are timed in turns with the peers",
     )
     parser.add_argument(
         "--configs-from",
@@ -775,8 +836,7 @@ def main(argv: list[str] | None = None) -> int:
                                 option_sets,
                             )
                         )
-                    for operation in built:
-                        points += run_point({1: operation}, batches, flush, options.repeats, peers)
+                    points += run_in_turns(built, batches, flush, options.repeats)
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, space)
     print(table(points), end="")

@@ -228,3 +228,60 @@ def test_the_profile_script_refuses_a_bad_field_by_name(text: str) -> None:
 
     with pytest.raises(SystemExit, match=r"--prefill .* is not a WgmmaDequantConfig field=int"):
         profile.parse_fields(text, WgmmaDequantConfig, "--prefill")
+
+
+class _Kernel:
+    """An option set's compiled kernel, as `run_in_turns` reads it."""
+
+    variant = "wgmma_dequant"
+    launches = 1
+
+    def __init__(self, problem, block_m: int) -> None:
+        self.problem, self.config_record = problem, {"block_m": block_m}
+
+
+@pytest.mark.parametrize("humming", [True, False])
+def test_option_sets_and_peers_are_timed_in_turns(monkeypatch, humming: bool) -> None:
+    """At each batch, every option set's kernel (each checked first), cuBLAS and Humming go
+    to one `medians_in_turns` call, and each point takes its own kernel's median with the
+    peers' medians of the same call; without Humming, the point says why."""
+    import torch
+
+    problem = benchmark.Problem.make(benchmark.dtypes.from_name("i4"), 128, 64, torch.device("cpu"))
+    kernels = [_Kernel(problem, 128), _Kernel(problem, 256)]
+    checked, calls = [], []
+
+    def checked_run(operation, a):
+        checked.append((operation.config_record["block_m"], tuple(a.shape)))
+        return lambda: None
+
+    def medians(runs, flush, repeats):
+        calls.append((list(runs), repeats))
+        base = 100.0 * len(calls)
+        return {name: base + index for index, name in enumerate(runs)}
+
+    peer = (lambda: None, "") if humming else (None, "Humming: no layer")
+    monkeypatch.setattr(benchmark, "checked_run", checked_run)
+    monkeypatch.setattr(benchmark, "humming_layer", lambda weight, w: (None, "unused"))
+    monkeypatch.setattr(benchmark, "humming_run", lambda layer, note, a, w: peer)
+    monkeypatch.setattr(benchmark, "medians_in_turns", medians)
+    points = benchmark.run_in_turns(kernels, [16, 32], torch.zeros(4), 31)
+
+    names = ["ours 0", "ours 1", "cuBLAS"] + (["Humming"] if humming else [])
+    assert calls == [(names, 31), (names, 31)]
+    assert checked == [(128, (16, 128)), (256, (16, 128)), (128, (32, 128)), (256, (32, 128))]
+    assert [(p.m, p.config["block_m"], p.ours_us) for p in points] == [
+        (16, 128, 100.0),
+        (16, 256, 101.0),
+        (32, 128, 200.0),
+        (32, 256, 201.0),
+    ]
+    for p in points:
+        base = 100.0 * (1 + (p.m == 32))
+        assert (p.cublas_us, p.timing) == (base + 2, "in turns")
+        assert p.speedup_over_cublas == pytest.approx(p.cublas_us / p.ours_us)
+        if humming:
+            assert (p.humming_us, p.notes) == (base + 3, "")
+            assert p.ratio_to_best_peer == pytest.approx(p.cublas_us / p.ours_us)
+        else:
+            assert (p.humming_us, p.notes) == (None, "Humming: no layer")
