@@ -25,7 +25,9 @@ result is checked against cuBLAS fp16 before it is timed. Timing is the protocol
 run, CUDA events, the median of `--repeats`), with the runs of a point timed in turns
 (`backend.timing.medians_in_turns`: each round times every run once, its order rotated round
 by round), so a drift of the GPU's clocks over a point's seconds of timing falls on them all.
-Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last.
+Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed last; the JSON
+also keeps, for each point whose operation a cold tuning chose here, that tuning's finalists:
+the candidates it timed again in turns, with both times (`tuning_finalists`).
 
     python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
         [--shapes 8192x57344,4096x12288] [--quick] [--repeats 30] [--output benchmarks/results]
@@ -35,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from quantized_matmul import SHAPES, humming_layer, parse_shapes  # the sibling script
@@ -81,6 +84,24 @@ class Point:
     vs_cublas: float
     vs_humming: float | None
     notes: str
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    """The tuning's finalists behind the operation `forward` took (`tuning_finalists`)."""
+
+
+def tuning_finalists(operation: Any) -> list[dict[str, Any]]:
+    """The finalists of the cold tuning that chose `operation` (a `DecodeMatmul` or
+    `BatchMatmul`): for each candidate timed again in turns, its fields, its time one after
+    another and its time in turns, in search-space order. Empty when its choice came from a
+    stored record, when one candidate alone was near the fastest, or for an operation no tuning
+    made."""
+    tuning = getattr(operation, "tuning", None)
+    if tuning is None:
+        return []
+    return [
+        {"candidate": trial.candidate, "us": trial.us, "turns_us": trial.turns_us}
+        for trial in tuning.trials
+        if trial.turns_us is not None
+    ]
 
 
 def make_layer(weight: DataType, k: int, n: int, seed: int) -> QuantizedLinear:
@@ -127,13 +148,16 @@ def measure(
         raise RuntimeError(f"{weight} {k}x{n} M={m}: timing: {error}") from error
     humming = times.get("Humming")
     ours = times["forward"]
-    path = "decode kernel"
+    path, finalists = "decode kernel", []
     if m > BATCH_MAX_ROWS:
         path = "dequantize-then-matmul"
     elif m > DECODE_MAX_ROWS:
-        taken = layer.batch_ops[m_bucket(m).lo, torch.float16, x.device].path
+        batch = layer.batch_ops[m_bucket(m).lo, torch.float16, x.device]
+        taken, finalists = batch.path, tuning_finalists(batch)
         path = " ".join(f"{name}={value}" for name, value in taken.items() if name != "path")
         path = taken["path"] + (f" ({path})" if path else "")
+    else:
+        finalists = tuning_finalists(layer.decode_ops.get((m, torch.float16, x.device)))
     return Point(
         weight=weight.name,
         k=k,
@@ -150,6 +174,7 @@ def measure(
         vs_cublas=times["cuBLAS fp16"] / ours,
         vs_humming=None if humming is None else humming / ours,
         notes="",
+        finalists=finalists,
     )
 
 

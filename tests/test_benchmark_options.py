@@ -285,3 +285,27 @@ def test_option_sets_and_peers_are_timed_in_turns(monkeypatch, humming: bool) ->
             assert p.ratio_to_best_peer == pytest.approx(p.cublas_us / p.ours_us)
         else:
             assert (p.humming_us, p.notes) == (None, "Humming: no layer")
+
+
+def test_the_layer_benchmark_keeps_the_tuning_finalists() -> None:
+    """The finalists are the trials timed again in turns, in search-space order, with both
+    times; an operation from a stored record, or none at all, has none."""
+    from types import SimpleNamespace
+
+    from backend.autotune import Trial, TuningResult
+
+    trials = (
+        Trial({"c": 0}, "measured", us=10.4, turns_us=10.1),
+        Trial({"c": 1}, "pruned", detail="too many waves"),
+        Trial({"c": 2}, "measured", us=12.0),
+        Trial({"c": 3}, "measured", us=10.0, turns_us=10.3),
+    )
+    tuned = SimpleNamespace(tuning=TuningResult({"c": 0}, None, False, 10.1, trials))
+    assert layer_benchmark.tuning_finalists(tuned) == [
+        {"candidate": {"c": 0}, "us": 10.4, "turns_us": 10.1},
+        {"candidate": {"c": 3}, "us": 10.0, "turns_us": 10.3},
+    ]
+    stored = SimpleNamespace(tuning=TuningResult({"c": 0}, None, True, 10.1))
+    assert layer_benchmark.tuning_finalists(stored) == []
+    assert layer_benchmark.tuning_finalists(SimpleNamespace(tuning=None)) == []
+    assert layer_benchmark.tuning_finalists(None) == []
