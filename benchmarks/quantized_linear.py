@@ -90,18 +90,14 @@ class Point:
 
 def tuning_finalists(operation: Any) -> list[dict[str, Any]]:
     """The finalists of the cold tuning that chose `operation` (a `DecodeMatmul` or
-    `BatchMatmul`): for each candidate timed again in turns, its fields, its time one after
-    another and its time in turns, in search-space order. Empty when its choice came from a
-    stored record, when one candidate alone was near the fastest, or for an operation no tuning
-    made."""
+    `BatchMatmul`): the record (`Trial.as_record`: its fields, its time one after another and
+    its time in turns) of each candidate timed again in turns, in search-space order. Empty
+    when its choice came from a stored record, when one candidate alone was near the fastest,
+    or for an operation no tuning made."""
     tuning = getattr(operation, "tuning", None)
     if tuning is None:
         return []
-    return [
-        {"candidate": trial.candidate, "us": trial.us, "turns_us": trial.turns_us}
-        for trial in tuning.trials
-        if trial.turns_us is not None
-    ]
+    return [trial.as_record() for trial in tuning.trials if trial.turns_us is not None]
 
 
 def make_layer(weight: DataType, k: int, n: int, seed: int) -> QuantizedLinear:

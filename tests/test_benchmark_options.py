@@ -302,8 +302,8 @@ def test_the_layer_benchmark_keeps_the_tuning_finalists() -> None:
     )
     tuned = SimpleNamespace(tuning=TuningResult({"c": 0}, None, False, 10.1, trials))
     assert layer_benchmark.tuning_finalists(tuned) == [
-        {"candidate": {"c": 0}, "us": 10.4, "turns_us": 10.1},
-        {"candidate": {"c": 3}, "us": 10.0, "turns_us": 10.3},
+        {"candidate": {"c": 0}, "status": "measured", "us": 10.4, "detail": "", "turns_us": 10.1},
+        {"candidate": {"c": 3}, "status": "measured", "us": 10.0, "detail": "", "turns_us": 10.3},
     ]
     stored = SimpleNamespace(tuning=TuningResult({"c": 0}, None, True, 10.1))
     assert layer_benchmark.tuning_finalists(stored) == []

@@ -317,29 +317,37 @@ def nan_blind_tensors(program: Program) -> frozenset[str]:
     return frozenset(name for name, only in blind.items() if only)
 
 
-def declared_multiples(program: Program) -> dict[str, Expr]:
-    """Each int parameter of `program` declared a multiple of m > 1 (and not given a value), by
-    name: ``m * q`` over its `quotient` q, what the lowering substitutes so that
-    `known_divisor` sees the divisibility."""
-    return {
-        p.name: p.multiple_of * quotient(p)
+def declared_multiple_params(program: Program) -> list[IntParam]:
+    """The int parameters of `program` declared a multiple of m > 1 and not given a value."""
+    return [
+        p
         for p in program.params
         if isinstance(p, IntParam) and p.multiple_of > 1 and p.value is None
-    }
+    ]
+
+
+def declared_multiples(program: Program) -> dict[str, Expr]:
+    """Each of `declared_multiple_params`, by name: ``m * q`` over its `quotient` q, what the
+    lowering substitutes so that `known_divisor` sees the divisibility."""
+    return {p.name: p.multiple_of * quotient(p) for p in declared_multiple_params(program)}
+
+
+def with_declared_multiples(expr: Expr | int, multiples: Mapping[str, Expr]) -> Expr | int:
+    """`expr` with each int parameter of `multiples` (`declared_multiples`) substituted,
+    simplified; an int as it is."""
+    if not isinstance(expr, Expr):
+        return expr
+    return simplify(expr.substitute(multiples))
 
 
 def lowering_bulk_copies(program: Program, arch: str | None) -> BulkCopies:
     """The bulk copies the lowering of `program` writes as TMA on `arch`
     (`backend.bulk_copy.plan_bulk_copies`), each source stride's divisor read with the int
-    parameters declared multiples (`declared_multiples`)."""
+    parameters declared multiples (`with_declared_multiples`)."""
     multiples = declared_multiples(program)
-
-    def divisor(stride: Expr | int) -> int:
-        if not isinstance(stride, Expr):
-            return known_divisor(stride)
-        return known_divisor(simplify(stride.substitute(multiples)))
-
-    return plan_bulk_copies(program, arch, divisor)
+    return plan_bulk_copies(
+        program, arch, lambda stride: known_divisor(with_declared_multiples(stride, multiples))
+    )
 
 
 def quotient(param: IntParam) -> Expr:
@@ -561,12 +569,9 @@ class LoweringContext:
         self.out = CodeWriter()
         self.accesses: list[Access] = []
         self.paths = PathRecorder()
-        divided = [
-            p
-            for p in program.params
-            if isinstance(p, IntParam) and p.multiple_of > 1 and p.value is None
+        self.facts: list[Expr] = [
+            (p.var % p.multiple_of).eq(0) for p in declared_multiple_params(program)
         ]
-        self.facts: list[Expr] = [(p.var % p.multiple_of).eq(0) for p in divided]
         # A declared grid: block_x < x (and y, z) where the extent is not a constant (a
         # constant one already bounds the index variable, `Program.block_indices`).
         if program.grid is not None:
@@ -998,9 +1003,7 @@ class LoweringContext:
     def with_multiples(self, expr: Expr | int) -> Expr | int:
         """`expr` with each int parameter declared a multiple of m > 1 written as ``m * q``
         (q >= 0), simplified, so that `known_divisor` sees the divisibility."""
-        if not isinstance(expr, Expr):
-            return expr
-        return simplify(expr.substitute(self.multiples))
+        return with_declared_multiples(expr, self.multiples)
 
     def loop_divisor(self, expr: Expr | int) -> int:
         """`known_divisor` of `expr` with each enclosing loop variable written as
