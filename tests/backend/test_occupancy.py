@@ -1,7 +1,8 @@
 """`backend.occupancy`: blocks an SM holds and a grid's waves, and the CUBIN's static shared bytes.
 
 - An exact table of resident blocks (the decode kernels' register counts among the rows, with
-  the resource or resources that bind), and of waves.
+  the resource or resources that bind; three rows where the registers' and the shared
+  memory's allocation units decide the count), and of waves.
 - Properties (hypothesis): more registers, threads or shared memory never let an SM hold more
   blocks; the blocks held fit every limit; one block more would break a limit that the result
   names.
@@ -53,6 +54,15 @@ RESIDENT = [
     (32, 33, 0, 32, ("registers", "warps", "blocks")),
     (40, 256, 48 * 1024, 4, ("shared memory",)),
     (255, 32, 227 * 1024, 1, ("shared memory",)),
+    # A warp's registers in units of 256: 36 a thread is 1152 a warp, given 1280, so a file
+    # holds 12 warps (14 in units of 128), 48 an SM, six blocks of eight warps.
+    (36, 256, 0, 6, ("registers",)),
+    # A block's shared bytes (with the 1 KiB the system keeps) in units of 128: 45576 + 1024 =
+    # 46600 is given 46720, and 228 KiB holds four of those where it would hold five unrounded.
+    (0, 32, 45576, 4, ("shared memory",)),
+    # 6272 + 1024 = 7296 is a whole unit of 128 (57 of them) and 228 KiB holds 32 exactly: in
+    # units of 256 it would be given 7424, 31 a SM.
+    (0, 32, 6272, 32, ("shared memory", "blocks")),
 ]
 
 
