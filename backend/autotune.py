@@ -139,13 +139,14 @@ RECORD_FORMAT = 1
 
 @dataclass(frozen=True)
 class MBucket:
-    """The batches [lo, hi) that share one tuning; `lo` is the M a tuning measures."""
+    """The batches [lo, hi) that share one tuning; `lo` is the M a tuning measures. Holds the
+    ints (not bools, as `m_bucket` refuses them) from `lo` up to, not including, `hi`."""
 
     lo: int
     hi: int
 
     def __contains__(self, m: object) -> bool:
-        return isinstance(m, int) and self.lo <= m < self.hi
+        return isinstance(m, int) and not isinstance(m, bool) and self.lo <= m < self.hi
 
 
 def m_bucket(m: int) -> MBucket:

@@ -181,6 +181,24 @@ def test_m_bucket_is_monotone_and_holds_its_batch(first: int, second: int) -> No
     assert m_bucket(bucket.lo) == bucket == m_bucket(bucket.hi - 1)
 
 
+@pytest.mark.parametrize(
+    ("bucket", "m", "inside"),
+    [
+        (MBucket(16, 24), 15, False),
+        (MBucket(16, 24), 16, True),
+        (MBucket(16, 24), 23, True),
+        (MBucket(16, 24), 24, False),
+        (MBucket(16, 24), 16.0, False),
+        (MBucket(16, 24), "16", False),
+        (MBucket(1, 2), 1, True),
+        (MBucket(1, 2), 2, False),
+        (MBucket(1, 2), True, False),
+    ],
+)
+def test_m_bucket_holds_the_ints_from_lo_up_to_hi(bucket: MBucket, m: object, inside: bool):
+    assert (m in bucket) is inside
+
+
 @pytest.mark.parametrize("octave", range(1, 16))
 def test_m_bucket_two_per_octave(octave: int) -> None:
     start = 1 << octave
@@ -982,9 +1000,22 @@ def _other_namespace(path: Path, store: RecordStore) -> None:
     store.store(record_key_of(path), {**record, "namespace": "fake/2"})
 
 
+def _other_space(path: Path, store: RecordStore) -> None:
+    record = store.load(record_key_of(path))
+    store.store(record_key_of(path), {**record, "space": space_digest(SPACE[1:])})
+
+
 def _other_format(path: Path, store: RecordStore) -> None:
     record = store.load(record_key_of(path))
     store.store(record_key_of(path), {**record, "format": RECORD_FORMAT + 1})
+
+
+def _time_not_finite(path: Path, store: RecordStore) -> None:
+    # `store` writes canonical JSON, which has no infinity; an entry written otherwise (here by
+    # the store's own entry writer, so its checks pass) may hold one, as JSON parsers accept it.
+    record = store.load(record_key_of(path))
+    text = json.dumps({**record, "us": float("inf")})
+    store._store_content(record_key_of(path), text.encode("ascii"))
 
 
 def record_key_of(path: Path) -> str:
@@ -1000,7 +1031,9 @@ def record_key_of(path: Path) -> str:
         _group_readable,
         _stale_choice,
         _other_namespace,
+        _other_space,
         _other_format,
+        _time_not_finite,
     ],
     ids=lambda spoil: spoil.__name__.strip("_"),
 )
@@ -1089,6 +1122,15 @@ def test_failed_candidates_are_reported_and_never_chosen(tmp_path: Path) -> None
     assert [t.status for t in result.trials] == ["failed"] * 4 + ["measured"] * 2
     assert "CompilationError: NVRTC" in result.trials[0].detail
     assert "measure gave nan" in result.trials[3].detail
+
+
+def test_a_time_of_zero_is_measured_and_a_negative_one_fails(tmp_path: Path) -> None:
+    fake = FakeTuning(_times(t16d2=0.0, t32d1=-0.5, t64d1=2.0))
+    with pytest.warns(RuntimeWarning, match=r"1 candidates failed: tile=32 depth=1: measure gave"):
+        result = fake.tune(RecordStore(tmp_path))
+    assert (result.choice, result.us) == ({"tile": 16, "depth": 2}, 0.0)
+    assert [t.status for t in result.trials] == ["measured"] * 2 + ["failed"] + ["measured"] * 3
+    assert "measure gave -0.5; expected a finite time >= 0 in us" in result.trials[2].detail
 
 
 def _busy_host_tuning(store: RecordStore, refusals: dict[tuple[int, int], int], times):
@@ -1215,8 +1257,16 @@ def test_a_bug_in_a_measure_propagates(tmp_path: Path) -> None:
     [
         ("fake/1", KEY, [], r"an empty search space"),
         ("fake/1", KEY, [{"tile": 1}, {"tile": 1}], r'candidates \{"tile":1\} appear twice'),
+        (
+            "fake/1",
+            KEY,
+            [{"tile": 1, "depth": 2}, {"depth": 2, "tile": 1}],
+            r'candidates \{"depth":2,"tile":1\} appear twice',
+        ),
         ("fake/1", KEY, [{"tile": [1, 2]}], r"tile=\[1, 2\]; expected a str, int, bool"),
         ("fake/1", KEY, [{"tile": float("inf")}], r"tile=inf; expected a str, int, bool"),
+        ("fake/1", KEY, [{"tile": 2**63}], r"tile is an int of 64 bits; expected"),
+        ("fake/1", KEY, [{"tile": -(2**63) - 1}], r"tile is an int of 64 bits; expected"),
         ("fake/1", KEY, {"tile": 1}, r"search space .*; expected a sequence of candidates"),
         ("fake/1", {"k": (1, 2)}, SPACE, r"tuning key .*k=\(1, 2\)"),
         ("fake/1", {3: "x"}, SPACE, r"key 3 is not a str"),
