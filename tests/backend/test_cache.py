@@ -662,6 +662,20 @@ def test_the_oldest_entry_is_evicted_first(tmp_path: Path) -> None:
     assert [cache.load(key) for key in KEYS[:3]] == [None, _cubin(1), _cubin(2)]
 
 
+def test_entries_that_fill_the_bound_exactly_are_all_kept(tmp_path: Path) -> None:
+    probe = CubinCache(tmp_path / "probe")
+    probe.store(KEYS[0], _cubin(0))
+    entry = probe.entry_path(KEYS[0]).stat().st_size  # _cubin(i) entries are of one size
+    cache = CubinCache(tmp_path / "cache", max_bytes=3 * entry)
+    for index in range(3):
+        cache.store(KEYS[index], _cubin(index))
+        _age(cache, KEYS[index], 300 - 100 * index)
+    assert _entry_bytes(cache) == 3 * entry
+    assert [cache.load(key) for key in KEYS[:3]] == [_cubin(0), _cubin(1), _cubin(2)]
+    cache.store(KEYS[3], _cubin(3))  # a fourth takes them over the bound: the oldest goes
+    assert [cache.load(key) for key in KEYS[:4]] == [None, _cubin(1), _cubin(2), _cubin(3)]
+
+
 def test_a_hit_makes_an_entry_recent(tmp_path: Path) -> None:
     probe = CubinCache(tmp_path / "probe")
     probe.store(KEYS[0], _cubin(0))
