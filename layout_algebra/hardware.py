@@ -35,7 +35,16 @@ def register_cap(threads: int, min_blocks: int | None) -> int:
     launch bounds ask for `min_blocks` blocks an SM (None or 0: one): the most a thread may
     have when each processing block holds its share of the warps (rounded up), in the units
     of 8 registers the hardware allocates, and at most 255. Example: 160 threads, 2 blocks
-    (10 warps, 3 on some processing block): 168."""
+    (10 warps, 3 on some processing block): 168. Raises LayoutError for `threads` that is not
+    an int >= 1 or `min_blocks` that is neither None nor an int >= 0."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise LayoutError(f"register cap of threads={threads!r}; expected an int >= 1")
+    if min_blocks is not None and (
+        isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or min_blocks < 0
+    ):
+        raise LayoutError(
+            f"register cap of min_blocks={min_blocks!r}; expected None or an int >= 0"
+        )
     warps = -(-threads // WARP_SIZE) * max(1, min_blocks or 1)
     per_partition = -(-warps // 4)
     return min(255, REGISTERS_PER_PARTITION // (per_partition * WARP_SIZE) // 8 * 8)

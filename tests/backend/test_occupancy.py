@@ -8,6 +8,9 @@
   names.
 - Bad values raise `LaunchError` naming them.
 - `cubin_static_shared` reads a kernel's static shared bytes from its CUBIN (0 without any).
+- `layout_algebra.hardware.register_cap` (the lowering's register budgets) against ptxas: a
+  kernel that wants every register it can get is given the cap by NVRTC (no GPU needed); and
+  a block at the cap for `min_blocks` is one that many of fit an SM (`resident_blocks`).
 - On the GPU (marked `gpu`): the driver's count (`Kernel.resident_blocks`,
   cuOccupancyMaxActiveBlocksPerMultiprocessor) equals `resident_blocks` of the kernel's
   resources for decode kernels of several shapes: register-bound, shared-bound, both.
@@ -25,7 +28,7 @@ from hypothesis import strategies as st
 import backend
 from backend.compile import compile_lowered, lower_all
 from backend.errors import CompilationError, LaunchError
-from backend.nvrtc import cubin_kernels, cubin_registers, cubin_static_shared
+from backend.nvrtc import compile_cuda, cubin_kernels, cubin_registers, cubin_static_shared
 from backend.occupancy import (
     SM_90,
     Residency,
@@ -37,6 +40,7 @@ from backend.occupancy import (
 from ir import dtypes
 from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
 from ir.examples.vector_add import vector_add
+from layout_algebra.hardware import register_cap
 
 RESIDENT = [
     # registers, threads, shared bytes -> blocks, what binds
@@ -186,6 +190,44 @@ def test_more_threads_or_shared_never_hold_more_blocks(registers, t1, t2, s1, s2
 def test_bad_values_are_named(call, named):
     with pytest.raises(LaunchError, match=named.replace("(", r"\(")):
         call()
+
+
+def _register_hungry_kernel(threads: int, blocks: int) -> str:
+    """CUDA source of a kernel with launch bounds (threads, blocks) that keeps 200 floats live
+    across a loop: it wants more registers than any cap below about 200, so ptxas gives it the
+    cap."""
+    live = range(200)
+    return "\n".join(
+        [
+            f'extern "C" __global__ void __launch_bounds__({threads}, {blocks}) '
+            "hungry(float* x, int n) {",
+            "  int t = threadIdx.x + blockIdx.x * blockDim.x;",
+            *(f"  float a{i} = x[t + {i}];" for i in live),
+            "  for (int j = 0; j < n; ++j) {",
+            *(f"    a{i} = a{i} * a{(i + 1) % 200} + 1.0f;" for i in live),
+            "  }",
+            "  x[t] = " + " + ".join(f"a{i}" for i in live) + ";",
+            "}",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("threads", "blocks"), [(128, 3), (128, 4), (160, 2), (384, 1), (64, 5), (256, 2), (1024, 1)]
+)
+def test_register_cap_is_what_ptxas_gives_the_launch_bounds(threads: int, blocks: int) -> None:
+    """A differential check of `layout_algebra.hardware.register_cap` (which the lowering's
+    register budgets use) against NVRTC, no GPU needed."""
+    module = compile_cuda(_register_hungry_kernel(threads, blocks), "sm_90a")
+    assert cubin_registers(module.cubin) == {"hungry": register_cap(threads, blocks)}
+
+
+@given(st.integers(1, 1024), st.integers(1, 32))
+@settings(max_examples=200, deadline=None)
+def test_blocks_at_the_register_cap_fit_as_many_as_asked(threads: int, blocks: int) -> None:
+    asked = min(blocks, SM_90.warps // math.ceil(threads / 32), SM_90.blocks)
+    cap = register_cap(threads, asked)
+    assert resident_blocks(cap, threads).blocks >= asked
 
 
 def _compiled(config: DequantConfig, k: int = 8192, n: int = 8192):
