@@ -294,6 +294,9 @@ def test_depth_choices_table(nbits: int, units_k: int, expected: tuple[int, ...]
         (448, 8192, 64, 4, (1, 2, 4, 8)),  # 16: 7168 blocks, more than 8 waves of 528
         (8, 1024, 128, 4, (2,)),  # never covers the SMs: the largest split that fits
         (5000, 4096, 64, 4, (1,)),  # already more than 8 waves
+        (33, 4096, 64, 4, (4, 8, 16)),  # 4: 132 blocks, one an SM, covers them
+        (264, 4096, 64, 4, (1, 2, 4, 8, 16)),  # 16: 4224 blocks, 8 waves of 528 exactly
+        (132, 4096, 64, 32, (1, 2, 4, 8)),  # blocks of 32 warps: a wave is one an SM
     ],
 )
 def test_split_choices_table(
