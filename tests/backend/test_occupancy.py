@@ -65,7 +65,7 @@ RESIDENT = [
     # 46600 is given 46720, and 228 KiB holds four of those where it would hold five unrounded.
     (0, 32, 45576, 4, ("shared memory",)),
     # 6272 + 1024 = 7296 is a whole unit of 128 (57 of them) and 228 KiB holds 32 exactly: in
-    # units of 256 it would be given 7424, 31 a SM.
+    # units of 256 it would be given 7424, 31 an SM.
     (0, 32, 6272, 32, ("shared memory", "blocks")),
 ]
 

@@ -4,7 +4,8 @@ memory a block may use.
 - Exact tables: `register_cap` for the block shapes and occupancies the kernels ask for (the
   values ptxas gives those launch bounds: 65536 registers over the threads, in units of 8, at
   most 255, and where the warps do not divide evenly over the four processing blocks, the
-  fullest block's share), and `shared_memory_limit` by architecture.
+  fullest block's share; `tests/backend/test_occupancy.py` checks them against NVRTC), and
+  `shared_memory_limit` by architecture.
 - A property (hypothesis): the cap is the largest multiple of 8 (at most 255) at which every
   processing block holds its warps, and it never grows with threads or blocks.
 - Bad values raise `LayoutError` naming them.
