@@ -481,9 +481,15 @@ def _usable_record(
     choice, us = record.get("choice"), record.get("us")
     if not isinstance(choice, dict) or choice not in space:
         return None
-    if isinstance(us, bool) or not isinstance(us, int | float) or not math.isfinite(us):
+    if isinstance(us, bool) or not isinstance(us, int | float):
         return None
-    return space[space.index(choice)], float(us)
+    try:
+        us = float(us)  # an int of hundreds of digits is past every float
+    except OverflowError:
+        return None
+    if not math.isfinite(us):  # 1e400 in the JSON text reads as inf
+        return None
+    return space[space.index(choice)], us
 
 
 def _checked_mapping(value: object, what: str) -> dict[str, Scalar]:

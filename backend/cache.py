@@ -501,12 +501,18 @@ class RecordStore(_EntryFiles):
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:
-    """The JSON object `content` holds, or None when it holds anything else."""
+    """The JSON object `content` holds, or None when it holds anything else (NaN and the
+    infinities included: Python's parser takes them, JSON has none, and `RecordStore.store`
+    never writes them)."""
     try:
-        value = json.loads(content.decode("ascii"))
+        value = json.loads(content.decode("ascii"), parse_constant=_refuse_constant)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 _DEFAULT_CACHES: dict[Path, CubinCache] = {}

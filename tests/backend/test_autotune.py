@@ -1013,12 +1013,22 @@ def _other_format(path: Path, store: RecordStore) -> None:
     store.store(record_key_of(path), {**record, "format": RECORD_FORMAT + 1})
 
 
-def _time_not_finite(path: Path, store: RecordStore) -> None:
-    # `store` writes canonical JSON, which has no infinity; an entry written otherwise (here by
-    # the store's own entry writer, so its checks pass) may hold one, as JSON parsers accept it.
+def _with_time_text(path: Path, store: RecordStore, us_text: str) -> None:
+    """Rewrite the record at `path` with `us_text` as the JSON text of its time: a number that
+    `store` never writes, so the entry is written by the store's own entry writer (its hash
+    checks pass)."""
     record = store.load(record_key_of(path))
-    text = json.dumps({**record, "us": float("inf")})
+    text = json.dumps({**record, "us": 0}, separators=(",", ":"))
+    text = text.replace('"us":0', f'"us":{us_text}')
     store._store_content(record_key_of(path), text.encode("ascii"))
+
+
+def _time_past_floats(path: Path, store: RecordStore) -> None:
+    _with_time_text(path, store, "1e400")  # read as inf
+
+
+def _time_an_int_past_floats(path: Path, store: RecordStore) -> None:
+    _with_time_text(path, store, "1" + "0" * 400)  # an int float() cannot take
 
 
 def record_key_of(path: Path) -> str:
@@ -1036,7 +1046,8 @@ def record_key_of(path: Path) -> str:
         _other_namespace,
         _other_space,
         _other_format,
-        _time_not_finite,
+        _time_past_floats,
+        _time_an_int_past_floats,
     ],
     ids=lambda spoil: spoil.__name__.strip("_"),
 )

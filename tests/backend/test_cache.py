@@ -528,8 +528,23 @@ def test_store_refuses_what_is_not_a_json_object(
 
 def _valid_envelope_around_a_list(path: Path, cache: RecordStore) -> None:
     """An entry whose magic, header and hash are right but whose content is a JSON list."""
+    _write_valid_envelope(path, b"[1,2,3]")
+
+
+def _valid_envelope_around_an_infinity(path: Path, cache: RecordStore) -> None:
+    """An entry whose magic, header and hash are right but whose object holds an infinity
+    (which Python's JSON parser takes; JSON has none)."""
+    _write_valid_envelope(path, b'{"us":Infinity}')
+
+
+def _valid_envelope_around_a_nan(path: Path, cache: RecordStore) -> None:
+    _write_valid_envelope(path, b'{"us":NaN}')
+
+
+def _write_valid_envelope(path: Path, payload: bytes) -> None:
+    """Write `payload` as the content of the record entry at `path`, with its magic (read from
+    the entry there) and a header of the right key, hash and size."""
     magic, _, _ = path.read_bytes().partition(b"\n")
-    payload = b"[1,2,3]"
     header = {
         "format": 1,
         "key": path.name.removesuffix(".record"),
@@ -545,7 +560,12 @@ def _record_of_another_key(path: Path, cache: RecordStore) -> None:
 
 RECORD_CORRUPTIONS = [
     corruption for corruption in CORRUPTIONS if corruption is not _consistent_but_for_another_key
-] + [_record_of_another_key, _valid_envelope_around_a_list]
+] + [
+    _record_of_another_key,
+    _valid_envelope_around_a_list,
+    _valid_envelope_around_an_infinity,
+    _valid_envelope_around_a_nan,
+]
 
 
 @pytest.mark.parametrize(
