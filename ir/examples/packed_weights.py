@@ -303,19 +303,23 @@ FRAGMENT_COLUMNS = 16
 
 
 def fragment_tile_layouts(
-    nbits: int, warpgroups: int, units_k: int
+    nbits: int, warpgroups: int, units_k: int, units_n: int = 1
 ) -> tuple[RegisterLayout, RegisterLayout, RegisterLayout]:
-    """(weight layout, word layout, scale layout) of a tile of `units_k` x `warpgroups` units in
-    which the four warps of a warpgroup share its unit: warp w holds, at each k16 step, the
-    eight codes of the unit's columns [16 w, 16 w + 16) (its m16 A fragment of W^T), which the
-    packed order keeps in b / 4 words of each lane (`FRAGMENT_WIDTHS`).
+    """(weight layout, word layout, scale layout) of a tile of `units_k` x (`warpgroups` *
+    `units_n`) units in which the four warps of a warpgroup share each of its `units_n`
+    neighbouring units: warp w holds, at each k16 step and in each unit u, the eight codes of
+    the unit's columns [16 w, 16 w + 16) (its m16 A fragment of W^T), which the packed order
+    keeps in b / 4 words of each lane (`FRAGMENT_WIDTHS`). Warpgroup g owns units ``units_n g``
+    to ``units_n (g + 1) - 1``, so its fragments are the ``wgmma`` register-A fragments of
+    ``units_n`` 64-row blocks of W^T.
 
-    The weight layout (units_k * 16, warpgroups * 64) names the codes in the packed order, so
-    the word layout (units_k, warpgroups * 32 * b), a block of the packed tensor whose lane l of
-    warp w holds words [l b + w b / 4, l b + (w + 1) b / 4) of each unit row, `view`s into it.
-    The scale layout (1, warpgroups * 64) is what each thread reads of a block's packed scale
-    row (`pack_scales`): its two columns, 16 w + l // 4 and 8 above, four bytes together.
-    Raises VerificationError for a width outside `FRAGMENT_WIDTHS`.
+    The weight layout (units_k * 16, warpgroups * units_n * 64) names the codes in the packed
+    order, so the word layout (units_k, warpgroups * units_n * 32 * b), a block of the packed
+    tensor whose lane l of warp w holds words [l b + w b / 4, l b + (w + 1) b / 4) of each of
+    its units' rows, `view`s into it (registers by k16 step, then unit). The scale layout
+    (1, warpgroups * units_n * 64) is what each thread reads of a block's packed scale row
+    (`pack_scales`): in each of its units, its two columns 16 w + l // 4 and 8 above, four
+    bytes together. Raises VerificationError for a width outside `FRAGMENT_WIDTHS`.
     """
     if nbits not in FRAGMENT_WIDTHS:
         raise VerificationError(
@@ -332,21 +336,21 @@ def fragment_tile_layouts(
         (3, 4, 6, 1),
         tuple(mode_of[digit] for digit in order[2:]),
     )
-    codes = spatial(1, warpgroups).local(units_k, 1) * unit
+    codes = spatial(1, warpgroups).local(units_k, units_n) * unit
     per_warp = nbits // 4
     words = RegisterLayout(
-        (units_k, warpgroups * UNIT_LANES * nbits),
-        (units_k, warpgroups, UNIT_LANES, UNIT_N // FRAGMENT_COLUMNS, per_warp),
-        (1, 3, 2),
-        (0, 4),
+        (units_k, warpgroups * units_n * UNIT_LANES * nbits),
+        (units_k, warpgroups, units_n, UNIT_LANES, UNIT_N // FRAGMENT_COLUMNS, per_warp),
+        (1, 4, 3),
+        (0, 2, 5),
     )
     # A packed scale column 8 l8 + f holds natural column 8 f + l8 (`scale_permutation`):
     # fragment w's two n8 fragments are f = 2 w and 2 w + 1, neighbours.
     scales = RegisterLayout(
-        (1, warpgroups * UNIT_N),
-        (warpgroups, 8, UNIT_N // FRAGMENT_COLUMNS, 2),
-        (0, 2, 1, -4),
-        (3,),
+        (1, warpgroups * units_n * UNIT_N),
+        (warpgroups, units_n, 8, UNIT_N // FRAGMENT_COLUMNS, 2),
+        (0, 3, 2, -4),
+        (1, 4),
     )
     return codes, words, scales
 

@@ -40,21 +40,25 @@ within the tensor cores' rounding.
 **The fragment tile** (`warp_columns` 16): the four warps of a warpgroup load the same unit,
 warp w' only the words of its A fragment (columns 16 w' .. 16 w' + 15 of the unit,
 `packed_weights.fragment_tile_layouts`), so the cast gives the warpgroup register-A layout with
-W^T's rows in their own order, and no renaming is needed on either side of the dot.
+W^T's rows in their own order, and no renaming is needed on either side of the dot. With
+`units_n` u a warpgroup shares u neighbouring units, each warp one A fragment of each, and
+issues ``wgmma`` for u blocks of 64 rows of W^T: for the same accumulators, a tile u times as
+wide and 1 / u as tall reads each activation tile for u times the columns (fewer bytes a
+multiply from L2) but dequantizes each weight for 1 / u the rows.
 
 Tile: ``block_n = 256 * units_n * warpgroups`` columns of N (the fragment tile: ``64 *
-warpgroups``), `block_m` rows of M (a multiple of 8 up to 256), ``BK = 16 * units_k``.
+units_n * warpgroups``), `block_m` rows of M (a multiple of 8 up to 256), ``BK = 16 * units_k``.
 Registers per thread: ``2 * units_n * block_m`` f32 accumulators (128 at the default 64 rows;
-the fragment tile ``block_m / 2``) besides the weights. `n` and `k` are compile-time
+the fragment tile ``units_n * block_m / 2``) besides the weights. `n` and `k` are compile-time
 constants and the program declares its grid ``(n // block_n, ceil(m / block_m), split)`` (with
-`stream_k`, ``min(stream_k, W / unroll)`` blocks; with `persistent`, ``min(persistent, T)``
-for the T output tiles); `k` a multiple of BK * split (with `stream_k`, of BK * unroll: the
-shares are runs of `unroll` k-tiles, `PrefillTile.granule`) and `group_size` of BK (one scale
-row per k-tile); rows of A past m read zeros and rows of C past m are not written. With
-`split` > 1 or `stream_k` the parameters are ``qmm(m, n, k, a, packed, scales, [zeros,]
-partial, counters, c)``: `partial` an f32 workspace of `PrefillTile.partial_shape` (each slot
-a part of every whole tile), `counters` one i32 per output tile (`PrefillTile.tiles`), zero
-before the launch and left zero after it.
+`stream_k`, ``min(stream_k, W / unroll)`` blocks; with `persistent`, ``min(persistent, T)`` for
+the T output tiles); `k` a multiple of BK * split (with `stream_k`, of BK * unroll: the shares
+are runs of `unroll` k-tiles, `PrefillTile.granule`) and `group_size` of BK (one scale row per
+k-tile); rows of A past m read zeros and rows of C past m are not written. With `split` > 1 or
+`stream_k` the parameters are ``qmm(m, n, k, a, packed, scales, [zeros,] partial, counters,
+c)``: `partial` an f32 workspace of `PrefillTile.partial_shape` (each slot a part of every
+whole tile), `counters` one i32 per output tile (`PrefillTile.tiles`), zero before the launch
+and left zero after it.
 """
 
 from __future__ import annotations
@@ -113,26 +117,27 @@ class WgmmaDequantConfig(PrefillTile):
     """The tile parameters of `wgmma_dequant_matmul`.
 
     `warpgroups` per block (each owns 256 * `units_n` columns of N: its four warps one unit of
-    64 columns each per `units_n`); `units_k` k16 steps per k-tile; `block_m` rows of A per
-    block (the instruction's N side); `stages` shared stages of the activation ring (copied
-    stages - 1 k-tiles ahead); `depth` k-tiles of packed weights in flight in registers;
-    `unroll` copies of the loop body per generated iteration; `min_blocks_per_sm` the
-    occupancy asked of the compiler (0: none). `overlap_dot` orders the loop so that a
-    k-tile's dot may still run while the next k-tile's weights are dequantized: the
-    activations stages - 2 k-tiles ahead, copied after the dot into the stage the dot of two
-    k-tiles back read, one barrier per k-tile, before the dot (at least 3 stages). On sm_90a
-    the lowering keeps each wgmma running into the next k-tile where the loop is unrolled
-    into whole groups (`unroll` >= 2 dividing K / BK): each copy's dequantized weights are
-    registers of their own (`backend.wgmma_pipeline.in_flight_copies`). `split_dot` loads,
-    dequantizes and multiplies the k-tile one k16 step at a time, a dot per step into the
-    same accumulator: on sm_90a the steps' wgmma calls form one chain
-    (`backend.wgmma_pipeline.dot_chains`), so each step's dequantization runs while the
-    tensor cores work on the steps before, and only the k-tile's last step is waited for.
+    64 columns each per `units_n`; with `warp_columns` 16, the fragment tile of the module's
+    header, 64 * `units_n`, the four warps sharing each unit); `units_k` k16 steps per k-tile;
+    `block_m` rows of A per block (the instruction's N side); `stages` shared stages of the
+    activation ring (copied stages - 1 k-tiles ahead); `depth` k-tiles of packed weights in
+    flight in registers; `unroll` copies of the loop body per generated iteration;
+    `min_blocks_per_sm` the occupancy asked of the compiler (0: none). `overlap_dot` orders the
+    loop so that a k-tile's dot may still run while the next k-tile's weights are dequantized:
+    the activations stages - 2 k-tiles ahead, copied after the dot into the stage the dot of
+    two k-tiles back read, one barrier per k-tile, before the dot (at least 3 stages). On
+    sm_90a the lowering keeps each wgmma running into the next k-tile where the loop is
+    unrolled into whole groups (`unroll` >= 2 dividing K / BK): each copy's dequantized weights
+    are registers of their own (`backend.wgmma_pipeline.in_flight_copies`). `split_dot` loads,
+    dequantizes and multiplies the k-tile one k16 step at a time, a dot per step into the same
+    accumulator: on sm_90a the steps' wgmma calls form one chain
+    (`backend.wgmma_pipeline.dot_chains`), so each step's dequantization runs while the tensor
+    cores work on the steps before, and only the k-tile's last step is waited for.
     `panel_waits` writes the k-tile as one dot per ``PANEL_K``-deep panel of the activation
-    stage (each panel is a bulk copy of its own) and has each dot wait for its own panel
-    alone: the k-tile's first dot starts while its later panels still land, and on sm_90a
-    the panels' wgmma form one chain as `split_dot`'s steps do. Requires block_k a multiple
-    of ``PANEL_K`` of at least two panels.
+    stage (each panel is a bulk copy of its own) and has each dot wait for its own panel alone:
+    the k-tile's first dot starts while its later panels still land, and on sm_90a the panels'
+    wgmma form one chain as `split_dot`'s steps do. Requires block_k a multiple of ``PANEL_K``
+    of at least two panels.
     `refill_in_place` loads the next k-tile's packed words and scale rows into the registers
     of the current k-tile once its dequantization has read them, before its dots
     (`packed_prefill.RegisterRing`, ``in_place``): one k-tile's registers instead of two, and
@@ -235,7 +240,7 @@ class WgmmaDequantConfig(PrefillTile):
     @property
     def block_n(self) -> int:
         if self.warp_columns == FRAGMENT_COLUMNS:
-            return UNIT_N * self.warpgroups
+            return UNIT_N * self.warpgroups * self.units_n
         return UNIT_N * self.warps * self.units_n
 
     def check(self, group_size: int) -> None:
@@ -288,12 +293,9 @@ class WgmmaDequantConfig(PrefillTile):
                 "bool, True only with at least 3 stages"
             )
         columns = self.warp_columns
-        if columns not in (UNIT_N, FRAGMENT_COLUMNS) or (
-            columns == FRAGMENT_COLUMNS and self.units_n != 1
-        ):
+        if columns not in (UNIT_N, FRAGMENT_COLUMNS):
             raise VerificationError(
-                f"{PROGRAM}: warp_columns={columns!r} with units_n={self.units_n}; expected "
-                f"{UNIT_N}, or {FRAGMENT_COLUMNS} with units_n 1"
+                f"{PROGRAM}: warp_columns={columns!r}; expected {UNIT_N} or {FRAGMENT_COLUMNS}"
             )
         check_group_size(PROGRAM, group_size, self.block_k)
 
@@ -359,7 +361,7 @@ def wgmma_dequant_matmul(
         # A warp's A fragment of its warpgroup's unit: the cast gives the warpgroup's register-A
         # layout itself, with W^T's rows in their own order (no renaming before or after).
         code_layout, word_layout, scale_load = fragment_tile_layouts(
-            nbits, config.warpgroups, step_units
+            nbits, config.warpgroups, step_units, units_n
         )
         decoded_layout, stored_layout = weight_layout, c_layout
     else:

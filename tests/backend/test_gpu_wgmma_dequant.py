@@ -407,6 +407,25 @@ FRAGMENT_CASES = [
         replace(IN_FLIGHT_FRAGMENTS, warpgroups=2, units_k=8, stages=3, depth=2, staged_store=True),
         6,
     ),
+    # That tile twice as wide and half as tall (two units a warpgroup: 256 columns by 128
+    # rows, 64-deep k-tiles in four stages), refilled in place, C staged, at both widths.
+    *(
+        (
+            weight,
+            dtypes.f16,
+            False,
+            replace(
+                IN_FLIGHT_FRAGMENTS,
+                warpgroups=2,
+                units_n=2,
+                block_m=128,
+                refill_in_place=True,
+                staged_store=True,
+            ),
+            12,
+        )
+        for weight in (dtypes.i4, dtypes.i8)
+    ),
     # One persistent block for both row tiles: the producer copies the second tile's first
     # k-tiles while the consumers store the first.
     (

@@ -260,6 +260,41 @@ CASES = [
         3,
     ),
     (dtypes.i8, 64, WgmmaDequantConfig(block_m=16, units_k=2, split=2, warp_columns=16), 20, 2, 6),
+    # Each warp one A fragment of each of its warpgroup's units (64 * units_n columns a
+    # warpgroup): two units, three, then two in each of two warpgroups with a producer
+    # warpgroup, the dot in flight, refilled in place and C staged (QuantizedLinear's tile
+    # twice as wide).
+    (
+        dtypes.i4,
+        64,
+        WgmmaDequantConfig(block_m=16, units_k=2, warp_columns=16, units_n=2),
+        20,
+        2,
+        3,
+    ),
+    (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=8, warp_columns=16, units_n=3), 9, 1, 2),
+    (
+        dtypes.i8,
+        64,
+        WgmmaDequantConfig(
+            warpgroups=2,
+            units_n=2,
+            units_k=4,
+            block_m=24,
+            stages=3,
+            unroll=2,
+            overlap_dot=True,
+            release=True,
+            producer=True,
+            producer_registers=24,
+            refill_in_place=True,
+            staged_store=True,
+            warp_columns=16,
+        ),
+        30,
+        1,
+        4,
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),
@@ -872,7 +907,7 @@ def prefill_problems(draw: st.DrawFn) -> tuple[DataType, int, WgmmaDequantConfig
     if config.stages >= 3 and draw(st.booleans()):
         config = replace(config, overlap_dot=True)
     fragment_widths = [d for d in F16_WEIGHT_DTYPES if d.nbits in FRAGMENT_WIDTHS]
-    fragments = config.units_n == 1 and draw(st.booleans())
+    fragments = draw(st.booleans())
     if fragments:
         config = replace(config, warp_columns=FRAGMENT_COLUMNS)
     split = draw(st.sampled_from([1, 1, 2, 3]))
@@ -1501,11 +1536,8 @@ def test_the_kernel_compiles_for_sm_90a(kernel) -> None:
             "staged_store=True with block_n=2048, .* the 128 consumer threads cover whole rows "
             "of 256 runs of 8 columns",
         ),
-        (WgmmaDequantConfig(warp_columns=32), "warp_columns=32 with units_n=1; expected 64, or 16"),
-        (
-            WgmmaDequantConfig(warp_columns=16, units_n=2),
-            "warp_columns=16 with units_n=2; expected 64, or 16 with units_n 1",
-        ),
+        (WgmmaDequantConfig(warp_columns=32), "warp_columns=32; expected 64 or 16"),
+        (WgmmaDequantConfig(warp_columns=True), "warp_columns=True; expected 64 or 16"),
     ],
     ids=str,
 )

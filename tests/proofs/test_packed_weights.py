@@ -107,37 +107,49 @@ def test_tile_layouts_are_bijections_that_view_into_each_other(
 
 
 @pytest.mark.parametrize(
-    ("nbits", "warpgroups", "units_k"), [(4, 1, 1), (4, 2, 4), (8, 1, 2), (8, 2, 1)]
+    ("nbits", "warpgroups", "units_k", "units_n"),
+    [
+        (4, 1, 1, 1),
+        (4, 2, 4, 1),
+        (8, 1, 2, 1),
+        (8, 2, 1, 1),
+        (4, 1, 2, 2),
+        (8, 2, 1, 2),
+        (4, 2, 1, 3),
+    ],
 )
 def test_fragment_tile_layouts_are_bijections_that_view_into_each_other(
-    nbits: int, warpgroups: int, units_k: int
+    nbits: int, warpgroups: int, units_k: int, units_n: int
 ) -> None:
-    """Each warp one A fragment of its warpgroup's unit: the codes and the words bijections
-    that view into each other, each thread's codes those of its fragment in the packed order
-    (the unit's lane at the fragment's words), the same elements a thread of the ``wgmma``
-    register-A layout holds, and the scales the columns of its rows."""
-    codes, words, scales = fragment_tile_layouts(nbits, warpgroups, units_k)
-    threads = 128 * warpgroups
-    assert codes.shape == (16 * units_k, 64 * warpgroups)
-    assert words.shape == (units_k, 32 * nbits * warpgroups)
+    """Each warp one A fragment of each of its warpgroup's units: the codes and the words
+    bijections that view into each other, each thread's codes those of its fragments in the
+    packed order (the unit's lane at the fragment's words; by k16 step, then unit), the same
+    elements a thread of the ``wgmma`` register-A layout of the warpgroup's 64 * units_n rows
+    holds, and the scales the columns of its rows."""
+    codes, words, scales = fragment_tile_layouts(nbits, warpgroups, units_k, units_n)
+    threads, units = 128 * warpgroups, warpgroups * units_n
+    assert codes.shape == (16 * units_k, 64 * units)
+    assert words.shape == (units_k, 32 * nbits * units)
     assert codes.num_threads == words.num_threads == scales.num_threads == threads
     assert codes.local_size * nbits == words.local_size * 32
     assert_bijection(codes)
     assert_bijection(words)
     unit = unit_element_layout(nbits)
-    a, _, _ = wgmma_dot_layouts(threads, 64 * warpgroups, 8, 16 * units_k)
+    a, _, _ = wgmma_dot_layouts(threads, 64 * units, 8, 16 * units_k)
     permutation = scale_permutation()
     for t in range(threads):
         group, warp, lane = t // 128, t // 32 % 4, t % 32
         held = [codes.map(t, i) for i in range(codes.local_size)]
         assert held == [
-            (16 * s + k, 64 * group + n)
+            (16 * s + k, 64 * (units_n * group + u) + n)
             for s in range(units_k)
+            for u in range(units_n)
             for k, n in (unit.map(lane, 8 * warp + c) for c in range(8))
         ]
         assert [words.map(t, i) for i in range(words.local_size)] == [
-            (s, 32 * nbits * group + nbits * lane + nbits // 4 * warp + w)
+            (s, 32 * nbits * (units_n * group + u) + nbits * lane + nbits // 4 * warp + w)
             for s in range(units_k)
+            for u in range(units_n)
             for w in range(nbits // 4)
         ]
         assert sorted((n, k) for k, n in held) == sorted(a.map(t, i) for i in range(a.local_size))
@@ -291,6 +303,29 @@ def test_later_fragment_tiles_lowering_validates(
     names = [claim.name for claim, _ in report.plan_results]
     assert any(name.startswith("wgmma") for name in names)
     assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == stmatrix
+
+
+def test_wide_fragment_tile_lowering_validates() -> None:
+    """The staged tile twice as wide and half as tall (two units a warpgroup: 256 columns by
+    128 rows, 64-deep k-tiles in four stages, refilled in place, a producer warpgroup): every
+    access and claim proved, wgmma's among them, each thread's loads of its fragments' words
+    in both units and the stmatrix stores of its rows of the staging tile."""
+    config = replace(
+        prefill_config(BATCH_PATHS[3]),
+        units_n=2,
+        block_m=128,
+        units_k=4,
+        stages=4,
+        depth=1,
+        refill_in_place=True,
+        staged_store=True,
+    )
+    assert config.block_n == 256
+    prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 512}))
+    names = [claim.name for claim, _ in report.plan_results]
+    assert any(name.startswith("wgmma") for name in names)
+    assert any(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names)
 
 
 def test_panel_waits_fragment_tile_lowering_validates() -> None:
