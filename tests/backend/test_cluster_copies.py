@@ -357,6 +357,20 @@ def test_cluster_n_shares_the_activation_tiles_of_a_row_tile(fields, cluster) ->
     assert len(plan.parts) == 3 * 2 * 2  # stages, panels, parts
 
 
+def test_cluster_n_shares_the_activation_tiles_of_the_wide_fragment_tile() -> None:
+    """The staged tile two units a warpgroup wide (256 columns by 128 rows, 64-deep k-tiles in
+    four stages) in clusters of two: n a multiple of the cluster's 512 columns, and each
+    stage's one 64-deep panel of 128 rows (16 KB) issued in two parts of 64 rows (8 KB)."""
+    config = dataclasses.replace(STAGED, cluster_n=2, units_n=2, block_m=128, units_k=4, stages=4)
+    program = wgmma_dequant_matmul(dtypes.i8, 128, config)
+    assert program.cluster == (2, 1, 1)
+    assert program.param("n").multiple_of == 512
+    layer = specialize(program, {"n": 12288, "k": 4096})
+    (plan,) = plan_bulk_copies(layer, "sm_90a").tensors.values()
+    assert (plan.multicast, plan.part_extent, plan.part_bytes) == (2, 64, 8192)
+    assert len(plan.parts) == 4 * 1 * 2  # stages, panels, parts
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -385,13 +399,17 @@ def test_cluster_n_out_of_range_is_refused(fields, message) -> None:
             block_m=32, units_k=8, stages=3, warp_columns=16, release=True, producer=True,
             overlap_dot=True, unroll=2, group_m=2, cluster_n=2,
         ),
+        WgmmaDequantConfig(
+            block_m=32, units_k=4, stages=3, warp_columns=16, units_n=2, release=True,
+            producer=True, staged_store=True, cluster_n=2,
+        ),
     ],
-    ids=["staged", "grouped-in-flight"],
+    ids=["staged", "grouped-in-flight", "wide-staged"],
 )  # fmt: skip
 def test_a_clustered_prefill_kernel_compiles_and_is_proved(config) -> None:
-    """Small tiles of the prefill program in clusters of two: every copy of the activations is
-    shared (two 16-row parts of each 64-deep panel), NVRTC takes the kernel, and every claim,
-    the parts' boxes among them, is proved."""
+    """Small tiles of the prefill program in clusters of two (the last with two units a
+    warpgroup): every copy of the activations is shared (two 16-row parts of each 64-deep
+    panel), NVRTC takes the kernel, and every claim, the parts' boxes among them, is proved."""
     lowered = lower(
         wgmma_dequant_matmul(dtypes.i4, 128, config), "sm_90a", constants={"n": 256, "k": 512}
     )

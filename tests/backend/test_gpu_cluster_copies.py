@@ -63,8 +63,13 @@ def test_a_shared_ring_matches_the_interpreter(stages: int, tiles: int) -> None:
         ({"cluster_n": 2, "staged_store": True, "depth": 1, "refill_in_place": True}, 24),
         ({"cluster_n": 2, "staged_store": True, "group_m": 4}, 6),
         ({"cluster_n": 2, "split": 2}, 12),
+        (
+            {"cluster_n": 2, "staged_store": True, "depth": 1, "refill_in_place": True}
+            | {"units_n": 2, "block_m": 128, "units_k": 4, "stages": 4},
+            12,
+        ),
     ],
-    ids=["staged-refilled", "grouped", "split"],
+    ids=["staged-refilled", "grouped", "split", "wide-staged-refilled"],
 )
 def test_the_clustered_prefill_tile_matches_the_interpreter(fields, k_tiles: int) -> None:
     """Two row tiles (the second partial) by four column tiles, two clusters of two a row."""
