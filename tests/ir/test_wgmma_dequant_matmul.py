@@ -276,17 +276,13 @@ CASES = [
     (
         dtypes.i8,
         64,
-        WgmmaDequantConfig(
+        replace(
+            PRODUCER_IN_FLIGHT,
             warpgroups=2,
             units_n=2,
             units_k=4,
             block_m=24,
             stages=3,
-            unroll=2,
-            overlap_dot=True,
-            release=True,
-            producer=True,
-            producer_registers=24,
             refill_in_place=True,
             staged_store=True,
             warp_columns=16,

@@ -308,8 +308,7 @@ def test_later_fragment_tiles_lowering_validates(
 def test_wide_fragment_tile_lowering_validates() -> None:
     """The staged tile twice as wide and half as tall (two units a warpgroup: 256 columns by
     128 rows, 64-deep k-tiles in four stages, refilled in place, a producer warpgroup): every
-    access and claim proved, wgmma's among them, each thread's loads of its fragments' words
-    in both units and the stmatrix stores of its rows of the staging tile."""
+    access and claim proved, wgmma's and the staging tile's stmatrix stores among them."""
     config = replace(
         prefill_config(BATCH_PATHS[3]),
         units_n=2,
