@@ -551,6 +551,20 @@ STAGED_BATCH_TILE = {
 """QuantizedLinear's staged 128 x 256 tile: two consumer warpgroups over 256 rows, 128-deep
 k-tiles in three stages, C staged in the ring's memory."""
 
+WIDE_FRAGMENT_TILE = {
+    **FRAGMENT_TILE,
+    "warpgroups": 2,
+    "units_n": 2,
+    "block_m": 128,
+    "units_k": 4,
+    "stages": 4,
+    "depth": 1,
+    "refill_in_place": True,
+    "staged_store": True,
+}
+"""The fragment tile two units a warpgroup wide: 256 columns by 128 rows, 64-deep k-tiles in
+four stages, the weights refilled in place, C staged."""
+
 IN_FLIGHT_K128 = {"block_m": 16, "units_k": 8, "stages": 3, "unroll": 2, "overlap_dot": True}
 """A 16-row tile of 128-deep k-tiles, unrolled twice with each k-tile's dot in flight and no
 producer (so the CPU emulation runs its variants)."""
@@ -862,6 +876,23 @@ PREFILL_CASES = [
     # The next k-tile's words loaded into the registers of the one just dequantized, the dot
     # in flight (the CPU emulation runs it).
     (dtypes.u4, dtypes.f16, False, "register", {**IN_FLIGHT_K128, "refill_in_place": True}, 5),
+    # The fragment tile two units a warpgroup wide (256 columns by 128 rows, 64-deep k-tiles),
+    # refilled in place, C staged: alone (a partial second row tile), and in clusters of two
+    # column tiles with the activations multicast.
+    *(
+        (
+            weight,
+            dtypes.f16,
+            False,
+            "register",
+            {**WIDE_FRAGMENT_TILE, "row_tiles": 2, **fields},
+            6,
+        )
+        for weight, fields in (
+            (dtypes.i8, {}),
+            (dtypes.i4, {"cluster_n": 2, "column_tiles": 2}),
+        )
+    ),
 ]
 
 
