@@ -10,7 +10,9 @@
         --prefill split=2 --prefill block_m=128
 
 With ``--section SourceCounters -o REPORT``, ``benchmarks/stall_samples.py`` reads the report's
-source page (warp stall samples by instruction and reason).
+source page (warp stall samples by instruction and reason); ``--cubins DIR`` writes each
+configuration's CUBIN there (``kernel<i>.cubin``), from which it also splits the samples by
+where they fall: the k loop, other loops (a producer's), or outside any loop.
 
 Random inputs of one (weight type, K, N, M) point of `benchmarks/quantized_matmul.py`; each
 `--config` (fields of `ir.examples.register_dequant_matmul.DequantConfig`, the rest default; none
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 import torch
 
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--prefill", action="append", default=[])
     parser.add_argument("--launches", type=int, default=1)
+    parser.add_argument("--cubins", type=Path, help="a folder for each kernel's CUBIN")
     options = parser.parse_args(argv)
     problem = DecodeProblem(
         dtypes.from_name(options.weights), options.group_size, k=options.k, n=options.n
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         operations.append(BatchMatmul(problem, {**PREFILL_PATH, **fields}))
     if not operations:
         operations = [DecodeMatmul.tuned(problem, options.m)]
-    for operation in operations:
+    for index, operation in enumerate(operations):
         arguments = (inputs["a"], inputs["packed"], inputs["scales"], inputs["zeros"])
         out = operation(*arguments)
         torch.cuda.synchronize()
@@ -103,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             kernel, described = operation.kernel, operation.prefill
         else:
             kernel, described = operation.matmul_kernel, operation.config
+        if options.cubins is not None:
+            options.cubins.mkdir(parents=True, exist_ok=True)
+            (options.cubins / f"kernel{index}.cubin").write_bytes(kernel.cubin)
         print(
             f"{options.weights} {options.k}x{options.n} m={options.m} {described}: "
             f"registers {kernel.resources.registers_per_thread}, shared {kernel.shared_bytes} B, "

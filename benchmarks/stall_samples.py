@@ -7,6 +7,14 @@ without the predicate: ``@!P0 LDG.E.128`` is ``LDG``) and prints, per kernel of 
 Markdown table of the mnemonics that took the most samples with the reasons that took most of
 theirs, then the kernel's samples by reason. The JSON (``--output``) has every count.
 
+With the profiled kernel's CUBIN (``--cubin``; `benchmarks/profile_quantized_matmul.py
+--cubins` writes them), the page's lines are matched one to one, mnemonic by mnemonic, with
+the CUBIN's instructions (`backend.sass`), and the samples are also split by region: the k
+loop (`backend.sass.Function.main_loop`, the innermost loop issuing tensor-core instructions),
+other loops (a producer warp's loop, a barrier's retry loop) and the code outside any loop;
+the k loop's mnemonics get a table of their own. In a warp-specialised kernel that tells the
+consumers' waits from the producer's.
+
 It is how the decode kernels' stalls in ``benchmarks/results/quantized_matmul_notes.md`` were
 read ("Decode: where the warps wait")::
 
@@ -15,7 +23,8 @@ read ("Decode: where the warps wait")::
         python benchmarks/profile_quantized_matmul.py --weights i2 --m 16 \\
         --config warps=4,units_k=8,split=4,late_scale=1,weights_as_a=1,units_m=2
     ncu -i decode.ncu-rep --page source --csv --print-source sass > decode.csv
-    python benchmarks/stall_samples.py decode.csv [--top 14] [--reasons 3] [--output DIR]
+    python benchmarks/stall_samples.py decode.csv [--top 14] [--reasons 3] [--output DIR] \\
+        [--cubin CUBIN ...]
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backend.errors import DisassemblyError
+from backend.sass import Function, disassemble
+
 KERNEL_ROW = "Kernel Name"
 """The first cell of the row that opens a kernel's part of the page (its name second)."""
 SOURCE_COLUMN = "Source"
@@ -38,15 +50,22 @@ NOT_ISSUED = "(Not Issued)"
 """The suffix of the columns that repeat each reason for the samples of warps not issuing
 (a subset of the reason's samples): left out, so each sample counts once."""
 PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
+REGIONS = ("k loop", "other loops", "outside loops")
+"""The regions `by_region` splits a kernel's samples into, in its order."""
+PADDING = frozenset({"NOP", "BRA"})
+"""The mnemonics of the padding after a kernel's last instruction, which a CUBIN's listing may
+have past the page's lines."""
 
 
 @dataclass
 class KernelStalls:
-    """One kernel's stall samples: by reason, and by mnemonic then reason."""
+    """One kernel's stall samples: by reason, and by mnemonic then reason; `lines` holds each
+    line of the page in order, its source text and its samples by reason."""
 
     kernel: str
     by_reason: Counter[str] = field(default_factory=Counter)
     by_mnemonic: dict[str, Counter[str]] = field(default_factory=dict)
+    lines: list[tuple[str, Counter[str]]] = field(default_factory=list)
 
     @property
     def samples(self) -> int:
@@ -55,6 +74,16 @@ class KernelStalls:
     def add(self, mnemonic: str, reason: str, count: int) -> None:
         self.by_reason[reason] += count
         self.by_mnemonic.setdefault(mnemonic, Counter())[reason] += count
+
+    def restricted(self, indices: set[int], title: str) -> KernelStalls:
+        """The samples of the lines at `indices` alone, as a `KernelStalls` named `title`."""
+        part = KernelStalls(title)
+        for index, (source, counts) in enumerate(self.lines):
+            if index in indices:
+                part.lines.append((source, counts))
+                for reason, count in counts.items():
+                    part.add(mnemonic(source), reason, count)
+        return part
 
 
 def mnemonic(source: str) -> str:
@@ -103,6 +132,7 @@ def read_page(text: str) -> list[KernelStalls]:
                 )
             source = header.index(SOURCE_COLUMN)
             continue
+        counts: Counter[str] = Counter()
         for i, reason in reasons:
             cell = row[i].strip() if i < len(row) else ""
             if not cell:
@@ -113,6 +143,8 @@ def read_page(text: str) -> list[KernelStalls]:
                 )
             if int(cell):
                 kernels[-1].add(mnemonic(row[source]), reason, int(cell))
+                counts[reason] += int(cell)
+        kernels[-1].lines.append((row[source] if source < len(row) else "", counts))
     if not kernels:
         raise ValueError(f"source page: no {KERNEL_ROW!r} row; expected ncu --page source CSV")
     return kernels
@@ -143,12 +175,88 @@ def _largest(item: tuple[str, int]) -> tuple[int, str]:
     return (-item[1], item[0])
 
 
+def line_regions(stalls: KernelStalls, function: Function) -> list[str]:
+    """The region (`REGIONS`) of each of `stalls`' lines, from `function`, the same kernel's
+    SASS. Raises ValueError naming the first line whose mnemonic is not the instruction's at
+    its place, else the counts when the page has more lines than the function instructions
+    (or fewer, but for trailing padding): then the CUBIN is not the profiled kernel's."""
+    instructions = function.instructions
+    for index, ((source, _), instruction) in enumerate(zip(stalls.lines, instructions)):
+        try:
+            name = mnemonic(source)
+        except ValueError:
+            name = None
+        if name != instruction.mnemonic:
+            raise ValueError(
+                f"{stalls.kernel}: line {index} of the page is {source.strip()!r}, the "
+                f"CUBIN's instruction there is {instruction!r}; expected the same kernel"
+            )
+    extra = instructions[len(stalls.lines) :]
+    if len(stalls.lines) > len(instructions) or any(i.mnemonic not in PADDING for i in extra):
+        raise ValueError(
+            f"{stalls.kernel}: the page has {len(stalls.lines)} lines, the CUBIN's "
+            f"{function.name} {len(instructions)} instructions; expected the same kernel"
+        )
+    k_loop = function.main_loop().body
+    looped = set().union(*(loop.body for loop in function.loops()))
+    return [
+        REGIONS[0] if index in k_loop else REGIONS[1] if index in looped else REGIONS[2]
+        for index in range(len(stalls.lines))
+    ]
+
+
+def by_region(stalls: KernelStalls, regions: list[str]) -> dict[str, Counter[str]]:
+    """`stalls`' samples by region (`line_regions`) and reason, every region of `REGIONS`."""
+    split: dict[str, Counter[str]] = {region: Counter() for region in REGIONS}
+    for region, (_, counts) in zip(regions, stalls.lines):
+        split[region].update(counts)
+    return split
+
+
+def region_table(stalls: KernelStalls, split: dict[str, Counter[str]], reasons: int = 3) -> str:
+    """The Markdown table of `split` (`by_region`): each region's samples, share of the
+    kernel's and `reasons` largest reasons."""
+    total = stalls.samples or 1
+    lines = [
+        f"{stalls.kernel}: samples by region",
+        "",
+        "| region | samples | share | reasons |",
+        "|---|---:|---:|---|",
+    ]
+    for region, counts in split.items():
+        samples = sum(counts.values())
+        main = ", ".join(f"{r} {c}" for r, c in sorted(counts.items(), key=_largest)[:reasons])
+        lines.append(f"| {region} | {samples} | {100 * samples / total:.1f} % | {main} |")
+    return "\n".join([*lines, ""])
+
+
+def functions_of(cubins: list[Path]) -> dict[str, Function]:
+    """The kernels of the CUBIN files `cubins`, by name (`backend.sass.disassemble`)."""
+    functions: dict[str, Function] = {}
+    for path in cubins:
+        functions.update(disassemble(path.read_bytes()))
+    return functions
+
+
+def function_of(kernel: str, functions: dict[str, Function]) -> Function | None:
+    """The function the page's kernel name `kernel` names: the same name, or the name with its
+    parameter list (``name(int, ...)``); None when none does."""
+    return functions.get(kernel) or functions.get(kernel.split("(", 1)[0].strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("page", type=Path, help="the CSV of ncu --page source --print-source sass")
     parser.add_argument("--top", type=int, default=14, help="mnemonics shown (default 14)")
     parser.add_argument("--reasons", type=int, default=3, help="reasons a mnemonic (default 3)")
     parser.add_argument("--output", type=Path, help="a folder for stall_samples.json and .md")
+    parser.add_argument(
+        "--cubin",
+        type=Path,
+        action="append",
+        default=[],
+        help="a CUBIN holding a profiled kernel (repeatable): its samples are split by region",
+    )
     args = parser.parse_args(argv)
     if args.top < 1 or args.reasons < 1:
         parser.error(f"--top {args.top} and --reasons {args.reasons}: expected at least 1 each")
@@ -156,19 +264,38 @@ def main(argv: list[str] | None = None) -> int:
         kernels = read_page(args.page.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as error:
         parser.error(f"{args.page}: {error}")
-    text = "\n".join(table(k, args.top, args.reasons) for k in kernels)
+    try:
+        functions = functions_of(args.cubin)
+    except (OSError, DisassemblyError) as error:
+        parser.error(f"--cubin: {error}")
+    parts, record = [], []
+    for k in kernels:
+        parts.append(table(k, args.top, args.reasons))
+        entry: dict[str, object] = {
+            "kernel": k.kernel,
+            "samples": k.samples,
+            "by_reason": dict(k.by_reason),
+            "by_mnemonic": {name: dict(c) for name, c in k.by_mnemonic.items()},
+        }
+        function = function_of(k.kernel, functions)
+        if function is not None:
+            try:
+                regions = line_regions(k, function)
+            except (ValueError, DisassemblyError) as error:
+                parser.error(f"--cubin: {error}")
+            split = by_region(k, regions)
+            in_loop = {i for i, region in enumerate(regions) if region == REGIONS[0]}
+            loop = k.restricted(in_loop, f"{k.kernel}, its k loop")
+            parts += [region_table(k, split, args.reasons), table(loop, args.top, args.reasons)]
+            entry["by_region"] = {region: dict(c) for region, c in split.items()}
+            entry["k_loop_by_mnemonic"] = {n: dict(c) for n, c in loop.by_mnemonic.items()}
+        elif args.cubin:
+            print(f"no CUBIN given holds {k.kernel!r}: its samples are not split", file=sys.stderr)
+        record.append(entry)
+    text = "\n".join(parts)
     print(text)
     if args.output is not None:
         args.output.mkdir(parents=True, exist_ok=True)
-        record = [
-            {
-                "kernel": k.kernel,
-                "samples": k.samples,
-                "by_reason": dict(k.by_reason),
-                "by_mnemonic": {name: dict(c) for name, c in k.by_mnemonic.items()},
-            }
-            for k in kernels
-        ]
         (args.output / "stall_samples.json").write_text(json.dumps(record, indent=2) + "\n")
         (args.output / "stall_samples.md").write_text(text)
     return 0

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backend import sass
+
 _spec = importlib.util.spec_from_file_location(
     "stall_samples_benchmark", Path(__file__).parents[1] / "benchmarks" / "stall_samples.py"
 )
@@ -173,3 +175,160 @@ def test_bad_command_lines_are_refused(tmp_path: Path, capsys, args, message) ->
     with pytest.raises(SystemExit):
         stalls.main([str(source), *args])
     assert message in capsys.readouterr().err
+
+
+# A warp-specialised kernel's SASS (as nvdisasm lists it, offsets 16 bytes apart): the
+# consumers' k loop of tensor-core instructions (lines 1 to 4) with its barrier's retry stub
+# (9 to 11, back into the loop), the producer's loop (5 to 7), then the padding after the last
+# instruction (12 and 13, which the page may leave out).
+SPECIALISED = [
+    (None, "MOV", "R1,c[0x0][0x28]"),  # 0: outside any loop
+    (None, "PRMT", "R2,R3,0x4140,R4"),  # 1: the k loop's header
+    (None, "HGMMA.64x256x16.F32", "R24,R152,gdesc[UR20],R24"),  # 2
+    ("@!P2", "BRA", "0x90"),  # 3: to the retry stub
+    ("@!P0", "BRA", "0x10"),  # 4: the k loop's back edge
+    (None, "SYNCS.PHASECHK.TRANS64.TRYWAIT", "P0,[UR10],R22"),  # 5: the producer's loop
+    (None, "UTMALDG.2D", "[UR8],[UR4]"),  # 6
+    ("@!P1", "BRA", "0x50"),  # 7: its back edge
+    (None, "EXIT", ""),  # 8
+    (None, "SYNCS.PHASECHK.TRANS64.TRYWAIT", "P0,[UR14],R20"),  # 9: the retry stub
+    ("@!P0", "BRA", "0x90"),  # 10
+    (None, "BRA", "0x40"),  # 11: back into the k loop
+    (None, "BRA", "0xc0"),  # 12: padding
+    (None, "NOP", ""),  # 13: padding
+]
+SPECIALISED_SAMPLES = [
+    # (source as the page prints it, long_sb, wait, math): lines 0 to 11 of SPECIALISED.
+    ("      MOV R1, c[0x0][0x28]", 0, 4, 0),
+    ("      PRMT R2, R3, 0x4140, R4", 0, 30, 0),
+    ("      HGMMA.64x256x16.F32 R24, R152, gdesc[UR20], R24", 0, 9, 0),
+    ("@!P2  BRA 0x7ff7000090", 0, 0, 0),
+    ("@!P0  BRA 0x7ff7000010", 0, 2, 0),
+    ("      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10], R22", 3, 0, 0),
+    ("      UTMALDG.2D [UR8], [UR4]", 0, 0, 0),
+    ("@!P1  BRA 0x7ff7000050", 40, 0, 0),
+    ("      EXIT", 0, 0, 0),
+    ("      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR14], R20", 7, 0, 0),
+    ("@!P0  BRA 0x7ff7000090", 11, 0, 0),
+    ("      BRA 0x7ff7000040", 0, 0, 0),
+]
+K_LOOP_LINES = {1, 2, 3, 4, 9, 10, 11}
+
+
+def specialised() -> sass.Function:
+    """SPECIALISED as `backend.sass` reads it from a CUBIN."""
+    instructions = tuple(
+        sass.Instruction(16 * index, opcode, tuple(operands.split(",")) if operands else (), guard)
+        for index, (guard, opcode, operands) in enumerate(SPECIALISED)
+    )
+    return sass.Function("consumer_producer", 0, instructions)
+
+
+def test_a_warp_specialised_kernel_s_samples_split_by_region_exactly() -> None:
+    [kernel] = stalls.read_page(page(("consumer_producer", SPECIALISED_SAMPLES)))
+    regions = stalls.line_regions(kernel, specialised())
+    assert (
+        regions
+        == ["outside loops"]
+        + ["k loop"] * 4
+        + ["other loops"] * 3
+        + ["outside loops"]
+        + ["k loop"] * 3
+    )
+    split = stalls.by_region(kernel, regions)
+    assert split == {
+        "k loop": {"wait": 41, "long_sb": 18},
+        "other loops": {"long_sb": 43},
+        "outside loops": {"wait": 4},
+    }
+    assert stalls.region_table(kernel, split, reasons=1) == (
+        "consumer_producer: samples by region\n\n"
+        "| region | samples | share | reasons |\n"
+        "|---|---:|---:|---|\n"
+        "| k loop | 59 | 55.7 % | wait 41 |\n"
+        "| other loops | 43 | 40.6 % | long_sb 43 |\n"
+        "| outside loops | 4 | 3.8 % | wait 4 |\n"
+    )
+    loop = kernel.restricted(K_LOOP_LINES, "the k loop")
+    assert (loop.kernel, loop.samples) == ("the k loop", 59)
+    assert loop.by_mnemonic == {
+        "PRMT": {"wait": 30},
+        "HGMMA": {"wait": 9},
+        "BRA": {"wait": 2, "long_sb": 11},
+        "SYNCS": {"long_sb": 7},
+    }
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        # A line whose instruction is not the CUBIN's there: another kernel's page.
+        (
+            [*SPECIALISED_SAMPLES[:2], ("      HMMA.16816.F32 R1, R2, R3, R4", 0, 1, 0)],
+            r"line 2 of the page is 'HMMA.16816.F32 R1, R2, R3, R4', the CUBIN's instruction "
+            r"there is /\*0020\*/ HGMMA",
+        ),
+        # More lines than instructions.
+        (
+            [
+                *SPECIALISED_SAMPLES,
+                ("      BRA 0x7ff70000c0", 0, 0, 0),
+                *[("      NOP", 0, 0, 0)] * 2,
+            ],
+            "the page has 15 lines, the CUBIN's consumer_producer 14",
+        ),
+        # Fewer, where the rest is not padding.
+        (SPECIALISED_SAMPLES[:9], "the page has 9 lines, the CUBIN's consumer_producer 14"),
+    ],
+)
+def test_a_cubin_of_another_kernel_is_refused(lines, message: str) -> None:
+    [kernel] = stalls.read_page(page(("consumer_producer", lines)))
+    with pytest.raises(ValueError, match=message):
+        stalls.line_regions(kernel, specialised())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    counts=st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30)),
+        min_size=len(SPECIALISED_SAMPLES),
+        max_size=len(SPECIALISED_SAMPLES),
+    )
+)
+def test_the_regions_share_out_every_sample_once(counts) -> None:
+    lines = [(source, *c) for (source, *_), c in zip(SPECIALISED_SAMPLES, counts)]
+    [kernel] = stalls.read_page(page(("consumer_producer", lines)))
+    split = stalls.by_region(kernel, stalls.line_regions(kernel, specialised()))
+    assert list(split) == list(stalls.REGIONS)
+    assert sum(split.values(), start=stalls.Counter()) == +kernel.by_reason
+    in_loop = sum(sum(counts[line]) for line in K_LOOP_LINES)
+    assert sum(split["k loop"].values()) == in_loop
+
+
+def test_the_command_line_splits_the_samples_of_a_cubin_s_kernel(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "page.csv"
+    source.write_text(page(("consumer_producer", SPECIALISED_SAMPLES)) + PAGE)
+    cubin = tmp_path / "kernel0.cubin"
+    cubin.write_bytes(b"\x7fELF stand-in")
+    disassembled = []
+
+    def disassemble(data: bytes) -> dict[str, sass.Function]:
+        disassembled.append(data)
+        return {"consumer_producer": specialised()}
+
+    monkeypatch.setattr(stalls, "disassemble", disassemble)
+    output = tmp_path / "out"
+    assert stalls.main([str(source), "--cubin", str(cubin), "--output", str(output)]) == 0
+    captured = capsys.readouterr()
+    assert disassembled == [b"\x7fELF stand-in"]
+    assert "| k loop | 59 | 55.7 % | wait 41, long_sb 18 |" in captured.out
+    assert "consumer_producer, its k loop: 59 samples" in captured.out
+    assert "| PRMT | 30 | 50.8 % | wait 30 |" in captured.out
+    # The page's other kernels, which no CUBIN holds, are counted whole and named.
+    assert "no CUBIN given holds 'decode_i2'" in captured.err
+    record = json.loads((output / "stall_samples.json").read_text())
+    assert record[0]["by_region"]["other loops"] == {"long_sb": 43}
+    assert record[0]["k_loop_by_mnemonic"]["HGMMA"] == {"wait": 9}
+    assert "by_region" not in record[1]
