@@ -26,6 +26,15 @@ the kernel, was at fault).
 `medians_in_turns` times several runs that are to be compared in turns, round by round, so a
 slow drift of the GPU's clocks over the measurement does not favour the one timed first.
 
+`steady_in_turns(runs, launches)` is a second figure beside the protocol's, for operations
+held by the card's power limit: each run launched `launches` times back to back (no flush, no
+sleep), timed as one block and divided, rounds in turns, with the SM clock and board power
+read during each block (`backend.gpu_clocks.ClockSampler`). The protocol's runs each follow a
+flush read and another run, so the clock a run gets is partly set by the power its neighbours
+drew; back to back, the clock settles on the run's own draw, as in a model's layers launched
+one after another. The host's queuing must be shorter than the GPU's work (the prefill's
+milliseconds), else the figure includes it.
+
 torch is imported inside the functions only: this module imports on a machine without torch.
 """
 
@@ -35,9 +44,11 @@ import functools
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from backend.errors import LaunchError, TimingError
+from backend.gpu_clocks import ClockSampler, ClockSummary, summarize
 
 FLUSH_BYTES = 512 * 2**20
 """The smallest flush buffer `flush_buffer` makes: 512 MiB, more than twice any current L2
@@ -50,6 +61,10 @@ SLEEP_ATTEMPTS = 4
 """Sleep lengths `median_us` tries before it gives up (the last is 64 times the first)."""
 WARMUP_RUNS = 2
 """Untimed runs before the timed ones (module loading, first-touch allocations)."""
+STEADY_LAUNCHES = 50
+"""Back-to-back launches a block of `steady_in_turns` by default (250 ms of a 5 ms kernel)."""
+STEADY_ROUNDS = 3
+"""Blocks of each run `steady_in_turns` times by default, in turns."""
 
 _FLUSH_BUFFERS: dict[tuple[int, int], Any] = {}
 
@@ -138,19 +153,11 @@ def _medians(
     caller: str,
 ) -> dict[str, float]:
     """`medians_in_turns`, its errors naming `caller`."""
-    for name, value, least in (
-        ("repeats", repeats, 1),
-        ("warmup", warmup, 0),
-        ("sleep_cycles", sleep_cycles, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise LaunchError(f"{caller}: {name}={value!r}; expected an int >= {least}")
-    names = list(runs) if isinstance(runs, Mapping) else None
-    if not names or not all(isinstance(name, str) and name for name in names):
-        raise LaunchError(
-            f"{caller}: runs {runs!r}; expected a mapping of one or more non-empty str names "
-            "to callables"
-        )
+    names = _checked_names(
+        caller,
+        runs,
+        (("repeats", repeats, 1), ("warmup", warmup, 0), ("sleep_cycles", sleep_cycles, 1)),
+    )
     import torch
 
     if not isinstance(flush, torch.Tensor) or not flush.is_cuda:
@@ -179,6 +186,99 @@ def _medians(
         f"{caller}: queuing one run took up to {max(host_us):.0f} us on the host, longer than "
         f"the longest sleep before it ({sleep_us:.0f} us): its time would include host work"
     )
+
+
+@dataclass(frozen=True)
+class SteadyTime:
+    """A run's time per launch in microseconds when launched back to back (the median over
+    its blocks), and the clock and power read during its blocks (None when none was read)."""
+
+    us: float
+    clock: ClockSummary | None
+
+
+def steady_in_turns(
+    runs: Mapping[str, Callable[[], object]],
+    launches: int = STEADY_LAUNCHES,
+    rounds: int = STEADY_ROUNDS,
+    *,
+    warmup: int = WARMUP_RUNS,
+    sampler: Callable[[], ClockSampler] | None = None,
+) -> dict[str, SteadyTime]:
+    """Each of `runs` (name -> run) launched `launches` times back to back, timed as one block
+    with CUDA events, `rounds` blocks each in turns (the mapping's order rotated by a place a
+    round), with the clock read during every block by `sampler()` (default: a `ClockSampler`
+    of the current GPU). Returns each run's `SteadyTime`: the median over its blocks of the
+    block's time over `launches`, and the summary of its blocks' samples. See the module
+    docstring for what it measures and when.
+
+    Raises `LaunchError` for `launches`, `rounds` < 1 or `warmup` < 0 and for `runs` that is
+    not a mapping of one or more non-empty str names.
+    """
+    names = _checked_names(
+        "steady_in_turns",
+        runs,
+        (("launches", launches, 1), ("rounds", rounds, 1), ("warmup", warmup, 0)),
+    )
+    import torch
+
+    if sampler is None:
+        sampler = functools.partial(ClockSampler, _nvidia_smi_id(torch))
+    for name in names:
+        for _ in range(warmup):
+            runs[name]()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    samples: dict[str, list[tuple[float, float | None]]] = {name: [] for name in names}
+    for turn in range(rounds):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            with sampler() as clocks:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(launches):
+                    runs[name]()
+                end.record()
+                end.synchronize()
+            times[name].append(1e3 * start.elapsed_time(end) / launches)
+            samples[name] += clocks.samples
+    return {
+        name: SteadyTime(statistics.median(times[name]), summarize(samples[name])) for name in names
+    }
+
+
+def _checked_names(
+    caller: str,
+    runs: Mapping[str, Callable[[], object]],
+    counts: tuple[tuple[str, object, int], ...],
+) -> list[str]:
+    """The names of `runs`, after checking each (name, value, least) of `counts` is an int of
+    at least its least and `runs` a mapping of one or more non-empty str names; LaunchError
+    naming `caller` and the bad value otherwise."""
+    for name, value, least in counts:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise LaunchError(f"{caller}: {name}={value!r}; expected an int >= {least}")
+    names = list(runs) if isinstance(runs, Mapping) else None
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise LaunchError(
+            f"{caller}: runs {runs!r}; expected a mapping of one or more non-empty str names "
+            "to callables"
+        )
+    return names
+
+
+def _nvidia_smi_id(torch: Any) -> int | str:
+    """How nvidia-smi names the current CUDA device: its PCI bus id where torch gives one
+    (CUDA's device numbering need not be nvidia-smi's), else its CUDA index."""
+    index = torch.cuda.current_device()
+    properties = torch.cuda.get_device_properties(index)
+    bus = getattr(properties, "pci_bus_id", None)
+    if isinstance(bus, int):
+        domain = getattr(properties, "pci_domain_id", 0)
+        device = getattr(properties, "pci_device_id", 0)
+        return f"{domain:08x}:{bus:02x}:{device:02x}.0"
+    return index
 
 
 def _elapsed_us(torch: Any, run: Callable[[], object], host_us: list[float] | None = None) -> float:

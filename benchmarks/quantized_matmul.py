@@ -63,7 +63,10 @@ each compiled and measured in the same run. Those kernels are timed in turns wit
 cuBLAS and Humming once, the order rotated a place a round), so that a drift of the clocks over
 a large point's seconds falls on all of them alike; the register-dequant kernel's points, which
 take microseconds, are timed apart. Each point's ``timing`` says which (``"in turns"`` or
-``"apart"``).
+``"apart"``). With ``--steady N`` those kernels and the peers are also timed back to back,
+N launches a block (`backend.timing.steady_in_turns`), with the SM clock and board power read
+during each block: a second figure for kernels held by the card's power limit, in
+``<output>/quantized_matmul_steady.json`` and ``.md``, beside the protocol's.
 
 Usage (on a GPU machine, with the checkout on PYTHONPATH)::
 
@@ -71,7 +74,7 @@ Usage (on a GPU machine, with the checkout on PYTHONPATH)::
         [--batches 1,16,256,4096] [--shapes 4096x12288,8192x8192] [--tune-batches 1,16]
         [--kernels register_dequant,mma]
         [--space full|compact|combining] [--configs-from FILES] [--batched-parts]
-        [--variants "stages=3,depth=1"] [--output benchmarks/results]
+        [--variants "stages=3,depth=1"] [--steady 50] [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ from backend.decode_matmul import (
     with_batched_parts,
 )
 from backend.device import current_arch
-from backend.timing import flush_buffer, median_us, medians_in_turns
+from backend.timing import SteadyTime, flush_buffer, median_us, medians_in_turns, steady_in_turns
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import VerificationError
@@ -599,12 +602,85 @@ def run_point(
     return points
 
 
+@dataclass
+class SteadyPoint:
+    """One run of a point timed back to back (`steady_in_turns`): the problem, the run (``ours
+    <i>`` with its `config`, ``cuBLAS`` or ``Humming``), microseconds a launch, and the SM
+    clock (MHz) and board power (W) read meanwhile (None where none was read)."""
+
+    weight: str
+    kernel: str
+    k: int
+    n: int
+    m: int
+    run: str
+    us: float
+    launches: int
+    clock_mhz: float | None
+    min_clock_mhz: float | None
+    power_w: float | None
+    config: dict[str, object]
+
+
+def steady_points(
+    operations: list[Operation], m: int, times: dict[str, SteadyTime], launches: int
+) -> list[SteadyPoint]:
+    """The `SteadyPoint` of each run of `times` (``ours <i>`` the i-th of `operations`)."""
+    p = operations[0].problem
+    points = []
+    for name, timed in times.items():
+        ours = name.startswith("ours ")
+        operation = operations[int(name.split()[1])] if ours else None
+        clock = timed.clock
+        points.append(
+            SteadyPoint(
+                weight=p.weight.name,
+                kernel=operation.variant if operation is not None else name,
+                k=p.k,
+                n=p.n,
+                m=m,
+                run=name,
+                us=timed.us,
+                launches=launches,
+                clock_mhz=None if clock is None else clock.median_mhz,
+                min_clock_mhz=None if clock is None else clock.min_mhz,
+                power_w=None if clock is None else clock.median_power_w,
+                config=operation.config_record if operation is not None else {},
+            )
+        )
+    return points
+
+
+def steady_table(points: list[SteadyPoint]) -> str:
+    """The back-to-back results as a Markdown table."""
+    lines = [
+        "| weight | K | N | M | run | us a launch | SM clock MHz (least) | power W | config |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for p in points:
+        clock = "n/a" if p.clock_mhz is None else f"{p.clock_mhz:.0f} ({p.min_clock_mhz:.0f})"
+        power = "n/a" if p.power_w is None else f"{p.power_w:.0f}"
+        config = " ".join(f"{key}={value}" for key, value in p.config.items())
+        lines.append(
+            f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.run} | {p.us:.1f} | {clock} | {power} "
+            f"| {config} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def run_in_turns(
-    operations: list[Operation], batches: list[int], flush: torch.Tensor, repeats: int
+    operations: list[Operation],
+    batches: list[int],
+    flush: torch.Tensor,
+    repeats: int,
+    steady: int = 0,
+    steady_out: list[SteadyPoint] | None = None,
 ) -> list[Point]:
     """Measure several of our kernels on one problem (the option sets of one variant) and the
     peers at every batch, all of a batch's runs timed in turns (`medians_in_turns`), so that a
-    drift of the clocks over the seconds a large point takes falls on all of them alike."""
+    drift of the clocks over the seconds a large point takes falls on all of them alike. With
+    `steady` N > 0, the same runs are also timed N launches back to back
+    (`steady_in_turns`), their `SteadyPoint`s appended to `steady_out`."""
     p = operations[0].problem
     layer, humming_note = humming_layer(p.weight, p.dequantized)
     points = []
@@ -619,6 +695,8 @@ def run_in_turns(
         peers = (times["cuBLAS"], times.get("Humming"), note)
         for i, operation in enumerate(operations):
             points.append(measured_point(operation, m, times[f"ours {i}"], peers, "in turns"))
+        if steady and steady_out is not None:
+            steady_out += steady_points(operations, m, steady_in_turns(runs, steady), steady)
     return points
 
 
@@ -760,7 +838,16 @@ def main(argv: list[str] | None = None) -> int:
         help="register-dequant configurations also measured with these fields overridden, "
         "variants separated by ';', e.g. stages=3,depth=1;stages=4,depth=1",
     )
+    parser.add_argument(
+        "--steady",
+        type=int,
+        default=0,
+        help="also time the in-turns kernels and the peers N launches back to back, with the "
+        "SM clock read meanwhile (backend.timing.steady_in_turns; 0: not)",
+    )
     options = parser.parse_args(argv)
+    if options.steady < 0:
+        parser.error(f"--steady must be 0 or more, got {options.steady}")
     try:
         option_sets = [parse_overrides(part) for part in options.options.split(";")]
         variant_overrides = [parse_overrides(part) for part in options.variants.split(";")]
@@ -802,6 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     flush = flush_buffer(device)
     points: list[Point] = []
+    steady: list[SteadyPoint] = []
     variants = [name.strip() for name in options.kernels.split(",")]
     unknown = sorted(set(variants) - set(KERNELS))
     if unknown:
@@ -836,10 +924,24 @@ def main(argv: list[str] | None = None) -> int:
                                 option_sets,
                             )
                         )
-                    points += run_in_turns(built, batches, flush, options.repeats)
+                    points += run_in_turns(
+                        built, batches, flush, options.repeats, options.steady, steady
+                    )
             # Written after every shape, so that a run cut short keeps what it measured.
             write_results(output, device, options.repeats, points, space)
+            if steady:
+                with torch.cuda.device(device):
+                    write_record(
+                        output,
+                        "quantized_matmul_steady",
+                        steady,
+                        steady_table(steady),
+                        launches=options.steady,
+                        group_size=GROUP_SIZE,
+                    )
     print(table(points), end="")
+    if steady:
+        print(steady_table(steady), end="")
     return 0
 
 

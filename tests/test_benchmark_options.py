@@ -309,3 +309,56 @@ def test_the_layer_benchmark_keeps_the_tuning_finalists() -> None:
     assert layer_benchmark.tuning_finalists(stored) == []
     assert layer_benchmark.tuning_finalists(SimpleNamespace(tuning=None)) == []
     assert layer_benchmark.tuning_finalists(None) == []
+
+
+def test_with_steady_the_same_runs_are_timed_back_to_back(monkeypatch) -> None:
+    """``--steady N``: after each batch's medians, the same runs (our option sets and the
+    peers) go to one `steady_in_turns` call with N launches a block, and each run becomes a
+    `SteadyPoint` with its clock and power; none without it."""
+    import torch
+
+    from backend.gpu_clocks import ClockSummary
+    from backend.timing import SteadyTime
+
+    problem = benchmark.Problem.make(benchmark.dtypes.from_name("i8"), 128, 64, torch.device("cpu"))
+    kernels = [_Kernel(problem, 128), _Kernel(problem, 256)]
+    calls = []
+
+    def steady(runs, launches):
+        calls.append((list(runs), launches))
+        clock = ClockSummary(1500.0 + len(calls), 1400.0, 1600.0, 690.0, 12)
+        return {
+            name: SteadyTime(10.0 * (index + 1), None if name == "cuBLAS" else clock)
+            for index, name in enumerate(runs)
+        }
+
+    monkeypatch.setattr(benchmark, "checked_run", lambda operation, a: lambda: None)
+    monkeypatch.setattr(benchmark, "humming_layer", lambda weight, w: (None, "unused"))
+    monkeypatch.setattr(benchmark, "humming_run", lambda layer, note, a, w: (None, "none"))
+    monkeypatch.setattr(benchmark, "medians_in_turns", lambda runs, f, r: dict.fromkeys(runs, 1.0))
+    monkeypatch.setattr(benchmark, "steady_in_turns", steady)
+    out: list = []
+    benchmark.run_in_turns(kernels, [16, 32], torch.zeros(4), 30, 7, out)
+    assert calls == [(["ours 0", "ours 1", "cuBLAS"], 7)] * 2
+    assert [(p.m, p.run, p.kernel, p.us, p.clock_mhz, p.config) for p in out] == [
+        (16, "ours 0", "wgmma_dequant", 10.0, 1501.0, {"block_m": 128}),
+        (16, "ours 1", "wgmma_dequant", 20.0, 1501.0, {"block_m": 256}),
+        (16, "cuBLAS", "cuBLAS", 30.0, None, {}),
+        (32, "ours 0", "wgmma_dequant", 10.0, 1502.0, {"block_m": 128}),
+        (32, "ours 1", "wgmma_dequant", 20.0, 1502.0, {"block_m": 256}),
+        (32, "cuBLAS", "cuBLAS", 30.0, None, {}),
+    ]
+    assert all(p.launches == 7 and (p.weight, p.k, p.n) == ("i8", 128, 64) for p in out)
+    table = benchmark.steady_table(out)
+    assert "| i8 | 128 | 64 | 16 | ours 1 | 20.0 | 1501 (1400) | 690 | block_m=256 |" in table
+    assert "| i8 | 128 | 64 | 16 | cuBLAS | 30.0 | n/a | n/a |  |" in table
+    # Without --steady, no back-to-back timing at all.
+    calls.clear()
+    benchmark.run_in_turns(kernels, [16], torch.zeros(4), 30)
+    assert calls == []
+
+
+def test_the_command_line_refuses_a_negative_steady(capsys) -> None:
+    with pytest.raises(SystemExit):
+        benchmark.main(["--steady", "-1"])
+    assert "--steady must be 0 or more, got -1" in capsys.readouterr().err

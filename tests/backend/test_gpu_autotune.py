@@ -272,3 +272,31 @@ def test_medians_in_turns_rotate_the_order_and_time_each_run() -> None:
     # One run in turns is `median_us`: the same work, the same protocol.
     alone = medians_in_turns({"large": runs["large"]}, flush, 30)["large"]
     assert 0.8 < alone / median_us(runs["large"], flush, 30) < 1.25
+
+
+def test_steady_timing_launches_back_to_back_and_reads_the_clock() -> None:
+    """`steady_in_turns`: each run's blocks in turns, the time a launch growing with the work,
+    and the SM clock read by nvidia-smi during the blocks (the device has it)."""
+    torch = _torch()
+    from backend.timing import steady_in_turns
+
+    tensors = {
+        "small": torch.ones(1 << 20, device="cuda"),
+        "large": torch.ones(1 << 28, device="cuda"),
+    }
+    calls: list[str] = []
+
+    def run(name: str) -> None:
+        calls.append(name)
+        tensors[name].sum()
+
+    runs = {name: functools.partial(run, name) for name in tensors}
+    times = steady_in_turns(runs, launches=20, rounds=2, warmup=1)
+    # One warm-up each, then round 0: 20 small, 20 large; round 1 rotated: 20 large, 20 small.
+    assert calls == ["small", "large"] + ["small"] * 20 + ["large"] * 40 + ["small"] * 20
+    assert list(times) == ["small", "large"]
+    # 1 GiB summed from HBM at a few TB/s: 200 to 2000 us a launch.
+    assert 200 < times["large"].us < 2000 and times["large"].us > 20 * times["small"].us
+    clock = times["large"].clock
+    assert clock is not None and clock.samples > 0
+    assert 100 < clock.min_mhz <= clock.median_mhz <= clock.max_mhz < 3000

@@ -1,8 +1,8 @@
 """The timing protocol's argument checks, on any machine (`backend.timing`).
 
-`median_us` and `medians_in_turns` refuse what they cannot time with a `LaunchError` naming the
-function, the bad value and what was expected, before they import torch or touch a GPU. What
-they measure is tested on the GPU (`test_gpu_autotune.py`).
+`median_us`, `medians_in_turns` and `steady_in_turns` refuse what they cannot time with a
+`LaunchError` naming the function, the bad value and what was expected, before they import
+torch or touch a GPU. What they measure is tested on the GPU (`test_gpu_autotune.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from backend.errors import LaunchError
-from backend.timing import median_us, medians_in_turns
+from backend.timing import median_us, medians_in_turns, steady_in_turns
 
 
 def _run() -> None:
@@ -55,3 +55,24 @@ def test_a_flush_that_is_not_a_cuda_tensor_is_refused() -> None:
         medians_in_turns({"ours": _run}, None)
     with pytest.raises(LaunchError, match=r"^median_us: flush is list; expected a CUDA tensor"):
         median_us(_run, [])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"launches": 0}, r"launches=0; expected an int >= 1"),
+        ({"launches": True}, r"launches=True; expected an int >= 1"),
+        ({"rounds": 0}, r"rounds=0; expected an int >= 1"),
+        ({"rounds": 1.5}, r"rounds=1.5; expected an int >= 1"),
+        ({"warmup": -1}, r"warmup=-1; expected an int >= 0"),
+    ],
+)
+def test_steady_timing_refuses_counts_out_of_range(arguments: dict[str, object], message: str):
+    with pytest.raises(LaunchError, match="^steady_in_turns: " + message):
+        steady_in_turns({"ours": _run}, **arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("runs", [{}, [_run], {"": _run}, {2: _run}])
+def test_steady_timing_refuses_runs_it_cannot_name(runs: object) -> None:
+    with pytest.raises(LaunchError, match=r"^steady_in_turns: runs .*; expected a mapping"):
+        steady_in_turns(runs)  # type: ignore[arg-type]
