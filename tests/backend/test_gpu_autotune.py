@@ -295,8 +295,9 @@ def test_steady_timing_launches_back_to_back_and_reads_the_clock() -> None:
     # One warm-up each, then round 0: 20 small, 20 large; round 1 rotated: 20 large, 20 small.
     assert calls == ["small", "large"] + ["small"] * 20 + ["large"] * 40 + ["small"] * 20
     assert list(times) == ["small", "large"]
-    # 1 GiB summed from HBM at a few TB/s: 200 to 2000 us a launch.
-    assert 200 < times["large"].us < 2000 and times["large"].us > 20 * times["small"].us
+    # 1 GiB summed from HBM at a few TB/s: 200 to 2000 us a launch; 4 MiB from L2 takes a
+    # launch's host time at most (back to back, the host queues each).
+    assert 200 < times["large"].us < 2000 and times["large"].us > 5 * times["small"].us
     clock = times["large"].clock
     assert clock is not None and clock.samples > 0
     assert 100 < clock.min_mhz <= clock.median_mhz <= clock.max_mhz < 3000
