@@ -1,6 +1,9 @@
 """The stall-sample reader (`benchmarks/stall_samples.py`): a small source page of two kernels
 read into exact counts and tables, the mnemonic of SASS lines, a property (every sample counted
-once, under its mnemonic and its reason), and pages that are not source pages refused."""
+once, under its mnemonic and its reason), and pages that are not source pages refused; the
+split by region with the kernel's SASS (a warp-specialised kernel's exact regions and tables,
+a property that the regions share out every sample once, the CUBIN of another kernel refused,
+and the command line's ``--cubin``)."""
 
 from __future__ import annotations
 
