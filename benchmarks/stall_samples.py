@@ -13,7 +13,10 @@ the CUBIN's instructions (`backend.sass`), and the samples are also split by reg
 loop (`backend.sass.Function.main_loop`, the innermost loop issuing tensor-core instructions),
 other loops (a producer warp's loop, a barrier's retry loop) and the code outside any loop;
 the k loop's mnemonics get a table of their own. In a warp-specialised kernel that tells the
-consumers' waits from the producer's.
+consumers' waits from the producer's. Last, per kernel, the lines that took the most samples,
+each with its offset and, with the CUBIN, its region and for a branch the instruction at its
+target (a branch's samples are often a wait whose retry loop it enters, a barrier's
+try-wait).
 
 It is how the decode kernels' stalls in ``benchmarks/results/quantized_matmul_notes.md`` were
 read ("Decode: where the warps wait")::
@@ -230,6 +233,64 @@ def region_table(stalls: KernelStalls, split: dict[str, Counter[str]], reasons: 
     return "\n".join([*lines, ""])
 
 
+def top_lines(
+    stalls: KernelStalls,
+    function: Function | None = None,
+    regions: list[str] | None = None,
+    top: int = 8,
+    reasons: int = 2,
+) -> list[dict[str, object]]:
+    """The `top` lines of `stalls` by samples (those with any), in that order: each line's
+    offset from the kernel's first instruction (16 bytes an instruction), its region (None
+    without `regions`), its source, for a branch the opcode at its target in `function` (the
+    kernel's SASS, `line_regions`-matched; None without it: a branch's samples are often a
+    wait whose retry loop it enters, a barrier's try-wait), its samples and its `reasons`
+    largest reasons."""
+    ranked = sorted(range(len(stalls.lines)), key=lambda i: (-sum(stalls.lines[i][1].values()), i))
+    rows = []
+    for index in ranked[:top]:
+        source, counts = stalls.lines[index]
+        if not counts:
+            break
+        target = None
+        if function is not None:
+            offset = function.instructions[index].branch_target
+            if offset is not None:
+                target = function.instructions[function.index_of(offset)].opcode
+        rows.append(
+            {
+                "offset": 16 * index,
+                "region": None if regions is None else regions[index],
+                "source": source.strip(),
+                "branch_to": target,
+                "samples": sum(counts.values()),
+                "reasons": dict(sorted(counts.items(), key=_largest)[:reasons]),
+            }
+        )
+    return rows
+
+
+def lines_table(stalls: KernelStalls, rows: list[dict[str, object]]) -> str:
+    """The Markdown table of `top_lines`' rows, with each line's share of the kernel's
+    samples."""
+    total = stalls.samples or 1
+    lines = [
+        f"{stalls.kernel}: the lines that took the most samples",
+        "",
+        "| offset | region | line | branch to | samples | share | reasons |",
+        "|---:|---|---|---|---:|---:|---|",
+    ]
+    for row in rows:
+        counts: dict[str, int] = row["reasons"]  # type: ignore[assignment]
+        samples: int = row["samples"]  # type: ignore[assignment]
+        named = ", ".join(f"{r} {c}" for r, c in counts.items())
+        lines.append(
+            f"| {row['offset']:#x} | {row['region'] or '-'} | `{row['source']}` "
+            f"| {row['branch_to'] or '-'} | {samples} | {100 * samples / total:.1f} % | {named} |"
+        )
+    return "\n".join([*lines, ""])
+
+
 def functions_of(cubins: list[Path]) -> dict[str, Function]:
     """The kernels of the CUBIN files `cubins`, by name (`backend.sass.disassemble`)."""
     functions: dict[str, Function] = {}
@@ -278,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             "by_mnemonic": {name: dict(c) for name, c in k.by_mnemonic.items()},
         }
         function = function_of(k.kernel, functions)
+        regions = None
         if function is not None:
             try:
                 regions = line_regions(k, function)
@@ -291,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             entry["k_loop_by_mnemonic"] = {n: dict(c) for n, c in loop.by_mnemonic.items()}
         elif args.cubin:
             print(f"no CUBIN given holds {k.kernel!r}: its samples are not split", file=sys.stderr)
+        rows = top_lines(k, function if regions else None, regions, args.top, args.reasons)
+        parts.append(lines_table(k, rows))
+        entry["top_lines"] = rows
         record.append(entry)
     text = "\n".join(parts)
     print(text)

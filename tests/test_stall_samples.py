@@ -335,3 +335,48 @@ def test_the_command_line_splits_the_samples_of_a_cubin_s_kernel(
     assert record[0]["by_region"]["other loops"] == {"long_sb": 43}
     assert record[0]["k_loop_by_mnemonic"]["HGMMA"] == {"wait": 9}
     assert "by_region" not in record[1]
+
+
+def test_the_top_lines_name_their_place_and_the_wait_a_branch_enters() -> None:
+    [kernel] = stalls.read_page(page(("consumer_producer", SPECIALISED_SAMPLES)))
+    function = specialised()
+    regions = stalls.line_regions(kernel, function)
+    rows = stalls.top_lines(kernel, function, regions, top=3, reasons=1)
+    assert rows == [
+        {
+            "offset": 0x70,
+            "region": "other loops",
+            "source": "@!P1  BRA 0x7ff7000050",
+            "branch_to": "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+            "samples": 40,
+            "reasons": {"long_sb": 40},
+        },
+        {
+            "offset": 0x10,
+            "region": "k loop",
+            "source": "PRMT R2, R3, 0x4140, R4",
+            "branch_to": None,
+            "samples": 30,
+            "reasons": {"wait": 30},
+        },
+        {
+            "offset": 0xA0,
+            "region": "k loop",
+            "source": "@!P0  BRA 0x7ff7000090",
+            "branch_to": "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+            "samples": 11,
+            "reasons": {"long_sb": 11},
+        },
+    ]
+    assert stalls.lines_table(kernel, rows[:1]) == (
+        "consumer_producer: the lines that took the most samples\n\n"
+        "| offset | region | line | branch to | samples | share | reasons |\n"
+        "|---:|---|---|---|---:|---:|---|\n"
+        "| 0x70 | other loops | `@!P1  BRA 0x7ff7000050` | SYNCS.PHASECHK.TRANS64.TRYWAIT "
+        "| 40 | 37.7 % | long_sb 40 |\n"
+    )
+    # Without the CUBIN: the same lines, with neither region nor target; lines without samples
+    # are never listed.
+    bare = stalls.top_lines(kernel, top=20)
+    assert [row["offset"] for row in bare] == [0x70, 0x10, 0xA0, 0x20, 0x90, 0x0, 0x50, 0x40]
+    assert all(row["region"] is None and row["branch_to"] is None for row in bare)
