@@ -80,6 +80,18 @@ def summarize(samples: Sequence[tuple[float, float | None]]) -> ClockSummary | N
     )
 
 
+def nvidia_smi_id(index: int, properties: object) -> int | str:
+    """How nvidia-smi names CUDA device `index` whose device properties (torch's) are
+    `properties`: its PCI bus id where they give one (``"00000000:19:00.0"``; CUDA's device
+    numbering need not be nvidia-smi's), else `index`."""
+    bus = getattr(properties, "pci_bus_id", None)
+    if isinstance(bus, int):
+        domain = getattr(properties, "pci_domain_id", 0)
+        device = getattr(properties, "pci_device_id", 0)
+        return f"{domain:08x}:{bus:02x}:{device:02x}.0"
+    return index
+
+
 class ClockSampler:
     """A context manager sampling the SM clock and board power of one GPU every `period_ms`
     milliseconds while its block runs. `gpu` names it as nvidia-smi's ``--id`` does: an index

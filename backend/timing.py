@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.errors import LaunchError, TimingError
-from backend.gpu_clocks import ClockSampler, ClockSummary, summarize
+from backend.gpu_clocks import ClockSampler, ClockSummary, nvidia_smi_id, summarize
 
 FLUSH_BYTES = 512 * 2**20
 """The smallest flush buffer `flush_buffer` makes: 512 MiB, more than twice any current L2
@@ -223,7 +223,9 @@ def steady_in_turns(
     import torch
 
     if sampler is None:
-        sampler = functools.partial(ClockSampler, _nvidia_smi_id(torch))
+        index = torch.cuda.current_device()
+        gpu = nvidia_smi_id(index, torch.cuda.get_device_properties(index))
+        sampler = functools.partial(ClockSampler, gpu)
     for name in names:
         for _ in range(warmup):
             runs[name]()
@@ -266,19 +268,6 @@ def _checked_names(
             "to callables"
         )
     return names
-
-
-def _nvidia_smi_id(torch: Any) -> int | str:
-    """How nvidia-smi names the current CUDA device: its PCI bus id where torch gives one
-    (CUDA's device numbering need not be nvidia-smi's), else its CUDA index."""
-    index = torch.cuda.current_device()
-    properties = torch.cuda.get_device_properties(index)
-    bus = getattr(properties, "pci_bus_id", None)
-    if isinstance(bus, int):
-        domain = getattr(properties, "pci_domain_id", 0)
-        device = getattr(properties, "pci_device_id", 0)
-        return f"{domain:08x}:{bus:02x}:{device:02x}.0"
-    return index
 
 
 def _elapsed_us(torch: Any, run: Callable[[], object], host_us: list[float] | None = None) -> float:

@@ -62,31 +62,32 @@ have past the page's lines."""
 
 @dataclass
 class KernelStalls:
-    """One kernel's stall samples: by reason, and by mnemonic then reason; `lines` holds each
-    line of the page in order, its source text and its samples by reason."""
+    """One kernel's stall samples: `lines` holds each line of the page in order, its source
+    text and its samples by reason; the totals by reason, and by mnemonic then reason, are
+    read from them."""
 
     kernel: str
-    by_reason: Counter[str] = field(default_factory=Counter)
-    by_mnemonic: dict[str, Counter[str]] = field(default_factory=dict)
     lines: list[tuple[str, Counter[str]]] = field(default_factory=list)
+
+    @property
+    def by_reason(self) -> Counter[str]:
+        return sum((counts for _, counts in self.lines), start=Counter())
+
+    @property
+    def by_mnemonic(self) -> dict[str, Counter[str]]:
+        split: dict[str, Counter[str]] = {}
+        for source, counts in self.lines:
+            if counts:
+                split.setdefault(mnemonic(source), Counter()).update(counts)
+        return split
 
     @property
     def samples(self) -> int:
         return sum(self.by_reason.values())
 
-    def add(self, mnemonic: str, reason: str, count: int) -> None:
-        self.by_reason[reason] += count
-        self.by_mnemonic.setdefault(mnemonic, Counter())[reason] += count
-
     def restricted(self, indices: set[int], title: str) -> KernelStalls:
         """The samples of the lines at `indices` alone, as a `KernelStalls` named `title`."""
-        part = KernelStalls(title)
-        for index, (source, counts) in enumerate(self.lines):
-            if index in indices:
-                part.lines.append((source, counts))
-                for reason, count in counts.items():
-                    part.add(mnemonic(source), reason, count)
-        return part
+        return KernelStalls(title, [line for i, line in enumerate(self.lines) if i in indices])
 
 
 def mnemonic(source: str) -> str:
@@ -145,9 +146,11 @@ def read_page(text: str) -> list[KernelStalls]:
                     f"source page line {number}: {header[i]}={cell!r}; expected a whole number"
                 )
             if int(cell):
-                kernels[-1].add(mnemonic(row[source]), reason, int(cell))
                 counts[reason] += int(cell)
-        kernels[-1].lines.append((row[source] if source < len(row) else "", counts))
+        text = row[source] if source < len(row) else ""
+        if counts:
+            mnemonic(text)  # a line with samples names its instruction (ValueError otherwise)
+        kernels[-1].lines.append((text, counts))
     if not kernels:
         raise ValueError(f"source page: no {KERNEL_ROW!r} row; expected ncu --page source CSV")
     return kernels

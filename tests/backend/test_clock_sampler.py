@@ -1,7 +1,7 @@
 """The clock sampler (`backend.gpu_clocks`) on any machine: nvidia-smi's sample lines read into
 exact values, summaries against their definition (hypothesis), the sampler's process driven by
 a stand-in command (a Python process printing lines, one that fails, one that is missing) and
-its arguments refused by name. On the GPU the sampler reads the real nvidia-smi
+its arguments refused by name, and a GPU named as nvidia-smi names it. On the GPU the sampler reads the real nvidia-smi
 (`test_gpu_autotune.py`, through `backend.timing.steady_in_turns`)."""
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.errors import LaunchError
-from backend.gpu_clocks import ClockSampler, ClockSummary, parse_sample, summarize
+from backend.gpu_clocks import (
+    ClockSampler,
+    ClockSummary,
+    nvidia_smi_id,
+    parse_sample,
+    summarize,
+)
 
 
 @pytest.mark.parametrize(
@@ -128,3 +134,14 @@ def test_the_nvidia_smi_command_names_the_gpu_and_period() -> None:
 def test_bad_arguments_are_refused_by_name(arguments: dict, message: str) -> None:
     with pytest.raises(LaunchError, match="^ClockSampler: " + message):
         ClockSampler(**arguments)
+
+
+def test_a_gpu_is_named_by_its_pci_bus_id_where_torch_gives_one() -> None:
+    """The two numberings of GPUs (CUDA's and nvidia-smi's) may differ; the bus id does not."""
+    from types import SimpleNamespace
+
+    with_bus = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x19, pci_device_id=0)
+    assert nvidia_smi_id(1, with_bus) == "00000000:19:00.0"
+    other = SimpleNamespace(pci_domain_id=1, pci_bus_id=0xAB, pci_device_id=3)
+    assert nvidia_smi_id(0, other) == "00000001:ab:03.0"
+    assert nvidia_smi_id(1, SimpleNamespace(name="H200")) == 1

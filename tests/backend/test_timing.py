@@ -76,21 +76,3 @@ def test_steady_timing_refuses_counts_out_of_range(arguments: dict[str, object],
 def test_steady_timing_refuses_runs_it_cannot_name(runs: object) -> None:
     with pytest.raises(LaunchError, match=r"^steady_in_turns: runs .*; expected a mapping"):
         steady_in_turns(runs)  # type: ignore[arg-type]
-
-
-def test_the_clock_is_read_from_the_gpu_torch_is_running_on() -> None:
-    """nvidia-smi is pointed at the current CUDA device by its PCI bus id where torch gives
-    one (the two numberings may differ), else by its CUDA index."""
-    from types import SimpleNamespace
-
-    from backend.timing import _nvidia_smi_id
-
-    def fake_torch(properties: object) -> object:
-        cuda = SimpleNamespace(
-            current_device=lambda: 1, get_device_properties=lambda index: properties
-        )
-        return SimpleNamespace(cuda=cuda)
-
-    with_bus = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x19, pci_device_id=0)
-    assert _nvidia_smi_id(fake_torch(with_bus)) == "00000000:19:00.0"
-    assert _nvidia_smi_id(fake_torch(SimpleNamespace(name="H200"))) == 1
