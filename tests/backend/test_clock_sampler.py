@@ -1,8 +1,9 @@
 """The clock sampler (`backend.gpu_clocks`) on any machine: nvidia-smi's sample lines read into
 exact values, summaries against their definition (hypothesis), the sampler's process driven by
-a stand-in command (a Python process printing lines, one that fails, one that is missing) and
-its arguments refused by name, and a GPU named as nvidia-smi names it. On the GPU the sampler reads the real nvidia-smi
-(`test_gpu_autotune.py`, through `backend.timing.steady_in_turns`)."""
+a stand-in command (a Python process printing lines, one that fails, one that is missing), its
+arguments refused by name, and a GPU named as nvidia-smi names it. On the GPU the sampler
+reads the real nvidia-smi (`test_gpu_autotune.py`, through `backend.timing.steady_in_turns`;
+not yet run there)."""
 
 from __future__ import annotations
 
