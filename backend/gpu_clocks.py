@@ -4,7 +4,8 @@ A kernel held by the card's power limit (the prefill matmuls at 4096 rows: tenso
 the SMs below their top clock) is as fast as the clock its own power draw leaves it, so its
 time means little without the clock it ran at. `ClockSampler` starts nvidia-smi's query loop
 (``--query-gpu=clocks.sm,power.draw -lms PERIOD``) for one GPU in a process of its own,
-reads its lines while a block of work runs, and stops it at the end of the block:
+waits for its first line (nvidia-smi takes a while to start, longer than a block of launches
+may run), reads its lines while a block of work runs, and stops it at the end of the block:
 
     with ClockSampler(gpu) as sampler:
         ...                                   # the launches to watch, synchronized
@@ -31,6 +32,8 @@ from backend.errors import LaunchError
 
 PERIOD_MS = 20
 """nvidia-smi's sampling period by default: 50 samples a second."""
+FIRST_SAMPLE_TIMEOUT_S = 10.0
+"""How long entering the block waits for nvidia-smi's first sample by default."""
 QUERY = "clocks.sm,power.draw"
 """The fields each sample line holds, in order."""
 
@@ -98,13 +101,15 @@ class ClockSampler:
     in nvidia-smi's numbering (CUDA's may differ) or a PCI bus id (``"00000000:19:00.0"``).
     `command` replaces the nvidia-smi command line (for tests); `samples` are the (clock,
     power) pairs read, `error` the reason none could be (no nvidia-smi, or it ended with an
-    error)."""
+    error). Entering the block waits up to `first_sample_timeout_s` seconds for the first
+    sample (or for the process to end), so the block's work runs while samples are read."""
 
     def __init__(
         self,
         gpu: int | str = 0,
         period_ms: int = PERIOD_MS,
         command: Sequence[str] | None = None,
+        first_sample_timeout_s: float = FIRST_SAMPLE_TIMEOUT_S,
     ):
         if isinstance(gpu, bool) or not (
             (isinstance(gpu, int) and gpu >= 0) or (isinstance(gpu, str) and gpu.strip())
@@ -112,11 +117,18 @@ class ClockSampler:
             raise LaunchError(f"ClockSampler: gpu={gpu!r}; expected an index >= 0 or a PCI bus id")
         if isinstance(period_ms, bool) or not isinstance(period_ms, int) or period_ms < 1:
             raise LaunchError(f"ClockSampler: period_ms={period_ms!r}; expected an int >= 1")
+        timeout = first_sample_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise LaunchError(
+                f"ClockSampler: first_sample_timeout_s={timeout!r}; expected a number >= 0"
+            )
+        self.first_sample_timeout_s = float(timeout)
         self.command = list(command) if command is not None else self._nvidia_smi(gpu, period_ms)
         self.samples: list[tuple[float, float | None]] = []
         self.error: str | None = None
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
+        self._first = threading.Event()
 
     @staticmethod
     def _nvidia_smi(gpu: int | str, period_ms: int) -> list[str]:
@@ -142,14 +154,19 @@ class ClockSampler:
             return self
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._first.wait(self.first_sample_timeout_s)
         return self
 
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
-        for line in self._process.stdout:
-            sample = parse_sample(line)
-            if sample is not None:
-                self.samples.append(sample)
+        try:
+            for line in self._process.stdout:
+                sample = parse_sample(line)
+                if sample is not None:
+                    self.samples.append(sample)
+                    self._first.set()
+        finally:
+            self._first.set()
 
     def __exit__(self, *exc: object) -> None:
         process = self._process

@@ -75,11 +75,12 @@ def test_a_summary_matches_its_definition(samples) -> None:
         assert parse_sample(text) == (clock, power)
 
 
-def _printer(lines: list[str], then_sleep: float = 30.0) -> list[str]:
-    """A command printing `lines` (flushed), then waiting as nvidia-smi's loop does."""
+def _printer(lines: list[str], then_sleep: float = 30.0, first_sleep: float = 0.0) -> list[str]:
+    """A command waiting `first_sleep` s (nvidia-smi's start), printing `lines` (flushed), then
+    waiting as nvidia-smi's loop does."""
     program = (
-        f"import sys, time\nfor line in {lines!r}:\n    print(line, flush=True)\n"
-        f"time.sleep({then_sleep})"
+        f"import sys, time\ntime.sleep({first_sleep})\nfor line in {lines!r}:\n"
+        f"    print(line, flush=True)\ntime.sleep({then_sleep})"
     )
     return [sys.executable, "-c", program]
 
@@ -96,6 +97,17 @@ def test_the_sampler_reads_every_line_of_its_process_while_the_block_runs() -> N
     assert sampler.samples == [(1500.0, 650.5), (1410.0, None), (1620.0, 700.0)]
     assert sampler.error is None
     assert sampler.summary() == ClockSummary(1500.0, 1410.0, 1620.0, 675.25, 3)
+
+
+def test_entering_the_block_waits_for_the_first_sample() -> None:
+    """A block shorter than nvidia-smi's start would otherwise run before any sample."""
+    with ClockSampler(command=_printer(["1700, 500"], first_sleep=1.0)) as sampler:
+        assert sampler.samples == [(1700.0, 500.0)]
+    # A process that never prints holds the block back only `first_sample_timeout_s`.
+    started = time.perf_counter()
+    with ClockSampler(command=_printer([], first_sleep=30.0), first_sample_timeout_s=0.2) as quiet:
+        waited = time.perf_counter() - started
+    assert 0.2 <= waited < 10 and quiet.samples == []
 
 
 def test_a_failing_or_missing_command_gives_no_samples_and_says_why() -> None:
@@ -130,6 +142,8 @@ def test_the_nvidia_smi_command_names_the_gpu_and_period() -> None:
         ({"gpu": 1.0}, r"gpu=1.0; expected an index"),
         ({"period_ms": 0}, r"period_ms=0; expected an int >= 1"),
         ({"period_ms": False}, r"period_ms=False; expected an int >= 1"),
+        ({"first_sample_timeout_s": -1}, r"first_sample_timeout_s=-1; expected a number >= 0"),
+        ({"first_sample_timeout_s": "1"}, r"first_sample_timeout_s='1'; expected a number"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(arguments: dict, message: str) -> None:
