@@ -981,6 +981,23 @@ def decode_search_space(
     return space
 
 
+STEADY_FROM_US = 1000.0
+"""`DecodeMeasure` times finalists back to back where the fastest takes at least this long
+(1 ms: the prefill's launches at 4096 rows, not the decode's)."""
+STEADY_BLOCK_US = 250_000.0
+"""How long a block of back-to-back launches lasts at least (`steady_launches`): long enough
+for the clock to settle on the runs' own power draw."""
+
+
+def steady_launches(us: float, block_us: float = STEADY_BLOCK_US) -> int:
+    """How many launches of an operation taking `us` microseconds make a back-to-back block of
+    at least `block_us` (at least one). Raises TuningError for a time that is not a positive
+    finite number."""
+    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 < us < math.inf:
+        raise TuningError(f"steady_launches: us={us!r}; expected a finite time > 0")
+    return max(1, math.ceil(block_us / us))
+
+
 class DecodeMeasure:
     """The GPU measure of `DecodeMatmul.tuned`: ``measure(operation)`` runs `operation` on
     random inputs of `problem` at batch `m` (made on the current device at the first call),
@@ -988,7 +1005,9 @@ class DecodeMeasure:
     rounded to the activation type as the kernel rounds it) within `tolerance` in the relative
     Frobenius norm (default 2e-3 for f16, 1e-2 for bf16: `TuningError` beyond), then returns
     `backend.timing.median_us` of it over `repeats` runs, with `flush` (default
-    `backend.timing.flush_buffer()`); ``in_turns(operations)`` times several in turns.
+    `backend.timing.flush_buffer()`); ``in_turns(operations)`` times several in turns, and
+    where the fastest of them takes `steady_from_us` or longer (None: never), back to back as
+    well, and gives those times (see `in_turns`).
     """
 
     def __init__(
@@ -1000,9 +1019,19 @@ class DecodeMeasure:
         flush: Any = None,
         seed: int = 0,
         tolerance: float | None = None,
+        steady_from_us: float | None = STEADY_FROM_US,
     ) -> None:
         m_bucket(m)  # TuningError for anything but an int >= 1
+        if steady_from_us is not None and (
+            isinstance(steady_from_us, bool)
+            or not isinstance(steady_from_us, (int, float))
+            or not steady_from_us >= 0
+        ):
+            raise TuningError(
+                f"DecodeMeasure: steady_from_us={steady_from_us!r}; expected a number >= 0 or None"
+            )
         self.problem, self.m, self.repeats, self.seed = problem, m, repeats, seed
+        self.steady_from_us = steady_from_us
         if tolerance is None:
             tolerance = 2e-3 if problem.activation_dtype == dtypes.f16 else 1e-2
         self.tolerance = tolerance
@@ -1047,8 +1076,16 @@ class DecodeMeasure:
     def in_turns(self, operations: Sequence[Any]) -> list[float]:
         """The times of `operations` (each measured by this measure before: its result
         checked) timed in turns on the same inputs (`backend.timing.medians_in_turns`, `repeats`
-        rounds), in their order: the tuner's finalists (`backend.autotune`)."""
-        from backend.timing import flush_buffer, medians_in_turns
+        rounds), in their order: the tuner's finalists (`backend.autotune`).
+
+        Where the fastest of them takes `steady_from_us` or longer, the card's power limit
+        sets their clocks, and the protocol's turns (a flush read and another run before each)
+        blur what each one's own draw costs: at 4096 rows on 8192 x 57344, the tile in groups of
+        4 tile rows, level to 2.5 % faster than the plain one in turns, ran 3 to 6 % faster
+        back to back, at a higher clock (`quantized_matmul_prefill_steady_h100.*`). So those
+        finalists are then timed back to back as well (`backend.timing.steady_in_turns`,
+        `steady_launches` a block), as a model's layers run, and those times are given."""
+        from backend.timing import flush_buffer, medians_in_turns, steady_in_turns
 
         inputs = self.inputs()
         runs = {}
@@ -1061,6 +1098,10 @@ class DecodeMeasure:
             if self._flush is None:
                 self._flush = flush_buffer(out.device)
         times = medians_in_turns(runs, self._flush, self.repeats)
+        fastest = min(times.values())
+        if self.steady_from_us is not None and fastest >= self.steady_from_us:
+            steady = steady_in_turns(runs, steady_launches(fastest))
+            return [steady[f"{index}"].us for index in range(len(operations))]
         return [times[f"{index}"] for index in range(len(operations))]
 
 

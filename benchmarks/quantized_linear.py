@@ -29,8 +29,16 @@ Results go to ``<output>/quantized_linear.json`` and ``.md``, the table printed 
 also keeps, for each point whose operation a cold tuning chose here, that tuning's finalists:
 the candidates it timed again in turns, with both times (`tuning_finalists`).
 
+With ``--steady``, the points whose `forward` takes `STEADY_FROM_US` or longer (held by the
+card's power at 4096 rows) are also timed back to back: `forward`, cuBLAS fp16 and Humming
+launched in blocks of a quarter second (`backend.decode_matmul.steady_launches`), in turns,
+with the SM clock and board power read during each block (`backend.timing.steady_in_turns`:
+the figure of layers run one after another, which the tuner decides such points by). Each
+point keeps them in ``steady``, and the Markdown has a second table of them.
+
     python benchmarks/quantized_linear.py [--weights i4,i8] [--batches 1,16,256,4096]
-        [--shapes 8192x57344,4096x12288] [--quick] [--repeats 30] [--output benchmarks/results]
+        [--shapes 8192x57344,4096x12288] [--quick] [--repeats 30] [--steady]
+        [--output benchmarks/results]
 """
 
 from __future__ import annotations
@@ -46,10 +54,10 @@ from quantized_matmul import SHAPES, humming_layer, parse_shapes  # the sibling 
 from records import write_record  # a sibling module of the benchmarks
 
 from backend.autotune import m_bucket
-from backend.decode_matmul import DecodeMatmul, relative_error
+from backend.decode_matmul import STEADY_FROM_US, DecodeMatmul, relative_error, steady_launches
 from backend.errors import LaunchError
 from backend.quantized_linear import BATCH_MAX_ROWS, DECODE_MAX_ROWS, QuantizedLinear
-from backend.timing import flush_buffer, medians_in_turns
+from backend.timing import flush_buffer, medians_in_turns, steady_in_turns
 from ir import dtypes
 from ir.dtypes import DataType
 
@@ -86,6 +94,33 @@ class Point:
     notes: str
     finalists: list[dict[str, Any]] = field(default_factory=list)
     """The tuning's finalists behind the operation `forward` took (`tuning_finalists`)."""
+    steady: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """With ``--steady``, for a long point: each of `STEADY_RUNS`' time a launch back to back
+    (``us``), the launches a block, and the SM clock (median and least, MHz) and board power
+    (W) read meanwhile (None where none was read)."""
+
+
+STEADY_RUNS = ("forward", "cuBLAS fp16", "Humming")
+"""The runs a long point times back to back with ``--steady`` (those it has)."""
+
+
+def steady_figures(runs: dict[str, Any], times: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """`STEADY_RUNS` of `runs` timed back to back (`steady_in_turns`, blocks of
+    `steady_launches` of the fastest's protocol time in `times`): name -> `Point.steady`'s
+    figures."""
+    chosen = {name: runs[name] for name in STEADY_RUNS if name in runs}
+    launches = steady_launches(min(times[name] for name in chosen))
+    figures = {}
+    for name, timed in steady_in_turns(chosen, launches).items():
+        clock = timed.clock
+        figures[name] = {
+            "us": timed.us,
+            "launches": launches,
+            "clock_mhz": None if clock is None else clock.median_mhz,
+            "min_clock_mhz": None if clock is None else clock.min_mhz,
+            "power_w": None if clock is None else clock.median_power_w,
+        }
+    return figures
 
 
 def tuning_finalists(operation: Any) -> list[dict[str, Any]]:
@@ -110,9 +145,16 @@ def make_layer(weight: DataType, k: int, n: int, seed: int) -> QuantizedLinear:
 
 
 def measure(
-    layer: QuantizedLinear, weight: DataType, m: int, flush: torch.Tensor, repeats: int, peer
+    layer: QuantizedLinear,
+    weight: DataType,
+    m: int,
+    flush: torch.Tensor,
+    repeats: int,
+    peer,
+    steady: bool = False,
 ) -> Point:
-    """Check every result against cuBLAS fp16, then time each (see the module docstring)."""
+    """Check every result against cuBLAS fp16, then time each (see the module docstring);
+    with `steady`, a point whose `forward` takes `STEADY_FROM_US` or longer back to back too."""
     k, n = layer.in_features, layer.out_features
     generator = torch.Generator(device="cuda").manual_seed(m)
     x = (torch.rand((m, k), device="cuda", generator=generator) * 2 - 1).half()
@@ -144,6 +186,7 @@ def measure(
         raise RuntimeError(f"{weight} {k}x{n} M={m}: timing: {error}") from error
     humming = times.get("Humming")
     ours = times["forward"]
+    figures = steady_figures(runs, times) if steady and ours >= STEADY_FROM_US else {}
     path, finalists = "decode kernel", []
     if m > BATCH_MAX_ROWS:
         path = "dequantize-then-matmul"
@@ -171,6 +214,7 @@ def measure(
         vs_humming=None if humming is None else humming / ours,
         notes="",
         finalists=finalists,
+        steady=figures,
     )
 
 
@@ -194,6 +238,40 @@ def table(points: list[Point]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def steady_table(points: list[Point]) -> str:
+    """The back-to-back figures of the points that have them as a Markdown table ("" when
+    none has): each run's time a launch and its clock, and `forward`'s ratios."""
+    lines = [
+        "| weight | K | N | M | path | launches | forward us (MHz) | cuBLAS fp16 us (MHz) "
+        "| Humming us (MHz) | vs cuBLAS | vs Humming |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in points:
+        if not p.steady:
+            continue
+        cells = []
+        for name in STEADY_RUNS:
+            run = p.steady.get(name)
+            clock = "" if run is None or run["clock_mhz"] is None else f" ({run['clock_mhz']:.0f})"
+            cells.append("n/a" if run is None else f"{run['us']:.1f}{clock}")
+        ours = p.steady["forward"]["us"]
+        ratios = [
+            "n/a" if name not in p.steady else f"{p.steady[name]['us'] / ours:.2f}x"
+            for name in STEADY_RUNS[1:]
+        ]
+        lines.append(
+            f"| {p.weight} | {p.k} | {p.n} | {p.m} | {p.path} "
+            f"| {p.steady['forward']['launches']} | {' | '.join(cells)} | {' | '.join(ratios)} |"
+        )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def tables(points: list[Point]) -> str:
+    """The protocol's table, then the back-to-back one where any point has it."""
+    steady = steady_table(points)
+    return table(points) + (f"\nBack to back (``--steady``):\n\n{steady}" if steady else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see the module docstring); return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -204,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", default=None, help="(K, N) shapes written KxN, comma-separated (default: all)"
     )
     parser.add_argument("--repeats", type=int, default=30, help="timed runs (>= 30)")
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help="also time the points of STEADY_FROM_US or longer back to back, with the clock",
+    )
     parser.add_argument("--output", default="benchmarks/results", help="directory of results")
     options = parser.parse_args(argv)
     if options.repeats < 30:
@@ -228,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             layer = make_layer(weight, k, n, seed=seed)
             peer, note = humming_layer(weight, layer.dequantize(torch.float16))
             for m in batches:
-                point = measure(layer, weight, m, flush, options.repeats, peer)
+                point = measure(layer, weight, m, flush, options.repeats, peer, options.steady)
                 point.notes = note
                 points.append(point)
                 print(f"  {weight} K={k} N={n} M={m}: forward {point.forward_us:.1f} us")
@@ -237,14 +320,14 @@ def main(argv: list[str] | None = None) -> int:
                 Path(options.output),
                 "quantized_linear",
                 points,
-                table(points),
+                tables(points),
                 repeats=options.repeats,
                 timing="in turns",
                 group_size=GROUP_SIZE,
             )
             del layer, peer
             torch.cuda.empty_cache()
-    print(table(points), end="")
+    print(tables(points), end="")
     return 0
 
 

@@ -362,3 +362,62 @@ def test_the_command_line_refuses_a_negative_steady(capsys) -> None:
     with pytest.raises(SystemExit):
         benchmark.main(["--steady", "-1"])
     assert "--steady must be 0 or more, got -1" in capsys.readouterr().err
+
+
+def test_a_long_layer_point_is_timed_back_to_back_with_its_peers(monkeypatch) -> None:
+    """`quantized_linear.py --steady`: `forward`, cuBLAS and Humming (not the dequantizing
+    runs) in one `steady_in_turns` call, blocks a quarter second long of the fastest's protocol
+    time; their figures and the second table exactly; none for a point without them."""
+    from types import SimpleNamespace
+
+    from backend.gpu_clocks import ClockSummary
+    from backend.timing import SteadyTime
+
+    calls = []
+
+    def steady(runs, launches):
+        calls.append((list(runs), launches))
+        clock = ClockSummary(1335.0, 1080.0, 1500.0, 690.0, 40)
+        return {
+            name: SteadyTime(5000.0 + 100 * i, None if name == "Humming" else clock)
+            for i, name in enumerate(runs)
+        }
+
+    monkeypatch.setattr(layer_benchmark, "steady_in_turns", steady)
+    runs = dict.fromkeys(
+        ["forward", "dequantize-then-matmul", "cuBLAS fp16", "Humming"], lambda: None
+    )
+    times = {"forward": 5117.0, "dequantize-then-matmul": 5600.0, "cuBLAS fp16": 5080.8}
+    times["Humming"] = 5398.3
+    figures = layer_benchmark.steady_figures(runs, times)
+    assert calls == [(["forward", "cuBLAS fp16", "Humming"], 50)]
+    assert figures == {
+        "forward": {
+            "us": 5000.0,
+            "launches": 50,
+            "clock_mhz": 1335.0,
+            "min_clock_mhz": 1080.0,
+            "power_w": 690.0,
+        },
+        "cuBLAS fp16": {
+            "us": 5100.0,
+            "launches": 50,
+            "clock_mhz": 1335.0,
+            "min_clock_mhz": 1080.0,
+            "power_w": 690.0,
+        },
+        "Humming": {
+            "us": 5200.0,
+            "launches": 50,
+            "clock_mhz": None,
+            "min_clock_mhz": None,
+            "power_w": None,
+        },
+    }
+    long = SimpleNamespace(weight="i8", k=8192, n=57344, m=4096, path="prefill", steady=figures)
+    short = SimpleNamespace(weight="i8", k=4096, n=12288, m=256, path="prefill", steady={})
+    assert layer_benchmark.steady_table([short, long]).splitlines()[2:] == [
+        "| i8 | 8192 | 57344 | 4096 | prefill | 50 | 5000.0 (1335) | 5100.0 (1335) | 5200.0 "
+        "| 1.02x | 1.04x |"
+    ]
+    assert layer_benchmark.steady_table([short]) == ""

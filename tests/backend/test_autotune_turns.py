@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from backend.autotune import FINALIST_MARGIN, FINALISTS, TuningError, autotune
 from backend.cache import RecordStore
-from backend.decode_matmul import DecodeMeasure, DecodeProblem
+from backend.decode_matmul import DecodeMeasure, DecodeProblem, steady_launches
 from backend.errors import LaunchError, TimingError
 from ir import dtypes
 
@@ -244,3 +244,88 @@ def test_the_decode_measure_times_its_operations_in_turns_in_order(monkeypatch) 
     made = [(name, None) for name in "xyz"]
     timed = [(op.name, op.out) for op in operations]
     assert calls == made + timed
+
+
+def _stand_in_measure(monkeypatch, protocol: dict[str, float], steady_from_us, steady_calls):
+    """A `DecodeMeasure` of three stand-in operations whose timing functions are stood in for:
+    the protocol's times `protocol`, and back to back each run's protocol time less 1 us."""
+    import backend.timing
+    from backend.timing import SteadyTime
+
+    problem = DecodeProblem(dtypes.i4, 128, 1024, 2048)
+
+    class Operation:
+        def __init__(self) -> None:
+            self.problem = problem
+
+        def __call__(self, a, packed, scales, zeros, out=None):
+            return out
+
+    def steady(runs, launches):
+        steady_calls.append((list(runs), launches))
+        return {name: SteadyTime(protocol[name] - 1.0, None) for name in runs}
+
+    monkeypatch.setattr(backend.timing, "medians_in_turns", lambda runs, f, r: dict(protocol))
+    monkeypatch.setattr(backend.timing, "steady_in_turns", steady)
+    measure = DecodeMeasure(problem, 1, steady_from_us=steady_from_us)
+    measure._inputs = {"a": "a", "packed": "p", "scales": "s", "zeros": None}
+    measure._flush = "flush"
+    return measure, [Operation() for _ in protocol]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "steady_from_us", "expected", "launches"),
+    [
+        # Short finalists keep the protocol's times.
+        ({"0": 300.0, "1": 290.0, "2": 310.0}, 1000.0, [300.0, 290.0, 310.0], None),
+        # The fastest at the threshold: back to back, blocks of 250 ms.
+        ({"0": 5000.0, "1": 1000.0, "2": 5100.0}, 1000.0, [4999.0, 999.0, 5099.0], 250),
+        ({"0": 5000.0, "1": 5247.0, "2": 5117.0}, 1000.0, [4999.0, 5246.0, 5116.0], 50),
+        # None: never back to back; 0: always.
+        ({"0": 5000.0, "1": 6000.0, "2": 7000.0}, None, [5000.0, 6000.0, 7000.0], None),
+        ({"0": 3.0, "1": 4.0, "2": 5.0}, 0, [2.0, 3.0, 4.0], 83334),
+    ],
+)
+def test_long_finalists_are_decided_back_to_back(
+    monkeypatch, protocol, steady_from_us, expected, launches
+) -> None:
+    calls: list = []
+    measure, operations = _stand_in_measure(monkeypatch, protocol, steady_from_us, calls)
+    assert measure.in_turns(operations) == expected
+    assert calls == ([] if launches is None else [(["0", "1", "2"], launches)])
+
+
+@pytest.mark.parametrize(
+    ("us", "launches"),
+    [
+        (5000.0, 50),
+        (5001.0, 50),
+        (4999.0, 51),
+        (1000, 250),
+        (250_000.0, 1),
+        (1e9, 1),
+        (0.5, 500000),
+    ],
+)
+def test_a_back_to_back_block_lasts_a_quarter_second(us: float, launches: int) -> None:
+    assert steady_launches(us) == launches
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.floats(1e-3, 1e7, allow_nan=False), st.floats(1.0, 1e6, allow_nan=False))
+def test_a_block_is_the_fewest_launches_that_last_it(us: float, block_us: float) -> None:
+    launches = steady_launches(us, block_us)
+    assert launches >= 1 and launches * us >= block_us * (1 - 1e-12)
+    assert launches == 1 or (launches - 1) * us < block_us
+
+
+@pytest.mark.parametrize("us", [0, -1.0, float("nan"), float("inf"), True, "5"])
+def test_a_block_refuses_a_time_that_is_not_positive(us: object) -> None:
+    with pytest.raises(TuningError, match=r"steady_launches: us=.*; expected a finite time > 0"):
+        steady_launches(us)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), True, "1000"])
+def test_the_measure_refuses_a_bad_steady_threshold(bad: object) -> None:
+    with pytest.raises(TuningError, match=r"DecodeMeasure: steady_from_us=.*; expected a number"):
+        DecodeMeasure(DecodeProblem(dtypes.i4, 128, 1024, 2048), 1, steady_from_us=bad)
