@@ -15,7 +15,9 @@ caller gives three functions:
   starts as soon as the first candidate is built, while the others still compile.
 
 Optionally `measure_in_turns(builts)`: the times of several built candidates measured in turns
-(on a GPU: `backend.timing.medians_in_turns`), in the order given. Measured one after another,
+(on a GPU: `backend.timing.medians_in_turns`; `DecodeMeasure.in_turns` times finalists of a
+millisecond or longer back to back as well and gives those times, since the card's power limit
+ranks them there), in the order given. Measured one after another,
 candidates whose times differ by less than the GPU's clocks drift over the tuning's seconds
 are ranked by when they ran (on an H100, one prefill kernel timed three times in one process
 gave times 7 % apart). So the *finalists*, the measured candidates within `FINALIST_MARGIN` of

@@ -282,7 +282,8 @@ class BatchMatmul:
         """The path the autotuner picks for `m`'s bucket (measured at the bucket's smallest
         batch) among `batch_paths` (`sm_count`). `measure(operation) -> microseconds` defaults
         to ``DecodeMeasure(problem, bucket.lo)`` on the current GPU (whose `in_turns` times
-        the tuner's finalists again in turns); `gpu_name` defaults to the
+        the tuner's finalists again in turns, and back to back where they take a millisecond or
+        longer); `gpu_name` defaults to the
         current GPU's name, `sm_count` to its SMs (`DEFAULT_SM_COUNT` where `gpu_name` is
         given) and `arch` to its architecture (give both and a `measure` to tune without a
         GPU); `store`, `cache`, `workers` and `progress` as `DecodeMatmul.tuned`. Raises
