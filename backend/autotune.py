@@ -171,7 +171,8 @@ class Trial:
     """One candidate's fate in a cold tuning: `status` "pruned" (construct refused it, or
     build or measure raised `CandidatePruned`),
     "failed" (build or measure raised, or measure gave no time) or "measured"; `us` its time
-    when measured; `turns_us` its time in turns when it was a finalist (the module docstring);
+    when measured; `turns_us` its time by `measure_in_turns` when it was a finalist (in
+    turns, or back to back for long ones; the module docstring);
     `detail` the reason otherwise."""
 
     candidate: dict[str, Scalar]

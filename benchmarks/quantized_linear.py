@@ -126,7 +126,8 @@ def steady_figures(runs: dict[str, Any], times: dict[str, float]) -> dict[str, d
 def tuning_finalists(operation: Any) -> list[dict[str, Any]]:
     """The finalists of the cold tuning that chose `operation` (a `DecodeMatmul` or
     `BatchMatmul`): the record (`Trial.as_record`: its fields, its time one after another and
-    its time in turns) of each candidate timed again in turns, in search-space order. Empty
+    its time in turns, back to back where the finalists took a millisecond or more) of each
+    candidate timed again in turns, in search-space order. Empty
     when its choice came from a stored record, when one candidate alone was near the fastest,
     or for an operation no tuning made."""
     tuning = getattr(operation, "tuning", None)
