@@ -426,6 +426,26 @@ FRAGMENT_CASES = [
         )
         for weight in (dtypes.i4, dtypes.i8)
     ),
+    # The form of Humming's sm_90 tile (256 columns by 176 rows, 64-deep k-tiles in four
+    # stages, the dot waited for), at both widths.
+    *(
+        (
+            weight,
+            dtypes.f16,
+            False,
+            replace(
+                IN_FLIGHT_FRAGMENTS,
+                warpgroups=2,
+                units_n=2,
+                block_m=176,
+                overlap_dot=False,
+                refill_in_place=True,
+                staged_store=True,
+            ),
+            12,
+        )
+        for weight in (dtypes.i4, dtypes.i8)
+    ),
     # One persistent block for both row tiles: the producer copies the second tile's first
     # k-tiles while the consumers store the first.
     (

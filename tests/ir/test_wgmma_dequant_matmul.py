@@ -291,6 +291,33 @@ CASES = [
         1,
         4,
     ),
+    # The form of Humming's sm_90 tile (256 columns by 176 rows, two units a warpgroup, 64-deep
+    # k-tiles in four stages, the dot waited for), in clusters of two column tiles sharing the
+    # activations and groups of two tile rows: two row tiles, the second partial.
+    *(
+        (
+            weight,
+            64,
+            replace(
+                PRODUCER_IN_FLIGHT,
+                warpgroups=2,
+                units_n=2,
+                units_k=4,
+                block_m=176,
+                stages=4,
+                overlap_dot=False,
+                refill_in_place=True,
+                staged_store=True,
+                warp_columns=16,
+                cluster_n=2,
+                group_m=2,
+            ),
+            180,
+            2,
+            2,
+        )
+        for weight in (dtypes.i4, dtypes.i8)
+    ),
     # k split over grid z: 3 k-tiles a part, so the second part starts inside a group of 2.
     (dtypes.i4, 64, WgmmaDequantConfig(block_m=16, units_k=2, stages=3, split=2), 20, 2, 6),
     (dtypes.u2, 32, WgmmaDequantConfig(block_m=8, units_k=2, depth=2, split=3), 9, 1, 3),

@@ -327,6 +327,31 @@ def test_wide_fragment_tile_lowering_validates() -> None:
     assert any(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names)
 
 
+def test_176_row_wide_fragment_tile_lowering_validates() -> None:
+    """The form of Humming's sm_90 tile (256 columns by 176 rows: two units a warpgroup, 64-deep
+    k-tiles in four stages, the dot waited for, refilled in place, C staged), in clusters of
+    two blocks and groups of two tile rows: every access and claim proved."""
+    config = replace(
+        prefill_config(BATCH_PATHS[3]),
+        units_n=2,
+        block_m=176,
+        units_k=4,
+        stages=4,
+        depth=1,
+        overlap_dot=False,
+        refill_in_place=True,
+        staged_store=True,
+        cluster_n=2,
+        group_m=2,
+    )
+    assert config.block_n == 256
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 512}))
+    names = [claim.name for claim, _ in report.plan_results]
+    assert any(name.startswith("wgmma") for name in names)
+    assert any(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names)
+
+
 def test_panel_waits_fragment_tile_lowering_validates() -> None:
     """The staged 128 x 256 tile with each 64-deep activation panel waited for alone before
     its own dot: every access and claim proved, the wgmma chain's among them."""
