@@ -2,8 +2,7 @@
 exact values, summaries against their definition (hypothesis), the sampler's process driven by
 a stand-in command (a Python process printing lines, one that fails, one that is missing), its
 arguments refused by name, and a GPU named as nvidia-smi names it. On the GPU the sampler
-reads the real nvidia-smi (`test_gpu_autotune.py`, through `backend.timing.steady_in_turns`;
-not yet run there)."""
+reads the real nvidia-smi (`test_gpu_autotune.py`, through `backend.timing.steady_in_turns`)."""
 
 from __future__ import annotations
 

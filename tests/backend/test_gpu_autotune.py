@@ -4,7 +4,8 @@
   (`DecodeMeasure`: checked against torch, then timed by `backend.timing`): the chosen
   operation's result against torch ``a @ dequantized``; a second tuning from the warm record
   store gives the same configuration and times nothing; with the default measure, the
-  finalists timed again in turns (`DecodeMeasure.in_turns`) and the choice the fastest of them;
+  finalists timed again in turns (`DecodeMeasure.in_turns`) and the choice the fastest of them,
+  and with `steady_from_us` 0 timed back to back as well;
 - `DecodeMatmul` with split-k and without, for i4 and i8 in f16, and with bf16 activations and
   zero points, against torch (the split's parts added into one sum by combining stores too,
   over calls of growing and shrinking batches, which reuse the sum every launch leaves zero);
