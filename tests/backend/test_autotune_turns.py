@@ -312,10 +312,20 @@ def test_a_back_to_back_block_lasts_a_quarter_second(us: float, launches: int) -
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.floats(1e-3, 1e7, allow_nan=False), st.floats(1.0, 1e6, allow_nan=False))
-def test_a_block_is_the_fewest_launches_that_last_it(us: float, block_us: float) -> None:
+@given(
+    st.floats(1e-3, 1e7, allow_nan=False),
+    st.floats(1.0, 1e6, allow_nan=False),
+    st.none() | st.integers(1, 1000),
+)
+def test_a_block_is_the_fewest_launches_that_last_it(
+    us: float, block_us: float, whole: int | None
+) -> None:
+    """Also at blocks of a whole number of launches (`whole`), where the quotient's rounding
+    could otherwise ask for one launch more."""
+    if whole is not None:
+        block_us = whole * us
     launches = steady_launches(us, block_us)
-    assert launches >= 1 and launches * us >= block_us * (1 - 1e-12)
+    assert launches >= 1 and launches * us >= block_us
     assert launches == 1 or (launches - 1) * us < block_us
 
 
@@ -323,6 +333,12 @@ def test_a_block_is_the_fewest_launches_that_last_it(us: float, block_us: float)
 def test_a_block_refuses_a_time_that_is_not_positive(us: object) -> None:
     with pytest.raises(TuningError, match=r"steady_launches: us=.*; expected a finite time > 0"):
         steady_launches(us)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("us", [5e-324, 1e-300, 1e-5])
+def test_a_block_refuses_a_time_too_short_for_a_kernel(us: float) -> None:
+    with pytest.raises(TuningError, match=r"would take more than 2147483648 launches"):
+        steady_launches(us)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), True, "1000"])
