@@ -984,32 +984,6 @@ def decode_search_space(
 STEADY_FROM_US = 1000.0
 """`DecodeMeasure` times finalists back to back where the fastest takes at least this long
 (1 ms: the prefill's launches at 4096 rows, not the decode's)."""
-MAX_STEADY_LAUNCHES = 2**31
-"""The most launches `steady_launches` gives (a time below a nanosecond is no kernel's)."""
-STEADY_BLOCK_US = 250_000.0
-"""How long a block of back-to-back launches lasts at least (`steady_launches`): long enough
-for the clock to settle on the runs' own power draw."""
-
-
-def steady_launches(us: float, block_us: float = STEADY_BLOCK_US) -> int:
-    """How many launches of an operation taking `us` microseconds make a back-to-back block of
-    at least `block_us` (at least one). Raises TuningError for a time that is not a positive
-    finite number, or so short that the block would take more than `MAX_STEADY_LAUNCHES`."""
-    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 < us < math.inf:
-        raise TuningError(f"steady_launches: us={us!r}; expected a finite time > 0")
-    if not block_us / us <= MAX_STEADY_LAUNCHES:
-        raise TuningError(
-            f"steady_launches: us={us!r}; a block of {block_us} us would take more than "
-            f"{MAX_STEADY_LAUNCHES} launches"
-        )
-    launches = max(1, math.ceil(block_us / us))
-    # The quotient's rounding may put it a hair past a whole number of launches or short of
-    # one: settle on the fewest whose product reaches the block.
-    while launches > 1 and (launches - 1) * us >= block_us:
-        launches -= 1
-    while launches * us < block_us:
-        launches += 1
-    return launches
 
 
 class DecodeMeasure:
@@ -1099,7 +1073,7 @@ class DecodeMeasure:
         back to back, at a higher clock (`quantized_matmul_prefill_steady_h100.*`). So those
         finalists are then timed back to back as well (`backend.timing.steady_in_turns`,
         `steady_launches` a block), as a model's layers run, and those times are given."""
-        from backend.timing import flush_buffer, medians_in_turns, steady_in_turns
+        from backend.timing import flush_buffer, medians_in_turns, steady_in_turns, steady_launches
 
         inputs = self.inputs()
         runs = {}

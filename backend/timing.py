@@ -41,6 +41,7 @@ torch is imported inside the functions only: this module imports on a machine wi
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -62,9 +63,15 @@ SLEEP_ATTEMPTS = 4
 WARMUP_RUNS = 2
 """Untimed runs before the timed ones (module loading, first-touch allocations)."""
 STEADY_LAUNCHES = 50
-"""Back-to-back launches a block of `steady_in_turns` by default (250 ms of a 5 ms kernel)."""
+"""Back-to-back launches a block of `steady_in_turns` by default (250 ms of a 5 ms kernel;
+`steady_launches` gives the count for another time)."""
 STEADY_ROUNDS = 3
 """Blocks of each run `steady_in_turns` times by default, in turns."""
+STEADY_BLOCK_US = 250_000.0
+"""How long a block of back-to-back launches lasts at least (`steady_launches`): long enough
+for the clock to settle on the runs' own power draw."""
+MAX_STEADY_LAUNCHES = 2**31
+"""The most launches `steady_launches` gives (a time below a nanosecond is no kernel's)."""
 
 _FLUSH_BUFFERS: dict[tuple[int, int], Any] = {}
 
@@ -195,6 +202,39 @@ class SteadyTime:
 
     us: float
     clock: ClockSummary | None
+
+    def figures(self) -> dict[str, float | None]:
+        """``us``, and the clock's median and least (``clock_mhz``, ``min_clock_mhz``) and the
+        median power (``power_w``), None where no clock was read: a record's fields."""
+        clock = self.clock
+        return {
+            "us": self.us,
+            "clock_mhz": None if clock is None else clock.median_mhz,
+            "min_clock_mhz": None if clock is None else clock.min_mhz,
+            "power_w": None if clock is None else clock.median_power_w,
+        }
+
+
+def steady_launches(us: float, block_us: float = STEADY_BLOCK_US) -> int:
+    """How many launches of an operation taking `us` microseconds make a back-to-back block of
+    at least `block_us` (at least one): the `launches` of `steady_in_turns` for a block of that
+    length. Raises LaunchError for a time that is not a positive finite number, or so short
+    that the block would take more than `MAX_STEADY_LAUNCHES`."""
+    if isinstance(us, bool) or not isinstance(us, (int, float)) or not 0 < us < math.inf:
+        raise LaunchError(f"steady_launches: us={us!r}; expected a finite time > 0")
+    if not block_us / us <= MAX_STEADY_LAUNCHES:
+        raise LaunchError(
+            f"steady_launches: us={us!r}; a block of {block_us} us would take more than "
+            f"{MAX_STEADY_LAUNCHES} launches"
+        )
+    launches = max(1, math.ceil(block_us / us))
+    # The quotient's rounding may put it a hair past a whole number of launches or short of
+    # one: settle on the fewest whose product reaches the block.
+    while launches > 1 and (launches - 1) * us >= block_us:
+        launches -= 1
+    while launches * us < block_us:
+        launches += 1
+    return launches
 
 
 def steady_in_turns(

@@ -31,7 +31,7 @@ the candidates it timed again in turns, with both times (`tuning_finalists`).
 
 With ``--steady``, the points whose `forward` takes `STEADY_FROM_US` or longer (held by the
 card's power at 4096 rows) are also timed back to back: `forward`, cuBLAS fp16 and Humming
-launched in blocks of a quarter second (`backend.decode_matmul.steady_launches`), in turns,
+launched in blocks of a quarter second (`backend.timing.steady_launches`), in turns,
 with the SM clock and board power read during each block (`backend.timing.steady_in_turns`:
 the figure of layers run one after another, which the tuner decides such points by). Each
 point keeps them in ``steady``, and the Markdown has a second table of them.
@@ -54,10 +54,10 @@ from quantized_matmul import SHAPES, humming_layer, parse_shapes  # the sibling 
 from records import write_record  # a sibling module of the benchmarks
 
 from backend.autotune import m_bucket
-from backend.decode_matmul import STEADY_FROM_US, DecodeMatmul, relative_error, steady_launches
+from backend.decode_matmul import STEADY_FROM_US, DecodeMatmul, relative_error
 from backend.errors import LaunchError
 from backend.quantized_linear import BATCH_MAX_ROWS, DECODE_MAX_ROWS, QuantizedLinear
-from backend.timing import flush_buffer, medians_in_turns, steady_in_turns
+from backend.timing import flush_buffer, medians_in_turns, steady_in_turns, steady_launches
 from ir import dtypes
 from ir.dtypes import DataType
 
@@ -110,17 +110,10 @@ def steady_figures(runs: dict[str, Any], times: dict[str, float]) -> dict[str, d
     figures."""
     chosen = {name: runs[name] for name in STEADY_RUNS if name in runs}
     launches = steady_launches(min(times[name] for name in chosen))
-    figures = {}
-    for name, timed in steady_in_turns(chosen, launches).items():
-        clock = timed.clock
-        figures[name] = {
-            "us": timed.us,
-            "launches": launches,
-            "clock_mhz": None if clock is None else clock.median_mhz,
-            "min_clock_mhz": None if clock is None else clock.min_mhz,
-            "power_w": None if clock is None else clock.median_power_w,
-        }
-    return figures
+    return {
+        name: {**timed.figures(), "launches": launches}
+        for name, timed in steady_in_turns(chosen, launches).items()
+    }
 
 
 def tuning_finalists(operation: Any) -> list[dict[str, Any]]:

@@ -631,7 +631,6 @@ def steady_points(
     for name, timed in times.items():
         ours = name.startswith("ours ")
         operation = operations[int(name.split()[1])] if ours else None
-        clock = timed.clock
         points.append(
             SteadyPoint(
                 weight=p.weight.name,
@@ -640,12 +639,9 @@ def steady_points(
                 n=p.n,
                 m=m,
                 run=name,
-                us=timed.us,
                 launches=launches,
-                clock_mhz=None if clock is None else clock.median_mhz,
-                min_clock_mhz=None if clock is None else clock.min_mhz,
-                power_w=None if clock is None else clock.median_power_w,
                 config=operation.config_record if operation is not None else {},
+                **timed.figures(),
             )
         )
     return points

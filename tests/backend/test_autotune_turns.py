@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from backend.autotune import FINALIST_MARGIN, FINALISTS, TuningError, autotune
 from backend.cache import RecordStore
-from backend.decode_matmul import DecodeMeasure, DecodeProblem, steady_launches
+from backend.decode_matmul import DecodeMeasure, DecodeProblem
 from backend.errors import LaunchError, TimingError
 from ir import dtypes
 
@@ -293,52 +293,6 @@ def test_long_finalists_are_decided_back_to_back(
     measure, operations = _stand_in_measure(monkeypatch, protocol, steady_from_us, calls)
     assert measure.in_turns(operations) == expected
     assert calls == ([] if launches is None else [(["0", "1", "2"], launches)])
-
-
-@pytest.mark.parametrize(
-    ("us", "launches"),
-    [
-        (5000.0, 50),
-        (5001.0, 50),
-        (4999.0, 51),
-        (1000, 250),
-        (250_000.0, 1),
-        (1e9, 1),
-        (0.5, 500000),
-    ],
-)
-def test_a_back_to_back_block_lasts_a_quarter_second(us: float, launches: int) -> None:
-    assert steady_launches(us) == launches
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    st.floats(1e-3, 1e7, allow_nan=False),
-    st.floats(1.0, 1e6, allow_nan=False),
-    st.none() | st.integers(1, 1000),
-)
-def test_a_block_is_the_fewest_launches_that_last_it(
-    us: float, block_us: float, whole: int | None
-) -> None:
-    """Also at blocks of a whole number of launches (`whole`), where the quotient's rounding
-    could otherwise ask for one launch more."""
-    if whole is not None:
-        block_us = whole * us
-    launches = steady_launches(us, block_us)
-    assert launches >= 1 and launches * us >= block_us
-    assert launches == 1 or (launches - 1) * us < block_us
-
-
-@pytest.mark.parametrize("us", [0, -1.0, float("nan"), float("inf"), True, "5"])
-def test_a_block_refuses_a_time_that_is_not_positive(us: object) -> None:
-    with pytest.raises(TuningError, match=r"steady_launches: us=.*; expected a finite time > 0"):
-        steady_launches(us)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("us", [5e-324, 1e-300, 1e-5])
-def test_a_block_refuses_a_time_too_short_for_a_kernel(us: float) -> None:
-    with pytest.raises(TuningError, match=r"would take more than 2147483648 launches"):
-        steady_launches(us)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), True, "1000"])
