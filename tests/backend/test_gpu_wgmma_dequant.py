@@ -407,8 +407,9 @@ FRAGMENT_CASES = [
         replace(IN_FLIGHT_FRAGMENTS, warpgroups=2, units_k=8, stages=3, depth=2, staged_store=True),
         6,
     ),
-    # That tile twice as wide and half as tall (two units a warpgroup: 256 columns by 128
-    # rows, 64-deep k-tiles in four stages), refilled in place, C staged, at both widths.
+    # That tile twice as wide (two units a warpgroup: 256 columns, 64-deep k-tiles in four
+    # stages), refilled in place, C staged, at both widths: 128 rows with the dot in flight,
+    # and Humming's sm_90 shape, 176 rows with the dot waited for.
     *(
         (
             weight,
@@ -418,32 +419,14 @@ FRAGMENT_CASES = [
                 IN_FLIGHT_FRAGMENTS,
                 warpgroups=2,
                 units_n=2,
-                block_m=128,
+                block_m=block_m,
+                overlap_dot=overlap_dot,
                 refill_in_place=True,
                 staged_store=True,
             ),
             12,
         )
-        for weight in (dtypes.i4, dtypes.i8)
-    ),
-    # The form of Humming's sm_90 tile (256 columns by 176 rows, 64-deep k-tiles in four
-    # stages, the dot waited for), at both widths.
-    *(
-        (
-            weight,
-            dtypes.f16,
-            False,
-            replace(
-                IN_FLIGHT_FRAGMENTS,
-                warpgroups=2,
-                units_n=2,
-                block_m=176,
-                overlap_dot=False,
-                refill_in_place=True,
-                staged_store=True,
-            ),
-            12,
-        )
+        for block_m, overlap_dot in ((128, True), (176, False))
         for weight in (dtypes.i4, dtypes.i8)
     ),
     # One persistent block for both row tiles: the producer copies the second tile's first

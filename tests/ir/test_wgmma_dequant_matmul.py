@@ -90,6 +90,19 @@ PRODUCER_IN_FLIGHT = WgmmaDequantConfig(
 )
 """A small tile with a producer warpgroup and the dot in flight, unrolled twice: the cases
 below run it with persistent blocks, stream-K and the hybrid."""
+WIDE_STAGED = replace(
+    PRODUCER_IN_FLIGHT,
+    warpgroups=2,
+    units_n=2,
+    units_k=4,
+    block_m=24,
+    stages=3,
+    refill_in_place=True,
+    staged_store=True,
+    warp_columns=16,
+)
+"""That tile with two fragment units a warpgroup in each of two warpgroups, refilled in place
+and C staged (QuantizedLinear's tile twice as wide, 24 rows)."""
 
 CASES = [
     # (weight type, group size, config, m, column blocks, k-tiles)
@@ -273,42 +286,19 @@ CASES = [
         3,
     ),
     (dtypes.f4e2m1, 64, WgmmaDequantConfig(block_m=8, warp_columns=16, units_n=3), 9, 1, 2),
-    (
-        dtypes.i8,
-        64,
-        replace(
-            PRODUCER_IN_FLIGHT,
-            warpgroups=2,
-            units_n=2,
-            units_k=4,
-            block_m=24,
-            stages=3,
-            refill_in_place=True,
-            staged_store=True,
-            warp_columns=16,
-        ),
-        30,
-        1,
-        4,
-    ),
-    # The form of Humming's sm_90 tile (256 columns by 176 rows, two units a warpgroup, 64-deep
-    # k-tiles in four stages, the dot waited for), in clusters of two column tiles sharing the
-    # activations and groups of two tile rows: two row tiles, the second partial.
+    (dtypes.i8, 64, WIDE_STAGED, 30, 1, 4),
+    # The form of Humming's sm_90 tile (256 columns by 176 rows, 64-deep k-tiles in four
+    # stages, the dot waited for), in clusters of two column tiles sharing the activations and
+    # groups of two tile rows: two row tiles, the second partial.
     *(
         (
             weight,
             64,
             replace(
-                PRODUCER_IN_FLIGHT,
-                warpgroups=2,
-                units_n=2,
-                units_k=4,
+                WIDE_STAGED,
                 block_m=176,
                 stages=4,
                 overlap_dot=False,
-                refill_in_place=True,
-                staged_store=True,
-                warp_columns=16,
                 cluster_n=2,
                 group_m=2,
             ),

@@ -20,6 +20,7 @@ import pytest
 from backend.batch_matmul import BATCH_PATHS, prefill_config
 from backend.lower import lower
 from ir import dtypes
+from ir.dtypes import DataType
 from ir.errors import VerificationError
 from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_weights import (
@@ -305,47 +306,36 @@ def test_later_fragment_tiles_lowering_validates(
     assert sum(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names) == stmatrix
 
 
-def test_wide_fragment_tile_lowering_validates() -> None:
-    """The staged tile twice as wide and half as tall (two units a warpgroup: 256 columns by
-    128 rows, 64-deep k-tiles in four stages, refilled in place, a producer warpgroup): every
-    access and claim proved, wgmma's and the staging tile's stmatrix stores among them."""
+@pytest.mark.parametrize(
+    ("weight", "fields"),
+    [
+        # 256 columns by 128 rows, the dot in flight.
+        (dtypes.i8, {"block_m": 128}),
+        # Humming's sm_90 shape: 256 columns by 176 rows, the dot waited for, in clusters of
+        # two blocks and groups of two tile rows.
+        (
+            dtypes.i4,
+            {"block_m": 176, "overlap_dot": False, "cluster_n": 2, "group_m": 2},
+        ),
+    ],
+    ids=["128-rows", "176-rows-clusters"],
+)
+def test_wide_fragment_tile_lowering_validates(weight: DataType, fields: dict) -> None:
+    """The staged tile twice as wide (two units a warpgroup: 256 columns, 64-deep k-tiles in
+    four stages, refilled in place, a producer warpgroup) at `fields`' rows: every access and
+    claim proved, wgmma's and the staging tile's stmatrix stores among them."""
     config = replace(
         prefill_config(BATCH_PATHS[3]),
         units_n=2,
-        block_m=128,
         units_k=4,
         stages=4,
         depth=1,
         refill_in_place=True,
         staged_store=True,
+        **fields,
     )
     assert config.block_n == 256
-    prefill = wgmma_dequant_matmul(dtypes.i8, 128, config)
-    report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 512}))
-    names = [claim.name for claim, _ in report.plan_results]
-    assert any(name.startswith("wgmma") for name in names)
-    assert any(name.startswith("stmatrix.sync.aligned.m8n8.x4.trans") for name in names)
-
-
-def test_176_row_wide_fragment_tile_lowering_validates() -> None:
-    """The form of Humming's sm_90 tile (256 columns by 176 rows: two units a warpgroup, 64-deep
-    k-tiles in four stages, the dot waited for, refilled in place, C staged), in clusters of
-    two blocks and groups of two tile rows: every access and claim proved."""
-    config = replace(
-        prefill_config(BATCH_PATHS[3]),
-        units_n=2,
-        block_m=176,
-        units_k=4,
-        stages=4,
-        depth=1,
-        overlap_dot=False,
-        refill_in_place=True,
-        staged_store=True,
-        cluster_n=2,
-        group_m=2,
-    )
-    assert config.block_n == 256
-    prefill = wgmma_dequant_matmul(dtypes.i4, 128, config)
+    prefill = wgmma_dequant_matmul(weight, 128, config)
     report = assert_fully_proved(lower(prefill, "sm_90a", constants={"n": 512, "k": 512}))
     names = [claim.name for claim, _ in report.plan_results]
     assert any(name.startswith("wgmma") for name in names)
