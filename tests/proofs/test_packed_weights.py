@@ -286,15 +286,16 @@ def test_staged_fragment_tile_lowering_validates() -> None:
 @pytest.mark.parametrize(
     ("index", "weight", "n", "stmatrix"),
     [(6, dtypes.i8, 256, 8), (7, dtypes.i4, 384, 8), (8, dtypes.i8, 256, 16)]
-    + [(9, dtypes.i4, 256, 8), (11, dtypes.i8, 256, 16)],
+    + [(9, dtypes.i4, 256, 8), (11, dtypes.i8, 256, 16), (13, dtypes.i4, 256, 16)],
 )
 def test_later_fragment_tiles_lowering_validates(
     index: int, weight: Any, n: int, stmatrix: int
 ) -> None:
     """The later tiles of QuantizedLinear's batch paths, C staged in the ring's memory: 128 x
     128 (two consumer warpgroups), 192 x 128 (three, consumer budgets of 160 registers, the
-    weights refilled in place), 128 x 256 refilled in place, 128 x 128 refilled in place and
-    128 x 256 refilled in place with the grid in groups of 4 tile rows: every access and claim
+    weights refilled in place), 128 x 256 refilled in place, 128 x 128 refilled in place,
+    128 x 256 refilled in place with the grid in groups of 4 tile rows, and that in clusters of
+    two blocks sharing the activation copies by multicast: every access and claim
     proved, wgmma's among them and each consumer thread's transposed stmatrix stores of its
     rows of the staging tile."""
     config = prefill_config(BATCH_PATHS[index])
