@@ -90,6 +90,17 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   kernels there move 2.7 to 3.0 TB/s, near the H100's bandwidth) and at the three layers whose
   tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks
   split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
+- for blocks of 16 rows or more, each stream-K point also with the weights and activations in
+  a shared ring of `STREAM_RING_STAGES` stages (unrolled as often), where that many blocks'
+  rings fit the shared memory of two `RING_SHARED_BYTES` blocks: the shared ring of
+  `RING_STAGES` stages unrolled as often, which the tuner picks for i4 at M = 16 on
+  8192 x 57344, takes 254 registers a thread there (NVRTC 13.0, the device's) and so two
+  blocks an SM, with the 224 column tiles on 132 SMs in 0.85 of a wave (two blocks on 92
+  SMs, one on the other 40). With two stages unrolled twice the same kernel takes 127
+  registers and no spills at four blocks an SM (`sass_census.py`, NVRTC 13.0 and 13.5), so
+  stream-K can spread the k-tiles evenly over 16 warps an SM instead of at most 8, at a loop
+  11 % longer (1071 instructions for two k-tiles, against 964). Not measured yet (predicted
+  at that point on the H200: 68 to 76 us against 81.3);
 - for blocks of 16 rows, each point with the late scale (of the register ring or the shared
   one; not stream-K, whose blocks the compiler caps) also with the group's scale row loaded
   `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`): profiled on an H100 (i2, 8192 x
@@ -118,7 +129,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 14 to 280 candidates at 1 to 8 bits (15 to 280 at
+For the benchmark's shapes and batches that is 14 to 308 candidates at 1 to 8 bits (15 to 308 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -182,7 +193,7 @@ from ir.examples.register_dequant_matmul import (
 from ir.program import Program
 from ir.specialize import check_constants
 
-NAMESPACE = "register_dequant_matmul/6"
+NAMESPACE = "register_dequant_matmul/7"
 """The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
 enough that old choices should be tuned again."""
 ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
@@ -212,6 +223,9 @@ RING_STAGES = 4
 blocks of 16 rows or more."""
 RING_SHARED_BYTES = 112 * 1024
 """The most shared bytes a block's ring may take in the search space: two blocks an SM."""
+STREAM_RING_STAGES = 2
+"""Stages (and unroll) of the shared ring of the search space's stream-K points in blocks of
+16 rows or more (see the module docstring)."""
 ROWS_AHEAD = 1
 """The depth of the group rows' own ring (`DequantConfig.rows_ahead`) of the search space's
 twins of its late-scale points in blocks of 16 rows (see the module docstring)."""
@@ -905,11 +919,12 @@ def decode_search_space(
                 depths = depth_choices(problem.weight_dtype.nbits, units_k)
                 if compact:
                     lates, depths = lates[-1:], (1,)
-                ring_bytes = RING_STAGES * (
-                    warps * UNIT_K * units_k * UNIT_N * problem.weight_dtype.nbits // 8
-                    + block_m * UNIT_K * units_k * problem.activation_dtype.nbits // 8
+                stage_bytes = ring_stage_bytes(problem, warps, units_k, block_m)
+                ring = (
+                    not compact
+                    and block_m >= BLOCK_M
+                    and RING_STAGES * stage_bytes <= RING_SHARED_BYTES
                 )
-                ring = not compact and block_m >= BLOCK_M and ring_bytes <= RING_SHARED_BYTES
                 for split in split_choices(blocks, k, UNIT_K * units_k, warps, sm_count):
                     for depth in depths:
                         for late in lates:
@@ -975,10 +990,29 @@ def decode_search_space(
                         min_blocks_per_sm=resident,
                         stream_k=wave,
                     )
-                    space.append(streamed)
-                    if combined:
-                        space.append(replace(streamed, combine_parts=True))
+                    streams = [streamed]
+                    # The same with a shared ring, where `resident` blocks' rings fit what two
+                    # blocks' rings of `RING_SHARED_BYTES` may take.
+                    ring_fits = resident * STREAM_RING_STAGES * stage_bytes <= 2 * RING_SHARED_BYTES
+                    if block_m >= BLOCK_M and ring_fits:
+                        streams.append(
+                            replace(streamed, stages=STREAM_RING_STAGES, unroll=STREAM_RING_STAGES)
+                        )
+                    for point in streams:
+                        space.append(point)
+                        if combined:
+                            space.append(replace(point, combine_parts=True))
     return space
+
+
+def ring_stage_bytes(problem: DecodeProblem, warps: int, units_k: int, block_m: int) -> int:
+    """The shared bytes of one stage of the shared ring (`DequantConfig.stages`) of a block of
+    `warps` warps, `units_k` k16 steps a k-tile and `block_m` rows for `problem`: the k-tile's
+    packed weights of the block's columns and its activations."""
+    return (
+        warps * UNIT_K * units_k * UNIT_N * problem.weight_dtype.nbits // 8
+        + block_m * UNIT_K * units_k * problem.activation_dtype.nbits // 8
+    )
 
 
 STEADY_FROM_US = 1000.0

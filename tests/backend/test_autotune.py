@@ -48,6 +48,7 @@ from backend.decode_matmul import (
     RING_SHARED_BYTES,
     RING_STAGES,
     ROWS_AHEAD,
+    STREAM_RING_STAGES,
     DecodeMatmul,
     DecodeProblem,
     biased_cast_saves,
@@ -375,18 +376,51 @@ def test_decode_search_space_stream_k_points_at_16_rows() -> None:
         if c.stream_k
     ]
     expected = [
-        (as_a, units_m, warps, units_k, 132 * resident, resident)
+        (as_a, units_m, warps, units_k, 132 * resident, resident, stages)
         for as_a, units_m in ((True, 2), (False, 1))
         for warps, residents in ((2, (8, 6)), (4, (4, 3)), (8, (2, 1)))
         for units_k in (4, 8)
         for resident in residents
+        for stages in (0, STREAM_RING_STAGES)  # each also with the shared ring: all fit
     ]
-    assert streams == expected
+    assert [s + (c.stages,) for s, c in zip(streams, (c for c in space if c.stream_k))] == (
+        expected
+    )
     # Each as the program requires: split 1, the fused sum, depth 1, the late scale where the
-    # k-tile is the group.
+    # k-tile is the group; the ring's unrolled as often as it has stages.
     for config in (c for c in space if c.stream_k):
-        assert (config.split, config.fused_sum, config.depth, config.stages) == (1, True, 1, 0)
+        assert (config.split, config.fused_sum, config.depth) == (1, True, 1)
+        assert config.unroll == (config.stages or 2)
         assert config.late_scale == (config.units_k == 8)
+
+
+def stream_ring_fits(config: DequantConfig, dtype: DataType) -> bool:
+    """Whether `config`'s resident blocks' rings of STREAM_RING_STAGES stages fit two blocks'
+    `RING_SHARED_BYTES` (each stage: the k-tile's packed weights and f16 activations)."""
+    stage = config.block_n * config.block_k * dtype.nbits // 8 + config.block_m * config.block_k * 2
+    return config.min_blocks_per_sm * STREAM_RING_STAGES * stage <= 2 * RING_SHARED_BYTES
+
+
+@pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
+@pytest.mark.parametrize("m", [1, 8, 16, 64, 256])
+@pytest.mark.parametrize("shape", [(4096, 12288), (8192, 57344)])
+def test_ringed_stream_k_points_follow_their_twins_within_the_shared_budget(
+    weight: str, m: int, shape: tuple[int, int]
+) -> None:
+    """In blocks of 16 rows or more, each stream-K point is followed by the same with the
+    shared ring of STREAM_RING_STAGES stages (unrolled as often) exactly where its resident
+    blocks' rings fit (i8's 8-warp blocks at two an SM do not); no 8-row block has one."""
+    dtype = dtypes.from_name(weight)
+    space = decode_search_space(dtype, *shape, m)
+    streams = [c for c in space if c.stream_k and not c.stages]
+    expected = []
+    for config in streams:
+        expected.append(config)
+        if config.block_m >= 16 and stream_ring_fits(config, dtype):
+            expected.append(replace(config, stages=STREAM_RING_STAGES, unroll=STREAM_RING_STAGES))
+    assert [c for c in space if c.stream_k] == expected
+    if m < 8:
+        assert expected == streams
 
 
 @given(
@@ -482,9 +516,10 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    # At most 140 a row tiling: the widest layer's i8 space at M = 16 is 280 with the parts'
-    # twins (compiled in parallel, each timed in about 5 ms on the device).
-    assert 6 <= len(space) <= 140 * len(row_tilings(m))
+    # At most 160 a row tiling: the widest layer's i8 space at M = 16 is 308 with the parts'
+    # twins and the ringed stream-K points (compiled in parallel, each timed in about 5 ms on
+    # the device).
+    assert 6 <= len(space) <= 160 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -494,10 +529,11 @@ def test_shared_ring_candidates_are_blocks_of_16_rows_within_the_shared_budget(
 ) -> None:
     """Each point of a block of 16 rows or more once more with the shared ring (RING_STAGES
     stages, unrolled as often, depth 1, the late scale where the point has it), where the ring
-    fits `RING_SHARED_BYTES`; none for the buckets below 8 rows (8-row blocks only)."""
+    fits `RING_SHARED_BYTES`; none for the buckets below 8 rows (8-row blocks only). (The
+    stream-K points' rings: `test_ringed_stream_k_points_...`.)"""
     dtype = dtypes.from_name(weight)
     space = decode_search_space(dtype, 8192, 8192, m)
-    rings = [c for c in space if c.stages]
+    rings = [c for c in space if c.stages and not c.stream_k]
     plain = [c for c in space if not c.stages]
     if m < 8:
         assert rings == []
@@ -1451,12 +1487,13 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    # 30: the 16-row form's stream-K points at three quarters of the byte model's occupancy
-    # (one a warp count) and its late-scale points with the rows' ring among them (six).
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 30
+    # 36: the 16-row form's stream-K points at three quarters of the byte model's occupancy
+    # (one a warp count), its six stream-K points with the shared ring, and its late-scale
+    # points with the rows' ring among them (six).
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 36
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 30 and eleven.tuning.from_cache
+    assert len(measured) == 36 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

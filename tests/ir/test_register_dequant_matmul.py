@@ -298,6 +298,25 @@ CASES = [
     (dtypes.f4e2m1, 64, DequantConfig(weights_as_a=True, stages=4, units_m=2), 9, 1, 6),
     (dtypes.i4, 64, DequantConfig(warps=1, stages=3, stream_k=5), 17, 2, 3),
     (dtypes.u1, 128, DequantConfig(units_k=8, stages=5), 1, 1, 1),
+    # The search space's ringed stream-K form at 16 rows: two 8-row blocks, two stages, the
+    # late scale; 6 k-tiles on 3 blocks, the middle block's crossing from one tile to the next.
+    (
+        dtypes.i4,
+        128,
+        DequantConfig(
+            warps=1,
+            units_k=8,
+            late_scale=True,
+            weights_as_a=True,
+            units_m=2,
+            stages=2,
+            unroll=2,
+            stream_k=3,
+        ),
+        16,
+        2,
+        3,
+    ),
     # The fused sum's parts loaded in batches: 3 + 3 and one alone, 2 + 2 + 2 + 1, stream-K's
     # tiles of 2 to 3 parts (a batch or none, and the rest alone), two 8-row blocks with a
     # shared ring (the search space's M = 16 form): 2 and one alone.
