@@ -283,6 +283,22 @@ DECODE_CASES = [
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
     (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
+    # ... the search space's ringed stream-K form at 16 rows (two 8-row blocks, two stages
+    # unrolled twice): 4 k-tiles on 3 blocks, one crossing from a tile to the next.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "units_m": 2,
+            "stages": 2,
+            "unroll": 2,
+            "stream_k": 3,
+        },
+    ),
     # ... its activations bulk-copied and released (no block barrier), the weights too.
     (
         dtypes.i4,
