@@ -368,10 +368,11 @@ def test_stream_k_residencies_refuses_what_is_no_count(warps: object, block_m: o
 def test_decode_search_space_stream_k_points_at_16_rows() -> None:
     """At M = 16 both row tilings (two 8-row blocks with the weights as A, one 16-row block)
     take a stream-K point at the byte model's occupancy and one at three quarters of it, for
-    each warp count and k-tile size: 2048 / 64 w tiles never fill a wave of 132 SMs."""
+    each warp count and k-tile size (2048 / 64 w tiles never fill a wave of 132 SMs), each
+    then once more with the shared ring of STREAM_RING_STAGES stages (i4's rings all fit)."""
     space = decode_search_space(dtypes.i4, 1024, 2048, 16)
     streams = [
-        (c.weights_as_a, c.units_m, c.warps, c.units_k, c.stream_k, c.min_blocks_per_sm)
+        (c.weights_as_a, c.units_m, c.warps, c.units_k, c.stream_k, c.min_blocks_per_sm, c.stages)
         for c in space
         if c.stream_k
     ]
@@ -381,11 +382,9 @@ def test_decode_search_space_stream_k_points_at_16_rows() -> None:
         for warps, residents in ((2, (8, 6)), (4, (4, 3)), (8, (2, 1)))
         for units_k in (4, 8)
         for resident in residents
-        for stages in (0, STREAM_RING_STAGES)  # each also with the shared ring: all fit
+        for stages in (0, STREAM_RING_STAGES)
     ]
-    assert [s + (c.stages,) for s, c in zip(streams, (c for c in space if c.stream_k))] == (
-        expected
-    )
+    assert streams == expected
     # Each as the program requires: split 1, the fused sum, depth 1, the late scale where the
     # k-tile is the group; the ring's unrolled as often as it has stages.
     for config in (c for c in space if c.stream_k):
