@@ -284,7 +284,7 @@ DECODE_CASES = [
     (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
     # ... the search space's ringed stream-K form at 16 rows (two 8-row blocks, two stages
-    # unrolled twice): 4 k-tiles on 3 blocks, one crossing from a tile to the next.
+    # unrolled twice): 4 k-tiles on 3 blocks, the first tile's two k-tiles on two blocks.
     (
         dtypes.i4,
         dtypes.f16,
