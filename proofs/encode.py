@@ -46,6 +46,7 @@ exact, and reads a model's values of the variables back as ints (`Encoder.values
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -82,6 +83,8 @@ class Encoder:
     its resource count, independent of earlier queries). `width`: None for integer terms, or
     the bit-vector width of a whole-query bit-vector translation (see the module docstring;
     take it from `bitvector_width`; a node whose bounds do not fit raises EncodingError).
+    `modular`: with `width`, the translation of a `ModularPlan` of that width, which checks no
+    node's bounds (the plan did, and its caller proves the plan's `signed` nodes non-negative).
     Results are memoised per node, so shared subtrees are translated once.
     """
 
@@ -90,12 +93,14 @@ class Encoder:
         env: Mapping[str, Any] | None = None,
         ctx: z3.Context | None = None,
         width: int | None = None,
+        modular: bool = False,
     ) -> None:
         self.variables: dict[str, Any] = dict(env or {})
         if ctx is None:
             ctx = next((term.ctx for term in self.variables.values()), None) or z3.main_ctx()
         self.context = ctx
         self.width = width
+        self.modular = modular and width is not None
         self._declared: dict[str, list[tuple[int | None, int | None]]] = {}
         self._terms: dict[int, tuple[Expr, Any]] = {}
         self._defined: dict[int, tuple[Expr, Any]] = {}
@@ -204,7 +209,7 @@ class Encoder:
         done = self._terms.get(id(node))
         if done is not None:
             return done[1]
-        if self.width is not None:
+        if self.width is not None and not self.modular:
             lo, hi = node.bounds()
             if lo is None or hi is None or lo < 0 or hi.bit_length() >= self.width:
                 raise EncodingError(
@@ -327,6 +332,69 @@ def bitvector_width(exprs: Iterable[ExprLike]) -> int | None:
             return None
         largest = max(largest, hi)
     return largest.bit_length() + 2
+
+
+_MODULAR = frozenset({"+", "-", "*"})
+"""The operators whose bit-vector forms agree with the integers modulo ``2**w`` whatever the
+signs of their operands."""
+
+_UNSIGNED = frozenset({"//", "%", ">>", *_BITWISE})
+"""The operators whose bit-vector forms read their operands as unsigned numbers."""
+
+
+@dataclass(frozen=True)
+class ModularPlan:
+    """A whole-query bit-vector translation of width `width` that allows negative values
+    (`modular_bitvector_plan`). It is exact at every point where each of `signed`, the
+    operands of unsigned operators whose intervals reach below zero, is non-negative: the
+    caller proves that first (in the integer theory), and only then reads an unsat query as a
+    proof."""
+
+    width: int
+    signed: tuple[Expr, ...]
+
+
+def modular_bitvector_plan(exprs: Iterable[ExprLike]) -> ModularPlan | None:
+    """A `ModularPlan` for the truth-valued or integer roots `exprs`, or None.
+
+    Bit-vector ``+ - *`` and ``<<`` agree with the integers modulo ``2**w`` whatever the signs
+    of their operands, and a select's branches keep that agreement, so only the values other
+    operators read must be exact. Signed comparisons (Z3's ``<`` on bit-vectors, as in min
+    and max) and equality read a value exactly where it lies in ``[-2**(w-1), 2**(w-1))``: so
+    the roots, the variables and the operands of comparisons, min, max, and a select's
+    condition need finite bounds, and the width is two bits above the largest magnitude. The
+    unsigned operators (divisions, remainders, ``>>``, the bitwise ones) and a shift's count
+    need their operands non-negative too: those whose intervals reach below zero are the
+    plan's `signed`. None where a bound needed is missing, a divisor may be below 1, or a
+    variable's declared range reaches below zero.
+    """
+    roots = [as_expr(expr) for expr in exprs]
+    bounded: dict[int, Expr] = {id(root): root for root in roots}
+    unsigned: dict[int, Expr] = {}
+    for node in chain.from_iterable(root.nodes() for root in roots):
+        if node.op in _MODULAR or node.op in ("var", "const"):
+            if node.op == "var":
+                bounded[id(node)] = node
+            continue
+        if node.op == "<<":
+            unsigned[id(node.args[1])] = node.args[1]
+        elif node.op == "select":
+            bounded[id(node.args[0])] = node.args[0]
+        elif node.op in _UNSIGNED:
+            unsigned.update((id(arg), arg) for arg in node.args)
+        else:
+            bounded.update((id(arg), arg) for arg in node.args)
+        if node.op in ("//", "%") and (node.args[1].bounds()[0] or 0) < 1:
+            return None
+    largest, signed = 0, []
+    for node in {**bounded, **unsigned}.values():
+        lo, hi = node.bounds()
+        if lo is None or hi is None or (node.op == "var" and lo < 0):
+            return None
+        if lo < 0 and id(node) in unsigned:
+            signed.append(node)
+        largest = max(largest, hi, -lo)
+    return ModularPlan(largest.bit_length() + 2, tuple(signed))
 
 
 def _floor_division(a: z3.ArithRef, b: z3.ArithRef, divisor: Expr) -> z3.ArithRef:

@@ -45,6 +45,15 @@ variables' declared bounds) and every divisor is at least 1, so a width two bits
 largest bound holds every value; an access with a possibly negative or unbounded part, or a
 possibly zero divisor, stays in integers.
 
+A query the solver gives up on is asked again over its simplified arithmetic
+(`_rewritten_search`, `proofs.rewriting`): each subterm without bitwise operators replaced by
+its `simplify` form, each replacement first proved equal to its original in integers, and the
+bitwise query then translated by a `proofs.encode.ModularPlan`, whose negative intermediate
+values wrap harmlessly once the operands its unsigned operators read are proved non-negative.
+That is what proves a stream-K decode kernel: its specification divides a block's share by
+``min(132, 48 * ceil(m / 8) * 32)`` where its printed code divides by 11, and only in
+integers is that quick to prove.
+
 A counterexample from the solver is confirmed by evaluating both sides on ints before it is
 reported (holds False); an unconfirmed model, the resource limit or the timeout give holds None.
 Each access's query runs in a fresh Z3 context, so what it costs does not depend on the terms
@@ -94,7 +103,13 @@ from layout_algebra.register import RegisterLayout, pad_layout, replicate
 from layout_algebra.shared import SharedLayout, shared_row_major
 from layout_algebra.symbolic import Expr, as_expr, evaluate, logical_and
 from proofs.checks import check_equivalent
-from proofs.encode import Encoder, bitvector_width, has_bitwise
+from proofs.encode import (
+    Encoder,
+    ModularPlan,
+    bitvector_width,
+    has_bitwise,
+    modular_bitvector_plan,
+)
 from proofs.errors import EncodingError, ProofError
 from proofs.printed_source import (
     PrintedSource,
@@ -112,6 +127,7 @@ from proofs.result import (
     search,
     unknown,
 )
+from proofs.rewriting import simplified_arithmetic
 
 DEFAULT_RLIMIT = 2_000_000
 """Z3 resource units one access may use when the caller gives no limit (a few seconds at most;
@@ -335,7 +351,12 @@ def _relevant_assumptions(access: Access, claims: list[_Claim]) -> list[Expr]:
     return [fact for fact in access.assumptions if any(fact is kept for kept in chosen)]
 
 
-def _query(access: Access, claims: list[_Claim]) -> Query:
+def _query(
+    access: Access,
+    claims: list[_Claim],
+    assumptions: list[Expr] | None = None,
+    plan: ModularPlan | None = None,
+) -> Query:
     """The query "some thread and values of the variables, within their bounds and under the
     assumptions, break a claim", translated by the shared `proofs.encode.Encoder`.
 
@@ -343,15 +364,20 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
     `proofs.encode.bitvector_width` admits them all (every node non-negative and bounded, every
     divisor at least 1, so every expression is defined); otherwise in integers, where a point
     at which the printed side cannot be evaluated (a zero divisor) also breaks its claim and
-    the specification is assumed to evaluate.
+    the specification is assumed to evaluate. `assumptions` default to the access's relevant
+    ones; with `plan`, in that plan's modular bit-vectors (`_rewritten_search`).
     """
     num_threads = access.register.num_threads
     in_block = logical_and(access.thread >= 0, access.thread < num_threads)
-    assumptions = _relevant_assumptions(access, claims)
+    if assumptions is None:
+        assumptions = _relevant_assumptions(access, claims)
     exprs = [in_block, *assumptions]
     exprs += [claim.printed for claim in claims] + [claim.expected for claim in claims]
-    width = bitvector_width(exprs) if has_bitwise(exprs) else None
-    encoder = Encoder(ctx=z3.Context(), width=width)
+    if plan is not None:
+        width: int | None = plan.width
+    else:
+        width = bitvector_width(exprs) if has_bitwise(exprs) else None
+    encoder = Encoder(ctx=z3.Context(), width=width, modular=plan is not None)
     encoder.term(access.thread)  # a variable of every query: the counterexample's thread
     constraints = [encoder.truth(in_block)]
     violations = []
@@ -371,6 +397,79 @@ def _query(access: Access, claims: list[_Claim]) -> Query:
         constraints += [encoder.truth(fact) for fact in assumptions]
     constraints += encoder.bounds()
     return constraints, z3.Or(*violations), encoder
+
+
+def _lemmas_hold(
+    access: Access,
+    assumptions: list[Expr],
+    violations: list[Expr],
+    timeout: float,
+    rlimit: int | None,
+    defined: Iterable[Expr] = (),
+) -> bool:
+    """Whether no thread and values of the variables within their bounds, under
+    `assumptions` (and where each of `defined` evaluates), make a truth value of `violations`
+    hold, or one of them fail to evaluate: one query in Z3's integer theory."""
+    encoder = Encoder(ctx=z3.Context())
+    in_block = logical_and(access.thread >= 0, access.thread < access.register.num_threads)
+    constraints = [encoder.truth(in_block)]
+    constraints += [_integer_fact(encoder, fact, number) for number, fact in enumerate(assumptions)]
+    constraints += [encoder.defined(expr) for expr in defined]
+    broken = []
+    for violation in violations:
+        broken += [encoder.truth(violation), z3.Not(encoder.defined(violation))]
+    constraints += encoder.bounds()
+    return search(constraints, z3.Or(*broken), timeout, rlimit).verdict == z3.unsat
+
+
+def _rewritten_search(
+    access: Access, claims: list[_Claim], timeout: float, rlimit: int | None
+) -> tuple[Any, Encoder] | None:
+    """The search of an access's query over its simplified arithmetic (`proofs.rewriting`),
+    for a query the solver gave up on; None where a lemma it rests on is not proved.
+
+    1. Every maximal subterm without bitwise operators of the claims and the assumptions is
+       rewritten to its `simplify` form; each rewrite is proved equal to its original (and
+       defined) under the original assumptions, in integers.
+    2. With a bitwise operator, the rewritten query is translated by a
+       `proofs.encode.ModularPlan`, whose negative intermediate values wrap harmlessly; the
+       operands of its unsigned operators whose intervals reach below zero are proved
+       non-negative under the assumptions (original and rewritten), in integers.
+    3. The rewritten query, in those bit-vectors or else in integers.
+
+    Each of the three queries is bounded by `timeout` and `rlimit`. By 1 and 2, at every
+    point of the original query the rewritten terms have the original values and the
+    translation is exact, so an unsat third query proves the claims; a model of it is still
+    confirmed on the original claims by the caller.
+    """
+    assumptions = _relevant_assumptions(access, claims)
+    roots = [*assumptions] + [c.printed for c in claims] + [c.expected for c in claims]
+    rewritten, pairs = simplified_arithmetic(roots)
+    if not pairs:
+        return None
+    originals = [original for original, _ in pairs]
+    rewrites = [original.ne(simplified) for original, simplified in pairs]
+    if not _lemmas_hold(access, assumptions, rewrites, timeout, rlimit, defined=originals):
+        return None
+    count = len(assumptions)
+    new_assumptions = rewritten[:count]
+    new_claims = [
+        _Claim(claim.name, claim.local_index, printed, expected, claim.truth)
+        for claim, printed, expected in zip(
+            claims, rewritten[count : count + len(claims)], rewritten[count + len(claims) :]
+        )
+    ]
+    plan = None
+    if has_bitwise(rewritten):
+        in_block = logical_and(access.thread >= 0, access.thread < access.register.num_threads)
+        plan = modular_bitvector_plan([in_block, *rewritten])
+    if plan is not None and plan.signed:
+        negative = [node < 0 for node in plan.signed]
+        both = [*assumptions, *new_assumptions]
+        if not _lemmas_hold(access, both, negative, timeout, rlimit):
+            return None
+    constraints, violation, encoder = _query(access, new_claims, new_assumptions, plan)
+    return search(constraints, violation, timeout, rlimit), encoder
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -415,6 +514,10 @@ def validate_access(
         return unknown(f"an expression is outside the Z3 translation: {error}", started)
     constraints, violation, encoder = query
     found = search(constraints, violation, timeout, rlimit)
+    if found.verdict == z3.unknown:
+        retried = _rewritten_search(access, claims, timeout, rlimit)
+        if retried is not None:
+            found, encoder = retried
     if found.verdict == z3.unsat:
         checked = "" if source is None else ", and its text"
         return ProofResult(
@@ -549,6 +652,7 @@ def validate_lowering(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     rlimit: int | None = DEFAULT_RLIMIT,
+    plan_rlimit: int | None = None,
 ) -> LoweringValidation:
     """Validate every access of `kernel` (`validate_access`, against its source) and every
     claim of its tensor-core plans (`proofs.check_equivalent` of the claim's emitted and
@@ -557,8 +661,15 @@ def validate_lowering(
     `kernel` is a `backend.CompiledKernel` or a `backend.lower.LoweredKernel` (anything with
     `source`, `accesses` and `plans`), or an iterable of `Access` (then the text is not
     checked: there is none). Each access and each claim is one solver query bounded by
-    `timeout` seconds and `rlimit` resource units.
+    `timeout` seconds and `rlimit` resource units (a plan's claims by `plan_rlimit` when
+    given: they are finite maps, of up to 128 threads times 512 registers for the 16-row
+    decode tiles, whose proofs cost more than an access's but always end).
+    Raises ProofError for a bad `plan_rlimit` (the other limits are checked per query).
     """
+    try:
+        check_limits(timeout, plan_rlimit)
+    except ProofError as error:
+        raise ProofError(f"plan_rlimit: {error}") from None
     accesses: Iterable[Access] = getattr(kernel, "accesses", kernel)
     plans = getattr(kernel, "plans", ())
     text = getattr(kernel, "source", None)
@@ -570,7 +681,15 @@ def validate_lowering(
             for access in accesses
         ),
         tuple(
-            (claim, check_equivalent(claim.emitted, claim.required, timeout, rlimit))
+            (
+                claim,
+                check_equivalent(
+                    claim.emitted,
+                    claim.required,
+                    timeout,
+                    rlimit if plan_rlimit is None else plan_rlimit,
+                ),
+            )
             for plan in plans
             for claim in plan.claims()
         ),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import z3
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from layout_algebra import (
@@ -30,7 +30,7 @@ from layout_algebra import (
     var,
 )
 from proofs import Encoder, EncodingError, to_z3
-from proofs.encode import bitvector_width, has_bitwise
+from proofs.encode import ModularPlan, bitvector_width, has_bitwise, modular_bitvector_plan
 
 RLIMIT = 2_000_000
 
@@ -226,6 +226,26 @@ def test_bitvector_width(exprs: list[Expr], width: int | None) -> None:
     assert bitvector_width(exprs) == width
 
 
+@pytest.mark.parametrize(
+    ("exprs", "plan"),
+    [
+        ([u ^ w], ModularPlan(6, ())),  # as `bitvector_width`
+        ([(u - 8) + w ^ 1], ModularPlan(8, ((u - 8) + w,))),  # the XOR reads the sum unsigned
+        ([((u - 8) * 3 + 24) ^ w], ModularPlan(8, ())),  # u - 8 wraps; only the sum is read
+        ([(u - 8) % 4], ModularPlan(6, (u - 8,))),  # the remainder reads u - 8 unsigned
+        ([minimum(u - 8, w) < 2], ModularPlan(6, ())),  # signed comparisons read it exactly
+        ([minimum(u - 8, w) ^ 1], ModularPlan(6, (minimum(u - 8, w),))),
+        ([select(u - 8 < 0, u - 8, w) & 7], ModularPlan(6, (select(u - 8 < 0, u - 8, w),))),
+        ([u - 20], ModularPlan(7, ())),  # a root needs only its magnitude: -20 .. -5
+        ([u // w], None),  # the divisor may be 0
+        ([x ^ 1], None),  # a variable's declared range reaches below zero
+        ([n & 1], None),  # n is unbounded
+    ],
+)
+def test_modular_bitvector_plan(exprs: list[Expr], plan: ModularPlan | None) -> None:
+    assert modular_bitvector_plan(exprs) == plan
+
+
 def test_has_bitwise() -> None:
     assert has_bitwise([x + 1, (u + 1) * 2 | 1])
     assert not has_bitwise([x + 1, u << 2, select(x < 0, u, w)])
@@ -374,3 +394,40 @@ def test_bitvector_and_integer_translations_agree_with_brute_force(expr: Expr) -
     assert width is not None
     assert _differs_from_table(expr, None, table) == z3.unsat
     assert _differs_from_table(expr, width, table) == z3.unsat
+
+
+# --------------------------------------------------------------------------------------------
+# Property: the modular bit-vector translation
+# --------------------------------------------------------------------------------------------
+
+
+def _combine_signed(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
+    """Ordered bitwise trees with differences, whose values may be negative."""
+    return st.one_of(
+        _combine_ordered(children),
+        st.builds(lambda a, b: a - b, children, children),
+        st.builds(lambda a, k: a - k, children, st.integers(1, 20)),
+    )
+
+
+SIGNED_TREES = st.recursive(BITWISE_LEAVES, _combine_signed, max_leaves=6)
+
+
+@settings(max_examples=200)
+@given(SIGNED_TREES, NIBBLE, NIBBLE)
+def test_modular_translation_agrees_with_python_where_its_signed_nodes_are_not_negative(
+    expr: Expr, a: int, b: int
+) -> None:
+    """At every point where the plan's `signed` nodes are non-negative (what a caller proves
+    first), the modular bit-vector term has Python's value, read as a signed number."""
+    plan = modular_bitvector_plan([expr])
+    if plan is None:
+        return
+    env = {"u": a, "w": b}
+    if any(evaluate(node, env) < 0 for node in plan.signed):
+        return
+    expected = _python_value(expr, env)
+    assume(expected is not None)
+    values = {"u": z3.BitVecVal(a, plan.width), "w": z3.BitVecVal(b, plan.width)}
+    term = z3.simplify(Encoder(values, width=plan.width, modular=True).term(expr))
+    assert term.as_signed_long() == expected

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from backend.batch_matmul import BATCH_PATHS, prefill_config
+from backend.decode_matmul import decode_search_space
 from backend.lower import lower
 from ir import dtypes
 from ir.dtypes import DataType
@@ -248,6 +249,37 @@ def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
     assert any(name.startswith("ldmatrix") for name in names)
     if config.bulk_weights:  # 3 stages of 2 activation panels and 2 boxes of 256 words
         assert len({name for name in names if name.startswith("bulk copy of")}) == 12
+
+
+PLAN_RLIMIT = 200_000_000
+"""Resource units of a plan claim of the 16-row decode tiles: their mma operands are maps of
+128 threads times 512 registers, which take Z3 about 30 million units (a few seconds)."""
+
+
+def ringed_stream_k() -> DequantConfig:
+    """The decode search space's point at M = 16 on `LAYER` in 16-row blocks of four warps,
+    units of 8 k-steps and the late scale, with a shared ring of two stages and stream-K over
+    528 blocks (four an SM)."""
+    space = decode_search_space(dtypes.i4, LAYER["k"], LAYER["n"], 16)
+    return next(
+        config
+        for config in space
+        if (config.warps, config.units_k, config.units_m, config.stages) == (4, 8, 2, 2)
+        and config.stream_k == 528
+        and config.late_scale
+    )
+
+
+def test_stream_k_decode_kernel_lowering_validates() -> None:
+    """Every access and claim of the ringed stream-K decode kernel proved for any m: the
+    activations' ring stages counted from each segment's first k-tile and the tiles' parts
+    and counters, through the rewriting retry where the direct queries give up."""
+    program = register_dequant_matmul(dtypes.i4, 128, ringed_stream_k())
+    kernel = lower(program, "sm_90a", constants=LAYER)
+    report = validate_lowering(kernel, timeout=TIMEOUT, rlimit=RLIMIT, plan_rlimit=PLAN_RLIMIT)
+    assert report.holds is True, (report.failures[:1], report.unknown[:1])
+    assert len(report.results) == 213
+    assert {"mma operand a", "mma operand b"} <= {claim.name for claim, _ in report.plan_results}
 
 
 def test_stream_k_prefill_kernel_lowering_validates() -> None:
