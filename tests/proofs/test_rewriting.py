@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import pytest
 import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,10 +21,12 @@ from hypothesis import strategies as st
 from backend import lower
 from ir import dtypes
 from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
+from ir.examples.vector_add import vector_add
 from ir.instructions import CopyAsync
 from layout_algebra import Expr, const, evaluate, maximum, minimum, var
 from proofs import lowering_validation
-from proofs.lowering_validation import validate_access
+from proofs.errors import ProofError
+from proofs.lowering_validation import validate_access, validate_lowering
 from proofs.rewriting import simplified_arithmetic
 
 u = var("u", 0, 15)
@@ -133,3 +136,10 @@ def test_a_wrong_address_is_refuted_through_the_retry() -> None:
     example = result.counterexample
     assert example["claim"] in ("address", "alignment")
     assert example["printed"] != example["expected"]
+
+
+def test_a_bad_plan_rlimit_is_named() -> None:
+    kernel = lower(vector_add(), "sm_90a")
+    expected = r"plan_rlimit: rlimit must be a positive int or None, got 0"
+    with pytest.raises(ProofError, match=expected):
+        validate_lowering(kernel, plan_rlimit=0)
