@@ -405,16 +405,14 @@ def _lemmas_hold(
     violations: list[Expr],
     timeout: float,
     rlimit: int | None,
-    defined: Iterable[Expr] = (),
 ) -> bool:
     """Whether no thread and values of the variables within their bounds, under
-    `assumptions` (and where each of `defined` evaluates), make a truth value of `violations`
-    hold, or one of them fail to evaluate: one query in Z3's integer theory."""
+    `assumptions`, make a truth value of `violations` hold, or one of them fail to evaluate:
+    one query in Z3's integer theory."""
     encoder = Encoder(ctx=z3.Context())
     in_block = logical_and(access.thread >= 0, access.thread < access.register.num_threads)
     constraints = [encoder.truth(in_block)]
     constraints += [_integer_fact(encoder, fact, number) for number, fact in enumerate(assumptions)]
-    constraints += [encoder.defined(expr) for expr in defined]
     broken = []
     for violation in violations:
         broken += [encoder.truth(violation), z3.Not(encoder.defined(violation))]
@@ -429,8 +427,9 @@ def _rewritten_search(
     for a query the solver gave up on; None where a lemma it rests on is not proved.
 
     1. Every maximal subterm without bitwise operators of the claims and the assumptions is
-       rewritten to its `simplify` form; each rewrite is proved equal to its original (and
-       defined) under the original assumptions, in integers.
+       rewritten to its `simplify` form; each rewrite is proved equal to its original, both
+       defined, under the original assumptions, in integers (so a printed division by zero
+       that the simplified form would hide is no proof).
     2. With a bitwise operator, the rewritten query is translated by a
        `proofs.encode.ModularPlan`, whose negative intermediate values wrap harmlessly; the
        operands of its unsigned operators whose intervals reach below zero are proved
@@ -447,9 +446,8 @@ def _rewritten_search(
     rewritten, pairs = simplified_arithmetic(roots)
     if not pairs:
         return None
-    originals = [original for original, _ in pairs]
     rewrites = [original.ne(simplified) for original, simplified in pairs]
-    if not _lemmas_hold(access, assumptions, rewrites, timeout, rlimit, defined=originals):
+    if not _lemmas_hold(access, assumptions, rewrites, timeout, rlimit):
         return None
     count = len(assumptions)
     new_assumptions = rewritten[:count]

@@ -145,3 +145,18 @@ def test_a_bad_plan_rlimit_is_named() -> None:
     expected = r"plan_rlimit: rlimit must be a positive int or None, got 0"
     with pytest.raises(ProofError, match=expected):
         validate_lowering(kernel, plan_rlimit=0)
+
+
+def test_a_rewrite_of_a_term_that_may_divide_by_zero_is_no_lemma() -> None:
+    """The lemmas need both sides defined: ``u // (w - 3) - u // (w - 3)`` simplifies to 0,
+    which would hide a printed division by zero at w = 3."""
+    access = _swizzled_activation_copy()
+    may_fail = u // (w - 3)
+    (rewritten,), pairs = simplified_arithmetic([may_fail - may_fail])
+    assert rewritten == const(0)
+    violations = [original.ne(simplified) for original, simplified in pairs]
+    assert not lowering_validation._lemmas_hold(access, [], violations, 60.0, RLIMIT)
+    safe = u // (w + 3)
+    (rewritten,), pairs = simplified_arithmetic([safe - safe])
+    violations = [original.ne(simplified) for original, simplified in pairs]
+    assert lowering_validation._lemmas_hold(access, [], violations, 60.0, RLIMIT)
