@@ -91,16 +91,24 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   tiles already fill their waves. f4e2m1 went from 116.7 to 98.6, but there the tuner picks
   split 1 without stream-K (97.3): its recorded split 4, tuned on an H200, is what was slow;
 - for blocks of 16 rows or more, each stream-K point also with the weights and activations in
-  a shared ring of `STREAM_RING_STAGES` stages (unrolled as often), where that many blocks'
-  rings fit the shared memory of two `RING_SHARED_BYTES` blocks: the shared ring of
+  shared rings unrolled `STREAM_RING_STAGES` times (`stream_ring_depths`): one of
+  `STREAM_RING_STAGES` stages, and one of the most stages up to `RING_STAGES` that the
+  resident blocks' rings fit, where that is more, within the shared memory of two
+  `RING_SHARED_BYTES` blocks. The shared ring of
   `RING_STAGES` stages unrolled as often, which the tuner picks for i4 at M = 16 on
   8192 x 57344, takes 254 registers a thread there (NVRTC 13.0, the device's) and so two
   blocks an SM, with the 224 column tiles on 132 SMs in 0.85 of a wave (two blocks on 92
   SMs, one on the other 40). With two stages unrolled twice the same kernel takes 127
   registers and no spills at four blocks an SM (`sass_census.py`, NVRTC 13.0 and 13.5), so
   stream-K can spread the k-tiles evenly over 16 warps an SM instead of at most 8, at a loop
-  11 % longer (1071 instructions for two k-tiles, against 964). Not measured yet (predicted
-  at that point on the H200: 68 to 76 us against 81.3);
+  11 % longer (1071 instructions for two k-tiles, against 964). Measured on an H100 it was
+  8 % slower (94.6 against 87.5 us): with one stage of two loading a block, its four blocks
+  hold 64 KB of weights in flight an SM, where the recorded kernel's two blocks of four
+  stages hold 96 KB (three stages loading each). At three blocks an SM a ring of three
+  stages keeps those 96 KB in one even wave of 12 warps (161 registers, no spills, a loop
+  of 617 instructions a k-tile against 482: its stage index is no longer a constant of the
+  unrolled copy); not measured yet. For i3 the ring of two at three blocks an SM was 3 %
+  faster than the recorded kernel (86.8 against 89.5 us);
 - for blocks of 16 rows, each point with the late scale (of the register ring or the shared
   one; not stream-K, whose blocks the compiler caps) also with the group's scale row loaded
   `ROWS_AHEAD` k-tile ahead (`DequantConfig.rows_ahead`): profiled on an H100 (i2, 8192 x
@@ -193,7 +201,7 @@ from ir.examples.register_dequant_matmul import (
 from ir.program import Program
 from ir.specialize import check_constants
 
-NAMESPACE = "register_dequant_matmul/7"
+NAMESPACE = "register_dequant_matmul/8"
 """The autotuner's namespace of `DecodeMatmul.tuned`: bump the version when the kernel changes
 enough that old choices should be tuned again."""
 ACTIVATION_DTYPES = (dtypes.f16, dtypes.bf16)
@@ -224,8 +232,8 @@ blocks of 16 rows or more."""
 RING_SHARED_BYTES = 112 * 1024
 """The most shared bytes a block's ring may take in the search space: two blocks an SM."""
 STREAM_RING_STAGES = 2
-"""Stages (and unroll) of the shared ring of the search space's stream-K points in blocks of
-16 rows or more (see the module docstring)."""
+"""Stages (and the unroll of every ring) of the shallowest shared ring of the search space's
+stream-K points in blocks of 16 rows or more (see the module docstring)."""
 ROWS_AHEAD = 1
 """The depth of the group rows' own ring (`DequantConfig.rows_ahead`) of the search space's
 twins of its late-scale points in blocks of 16 rows (see the module docstring)."""
@@ -991,18 +999,31 @@ def decode_search_space(
                         stream_k=wave,
                     )
                     streams = [streamed]
-                    # The same with a shared ring, where `resident` blocks' rings fit what two
+                    # The same with shared rings, where `resident` blocks' rings fit what two
                     # blocks' rings of `RING_SHARED_BYTES` may take.
-                    ring_fits = resident * STREAM_RING_STAGES * stage_bytes <= 2 * RING_SHARED_BYTES
-                    if block_m >= BLOCK_M and ring_fits:
-                        streams.append(
-                            replace(streamed, stages=STREAM_RING_STAGES, unroll=STREAM_RING_STAGES)
-                        )
+                    if block_m >= BLOCK_M:
+                        streams += [
+                            replace(streamed, stages=stages, unroll=STREAM_RING_STAGES)
+                            for stages in stream_ring_depths(resident, stage_bytes)
+                        ]
                     for point in streams:
                         space.append(point)
                         if combined:
                             space.append(replace(point, combine_parts=True))
     return space
+
+
+def stream_ring_depths(resident: int, stage_bytes: int) -> tuple[int, ...]:
+    """The stages of the shared rings the search space offers a stream-K point whose
+    `resident` blocks an SM each take `stage_bytes` a stage: `STREAM_RING_STAGES`, and the
+    most up to `RING_STAGES` where that is more, as far as the rings of all `resident` blocks
+    fit two blocks' `RING_SHARED_BYTES` (none where not even the first does). A ring of S
+    stages has S - 1 k-tiles loading, so the deeper one keeps more weight bytes in flight at
+    the same occupancy."""
+    deepest = min(RING_STAGES, 2 * RING_SHARED_BYTES // (resident * stage_bytes))
+    return tuple(
+        s for s in sorted({STREAM_RING_STAGES, deepest}) if STREAM_RING_STAGES <= s <= deepest
+    )
 
 
 def ring_stage_bytes(problem: DecodeProblem, warps: int, units_k: int, block_m: int) -> int:

@@ -299,6 +299,21 @@ DECODE_CASES = [
             "stream_k": 3,
         },
     ),
+    # ... with three stages unrolled twice (the stage index computed, not a constant of the
+    # unrolled copy): the ring deep enough for three blocks an SM.
+    (
+        dtypes.i4,
+        dtypes.f16,
+        False,
+        {
+            "units_k": 8,
+            "late_scale": True,
+            "weights_as_a": True,
+            "units_m": 2,
+            "stages": 3,
+            "stream_k": 3,
+        },
+    ),
     # ... its activations bulk-copied and released (no block barrier), the weights too.
     (
         dtypes.i4,

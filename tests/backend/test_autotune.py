@@ -61,6 +61,7 @@ from backend.decode_matmul import (
     row_tilings,
     split_choices,
     stream_k_residencies,
+    stream_ring_depths,
     units_k_choices,
     with_batched_parts,
     with_parts_batch_twin,
@@ -369,35 +370,73 @@ def test_decode_search_space_stream_k_points_at_16_rows() -> None:
     """At M = 16 both row tilings (two 8-row blocks with the weights as A, one 16-row block)
     take a stream-K point at the byte model's occupancy and one at three quarters of it, for
     each warp count and k-tile size (2048 / 64 w tiles never fill a wave of 132 SMs), each
-    then once more with the shared ring of STREAM_RING_STAGES stages (i4's rings all fit)."""
+    then once more with a shared ring of two stages (i4's rings all fit), and again with the
+    deepest ring up to four stages that the resident blocks' rings fit, where that is more
+    (a stage: 512 * units_k * (warps + 1) bytes; 224 KB for the rings of an SM)."""
     space = decode_search_space(dtypes.i4, 1024, 2048, 16)
     streams = [
         (c.weights_as_a, c.units_m, c.warps, c.units_k, c.stream_k, c.min_blocks_per_sm, c.stages)
         for c in space
         if c.stream_k
     ]
+    # (warps, units_k, resident) -> the rings' stages after the point without one.
+    rings = {
+        (2, 4, 8): (2, 4),  # 6 KB a stage: 8 blocks of 4 stages take 192 KB
+        (2, 4, 6): (2, 4),
+        (2, 8, 8): (2,),  # 12 KB: 8 blocks of 3 stages would take 288 KB
+        (2, 8, 6): (2, 3),
+        (4, 4, 4): (2, 4),
+        (4, 4, 3): (2, 4),
+        (4, 8, 4): (2,),  # 20 KB: 4 blocks of 3 stages would take 240 KB
+        (4, 8, 3): (2, 3),
+        (8, 4, 2): (2, 4),
+        (8, 4, 1): (2, 4),
+        (8, 8, 2): (2, 3),  # 36 KB
+        (8, 8, 1): (2, 4),
+    }
     expected = [
         (as_a, units_m, warps, units_k, 132 * resident, resident, stages)
         for as_a, units_m in ((True, 2), (False, 1))
         for warps, residents in ((2, (8, 6)), (4, (4, 3)), (8, (2, 1)))
         for units_k in (4, 8)
         for resident in residents
-        for stages in (0, STREAM_RING_STAGES)
+        for stages in (0, *rings[warps, units_k, resident])
     ]
     assert streams == expected
     # Each as the program requires: split 1, the fused sum, depth 1, the late scale where the
-    # k-tile is the group; the ring's unrolled as often as it has stages.
+    # k-tile is the group; every ring unrolled twice.
     for config in (c for c in space if c.stream_k):
         assert (config.split, config.fused_sum, config.depth) == (1, True, 1)
-        assert config.unroll == (config.stages or 2)
+        assert config.unroll == 2
         assert config.late_scale == (config.units_k == 8)
 
 
-def stream_ring_fits(config: DequantConfig, dtype: DataType) -> bool:
-    """Whether `config`'s resident blocks' rings of STREAM_RING_STAGES stages fit two blocks'
-    `RING_SHARED_BYTES` (each stage: the k-tile's packed weights and f16 activations)."""
+@pytest.mark.parametrize(
+    ("resident", "stage_bytes", "depths"),
+    [
+        (4, 20480, (2,)),  # i4's 16-row block of 4 warps: 80 KB a stage of the SM
+        (3, 20480, (2, 3)),  # the recorded kernel's 96 KB in flight, in one even wave
+        (2, 20480, (2, 4)),  # 5 would fit; four is the most offered
+        (2, 69632, ()),  # i8's 8-warp block: not even two stages fit
+        (1, 229376, ()),
+        (1, 114688, (2,)),
+    ],
+)
+def test_stream_ring_depths(resident: int, stage_bytes: int, depths: tuple[int, ...]) -> None:
+    assert stream_ring_depths(resident, stage_bytes) == depths
+
+
+def stream_ring_stages(config: DequantConfig, dtype: DataType) -> list[int]:
+    """The stages of the rings that `config`'s resident blocks fit in two blocks'
+    `RING_SHARED_BYTES` (each stage: the k-tile's packed weights and f16 activations), of two
+    and of the most up to `RING_STAGES`."""
     stage = config.block_n * config.block_k * dtype.nbits // 8 + config.block_m * config.block_k * 2
-    return config.min_blocks_per_sm * STREAM_RING_STAGES * stage <= 2 * RING_SHARED_BYTES
+    fits = [
+        stages
+        for stages in range(STREAM_RING_STAGES, RING_STAGES + 1)
+        if config.min_blocks_per_sm * stages * stage <= 2 * RING_SHARED_BYTES
+    ]
+    return fits[:1] + fits[-1:] if len(fits) > 1 else fits
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -406,17 +445,21 @@ def stream_ring_fits(config: DequantConfig, dtype: DataType) -> bool:
 def test_ringed_stream_k_points_follow_their_twins_within_the_shared_budget(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
-    """In blocks of 16 rows or more, each stream-K point is followed by the same with the
-    shared ring of STREAM_RING_STAGES stages (unrolled as often) exactly where its resident
-    blocks' rings fit (i8's 8-warp blocks at two an SM do not); no 8-row block has one."""
+    """In blocks of 16 rows or more, each stream-K point is followed by the same with shared
+    rings (unrolled twice) of two stages and of the most up to four, exactly where its
+    resident blocks' rings fit (i8's 8-warp blocks at two an SM do not); no 8-row block has
+    one."""
     dtype = dtypes.from_name(weight)
     space = decode_search_space(dtype, *shape, m)
     streams = [c for c in space if c.stream_k and not c.stages]
     expected = []
     for config in streams:
         expected.append(config)
-        if config.block_m >= 16 and stream_ring_fits(config, dtype):
-            expected.append(replace(config, stages=STREAM_RING_STAGES, unroll=STREAM_RING_STAGES))
+        if config.block_m >= 16:
+            expected += [
+                replace(config, stages=stages, unroll=STREAM_RING_STAGES)
+                for stages in stream_ring_stages(config, dtype)
+            ]
     assert [c for c in space if c.stream_k] == expected
     if m < 8:
         assert expected == streams
@@ -515,10 +558,10 @@ def test_decode_search_space_is_a_few_dozen_at_benchmark_points(
     weight: str, m: int, shape: tuple[int, int]
 ) -> None:
     space = decode_search_space(dtypes.from_name(weight), *shape, m)
-    # At most 160 a row tiling: the widest layer's i8 space at M = 16 is 308 with the parts'
-    # twins and the ringed stream-K points (compiled in parallel, each timed in about 5 ms on
-    # the device).
-    assert 6 <= len(space) <= 160 * len(row_tilings(m))
+    # At most 170 a row tiling: the widest layer's i8 space at M = 16 is 332 with the parts'
+    # twins and the ringed stream-K points, two depths each (compiled in parallel, each timed
+    # in about 5 ms on the device).
+    assert 6 <= len(space) <= 170 * len(row_tilings(m))
 
 
 @pytest.mark.parametrize("weight", ["i2", "i4", "i8", "u3"])
@@ -1486,13 +1529,13 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    # 36: the 16-row form's stream-K points at three quarters of the byte model's occupancy
-    # (one a warp count), its six stream-K points with the shared ring, and its late-scale
-    # points with the rows' ring among them (six).
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 36
+    # 41: the 16-row form's stream-K points at three quarters of the byte model's occupancy
+    # (one a warp count), its eleven stream-K points with shared rings (six of two stages,
+    # five deeper), and its late-scale points with the rows' ring among them (six).
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 41
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 36 and eleven.tuning.from_cache
+    assert len(measured) == 41 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

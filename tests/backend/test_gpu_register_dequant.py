@@ -59,7 +59,8 @@ CONFIGS = [
     # Stream-K: a few persistent blocks over the tiles' k-tile iterations.
     DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5),
     DequantConfig(warps=2, units_k=2, depth=2, stream_k=3, min_blocks_per_sm=4),
-    # The search space's ringed stream-K form at 16 rows (two stages, four blocks an SM).
+    # The search space's ringed stream-K forms at 16 rows: two stages at four blocks an SM,
+    # three (unrolled twice, so the stage index is computed) at three.
     DequantConfig(
         units_k=8,
         late_scale=True,
@@ -69,6 +70,12 @@ CONFIGS = [
         unroll=2,
         stream_k=5,
         min_blocks_per_sm=4,
+    ),
+    replace(
+        DequantConfig(units_k=8, late_scale=True, weights_as_a=True, units_m=2),
+        stages=3,
+        stream_k=5,
+        min_blocks_per_sm=3,
     ),
     # A link of a chain: launched with programmatic stream serialization on sm_90.
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, programmatic_launch=True),
