@@ -137,7 +137,7 @@ warps of such a kernel (64K registers at about 128 per thread), so:
   8 * `MAX_UNITS_M` rows also `weights_as_a` with `units_m` 8-row blocks covering it: each
   dequantized weight fragment feeds `units_m` mma instructions, so the block decodes its
   weights once for all its rows. A larger batch of the bucket takes a second row of blocks.
-For the benchmark's shapes and batches that is 14 to 308 candidates at 1 to 8 bits (15 to 308 at
+For the benchmark's shapes and batches that is 14 to 332 candidates at 1 to 8 bits (15 to 332 at
 M = 1 and 16). With ``deterministic=False`` (`decode_search_space`, `DecodeMatmul.tuned`), each
 point whose parts a fused sum adds (split or stream-K) is also offered with `combine_parts` (the
 parts added into one sum by combining stores, in no fixed order): measured on an H100 (i2, i3,
@@ -1021,9 +1021,9 @@ def stream_ring_depths(resident: int, stage_bytes: int) -> tuple[int, ...]:
     stages has S - 1 k-tiles loading, so the deeper one keeps more weight bytes in flight at
     the same occupancy."""
     deepest = min(RING_STAGES, 2 * RING_SHARED_BYTES // (resident * stage_bytes))
-    return tuple(
-        s for s in sorted({STREAM_RING_STAGES, deepest}) if STREAM_RING_STAGES <= s <= deepest
-    )
+    if deepest < STREAM_RING_STAGES:
+        return ()
+    return (STREAM_RING_STAGES,) if deepest == STREAM_RING_STAGES else (STREAM_RING_STAGES, deepest)
 
 
 def ring_stage_bytes(problem: DecodeProblem, warps: int, units_k: int, block_m: int) -> int:

@@ -665,7 +665,7 @@ def validate_lowering(
     Raises ProofError for a bad `plan_rlimit` (the other limits are checked per query).
     """
     try:
-        check_limits(timeout, plan_rlimit)
+        check_limits(DEFAULT_TIMEOUT, plan_rlimit)  # the timeout is checked by each query
     except ProofError as error:
         raise ProofError(f"plan_rlimit: {error}") from None
     accesses: Iterable[Access] = getattr(kernel, "accesses", kernel)

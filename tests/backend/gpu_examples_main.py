@@ -251,6 +251,15 @@ def example_cases(emulated: Any) -> list[tuple[str, Program, list[Any], tuple[in
     return cases + decode_cases(rng)
 
 
+RINGED_STREAM_K = {
+    "units_k": 8,
+    "late_scale": True,
+    "weights_as_a": True,
+    "units_m": 2,
+    "stream_k": 3,
+}
+"""The options of the decode space's ringed stream-K form at 16 rows, less its ring."""
+
 DECODE_CASES = [
     # (weight type, activation type, zero points, configuration): the decode kernel's paths -
     # late scales, the fused split-k sum (atomic tickets), partial sums for a second launch,
@@ -283,36 +292,13 @@ DECODE_CASES = [
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
     (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
-    # ... the search space's ringed stream-K form at 16 rows (two 8-row blocks, two stages
-    # unrolled twice): 4 k-tiles on 3 blocks, the first tile's two k-tiles on two blocks.
-    (
-        dtypes.i4,
-        dtypes.f16,
-        False,
-        {
-            "units_k": 8,
-            "late_scale": True,
-            "weights_as_a": True,
-            "units_m": 2,
-            "stages": 2,
-            "unroll": 2,
-            "stream_k": 3,
-        },
-    ),
-    # ... with three stages unrolled twice (the stage index computed, not a constant of the
-    # unrolled copy): the ring deep enough for three blocks an SM.
-    (
-        dtypes.i4,
-        dtypes.f16,
-        False,
-        {
-            "units_k": 8,
-            "late_scale": True,
-            "weights_as_a": True,
-            "units_m": 2,
-            "stages": 3,
-            "stream_k": 3,
-        },
+    # ... the search space's ringed stream-K forms at 16 rows (two 8-row blocks, unrolled
+    # twice): 4 k-tiles on 3 blocks, the first tile's two k-tiles on two blocks; two stages,
+    # and three (the stage index computed, not a constant of the unrolled copy: the ring deep
+    # enough for three blocks an SM).
+    *(
+        (dtypes.i4, dtypes.f16, False, {**RINGED_STREAM_K, "stages": stages, "unroll": 2})
+        for stages in (2, 3)
     ),
     # ... its activations bulk-copied and released (no block barrier), the weights too.
     (
