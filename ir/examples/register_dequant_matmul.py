@@ -643,10 +643,23 @@ def register_dequant_matmul(
                 else:
                     b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 
+            def ring_stage(tile):
+                """The shared stage of k-tile `tile`: counted from the range's first k-tile
+                where the unrolled copies make it a constant, else the k-tile's own index
+                modulo the stages (any numbering the ring keeps will do; counted from `first`,
+                a stream-K segment's start, the k loop would compute that division again every
+                k-tile: SASS, 1201 instructions for two k-tiles instead of 1030)."""
+                if config.unroll % stages == 0:
+                    return (tile - first) % stages
+                return tile % stages
+
             if stages:
                 ring = []
                 for d in range(stages - 1):
-                    ahead_of(first, d, end, lambda t, d=d: copy_weights(t, d, word_col0))
+                    ahead_of(
+                        first, d, end,
+                        lambda t, d=d: copy_weights(t, ring_stage(first + d), word_col0),
+                    )  # fmt: skip
             elif in_place:
                 # The current k-tile's words, by step: each step's registers take the next
                 # k-tile's words of that step once its cast has read them.
@@ -667,7 +680,8 @@ def register_dequant_matmul(
             # activations are bulk copies with barriers of their own: the groups hold only the
             # weights, none at all with `bulk_weights`.)
             for d in range(max(stages - 1, 1)):
-                ahead_of(first, d, end, lambda t, d=d: copy_activations(t, d))
+                stage_d = ring_stage(first + d) if stages else d
+                ahead_of(first, d, end, lambda t, s=stage_d: copy_activations(t, s))
                 if not config.bulk_weights:
                     b.copy_async_commit()
             # The group rows' ring: after the wait above (the kernel before may write them).
@@ -683,10 +697,10 @@ def register_dequant_matmul(
                         lambda t: prefetch_weights(t, word_col0),
                     )  # fmt: skip
                 if stages:
-                    stage = (tile - first) % stages
+                    stage = ring_stage(tile)
 
                     def copy_ahead(t):
-                        ahead_stage = (tile - first + stages - 1) % stages
+                        ahead_stage = ring_stage(tile + stages - 1)
                         copy_weights(t, ahead_stage, word_col0)
                         copy_activations(t, ahead_stage)
 

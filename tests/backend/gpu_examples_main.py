@@ -294,8 +294,8 @@ DECODE_CASES = [
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
     # ... the search space's ringed stream-K forms at 16 rows (two 8-row blocks, unrolled
     # twice): 4 k-tiles on 3 blocks, the first tile's two k-tiles on two blocks; two stages,
-    # and three (the stage index computed, not a constant of the unrolled copy: the ring deep
-    # enough for three blocks an SM).
+    # and three (the stage numbered by the k-tile's own index, not a constant of the unrolled
+    # copy: the ring deep enough for three blocks an SM).
     *(
         (dtypes.i4, dtypes.f16, False, {**RINGED_STREAM_K, "stages": stages, "unroll": 2})
         for stages in (2, 3)

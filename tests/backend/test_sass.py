@@ -296,6 +296,28 @@ def test_the_decode_k_loop_issues_the_mma_its_configuration_implies(
         assert again.tensor_core == report.tensor_core
 
 
+def test_the_ringed_stream_k_loop_divides_nothing(disassembler: None) -> None:
+    """A stream-K block's range starts at a division by the grid (m is a launch argument). A
+    ring of three stages unrolled twice numbers its stages by the k-tile's own index, so the k
+    loop computes no division (no MUFU, I2F or F2I; counted from the range's start, it did, at
+    1201 instructions for two k-tiles at 8192 x 57344 against the ring of two's 1030) and is
+    no longer than the ring of two's, whose unrolled copies make the stage a constant."""
+    base = DequantConfig(
+        warps=4, units_k=8, unroll=2, late_scale=True, weights_as_a=True, units_m=2,
+        min_blocks_per_sm=3, stream_k=396,
+    )  # fmt: skip
+    reports = {}
+    for stages in (2, 3):
+        program = register_dequant_matmul(dtypes.i4, 128, replace(base, stages=stages))
+        kernel = compile_program(program, "sm_90a", constants={"n": 57344, "k": 8192})
+        reports[stages] = sass.loop_report(kernel.cubin)
+    census = reports[3].census
+    assert not {"MUFU", "I2F", "F2I"} & set(census)
+    assert census["HMMA"] == reports[2].census["HMMA"] == 2 * 8 * 4 * 2
+    assert reports[3].kernel_spills == 0
+    assert reports[3].instructions <= reports[2].instructions
+
+
 def test_the_three_warpgroup_batch_tile_spills_nothing(disassembler: None) -> None:
     """The 192 x 128 batch tile (three consumer warpgroups at 160 registers, refilled in
     place): no local memory in the kernel, 8 wgmma a k-tile of 128 a consumer warpgroup."""
