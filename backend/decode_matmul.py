@@ -184,12 +184,14 @@ from ir.errors import VerificationError
 from ir.examples.packed_weights import (
     UNIT_ELEMENTS,
     UNIT_K,
+    UNIT_LANES,
     UNIT_N,
     WeightFormat,
     check_weight_dtype,
     pack_scales,
     pack_weights,
     packed_lane_order,
+    weight_ring_thread_words,
 )
 from ir.examples.register_dequant_matmul import (
     BLOCK_M,
@@ -1029,9 +1031,11 @@ def stream_ring_depths(resident: int, stage_bytes: int) -> tuple[int, ...]:
 def ring_stage_bytes(problem: DecodeProblem, warps: int, units_k: int, block_m: int) -> int:
     """The shared bytes of one stage of the shared ring (`DequantConfig.stages`) of a block of
     `warps` warps, `units_k` k16 steps a k-tile and `block_m` rows for `problem`: the k-tile's
-    packed weights of the block's columns and its activations."""
+    packed weights of the block's columns (`weight_ring_thread_words` a thread, padded at the
+    widths that are not powers of two) and its activations."""
+    thread_words = weight_ring_thread_words(problem.weight_dtype.nbits, units_k, 1)
     return (
-        warps * UNIT_K * units_k * UNIT_N * problem.weight_dtype.nbits // 8
+        warps * UNIT_LANES * thread_words * 4
         + block_m * UNIT_K * units_k * problem.activation_dtype.nbits // 8
     )
 

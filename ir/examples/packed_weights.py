@@ -58,6 +58,7 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
+from layout_algebra.shared import SharedLayout, shared_row_major
 from layout_algebra.symbolic import minimum
 
 FORMAT_VERSION = 3
@@ -293,6 +294,48 @@ def tile_layouts(
     """
     grid = spatial(1, warps).local(units_k, units_n)
     return grid * unit_element_layout(nbits), grid * unit_word_layout(nbits)
+
+
+def weight_ring_thread_words(nbits: int, units_k: int, units_n: int) -> int:
+    """The i32 words a thread's k-tile of b-bit words takes in `weight_ring_layout`'s stage:
+    its ``units_k * units_n * b`` words, where b is a power of two; otherwise padded to a
+    whole odd number of 16-byte vectors, so that eight neighbouring threads' vectors fall in
+    eight different bank groups (a quarter warp's ``LDS.128`` without conflicts)."""
+    words = units_k * units_n * nbits
+    if nbits & (nbits - 1) == 0:
+        return words
+    vectors = -(-words // 4)
+    return 4 * (vectors + 1 - vectors % 2)
+
+
+def weight_ring_layout(
+    stages: int, nbits: int, warps: int, units_k: int, units_n: int
+) -> SharedLayout:
+    """The shared ring of `stages` k-tiles of the (units_k, warps * units_n * 32 * b) packed
+    words of `tile_layouts`, as each thread copies and loads its own words.
+
+    Where b is a power of two, row-major: a lane's b words of a unit are a whole vector (up to
+    16 bytes) and a warp's lanes read consecutive vectors. At the other widths (3, 5, 6, 7 bits)
+    a lane's b words of a unit straddle 16-byte vectors, so row-major they load a word at a
+    time (i3: 24 ``LDS`` a k-tile). There, each thread's words of the k-tile lie together in
+    its registers' order (k16 step, unit, word) over `weight_ring_thread_words` words, so they
+    load as 16-byte vectors (i3: 6 ``LDS.128``)."""
+    word_cols = warps * units_n * UNIT_LANES * nbits
+    if nbits & (nbits - 1) == 0:
+        return shared_row_major(stages, units_k, word_cols)
+    per_thread = weight_ring_thread_words(nbits, units_k, units_n)
+    return SharedLayout(
+        (stages, units_k, word_cols),
+        (stages, units_k, warps, units_n, UNIT_LANES, nbits),
+        (
+            warps * UNIT_LANES * per_thread,
+            units_n * nbits,
+            UNIT_LANES * per_thread,
+            nbits,
+            per_thread,
+            1,
+        ),
+    )
 
 
 FRAGMENT_WIDTHS = (4, 8)

@@ -89,6 +89,7 @@ from ir.examples.packed_weights import (
     tile_value_layout,
     unit_accumulator_scale_layouts,
     unit_scale_layout,
+    weight_ring_layout,
 )
 from ir.examples.split_sum import add_parts_combined, add_parts_last, sum_layout
 from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_slots
@@ -97,7 +98,7 @@ from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
-from layout_algebra.shared import SharedLayout, shared_row_major, shared_row_major_swizzle
+from layout_algebra.shared import SharedLayout, shared_row_major_swizzle
 from layout_algebra.symbolic import minimum
 from layout_algebra.tma_box import MAX_BOX_EXTENT
 
@@ -564,16 +565,18 @@ def register_dequant_matmul(
             )
         tiles_per_group = group_size // block_k
         word_cols = warps * config.units_n * row_words
-        # The weights' shared ring: each thread's words of a k-tile, as it loads them (no
-        # swizzle: a warp's lanes read consecutive vectors); bulk-copied, in panels of a box's
-        # width (a box writes its rows densely).
+        # The weights' shared ring: each thread's words of a k-tile, as it loads them
+        # (`weight_ring_layout`); bulk-copied, in panels of a box's width (a box writes its
+        # rows densely).
         weight_box = math.gcd(word_cols, MAX_BOX_EXTENT)
         w_tile = (config.units_k, word_cols)
         w_shared = None
         if config.bulk_weights:
             w_shared = b.shared_tensor(i32, panelled_rows(stages, *w_tile, weight_box))
         elif stages:
-            w_shared = b.shared_tensor(i32, shared_row_major(stages, *w_tile))
+            w_shared = b.shared_tensor(
+                i32, weight_ring_layout(stages, nbits, warps, config.units_k, config.units_n)
+            )
 
         def weight_words(tile, word_col0):
             return b.load_global(packed_view, [tile * config.units_k, word_col0], word_layout)

@@ -291,6 +291,10 @@ DECODE_CASES = [
     # the weight words it copied itself, with no barrier (racecheck checks that claim).
     (dtypes.i4, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
     (dtypes.u2, dtypes.bf16, True, {"units_k": 4, "weights_as_a": True, "stages": 4}),
+    # ... of 3- and 6-bit words, each thread's words of a k-tile together in the stage,
+    # padded to an odd number of 16-byte vectors (`weight_ring_layout`).
+    (dtypes.i3, dtypes.f16, False, {"units_k": 8, "late_scale": True, "stages": 3, "split": 2}),
+    (dtypes.u6, dtypes.bf16, True, {"units_k": 2, "weights_as_a": True, "stages": 2}),
     (dtypes.i8, dtypes.f16, False, {"warps": 2, "units_k": 2, "stages": 2, "stream_k": 3}),
     # ... the search space's ringed stream-K forms at 16 rows (two 8-row blocks, unrolled
     # twice): 4 k-tiles on 3 blocks, the first tile's two k-tiles on two blocks; two stages,

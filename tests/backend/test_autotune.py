@@ -72,6 +72,7 @@ from backend.occupancy import resident_blocks
 from ir import dtypes
 from ir.dtypes import DataType
 from ir.errors import SpecializationError, VerificationError
+from ir.examples.packed_weights import weight_ring_thread_words
 from ir.examples.register_dequant_matmul import DequantConfig, register_dequant_matmul
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -428,9 +429,11 @@ def test_stream_ring_depths(resident: int, stage_bytes: int, depths: tuple[int, 
 
 def stream_ring_stages(config: DequantConfig, dtype: DataType) -> list[int]:
     """The stages of the rings that `config`'s resident blocks fit in two blocks'
-    `RING_SHARED_BYTES` (each stage: the k-tile's packed weights and f16 activations), of two
-    and of the most up to `RING_STAGES`."""
-    stage = config.block_n * config.block_k * dtype.nbits // 8 + config.block_m * config.block_k * 2
+    `RING_SHARED_BYTES` (each stage: the k-tile's packed weights, each thread's padded as
+    `weight_ring_thread_words` says, and f16 activations), of two and of the most up to
+    `RING_STAGES`."""
+    thread_words = weight_ring_thread_words(dtype.nbits, config.units_k, config.units_n)
+    stage = config.warps * 32 * thread_words * 4 + config.block_m * config.block_k * 2
     fits = [
         stages
         for stages in range(STREAM_RING_STAGES, RING_STAGES + 1)
@@ -1529,13 +1532,15 @@ def test_decode_matmul_tuned_fits_the_bucket_s_choice_to_the_batch(tmp_path: Pat
     options = {"gpu_name": "Fake GPU", "sm_count": 132, "arch": "sm_90a", "progress": False}
     store = RecordStore(tmp_path)
     eight = DecodeMatmul.tuned(problem, 8, measure=measure, store=store, **options)
-    # 41: the 16-row form's stream-K points at three quarters of the byte model's occupancy
+    # 39: the 16-row form's stream-K points at three quarters of the byte model's occupancy
     # (one a warp count), its eleven stream-K points with shared rings (six of two stages,
-    # five deeper), and its late-scale points with the rows' ring among them (six).
-    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 41
+    # five deeper), and its late-scale points with the rows' ring among them (five). The
+    # 3-bit words' ring pads each thread's words (`weight_ring_thread_words`), so the 8-warp
+    # block's split ring of four stages no longer fits, nor its twin with the rows' ring.
+    assert measured == decode_search_space(dtypes.i3, 1024, 2048, 8) and len(measured) == 39
     assert (eight.config.weights_as_a, eight.config.units_m) == (True, 1)
     eleven = DecodeMatmul.tuned(problem, 11, measure=measure, store=store, **options)
-    assert len(measured) == 41 and eleven.tuning.from_cache
+    assert len(measured) == 39 and eleven.tuning.from_cache
     assert eleven.config == replace(eight.config, units_m=2)
     assert eleven.tuning.choice == asdict(eight.config)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -316,6 +317,23 @@ def test_the_ringed_stream_k_loop_divides_nothing(disassembler: None) -> None:
     assert census["HMMA"] == reports[2].census["HMMA"] == 2 * 8 * 4 * 2
     assert reports[3].kernel_spills == 0
     assert reports[3].instructions <= reports[2].instructions
+
+
+def test_the_three_bit_ring_loads_each_thread_s_words_as_vectors(disassembler: None) -> None:
+    """In the shared ring of 3-bit words (`weight_ring_layout`), a thread's 24 words of a
+    k-tile lie together: its k loop loads them as six 16-byte vectors a k-tile. Row-major, a
+    lane's 3 words of a unit straddled vectors and the loop loaded them a word at a time (54
+    LDS for two k-tiles, the scales' among them, against 6 now)."""
+    config = DequantConfig(
+        warps=4, units_k=8, unroll=2, late_scale=True, weights_as_a=True, units_m=2,
+        min_blocks_per_sm=3, stream_k=396, stages=2,
+    )  # fmt: skip
+    program = register_dequant_matmul(dtypes.i3, 128, config)
+    kernel = compile_program(program, "sm_90a", constants={"n": 57344, "k": 8192})
+    function = next(iter(sass.disassemble(kernel.cubin).values()))
+    opcodes = Counter(i.opcode for i in function.main_loop().instructions)
+    assert opcodes["LDS.128"] == config.unroll * 24 // 4
+    assert opcodes["LDS"] <= config.unroll * 3
 
 
 def test_the_three_warpgroup_batch_tile_spills_nothing(disassembler: None) -> None:

@@ -33,12 +33,16 @@ from ir.examples.packed_weights import (
     program_name,
     scale_permutation,
     stored_offset,
+    tile_layouts,
     unit_accumulator_scale_layouts,
     unit_element_layout,
     unit_permutation,
     unit_scale_layout,
     unpack_weights,
+    weight_ring_layout,
+    weight_ring_thread_words,
 )
+from layout_algebra.shared import shared_row_major
 
 WEIGHT_DTYPES = [dtype for dtype in dtypes.all_dtypes() if dtype.nbits <= 8]
 SIGNED_INTEGERS = [dtype for dtype in WEIGHT_DTYPES if dtype.is_signed and not dtype.is_float]
@@ -472,3 +476,79 @@ def test_i8_codes_are_stored_offset_binary(codes: np.ndarray) -> None:
     stored = unpack_weights(packed, WeightFormat("u8", 16, 64))
     np.testing.assert_array_equal(stored, (grid + 128) % 256)
     np.testing.assert_array_equal(unpack_weights(packed, fmt), grid % 256)
+
+
+@pytest.mark.parametrize(
+    ("nbits", "units_k", "units_n", "words"),
+    [
+        (4, 8, 1, 32),
+        (2, 8, 1, 16),
+        (1, 8, 2, 16),
+        (3, 8, 1, 28),
+        (5, 8, 1, 44),
+        (6, 8, 1, 52),
+        (7, 8, 1, 60),
+        (3, 2, 1, 12),
+        (3, 1, 1, 4),
+        (6, 4, 2, 52),
+    ],
+)
+def test_weight_ring_thread_words(nbits: int, units_k: int, units_n: int, words: int) -> None:
+    assert weight_ring_thread_words(nbits, units_k, units_n) == words
+
+
+def test_weight_ring_layout_of_three_bit_words() -> None:
+    """Two stages of one warp's k-tile of two k16 steps: each lane's 6 words together, 12
+    apart (3 vectors), its k16 steps 3 words apart."""
+    layout = weight_ring_layout(2, 3, 1, 2, 1)
+    offsets = {
+        (0, 0, 0): 0,
+        (0, 0, 2): 2,
+        (0, 1, 0): 3,
+        (0, 0, 3): 12,
+        (0, 1, 95): 12 * 31 + 3 + 2,
+        (1, 0, 0): 32 * 12,
+    }
+    assert {coord: layout.offset(coord) for coord in offsets} == offsets
+    # The allocation ends at the last word, before the last thread's padding.
+    assert layout.size == 32 * 12 + 12 * 31 + 3 + 2 + 1
+
+
+def test_weight_ring_layout_is_row_major_at_power_of_two_widths() -> None:
+    for nbits in (1, 2, 4, 8):
+        assert weight_ring_layout(3, nbits, 4, 8, 1) == shared_row_major(3, 8, 4 * 32 * nbits)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from([3, 5, 6, 7]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2]),
+)
+def test_weight_ring_layout_keeps_each_thread_s_words_together(
+    nbits: int, warps: int, units_k: int, units_n: int
+) -> None:
+    """Against the tile's word layout: the stages are disjoint and one-to-one; each thread's
+    words lie at consecutive offsets in its registers' order from a 16-byte boundary; and the
+    16-byte vectors that eight neighbouring lanes load together fall in eight different bank
+    groups (no conflicts)."""
+    stages = 2
+    layout = weight_ring_layout(stages, nbits, warps, units_k, units_n)
+    words = tile_layouts(nbits, warps, units_k, units_n)[1]
+    table = layout.table()
+    assert len(np.unique(table)) == table.size
+    per_thread = weight_ring_thread_words(nbits, units_k, units_n)
+    assert table[1, 0, 0] - table[0, 0, 0] == warps * 32 * per_thread
+    assert layout.size <= stages * warps * 32 * per_thread
+    threads, registers = np.meshgrid(
+        np.arange(words.num_threads), np.arange(words.local_size), indexing="ij"
+    )
+    rows, cols = words.map(threads, registers)
+    offsets = table[1, rows, cols] - table[1, 0, 0]
+    assert (offsets == offsets[:, :1] + registers).all()
+    assert (offsets[:, 0] % 4 == 0).all()
+    vectors = offsets[:, : registers.shape[1] // 4 * 4 : 4] // 4
+    for quarter in range(words.num_threads // 8):
+        groups = vectors[8 * quarter : 8 * quarter + 8] % 8
+        assert all(len(set(groups[:, j])) == 8 for j in range(groups.shape[1]))
