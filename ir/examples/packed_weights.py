@@ -296,13 +296,18 @@ def tile_layouts(
     return grid * unit_element_layout(nbits), grid * unit_word_layout(nbits)
 
 
+def _unit_words_are_a_vector(nbits: int) -> bool:
+    """Whether a lane's b words of a unit are one vector (b a power of two: 4 to 16 bytes)."""
+    return nbits & (nbits - 1) == 0
+
+
 def weight_ring_thread_words(nbits: int, units_k: int, units_n: int) -> int:
     """The i32 words a thread's k-tile of b-bit words takes in `weight_ring_layout`'s stage:
     its ``units_k * units_n * b`` words, where b is a power of two; otherwise padded to a
     whole odd number of 16-byte vectors, so that eight neighbouring threads' vectors fall in
     eight different bank groups (a quarter warp's ``LDS.128`` without conflicts)."""
     words = units_k * units_n * nbits
-    if nbits & (nbits - 1) == 0:
+    if _unit_words_are_a_vector(nbits):
         return words
     vectors = -(-words // 4)
     return 4 * (vectors + 1 - vectors % 2)
@@ -321,7 +326,7 @@ def weight_ring_layout(
     its registers' order (k16 step, unit, word) over `weight_ring_thread_words` words, so they
     load as 16-byte vectors (i3: 6 ``LDS.128``)."""
     word_cols = warps * units_n * UNIT_LANES * nbits
-    if nbits & (nbits - 1) == 0:
+    if _unit_words_are_a_vector(nbits):
         return shared_row_major(stages, units_k, word_cols)
     per_thread = weight_ring_thread_words(nbits, units_k, units_n)
     return SharedLayout(
