@@ -71,6 +71,7 @@ from ir import dtypes
 from ir.builder import ProgramBuilder
 from ir.dtypes import DataType
 from ir.errors import VerificationError
+from ir.examples.matmul import wgmma_dot_layouts
 from ir.examples.packed_prefill import RegisterRing, transposed_ring
 from ir.examples.packed_prefill import copy_activations as bulk_copy_activations
 from ir.examples.packed_weights import (
@@ -96,6 +97,7 @@ from ir.examples.stream_k import stream_k_blocks, stream_k_segments, stream_k_sl
 from ir.program import Program
 from layout_algebra.fragments import fragment
 from layout_algebra.global_layout import GlobalLayout
+from layout_algebra.hardware import WARPGROUP_SIZE
 from layout_algebra.reduce import reduce as reduce_layout
 from layout_algebra.register import RegisterLayout, local, replicate, spatial
 from layout_algebra.shared import SharedLayout, shared_row_major_swizzle
@@ -230,6 +232,16 @@ class DequantConfig:
     91.8 to 82.7 in another run) and M = 1 level or slower, up to 20 % for i4, whose registers
     grew past 128
     (`benchmarks/results/quantized_matmul_decode_rows_ahead_*_h100.*`).
+    `warpgroup_dot` (with `weights_as_a`, `release`, whole warpgroups and no
+    `refill_in_place`): each k-tile's dot is the warpgroups' ``wgmma`` on sm_90a, the
+    dequantized weights its A operand from registers and the released stage of A^T its B,
+    read where it lies (`backend.wgmma`; elsewhere the same dot runs as mma.sync). W^T's
+    rows are renamed for it (a view, no data movement): each warp holds 64 rows as four m16
+    blocks, and the instruction wants the four warps of a warpgroup to hold the four m16
+    blocks of one 64-row tile, so the warpgroup's tile j is made of block j of each of its
+    warps, and C^T's rows are named back after the dot. A warp issues one instruction per 64 x 16 x 16
+    product instead of two mma.sync, and no ldmatrix loads of the activations; the stage is
+    released after the dot instead of after its loads.
     """
 
     warps: int = 4
@@ -256,6 +268,7 @@ class DequantConfig:
     combine_parts: bool = False
     parts_batch: int = 1
     rows_ahead: int = 0
+    warpgroup_dot: bool = False
 
     @property
     def ring_lead(self) -> int:
@@ -364,6 +377,7 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         "refill_in_place",
         "prefetch_parts",
         "combine_parts",
+        "warpgroup_dot",
     )
     for name in (*flags, *others):
         value = getattr(config, name)
@@ -424,6 +438,20 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         raise VerificationError(
             "register_dequant_matmul: late_trigger=True without programmatic_launch; the "
             "trigger belongs to a link of a chain"
+        )
+    if config.warpgroup_dot and not (
+        config.weights_as_a
+        and config.release
+        and not config.refill_in_place
+        and config.warps % (WARPGROUP_SIZE // UNIT_LANES) == 0
+    ):
+        raise VerificationError(
+            f"register_dequant_matmul: warpgroup_dot=True with warps={config.warps}, "
+            f"weights_as_a={config.weights_as_a}, release={config.release} and "
+            f"refill_in_place={config.refill_in_place}; the warpgroup's dot takes the weights "
+            "as A from registers and the released ring's activations from shared memory: it "
+            "requires weights_as_a, release, no refill_in_place and whole warpgroups (warps a "
+            "multiple of 4)"
         )
     if config.warps * UNIT_LANES > 1024:
         raise VerificationError(
@@ -500,6 +528,11 @@ def register_dequant_matmul(
         weight_layout = tile_value_layout(warps, config.units_k, config.units_n)
         a_layout = activation_layout(warps, config.units_k, config.units_m)
         c_layout = accumulator_layout(warps, config.units_n, config.units_m)
+    warpgroup_layouts = None
+    if config.warpgroup_dot:
+        # The warpgroups' dot of W^T's (block_n, block_k) tile by A^T's (block_k, block_m).
+        warpgroup_layouts = wgmma_dot_layouts(UNIT_LANES * warps, block_n, block_m, block_k)
+        assert warpgroup_layouts[1] == a_layout, (warpgroup_layouts[1], a_layout)
     # One k16 step's layouts (`refill_in_place`).
     step_code_layout, step_word_layout = tile_layouts(nbits, warps, 1, config.units_n)
     if transposed:
@@ -779,8 +812,10 @@ def register_dequant_matmul(
                     else:
                         loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
                         activations = b.view(loaded, act, a_layout)
-                    # This warp is past its reads of the stage: the next copy into it may start.
-                    b.copy_bulk_release(a_shared, *a_tile)
+                    if not config.warpgroup_dot:
+                        # This warp is past its reads of the stage: the next copy into it may
+                        # start. (A warpgroup's dot reads the stage itself: released after it.)
+                        b.copy_bulk_release(a_shared, *a_tile)
                 elif in_place:
                     b.sync()
                     steps = []
@@ -806,9 +841,25 @@ def register_dequant_matmul(
 
                 def product(w, c_in, a_tile=None):
                     a_tile = activations if a_tile is None else a_tile
+                    if config.warpgroup_dot:
+                        return warpgroup_product(w, c_in)
                     if transposed:
                         return b.dot(w, a_tile, c_in)
                     return b.dot(a_tile, w, c_in)
+
+                def warpgroup_product(w, c_in):
+                    """`dot(w, A^T, c_in)` as the warpgroups' dot: W^T's rows renamed so that
+                    each warpgroup's four warps hold the four m16 blocks of a 64-row tile (a
+                    view, the same registers), the stage's activations read where they lie
+                    (each dot its own load: a tile the tensor cores read has no other
+                    reader), and C^T's rows named back."""
+                    tile_a = b.load_shared(a_shared, a_layout, [stage, 0, 0])
+                    renamed = b.dot(
+                        b.view(w, act, warpgroup_layouts[0]),
+                        tile_a,
+                        b.view(c_in, f32, warpgroup_layouts[2]),
+                    )
+                    return b.view(renamed, f32, c_layout)
 
                 def stepped_product(c_in):
                     """The k-tile's product from `c_in`, step by step: each step's words cast,
@@ -848,6 +899,9 @@ def register_dequant_matmul(
                     b.assign(acc, stepped_product(acc))
                 else:
                     b.assign(acc, product(weights, acc))
+                if config.warpgroup_dot:
+                    # Every warpgroup's dots are done with the stage.
+                    b.copy_bulk_release(a_shared, *a_tile)
                 if not config.release:
                     # Every thread is past its reads of this stage before the next tile's copy
                     # into it.

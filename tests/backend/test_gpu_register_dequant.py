@@ -102,6 +102,31 @@ CONFIGS = [
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=4, rows_ahead=1),
     DequantConfig(warps=2, units_k=2, stages=3, rows_ahead=2),
     DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5, rows_ahead=1),
+    # The warpgroups' dot (wgmma, the weights as A from registers, the released stage read
+    # where it lies): late scale at 16 rows, the plain dot of a split, stream-K.
+    DequantConfig(
+        units_k=8,
+        late_scale=True,
+        weights_as_a=True,
+        units_m=2,
+        stages=3,
+        unroll=2,
+        release=True,
+        warpgroup_dot=True,
+    ),
+    DequantConfig(
+        units_k=4, weights_as_a=True, split=2, stages=2, release=True, warpgroup_dot=True
+    ),
+    DequantConfig(
+        warps=8,
+        units_k=8,
+        late_scale=True,
+        weights_as_a=True,
+        stages=3,
+        stream_k=5,
+        release=True,
+        warpgroup_dot=True,
+    ),
 ]
 GROUP_SIZE = 128
 
@@ -401,6 +426,24 @@ def _launch(kernel, config: DequantConfig, m: int, n: int, k: int, inputs) -> np
     return out.cpu().numpy()
 
 
+def _launch_both(weight: DataType, shape, first: DequantConfig, second: DequantConfig, seed=11):
+    """C of a launch of each of two decode kernels on the same random inputs of `shape` (m,
+    n, k)."""
+    m, n, k = shape
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    codes = rng.integers(0, 1 << weight.nbits, (k, n))
+    packed, _ = pack_weights(codes, weight)
+    scales = rng.uniform(0.5, 1.5, (k // GROUP_SIZE, n)) / 2 ** (weight.nbits - 1)
+    inputs = [_device(a), _device(packed), _device(pack_scales(scales.astype(np.float16)))]
+    outputs = []
+    for config in (first, second):
+        program = register_dequant_matmul(weight, GROUP_SIZE, config)
+        kernel = backend.compile(program, constants={"n": n, "k": k})
+        outputs.append(_launch(kernel, config, m, n, k, inputs))
+    return outputs
+
+
 @pytest.mark.parametrize(
     ("weight", "m", "config"), RELEASED_CASES, ids=[f"{c[0]}-m{c[1]}" for c in RELEASED_CASES]
 )
@@ -409,18 +452,56 @@ def test_a_released_ring_gives_the_bits_of_the_barrier_ring(weight, m, config) -
     k-tiles) computes what the ring handed back by barriers computes, bit for bit, over many
     laps of the ring and many blocks: a stage overwritten before a warp read it would show."""
     k, n = 8192, config.block_n * 32
-    rng = np.random.default_rng(7)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
-    codes = rng.integers(0, 1 << weight.nbits, (k, n))
-    packed, _ = pack_weights(codes, weight)
-    scales = rng.uniform(0.5, 1.5, (k // GROUP_SIZE, n)) / 2 ** (weight.nbits - 1)
-    inputs = [_device(a), _device(packed), _device(pack_scales(scales.astype(np.float16)))]
     barrier = replace(config, release=False, bulk_weights=False)
-    outputs = []
-    for variant in (config, barrier):
-        program = register_dequant_matmul(weight, GROUP_SIZE, variant)
-        kernel = backend.compile(program, constants={"n": n, "k": k})
-        outputs.append(_launch(kernel, variant, m, n, k, inputs))
-    released, reference = outputs
+    released, reference = _launch_both(weight, (m, n, k), config, barrier, seed=7)
     assert np.abs(reference.astype(np.float64)).max() > 0
     assert np.array_equal(released.view(np.uint16), reference.view(np.uint16))
+
+
+WARPGROUP_CASES = [
+    # (weight type, m, configuration with the warpgroups' dot): K = 8192, the ring laps often.
+    (
+        dtypes.i4,
+        16,
+        DequantConfig(
+            units_k=8,
+            late_scale=True,
+            weights_as_a=True,
+            units_m=2,
+            stages=3,
+            unroll=2,
+            release=True,
+            warpgroup_dot=True,
+        ),
+    ),
+    (
+        dtypes.i2,
+        9,
+        DequantConfig(
+            units_k=8,
+            late_scale=True,
+            weights_as_a=True,
+            units_m=2,
+            stages=2,
+            unroll=2,
+            split=2,
+            release=True,
+            warpgroup_dot=True,
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("weight", "m", "config"), WARPGROUP_CASES, ids=[f"{c[0]}-m{c[1]}" for c in WARPGROUP_CASES]
+)
+def test_the_warpgroup_dot_computes_the_mma_form_s_product(weight, m, config) -> None:
+    """The warpgroups' dot (wgmma reading the released stage, the weights' rows renamed)
+    gives the products of the same kernel with mma.sync, over many laps of the ring and many
+    blocks: f32 sums of the same terms, equal within the tensor cores' rounding."""
+    shape = (m, config.block_n * 16, 8192)
+    mma_form = replace(config, warpgroup_dot=False)
+    warpgroup, mma = (x.astype(np.float64) for x in _launch_both(weight, shape, config, mma_form))
+    scale = np.abs(mma).max()
+    assert scale > 0
+    assert np.abs(warpgroup - mma).max() / scale < 2e-3

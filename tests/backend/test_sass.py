@@ -336,6 +336,28 @@ def test_the_three_bit_ring_loads_each_thread_s_words_as_vectors(disassembler: N
     assert opcodes["LDS"] <= config.unroll * 3
 
 
+def test_the_decode_loop_s_warpgroup_dot_is_wgmma(disassembler: None) -> None:
+    """With `warpgroup_dot`, the 16-row decode loop multiplies by wgmma reading the released
+    stage (one HGMMA a warp per 64 x 16 x 16, half the mma.sync form's HMMA count, none of its
+    ldmatrix loads of the activations) and no mma.sync at all."""
+    config = DequantConfig(
+        warps=4, units_k=8, unroll=2, late_scale=True, weights_as_a=True, units_m=2,
+        stages=3, release=True,
+    )  # fmt: skip
+    reports = {}
+    for warpgroup in (False, True):
+        program = register_dequant_matmul(dtypes.i4, 128, replace(config, warpgroup_dot=warpgroup))
+        kernel = compile_program(program, "sm_90a", constants={"n": 57344, "k": 8192})
+        function = next(iter(sass.disassemble(kernel.cubin).values()))
+        reports[warpgroup] = Counter(
+            i.opcode.split(".")[0] for i in function.main_loop().instructions
+        )
+    mma, warpgroup = reports[False], reports[True]
+    assert mma["HMMA"] == 2 * 8 * 4 * 2 and "HGMMA" not in mma
+    assert warpgroup["HGMMA"] == mma["HMMA"] // 2 and "HMMA" not in warpgroup
+    assert "LDSM" in mma and "LDSM" not in warpgroup
+
+
 def test_the_three_warpgroup_batch_tile_spills_nothing(disassembler: None) -> None:
     """The 192 x 128 batch tile (three consumer warpgroups at 160 registers, refilled in
     place): no local memory in the kernel, 8 wgmma a k-tile of 128 a consumer warpgroup."""

@@ -484,6 +484,52 @@ CASES = [
     (dtypes.u3, 64, DequantConfig(warps=1, stages=3, rows_ahead=1), 17, 1, 4),
     (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, rows_ahead=1), 2, 1, 3),
     (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=3, rows_ahead=2), 5, 2, 3),
+    # The warpgroups' dot: the late scale at 16 rows with the biases kept, the plain dot of
+    # a split, stream-K over two warpgroups.
+    (
+        dtypes.i4,
+        128,
+        DequantConfig(
+            units_k=8,
+            late_scale=True,
+            magic_bias=True,
+            weights_as_a=True,
+            units_m=2,
+            stages=3,
+            release=True,
+            warpgroup_dot=True,
+        ),
+        13,
+        1,
+        3,
+    ),
+    (
+        dtypes.u3,
+        64,
+        DequantConfig(
+            units_k=2, weights_as_a=True, split=2, stages=2, release=True, warpgroup_dot=True
+        ),
+        5,
+        2,
+        2,
+    ),
+    (
+        dtypes.i2,
+        128,
+        DequantConfig(
+            warps=8,
+            units_k=8,
+            late_scale=True,
+            weights_as_a=True,
+            stages=2,
+            stream_k=3,
+            release=True,
+            warpgroup_dot=True,
+        ),
+        3,
+        1,
+        4,
+    ),
 ]
 
 
@@ -615,6 +661,10 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     # The biases kept (not with stream-K, whose check here has no biases).
     if config.late_scale and not stream_k and dtypes.magic_bias_error(dtype, dtypes.f16) is None:
         config = replace(config, magic_bias=draw(st.booleans()))
+    # The warpgroups' dot, where it applies: a released ring, the weights as A of whole
+    # warpgroups.
+    if config.stages and config.weights_as_a and config.warps == 4 and draw(st.booleans()):
+        config = replace(config, release=True, warpgroup_dot=draw(st.booleans()))
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
@@ -779,6 +829,20 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (
             DequantConfig(split=4, combine_parts=True, parts_batch=2),
             "parts_batch=2 with split=4, .* combine_parts=True",
+        ),
+        (DequantConfig(warpgroup_dot=1), "warpgroup_dot=1; expected True or False"),
+        (
+            DequantConfig(stages=3, release=True, warpgroup_dot=True),
+            "warpgroup_dot=True with warps=4, weights_as_a=False, release=True .* requires "
+            "weights_as_a",
+        ),
+        (
+            DequantConfig(weights_as_a=True, warpgroup_dot=True),
+            "warpgroup_dot=True with warps=4, weights_as_a=True, release=False",
+        ),
+        (
+            DequantConfig(warps=2, weights_as_a=True, stages=3, release=True, warpgroup_dot=True),
+            "warpgroup_dot=True with warps=2, .* whole warpgroups",
         ),
     ],
     ids=str,

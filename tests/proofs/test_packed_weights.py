@@ -256,6 +256,24 @@ def test_decode_kernel_lowering_validates(config: DequantConfig) -> None:
         assert len({name for name in names if name.startswith("bulk copy of")}) == 12
 
 
+WARPGROUP_DOT = DequantConfig(
+    units_k=8, late_scale=True, weights_as_a=True, stages=3, release=True, warpgroup_dot=True
+)
+"""The decode kernel whose k-tiles multiply by the warpgroup's wgmma, the weights' rows renamed
+into its register-A layout and the released stage read where it lies."""
+
+
+def test_warpgroup_dot_decode_kernel_lowering_validates() -> None:
+    """Every access and claim of the decode kernel with the warpgroups' dot proved: the wgmma
+    descriptors of the released stage at every ring position, the weights' registers as the
+    instruction's A fragments and its accumulators as C's layout, and the bulk copies."""
+    program = register_dequant_matmul(dtypes.i4, 128, WARPGROUP_DOT)
+    report = assert_fully_proved(lower(program, "sm_90a", constants=LAYER))
+    names = {claim.name for claim, _ in report.plan_results}
+    assert any(name.startswith("wgmma") for name in names), names
+    assert not any(name.startswith("mma operand") for name in names), names
+
+
 PLAN_RLIMIT = 200_000_000
 """Resource units of a plan claim of the 16-row decode tiles: their mma operands are maps of
 128 threads times 512 registers, which take Z3 about 30 million units (a few seconds)."""
