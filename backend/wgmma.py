@@ -541,6 +541,7 @@ def emit_wgmma(
     substitutions: tuple[Mapping[str, Expr], Mapping[str, Expr]],
     prefix: str,
     issue: str = "sync",
+    window: int = 0,
 ) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
     shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
@@ -552,8 +553,10 @@ def emit_wgmma(
     writes `out`. The others accumulate into c's words in place and leave `out` unwritten
     (`backend.wgmma_pipeline`): "in_flight", a loop's dot left running, ``wait_group 1``
     completing the previous iteration's (the loop's end waits: `emit_wgmma_drain`); "chain", a
-    link of a chain left running, no wait; "chain_end", the chain's last link, which waits
-    for every call of the chain."""
+    link of a chain left running: with a `window` W (`ir.program.Program.wgmma_chain_window`)
+    it waits until at most W groups run (``wait_group W - 1``: the links before it but the
+    last W - 1 are complete, so their A registers are free), with none (0) it does not wait;
+    "chain_end", the chain's last link, which waits for every call of the chain."""
     if issue not in ISSUES:
         raise ValueError(f"emit_wgmma: issue={issue!r}; expected one of {ISSUES}")
     local = plan.c_layout.local_size
@@ -601,7 +604,16 @@ def emit_wgmma(
             lines.append(f'asm volatile("{text}" : {outputs} : {", ".join(inputs)});')
     lines.append("la_wgmma_commit();")
     if issue != "sync":
-        wait = {"in_flight": "la_wgmma_wait_prior();", "chain": "", "chain_end": "la_wgmma_wait();"}
+        in_chain = (
+            f'asm volatile("wgmma.wait_group.sync.aligned {window - 1};\\n" ::: "memory");'
+            if window
+            else ""
+        )
+        wait = {
+            "in_flight": "la_wgmma_wait_prior();",
+            "chain": in_chain,
+            "chain_end": "la_wgmma_wait();",
+        }
         lines += [wait[issue], pin_words(c, local), "}"]
         return "\n".join(lines) + "\n"
     lines.append("la_wgmma_wait();")

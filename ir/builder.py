@@ -95,6 +95,7 @@ from ir.verifier import (
     check_grid_extents,
     check_instruction,
     check_min_blocks_per_sm,
+    check_wgmma_chain_window,
 )
 from layout_algebra.errors import LayoutError
 from layout_algebra.global_layout import GlobalLayout
@@ -215,6 +216,7 @@ class ProgramBuilder:
         self._min_blocks_per_sm: int | None = None
         self._programmatic_launch = False
         self._hoist_invariants = False
+        self._wgmma_chain_window = 0
         self._cluster: tuple[int, int, int] | None = None
         self._bulk_shapes: dict[str, tuple[int, ...]] = {}
 
@@ -446,6 +448,22 @@ class ProgramBuilder:
                 f"hoist_invariants declared twice: {self.name} already declares it"
             )
         self._hoist_invariants = True
+
+    def wgmma_chain_window(self, links: int) -> None:
+        """Let at most `links` links of a chain of warpgroup dots run at once
+        (`Program.wgmma_chain_window`): each link, once issued, waits for the links before it
+        but the last ``links - 1``, so that a chain whose A operands are registers (dequantized
+        weights, say) holds at most `links` links' A registers, not the whole chain's, and
+        still runs the next link's preparation beside the tensor cores when `links` >= 2.
+        Raises VerificationError for a count that is not an int >= 1 or a second
+        declaration."""
+        if self._wgmma_chain_window:
+            raise VerificationError(
+                f"wgmma_chain_window declared twice: {self.name} already lets "
+                f"{self._wgmma_chain_window} links run"
+            )
+        check_wgmma_chain_window(self.name, links)
+        self._wgmma_chain_window = links
 
     def wait_prior_grid(self) -> None:
         """Wait for the kernels launched before this one (`ir.instructions.WaitPriorGrid`).
@@ -1161,4 +1179,5 @@ class ProgramBuilder:
             self._programmatic_launch,
             self._hoist_invariants,
             self._cluster,
+            self._wgmma_chain_window,
         )

@@ -223,8 +223,8 @@ def _format_param(param: Param) -> str:
 
 def format_program(program: Program) -> str:
     """The whole program: a header line with the parameters, the declared grid's line, the
-    occupancy's, the programmatic launch's and the cluster's (when the program declares them),
-    then the body."""
+    occupancy's, the programmatic launch's, the cluster's and the chain window's (when the
+    program declares them), then the body."""
     params = ", ".join(_format_param(p) for p in program.params)
     header = [f"program {program.name}({params}) num_threads={program.num_threads}"]
     if program.grid is not None:
@@ -235,4 +235,6 @@ def format_program(program: Program) -> str:
         header.append("programmatic_launch")
     if program.cluster is not None:
         header.append("cluster {} x {} x {}".format(*program.cluster))
+    if program.wgmma_chain_window:
+        header.append(f"wgmma_chain_window {program.wgmma_chain_window}")
     return "\n".join([*header, *format_body(program.body)])

@@ -50,7 +50,11 @@ class Program:
     the grid is launched in: blocks scheduled together on one GPU processing cluster from
     sm_90 on, whose bulk copies of a tile that every block of a cluster copies alike the
     lowering may issue once for all of them, `backend.bulk_copy`; the declared grid is a
-    multiple of it). None of them changes what the program computes.
+    multiple of it) and `wgmma_chain_window` (0, or the links of a chain of warpgroup dots,
+    `backend.wgmma_pipeline.dot_chains`, that may run at once: each link, once issued, waits
+    until at most that many run, itself among them, so that the A registers of the links
+    before them are free; 0: every link runs until the chain's last). None of them changes
+    what the program computes.
     """
 
     name: str
@@ -62,6 +66,7 @@ class Program:
     programmatic_launch: bool = False
     hoist_invariants: bool = False
     cluster: tuple[int, int, int] | None = None
+    wgmma_chain_window: int = 0
 
     @property
     def cluster_blocks(self) -> int:

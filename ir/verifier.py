@@ -661,6 +661,21 @@ def check_min_blocks_per_sm(program: str, blocks: object, num_threads: int) -> N
         )
 
 
+MAX_WGMMA_GROUPS = 8
+"""The most wgmma groups `wgmma.wait_group` can leave pending (its count is 0 to 7)."""
+
+
+def check_wgmma_chain_window(program: str, links: object) -> None:
+    """Check the chain window program `program` declares (`Program.wgmma_chain_window`): an
+    int from 1 to `MAX_WGMMA_GROUPS`. Raises VerificationError naming the value and the range
+    expected."""
+    if isinstance(links, bool) or not isinstance(links, int) or not 1 <= links <= MAX_WGMMA_GROUPS:
+        raise VerificationError(
+            f"wgmma_chain_window of {program} is {links!r}; expected an int from 1 to "
+            f"{MAX_WGMMA_GROUPS} (the links of a chain of warpgroup dots running at once)"
+        )
+
+
 MAX_CLUSTER_BLOCKS = 8
 """The most blocks of a cluster every sm_90 GPU launches (CUDA's portable cluster size)."""
 
@@ -1008,6 +1023,8 @@ def verify(program: Program, shared_memory_limit: int = DEFAULT_SHARED_MEMORY_LI
     walker.body(program.body, _Scope(set(), names))
     walker.coverage()
     _check_chain_link(program)  # after the walk: every instruction is one
+    if program.wgmma_chain_window != 0:
+        check_wgmma_chain_window(program.name, program.wgmma_chain_window)
     if program.hoist_invariants is not True and program.hoist_invariants is not False:
         raise VerificationError(
             f"hoist_invariants of {program.name} is {program.hoist_invariants!r}; expected "

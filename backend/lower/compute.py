@@ -507,6 +507,7 @@ class ComputeLowering(LoweringContext):
                 (substitutions[0], substitutions[1]),
                 self.temporary("wg"),
                 issue,
+                self.program.wgmma_chain_window,
             )
         )
         return True

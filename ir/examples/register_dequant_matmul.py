@@ -232,16 +232,18 @@ class DequantConfig:
     91.8 to 82.7 in another run) and M = 1 level or slower, up to 20 % for i4, whose registers
     grew past 128
     (`benchmarks/results/quantized_matmul_decode_rows_ahead_*_h100.*`).
-    `warpgroup_dot` (with `weights_as_a`, `release`, whole warpgroups and no
-    `refill_in_place`): each k-tile's dot is the warpgroups' ``wgmma`` on sm_90a, the
-    dequantized weights its A operand from registers and the released stage of A^T its B,
-    read where it lies (`backend.wgmma`; elsewhere the same dot runs as mma.sync). W^T's
-    rows are renamed for it (a view, no data movement): each warp holds 64 rows as four m16
-    blocks, and the instruction wants the four warps of a warpgroup to hold the four m16
-    blocks of one 64-row tile, so the warpgroup's tile j is made of block j of each of its
-    warps, and C^T's rows are named back after the dot. A warp issues one instruction per 64 x 16 x 16
-    product instead of two mma.sync, and no ldmatrix loads of the activations; the stage is
-    released after the dot instead of after its loads.
+    `warpgroup_dot` (with `weights_as_a`, `release`, whole warpgroups, no `refill_in_place`
+    and no `magic_bias`): each k-tile's product is the warpgroups' ``wgmma`` on sm_90a, a chain
+    of one dot a k16 step into one accumulator: each step's words loaded from the ring and
+    cast, the dequantized weights the instruction's A operand from registers and the step's
+    tile of the released stage of A^T its B, read where it lies (`backend.wgmma`; elsewhere
+    the same dots run as mma.sync). W^T's rows are renamed for it (a view, no data movement):
+    each warp holds 64 rows as four m16 blocks, and the instruction wants the four warps of a
+    warpgroup to hold the four m16 blocks of one 64-row tile, so the warpgroup's tile j is
+    made of block j of each of its warps, and C^T's rows are named back after the chain. A
+    warp issues one instruction per 64 x 16 x 16 product instead of two mma.sync, and no
+    ldmatrix loads of the activations; the stage is released after the chain instead of
+    after its loads.
     """
 
     warps: int = 4
@@ -458,6 +460,11 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
             f"register_dequant_matmul: warps={config.warps}; a block has at most 32 warps"
         )
     check_group_size(PROGRAM, group_size, config.block_k)
+    if config.magic_bias and config.warpgroup_dot:
+        raise VerificationError(
+            "register_dequant_matmul: magic_bias=True with warpgroup_dot=True; the biases' "
+            "product would be a second chain of warpgroup dots a k-tile"
+        )
     if config.magic_bias and not config.late_scale:
         raise VerificationError(
             "register_dequant_matmul: magic_bias=True without late_scale; the biases cancel "
@@ -531,8 +538,7 @@ def register_dequant_matmul(
     warpgroup_layouts = None
     if config.warpgroup_dot:
         # The warpgroups' dot of W^T's (block_n, block_k) tile by A^T's (block_k, block_m).
-        warpgroup_layouts = wgmma_dot_layouts(UNIT_LANES * warps, block_n, block_m, block_k)
-        assert warpgroup_layouts[1] == a_layout, (warpgroup_layouts[1], a_layout)
+        warpgroup_layouts = wgmma_dot_layouts(UNIT_LANES * warps, block_n, block_m, UNIT_K)
     # One k16 step's layouts (`refill_in_place`).
     step_code_layout, step_word_layout = tile_layouts(nbits, warps, 1, config.units_n)
     if transposed:
@@ -567,6 +573,10 @@ def register_dequant_matmul(
             b.min_blocks_per_sm(config.min_blocks_per_sm)
         if config.programmatic_launch:
             b.programmatic_launch()
+        if config.warpgroup_dot:
+            # Two steps' dots at once: one step's weights cast beside the tensor cores' work
+            # on the step before, and two steps' A registers, not the k-tile's.
+            b.wgmma_chain_window(2)
         m = b.int_param("m", lo=1)
         n = b.int_param("n", lo=block_n, multiple_of=block_n, constant=True)
         k = b.int_param("k", lo=block_k * split, multiple_of=block_k * split, constant=True)
@@ -741,15 +751,19 @@ def register_dequant_matmul(
                         copy_activations(t, ahead_stage)
 
                     ahead_of(tile, stages - 1, end, copy_ahead)
+                    # (The warpgroups' dot loads each step's words where it casts them.)
+                    whole = not config.warpgroup_dot
                     if config.bulk_weights:
                         b.copy_bulk_wait(w_shared, [stage, 0, 0], w_tile)
-                        b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
-                        b.copy_bulk_release(w_shared, [stage, 0, 0], w_tile)
+                        if whole:
+                            b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
+                            b.copy_bulk_release(w_shared, [stage, 0, 0], w_tile)
                     else:
                         b.copy_async_commit()
                         b.copy_async_wait(stages - 1)
                         # This thread's own words: visible to it after the wait, no barrier.
-                        b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
+                        if whole:
+                            b.assign(current, b.load_shared(w_shared, word_layout, [stage, 0, 0]))
                 else:
                     stage = (tile - first) % 2
                     if not in_place:
@@ -799,15 +813,18 @@ def register_dequant_matmul(
                         weights = b.mul(weights, scales)
                     return weights
 
-                if not in_place:
+                if not in_place and not config.warpgroup_dot:
                     weights = dequantized(current, (code_layout, weight_layout, weight_row_layouts))
                 if not stages:
                     b.copy_async_wait(1)
                 if config.release:
                     a_tile = ([stage, 0, 0], (block_k, block_m))
                     b.copy_bulk_wait(a_shared, *a_tile)
-                    # The ring holds A^T: loaded as such, named as A where the dot wants A.
-                    if transposed:
+                    # The ring holds A^T: loaded as such, named as A where the dot wants A
+                    # (the warpgroups' dot reads each step's tile itself).
+                    if config.warpgroup_dot:
+                        activations = None
+                    elif transposed:
                         activations = b.load_shared(a_shared, a_layout, [stage, 0, 0])
                     else:
                         loaded = b.load_shared(a_shared, a_layout.permute(1, 0), [stage, 0, 0])
@@ -841,25 +858,35 @@ def register_dequant_matmul(
 
                 def product(w, c_in, a_tile=None):
                     a_tile = activations if a_tile is None else a_tile
-                    if config.warpgroup_dot:
-                        return warpgroup_product(w, c_in)
                     if transposed:
                         return b.dot(w, a_tile, c_in)
                     return b.dot(a_tile, w, c_in)
 
-                def warpgroup_product(w, c_in):
-                    """`dot(w, A^T, c_in)` as the warpgroups' dot: W^T's rows renamed so that
-                    each warpgroup's four warps hold the four m16 blocks of a 64-row tile (a
-                    view, the same registers), the stage's activations read where they lie
-                    (each dot its own load: a tile the tensor cores read has no other
-                    reader), and C^T's rows named back."""
-                    tile_a = b.load_shared(a_shared, a_layout, [stage, 0, 0])
-                    renamed = b.dot(
-                        b.view(w, act, warpgroup_layouts[0]),
-                        tile_a,
-                        b.view(c_in, f32, warpgroup_layouts[2]),
+                def warpgroup_product(c_in=None):
+                    """The k-tile's product (plus `c_in`, if given) by the warpgroups' dot, a
+                    chain of one dot a k16 step into one accumulator: each step's words loaded
+                    from the ring and cast, W^T's rows renamed so that each warpgroup's four
+                    warps hold the four m16 blocks of a 64-row tile (a view, the same
+                    registers), the step's activations read where they lie (a tile the tensor
+                    cores read has no other reader), and C^T's rows named back."""
+                    renamed_c = warpgroup_layouts[2]
+                    total = b.register_tensor(f32, renamed_c, 0.0)
+                    if c_in is not None:
+                        b.assign(total, b.view(c_in, f32, renamed_c))
+                    layouts = (step_code_layout, step_weight_layout, step_row_layouts)
+                    rows = (
+                        group_row(zero_view, step_row_layouts) if zero_points else None,
+                        None if config.late_scale else group_row(scale_view, step_row_layouts),
                     )
-                    return b.view(renamed, f32, c_layout)
+                    for j in range(config.units_k):
+                        words = b.load_shared(w_shared, step_word_layout, [stage, j, 0])
+                        step_weights = dequantized(words, layouts, rows)
+                        step_a = b.load_shared(a_shared, step_a_layout, [stage, j * UNIT_K, 0])
+                        renamed = b.view(step_weights, act, warpgroup_layouts[0])
+                        b.assign(total, b.dot(renamed, step_a, total))
+                    if config.bulk_weights:
+                        b.copy_bulk_release(w_shared, [stage, 0, 0], w_tile)
+                    return b.view(total, f32, c_layout)
 
                 def stepped_product(c_in):
                     """The k-tile's product from `c_in`, step by step: each step's words cast,
@@ -883,7 +910,12 @@ def register_dequant_matmul(
                 if config.late_scale:
                     row = group_row(scale_view, accumulator_row_layouts)
                     scale = b.cast(row, f32, c_row_layout, exponent=-exponent)
-                    products = stepped_product(zero) if in_place else product(weights, zero)
+                    if config.warpgroup_dot:
+                        products = warpgroup_product()
+                    elif in_place:
+                        products = stepped_product(zero)
+                    else:
+                        products = product(weights, zero)
                     if config.magic_bias:
                         # The biases' product, negated, from a chain of its own (started from
                         # it, the weights' chain would wait on it: twice the mma latency).
@@ -895,6 +927,8 @@ def register_dequant_matmul(
                             biased = product(negated_biases, zero)
                         products = b.add(products, biased)
                     b.assign(acc, b.fma(products, scale, acc))
+                elif config.warpgroup_dot:
+                    b.assign(acc, warpgroup_product(acc))
                 elif in_place:
                     b.assign(acc, stepped_product(acc))
                 else:

@@ -352,6 +352,9 @@ def test_the_decode_loop_s_warpgroup_dot_is_wgmma(disassembler: None) -> None:
         reports[warpgroup] = Counter(
             i.opcode.split(".")[0] for i in function.main_loop().instructions
         )
+        if warpgroup:
+            report = sass.loop_report(kernel.cubin)
+            assert report.registers <= 128 and report.kernel_spills == 0
     mma, warpgroup = reports[False], reports[True]
     assert mma["HMMA"] == 2 * 8 * 4 * 2 and "HGMMA" not in mma
     assert warpgroup["HGMMA"] == mma["HMMA"] // 2 and "HMMA" not in warpgroup

@@ -484,19 +484,19 @@ CASES = [
     (dtypes.u3, 64, DequantConfig(warps=1, stages=3, rows_ahead=1), 17, 1, 4),
     (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, rows_ahead=1), 2, 1, 3),
     (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=3, rows_ahead=2), 5, 2, 3),
-    # The warpgroups' dot: the late scale at 16 rows with the biases kept, the plain dot of
-    # a split, stream-K over two warpgroups.
+    # The warpgroups' dot: the late scale at 16 rows with the weights bulk-copied, the plain
+    # dot of a split, stream-K over two warpgroups.
     (
         dtypes.i4,
         128,
         DequantConfig(
             units_k=8,
             late_scale=True,
-            magic_bias=True,
             weights_as_a=True,
             units_m=2,
             stages=3,
             release=True,
+            bulk_weights=True,
             warpgroup_dot=True,
         ),
         13,
@@ -664,7 +664,8 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     # The warpgroups' dot, where it applies: a released ring, the weights as A of whole
     # warpgroups.
     if config.stages and config.weights_as_a and config.warps == 4 and draw(st.booleans()):
-        config = replace(config, release=True, warpgroup_dot=draw(st.booleans()))
+        warpgroup = not config.magic_bias and draw(st.booleans())
+        config = replace(config, release=True, warpgroup_dot=warpgroup)
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
@@ -843,6 +844,18 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (
             DequantConfig(warps=2, weights_as_a=True, stages=3, release=True, warpgroup_dot=True),
             "warpgroup_dot=True with warps=2, .* whole warpgroups",
+        ),
+        (
+            DequantConfig(
+                units_k=8,
+                late_scale=True,
+                magic_bias=True,
+                weights_as_a=True,
+                stages=3,
+                release=True,
+                warpgroup_dot=True,
+            ),
+            "magic_bias=True with warpgroup_dot=True; the biases' product would be",
         ),
     ],
     ids=str,
