@@ -542,6 +542,7 @@ def emit_wgmma(
     prefix: str,
     issue: str = "sync",
     window: int = 0,
+    fence: bool = True,
 ) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
     shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
@@ -556,7 +557,9 @@ def emit_wgmma(
     link of a chain left running: with a `window` W (`ir.program.Program.wgmma_chain_window`)
     it waits until at most W groups run (``wait_group W - 1``: the links before it but the
     last W - 1 are complete, so their A registers are free), with none (0) it does not wait;
-    "chain_end", the chain's last link, which waits for every call of the chain."""
+    "chain_end", the chain's last link, which waits for every call of the chain. Without
+    `fence`, the dot has no proxy-fence mark of its own (a later link of a chain, whose
+    first link's fence covers the writes before the chain)."""
     if issue not in ISSUES:
         raise ValueError(f"emit_wgmma: issue={issue!r}; expected one of {ISSUES}")
     local = plan.c_layout.local_size
@@ -571,7 +574,8 @@ def emit_wgmma(
         lines += [f"float {name} = __uint_as_float({c}[{i}]);" for i, name in enumerate(acc)]
         pin = "".join(f'asm volatile("" : "+f"({name}) :: "memory");' for name in acc)
         lines.append(pin)
-    lines.append(PROXY_FENCE_MARK)
+    if fence:
+        lines.append(PROXY_FENCE_MARK)
     if plan.a_descriptors is not None:
         lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
     lines.append(f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});")

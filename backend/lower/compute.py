@@ -485,6 +485,7 @@ class ComputeLowering(LoweringContext):
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
         link = self.chains.get(id(instruction))
+        fence = True
         issue = "sync"
         if flight is not None:
             self.elided_assigns.add(id(flight.assign))
@@ -492,6 +493,10 @@ class ComputeLowering(LoweringContext):
             self.note("wgmma dot kept in flight", 1)
             issue = "in_flight" if flight.waits else "chain"
         elif link is not None:
+            # A later link needs no proxy fence of its own: no thread writes the chain's
+            # shared tensors between its links (`dot_chains`), and the first link's fence
+            # covers what they wrote before it.
+            fence = self.chain_running is None
             self.elided_assigns.add(id(link.assign))
             self.note("wgmma chain's last dot" if link.last else "wgmma dot left running")
             issue = "chain_end" if link.last else "chain"
@@ -508,6 +513,7 @@ class ComputeLowering(LoweringContext):
                 self.temporary("wg"),
                 issue,
                 self.program.wgmma_chain_window,
+                fence,
             )
         )
         return True

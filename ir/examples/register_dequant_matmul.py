@@ -348,6 +348,17 @@ def transposed_accumulator_layout(warps: int, units_n: int, units_m: int = 1) ->
     return spatial(warps, 1).local(4 * units_n, units_m) * fragment("mma.m16n8k16.c").layout
 
 
+def k_runs_layout(threads: int, block_k: int, block_m: int) -> RegisterLayout | None:
+    """A (block_k, block_m) tile of A^T over `threads` threads, each holding a run of
+    consecutive values of k of one row of A (16 bytes of f16 at 16 rows of four warps): the
+    copies of such a tile into `transposed_ring` from A (whose rows are contiguous along k)
+    move whole vectors. None when the tile does not split so (the copy's own layout then)."""
+    run, rest = divmod(block_k * block_m, threads)
+    if rest or not run or block_k % run:
+        return None
+    return spatial(block_k // run, block_m).local(run, 1)
+
+
 def panelled_rows(stages: int, rows: int, columns: int, panel: int) -> SharedLayout:
     """`stages` (rows, columns) tiles, each in panels of `panel` columns whose rows lie
     contiguous: element (s, r, c) at ``s rows columns + (c // panel) rows panel + r panel + c %
@@ -443,17 +454,17 @@ def _check_config(group_size: int, config: DequantConfig) -> None:
         )
     if config.warpgroup_dot and not (
         config.weights_as_a
-        and config.release
+        and config.stages
         and not config.refill_in_place
         and config.warps % (WARPGROUP_SIZE // UNIT_LANES) == 0
     ):
         raise VerificationError(
             f"register_dequant_matmul: warpgroup_dot=True with warps={config.warps}, "
-            f"weights_as_a={config.weights_as_a}, release={config.release} and "
+            f"weights_as_a={config.weights_as_a}, stages={config.stages} and "
             f"refill_in_place={config.refill_in_place}; the warpgroup's dot takes the weights "
-            "as A from registers and the released ring's activations from shared memory: it "
-            "requires weights_as_a, release, no refill_in_place and whole warpgroups (warps a "
-            "multiple of 4)"
+            "as A from registers, each step's words from the shared ring: it requires "
+            "weights_as_a, a shared ring (stages >= 2), no refill_in_place and whole "
+            "warpgroups (warps a multiple of 4)"
         )
     if config.warps * UNIT_LANES > 1024:
         raise VerificationError(
@@ -598,10 +609,13 @@ def register_dequant_matmul(
         a_view = b.global_view(a, act, GlobalLayout((m, k), (k, 1)))
         packed_view, scale_view, zero_view = packed_views(b, operands, nbits, n, k, group_size)
         stages = config.stages
-        if config.release:
-            # Bulk-copied as A^T, k-major panels (one TMA box each), released a k-tile at a time.
-            a_shared = b.shared_tensor(act, transposed_ring(stages, block_k, block_m))
+        if config.release or config.warpgroup_dot:
+            # A^T in k-major panels, the layout a wgmma descriptor reads: bulk-copied (one TMA
+            # box a panel) and released a k-tile at a time, or for the warpgroups' dot by
+            # cp.async and barriers.
+            a_shared = b.shared_tensor(act, transposed_ring(max(stages, 2), block_k, block_m))
             a_columns = b.global_view(a, act, GlobalLayout((k, m), (1, k)))
+            column_copy_layout = k_runs_layout(UNIT_LANES * warps, block_k, block_m)
         else:
             a_shared = b.shared_tensor(
                 act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)
@@ -686,6 +700,11 @@ def register_dequant_matmul(
             def copy_activations(tile, stage):
                 if config.release:
                     bulk_copy_activations(b, a_shared, a_columns, tile, stage, row0)
+                elif config.warpgroup_dot:
+                    b.copy_async(
+                        a_shared, a_columns, [tile * block_k, row0], [stage, 0, 0],
+                        layout=column_copy_layout,
+                    )  # fmt: skip
                 else:
                     b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 
@@ -847,6 +866,9 @@ def register_dequant_matmul(
                             steps.append(
                                 b.load_shared(a_shared, step_a_layout, [stage, 0, j * UNIT_K])
                             )
+                elif config.warpgroup_dot:
+                    b.sync()  # the stage's activations, copied by every thread, are complete
+                    activations = None
                 else:
                     b.sync()
                     if transposed:
@@ -933,7 +955,7 @@ def register_dequant_matmul(
                     b.assign(acc, stepped_product(acc))
                 else:
                     b.assign(acc, product(weights, acc))
-                if config.warpgroup_dot:
+                if config.warpgroup_dot and config.release:
                     # Every warpgroup's dots are done with the stage.
                     b.copy_bulk_release(a_shared, *a_tile)
                 if not config.release:

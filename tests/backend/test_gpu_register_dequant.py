@@ -102,8 +102,9 @@ CONFIGS = [
     DequantConfig(units_k=8, late_scale=True, weights_as_a=True, split=4, rows_ahead=1),
     DequantConfig(warps=2, units_k=2, stages=3, rows_ahead=2),
     DequantConfig(warps=1, units_k=8, late_scale=True, weights_as_a=True, stream_k=5, rows_ahead=1),
-    # The warpgroups' dot (wgmma, the weights as A from registers, the released stage read
-    # where it lies): late scale at 16 rows, the plain dot of a split, stream-K.
+    # The warpgroups' dot (wgmma, the weights as A from registers, the stage read where it
+    # lies): late scale at 16 rows, released; the plain dot of a split with the barrier ring
+    # (cp.async); stream-K, released.
     DequantConfig(
         units_k=8,
         late_scale=True,
@@ -114,9 +115,7 @@ CONFIGS = [
         release=True,
         warpgroup_dot=True,
     ),
-    DequantConfig(
-        units_k=4, weights_as_a=True, split=2, stages=2, release=True, warpgroup_dot=True
-    ),
+    DequantConfig(units_k=4, weights_as_a=True, split=2, stages=2, warpgroup_dot=True),
     DequantConfig(
         warps=8,
         units_k=8,
@@ -485,7 +484,6 @@ WARPGROUP_CASES = [
             stages=2,
             unroll=2,
             split=2,
-            release=True,
             warpgroup_dot=True,
         ),
     ),

@@ -485,7 +485,7 @@ CASES = [
     (dtypes.i8, 64, DequantConfig(warps=1, refill_in_place=True, rows_ahead=1), 2, 1, 3),
     (dtypes.f4e2m1, 64, DequantConfig(warps=1, stream_k=3, rows_ahead=2), 5, 2, 3),
     # The warpgroups' dot: the late scale at 16 rows with the weights bulk-copied, the plain
-    # dot of a split, stream-K over two warpgroups.
+    # dot of a split with the barrier ring, stream-K over two warpgroups.
     (
         dtypes.i4,
         128,
@@ -506,9 +506,7 @@ CASES = [
     (
         dtypes.u3,
         64,
-        DequantConfig(
-            units_k=2, weights_as_a=True, split=2, stages=2, release=True, warpgroup_dot=True
-        ),
+        DequantConfig(units_k=2, weights_as_a=True, split=2, stages=2, warpgroup_dot=True),
         5,
         2,
         2,
@@ -661,11 +659,11 @@ def dequant_problems(draw: st.DrawFn) -> tuple[DataType, int, DequantConfig, int
     # The biases kept (not with stream-K, whose check here has no biases).
     if config.late_scale and not stream_k and dtypes.magic_bias_error(dtype, dtypes.f16) is None:
         config = replace(config, magic_bias=draw(st.booleans()))
-    # The warpgroups' dot, where it applies: a released ring, the weights as A of whole
-    # warpgroups.
+    # The warpgroups' dot, where it applies: a shared ring (released or not), the weights as
+    # A of whole warpgroups.
     if config.stages and config.weights_as_a and config.warps == 4 and draw(st.booleans()):
         warpgroup = not config.magic_bias and draw(st.booleans())
-        config = replace(config, release=True, warpgroup_dot=warpgroup)
+        config = replace(config, release=draw(st.booleans()), warpgroup_dot=warpgroup)
     group_size = config.block_k * (1 if config.late_scale else draw(st.sampled_from([1, 2])))
     m = draw(st.integers(1, 33))
     n = config.block_n * draw(st.integers(1, 2))
@@ -834,12 +832,12 @@ def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
         (DequantConfig(warpgroup_dot=1), "warpgroup_dot=1; expected True or False"),
         (
             DequantConfig(stages=3, release=True, warpgroup_dot=True),
-            "warpgroup_dot=True with warps=4, weights_as_a=False, release=True .* requires "
+            "warpgroup_dot=True with warps=4, weights_as_a=False, stages=3 .* requires "
             "weights_as_a",
         ),
         (
             DequantConfig(weights_as_a=True, warpgroup_dot=True),
-            "warpgroup_dot=True with warps=4, weights_as_a=True, release=False",
+            "warpgroup_dot=True with warps=4, weights_as_a=True, stages=0",
         ),
         (
             DequantConfig(warps=2, weights_as_a=True, stages=3, release=True, warpgroup_dot=True),
