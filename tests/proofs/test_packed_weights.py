@@ -263,11 +263,14 @@ WARPGROUP_DOT = DequantConfig(
 into its register-A layout and the released stage read where it lies."""
 
 
-def test_warpgroup_dot_decode_kernel_lowering_validates() -> None:
+@pytest.mark.parametrize("release", [True, False], ids=["released", "barriers"])
+def test_warpgroup_dot_decode_kernel_lowering_validates(release: bool) -> None:
     """Every access and claim of the decode kernel with the warpgroups' dot proved: the wgmma
-    descriptors of the released stage at every ring position, the weights' registers as the
-    instruction's A fragments and its accumulators as C's layout, and the bulk copies."""
-    program = register_dequant_matmul(dtypes.i4, 128, WARPGROUP_DOT)
+    descriptors of each stage at every ring position, the weights' registers as the
+    instruction's A fragments and its accumulators as C's layout, and the copies (bulk
+    copies, or each thread's cp.async runs along k)."""
+    config = replace(WARPGROUP_DOT, release=release)
+    program = register_dequant_matmul(dtypes.i4, 128, config)
     report = assert_fully_proved(lower(program, "sm_90a", constants=LAYER))
     names = {claim.name for claim, _ in report.plan_results}
     assert any(name.startswith("wgmma") for name in names), names
