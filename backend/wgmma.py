@@ -532,6 +532,29 @@ def pin_words(words: str, count: int) -> str:
     return "".join(f'asm volatile("" : "+r"({words}[{i}]) :: "memory");' for i in range(count))
 
 
+@dataclass(frozen=True)
+class ChainDescriptor:
+    """The B descriptor a chain's first link declares where its later links can read it:
+    `name`, the C variable; `pointer`, the shared tensor's byte pointer; `start`, the byte
+    offset of its tile (the substituted start expression); `fields`, its constant fields. A
+    later link reading B of the same tensor, fields and a start a constant multiple of 16
+    bytes away advances it (one add) instead of building its own."""
+
+    name: str
+    pointer: str
+    start: Expr
+    fields: int
+
+
+def chain_descriptor(
+    plan: WgmmaPlan, b: str, substitutions: Mapping[str, Expr], prefix: str
+) -> ChainDescriptor:
+    """The `ChainDescriptor` that `emit_wgmma` with ``export_b`` declares for `plan`'s first
+    B call (`b` the shared byte pointer, `prefix` the dot's local names)."""
+    start = simplify(plan.b_descriptors.starts[0][0].substitute(substitutions))
+    return ChainDescriptor(f"{prefix}bd", b, start, plan.b_descriptors.fields)
+
+
 def emit_wgmma(
     plan: WgmmaPlan,
     a: str,
@@ -543,6 +566,8 @@ def emit_wgmma(
     issue: str = "sync",
     window: int = 0,
     fence: bool = True,
+    b_chain: ChainDescriptor | None = None,
+    export_b: bool = False,
 ) -> str:
     """C++ statements computing ``out = a @ b + c`` by the plan's wgmma calls. `a` names the
     shared tensor's byte pointer of A, or a's word array when A is in registers; `b` the shared
@@ -559,7 +584,10 @@ def emit_wgmma(
     last W - 1 are complete, so their A registers are free), with none (0) it does not wait;
     "chain_end", the chain's last link, which waits for every call of the chain. Without
     `fence`, the dot has no proxy-fence mark of its own (a later link of a chain, whose
-    first link's fence covers the writes before the chain)."""
+    first link's fence covers the writes before the chain). With `export_b` (a chain's first
+    link) B's address and first descriptor are declared before the dot's block, so that the
+    chain's later links see them (`chain_descriptor` names them); given `b_chain`, a later
+    link advances that descriptor where it can."""
     if issue not in ISSUES:
         raise ValueError(f"emit_wgmma: issue={issue!r}; expected one of {ISSUES}")
     local = plan.c_layout.local_size
@@ -578,7 +606,15 @@ def emit_wgmma(
         lines.append(PROXY_FENCE_MARK)
     if plan.a_descriptors is not None:
         lines.append(f"const unsigned int {prefix}a = (unsigned int)__cvta_generic_to_shared({a});")
-    lines.append(f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});")
+    # B's declarations: before the block for a chain's first link, else in it.
+    declared = [f"const unsigned int {prefix}b = (unsigned int)__cvta_generic_to_shared({b});"]
+    b_descriptor = _descriptor_calls(
+        plan.b_descriptors, substitutions[1], f"{prefix}b", declared, _chain_base(b_chain, b)
+    )
+    if export_b:
+        lines = [*declared, *lines]
+    else:
+        lines += declared
     lines.append("la_wgmma_fence();")
     size = plan.registers
     registers = ", ".join(f"%{j}" for j in range(size))
@@ -592,7 +628,6 @@ def emit_wgmma(
         "{ .reg .pred p; setp.ne.b32 p, 1, 0; "
         f"{plan.instruction} {{{registers}}}, {operands}; }}\\n"
     )
-    b_descriptor = _descriptor_calls(plan.b_descriptors, substitutions[1], f"{prefix}b", lines)
     if plan.a_descriptors is not None:
         a_descriptor = _descriptor_calls(plan.a_descriptors, substitutions[0], f"{prefix}a", lines)
     for k_step in range(plan.k_steps):
@@ -627,11 +662,17 @@ def emit_wgmma(
     return "\n".join(lines) + "\n"
 
 
+def _chain_base(chain: ChainDescriptor | None, pointer: str) -> ChainDescriptor | None:
+    """`chain` where a link reading B through `pointer` may advance its descriptor."""
+    return chain if chain is not None and chain.pointer == pointer else None
+
+
 def _descriptor_calls(
     descriptors: OperandDescriptors,
     substitutions: Mapping[str, Expr],
     address: str,
     lines: list[str],
+    base: ChainDescriptor | None = None,
 ) -> Callable[[int, int], str]:
     """The C expression of each (block, k step) call's descriptor of one operand, as a
     function: the first call's descriptor is computed once (appended to `lines` as
@@ -642,10 +683,23 @@ def _descriptor_calls(
     fields = f"0x{descriptors.fields:016X}ull"
     starts = [[simplify(x.substitute(substitutions)) for x in row] for row in descriptors.starts]
     first = starts[0][0]
-    lines.append(
-        f"const unsigned long long {address}d = "
-        f"la_wgmma_descriptor({address} + (unsigned int)({first.to_c()}), {fields});"
-    )
+    shift = None if base is None else simplify(first - base.start)
+    if (
+        base is not None
+        and base.fields == descriptors.fields
+        and is_constant(shift)
+        and shift.value % 16 == 0
+    ):
+        # A later link of a chain: the first link's descriptor, advanced.
+        lines.append(
+            f"const unsigned long long {address}d = "
+            f"la_wgmma_advance({base.name}, {shift.value // 16});"
+        )
+    else:
+        lines.append(
+            f"const unsigned long long {address}d = "
+            f"la_wgmma_descriptor({address} + (unsigned int)({first.to_c()}), {fields});"
+        )
 
     def call(block: int, k_step: int) -> str:
         start = starts[block][k_step]

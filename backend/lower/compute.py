@@ -33,7 +33,14 @@ from backend.tensor_core import (
     emit_mma,
     plan_mma,
 )
-from backend.wgmma import WAIT_ALL, WARPGROUP_SIZE, emit_wgmma, emit_wgmma_drain, plan_wgmma
+from backend.wgmma import (
+    WAIT_ALL,
+    WARPGROUP_SIZE,
+    chain_descriptor,
+    emit_wgmma,
+    emit_wgmma_drain,
+    plan_wgmma,
+)
 from ir import dtypes, instructions
 from ir.dtypes import DataType, magic_bias
 from ir.elementwise import BINARY_OPS
@@ -470,7 +477,7 @@ class ComputeLowering(LoweringContext):
                 # A link of a chain without a plan: the links before it are still running
                 # into c, which this dot reads.
                 self.out.lines(emit_wgmma_drain(*self.chain_running))
-                self.chain_running = None
+                self.chain_running = self.chain_b = None
             for load in loads:
                 self.write_deferred_load(load)
             return False
@@ -485,7 +492,8 @@ class ComputeLowering(LoweringContext):
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
         link = self.chains.get(id(instruction))
-        fence = True
+        fence, export_b = True, False
+        b_chain = None
         issue = "sync"
         if flight is not None:
             self.elided_assigns.add(id(flight.assign))
@@ -495,13 +503,16 @@ class ComputeLowering(LoweringContext):
         elif link is not None:
             # A later link needs no proxy fence of its own: no thread writes the chain's
             # shared tensors between its links (`dot_chains`), and the first link's fence
-            # covers what they wrote before it.
+            # covers what they wrote before it. It advances the first link's B descriptor.
             fence = self.chain_running is None
+            b_chain = None if fence else self.chain_b
+            export_b = fence and not link.last
             self.elided_assigns.add(id(link.assign))
             self.note("wgmma chain's last dot" if link.last else "wgmma dot left running")
             issue = "chain_end" if link.last else "chain"
             running = (instruction.c.name, plan.c_layout.local_size)
             self.chain_running = None if link.last else running
+        prefix = self.temporary("wg")
         self.out.lines(
             emit_wgmma(
                 plan,
@@ -510,12 +521,18 @@ class ComputeLowering(LoweringContext):
                 instruction.c.name,
                 instruction.out.name,
                 (substitutions[0], substitutions[1]),
-                self.temporary("wg"),
+                prefix,
                 issue,
                 self.program.wgmma_chain_window,
                 fence,
+                b_chain,
+                export_b=export_b,
             )
         )
+        if export_b:
+            self.chain_b = chain_descriptor(plan, b_load.src.name, substitutions[1], prefix)
+        elif self.chain_running is None:
+            self.chain_b = None
         return True
 
     def write_deferred_load(self, load: instructions.LoadShared) -> None:

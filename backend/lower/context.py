@@ -35,6 +35,7 @@ from backend.tensor_core import (
 from backend.wgmma import (
     SWIZZLED_ALIGNMENT,
     WGMMA_ARCH,
+    ChainDescriptor,
     WgmmaPlan,
     operand_uses,
     shared_operand_dots,
@@ -564,6 +565,8 @@ class LoweringContext:
         # id(dot), and the accumulator words a written link left running, until a wait.
         self.chains: dict[int, ChainedDot] = {}
         self.chain_running: tuple[str, int] | None = None
+        # The running chain's B descriptor, which its later links advance.
+        self.chain_b: ChainDescriptor | None = None
         self.threads = program.num_threads
         self.thread = var(THREAD_NAME, 0, self.threads - 1)
         self.out = CodeWriter()
