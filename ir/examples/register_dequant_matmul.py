@@ -232,18 +232,23 @@ class DequantConfig:
     91.8 to 82.7 in another run) and M = 1 level or slower, up to 20 % for i4, whose registers
     grew past 128
     (`benchmarks/results/quantized_matmul_decode_rows_ahead_*_h100.*`).
-    `warpgroup_dot` (with `weights_as_a`, `release`, whole warpgroups, no `refill_in_place`
-    and no `magic_bias`): each k-tile's product is the warpgroups' ``wgmma`` on sm_90a, a chain
-    of one dot a k16 step into one accumulator: each step's words loaded from the ring and
+    `warpgroup_dot` (with `weights_as_a`, a shared ring of `stages`, whole warpgroups, no
+    `refill_in_place` and no `magic_bias`): each k-tile's product is the warpgroups' ``wgmma``
+    on sm_90a, a chain of one dot a k16 step into one accumulator, two steps' dots running at
+    once (`ProgramBuilder.wgmma_chain_window`): each step's words loaded from the ring and
     cast, the dequantized weights the instruction's A operand from registers and the step's
-    tile of the released stage of A^T its B, read where it lies (`backend.wgmma`; elsewhere
-    the same dots run as mma.sync). W^T's rows are renamed for it (a view, no data movement):
-    each warp holds 64 rows as four m16 blocks, and the instruction wants the four warps of a
-    warpgroup to hold the four m16 blocks of one 64-row tile, so the warpgroup's tile j is
-    made of block j of each of its warps, and C^T's rows are named back after the chain. A
-    warp issues one instruction per 64 x 16 x 16 product instead of two mma.sync, and no
-    ldmatrix loads of the activations; the stage is released after the chain instead of
-    after its loads.
+    tile of the stage of A^T its B, read where it lies (`backend.wgmma`; elsewhere the same
+    dots run as mma.sync). The activations' ring is A^T in the layout a wgmma descriptor reads
+    (`transposed_ring`): bulk-copied and released after the chain with `release`, else copied
+    by each thread in runs along k (`k_runs_layout`) behind the block barriers. W^T's rows are
+    renamed for the dot (a view, no data movement): each warp holds 64 rows as four m16
+    blocks, and the instruction wants the four warps of a warpgroup to hold the four m16
+    blocks of one 64-row tile, so the warpgroup's tile j is made of block j of each of its
+    warps, and C^T's rows are named back after the chain. A warp issues one instruction per
+    64 x 16 x 16 product instead of two mma.sync, and no ldmatrix loads of the activations.
+    Measured on an H100 at M = 16 with the released ring: 10 to 20 % slower than the recorded
+    kernels, the released ring's own cost most of it
+    (`benchmarks/results/quantized_matmul_decode_warpgroup_dot_m16*_h100.*`).
     """
 
     warps: int = 4
