@@ -494,9 +494,10 @@ WARPGROUP_CASES = [
     ("weight", "m", "config"), WARPGROUP_CASES, ids=[f"{c[0]}-m{c[1]}" for c in WARPGROUP_CASES]
 )
 def test_the_warpgroup_dot_computes_the_mma_form_s_product(weight, m, config) -> None:
-    """The warpgroups' dot (wgmma reading the released stage, the weights' rows renamed)
-    gives the products of the same kernel with mma.sync, over many laps of the ring and many
-    blocks: f32 sums of the same terms, equal within the tensor cores' rounding."""
+    """The warpgroups' dot (wgmma reading the stage, released or behind barriers, the
+    weights' rows renamed) gives the products of the same kernel with mma.sync, over many laps
+    of the ring and many blocks: f32 sums of the same terms, equal within the tensor cores'
+    rounding."""
     shape = (m, config.block_n * 16, 8192)
     mma_form = replace(config, warpgroup_dot=False)
     warpgroup, mma = (x.astype(np.float64) for x in _launch_both(weight, shape, config, mma_form))

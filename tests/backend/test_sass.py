@@ -339,7 +339,9 @@ def test_the_three_bit_ring_loads_each_thread_s_words_as_vectors(disassembler: N
 def test_the_decode_loop_s_warpgroup_dot_is_wgmma(disassembler: None) -> None:
     """With `warpgroup_dot`, the 16-row decode loop multiplies by wgmma reading the released
     stage (one HGMMA a warp per 64 x 16 x 16, half the mma.sync form's HMMA count, none of its
-    ldmatrix loads of the activations) and no mma.sync at all."""
+    ldmatrix loads of the activations) and no mma.sync at all. Two links of its chain run at
+    once (`wgmma_chain_window`), so it holds two steps' weights, not the k-tile's: 128
+    registers, no spills (with every link running until the k-tile's last, 230)."""
     config = DequantConfig(
         warps=4, units_k=8, unroll=2, late_scale=True, weights_as_a=True, units_m=2,
         stages=3, release=True,
