@@ -36,6 +36,7 @@ from ir.examples.register_dequant_matmul import (
     DequantConfig,
     accumulator_layout,
     activation_layout,
+    k_runs_layout,
     register_dequant_matmul,
     split_k_sum,
     transposed_accumulator_layout,
@@ -744,6 +745,34 @@ def test_transposed_layouts_are_the_mma_fragments() -> None:
     assert (c.shape, c.num_threads) == ((512, 8), 128)
     # Thread 32 (warp 1, lane 0) holds rows 128 and 136 of C^T (columns of C), for A's rows 0, 1.
     assert [tuple(x) for x in c.table()[32, :4]] == [(128, 0), (128, 1), (136, 0), (136, 1)]
+
+
+@pytest.mark.parametrize(
+    ("threads", "block_k", "block_m", "run"),
+    [(128, 128, 16, 16), (128, 128, 8, 8), (256, 128, 8, 4), (64, 64, 16, 16), (128, 16, 8, 1)],
+)
+def test_k_runs_layout_gives_each_thread_a_run_along_k(
+    threads: int, block_k: int, block_m: int, run: int
+) -> None:
+    """Each thread of the (block_k, block_m) A^T tile copy holds `run` consecutive values of
+    k of one row of A, in register order, and the threads cover the tile once."""
+    layout = k_runs_layout(threads, block_k, block_m)
+    assert layout is not None and layout.shape == (block_k, block_m)
+    table = layout.table()
+    assert table.shape == (threads, run, 2)
+    for held in table:
+        assert len({int(m) for m in held[:, 1]}) == 1
+        assert [int(k) for k in held[:, 0]] == list(range(held[0, 0], held[0, 0] + run))
+    assert len({(int(k), int(m)) for k, m in table.reshape(-1, 2)}) == block_k * block_m
+
+
+@pytest.mark.parametrize(
+    ("threads", "block_k", "block_m"), [(128, 16, 24), (256, 16, 8), (96, 128, 8)]
+)
+def test_k_runs_layout_is_none_where_the_tile_does_not_split_so(
+    threads: int, block_k: int, block_m: int
+) -> None:
+    assert k_runs_layout(threads, block_k, block_m) is None
 
 
 def test_activation_and_accumulator_layouts_are_the_mma_fragments() -> None:
