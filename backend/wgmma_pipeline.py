@@ -467,11 +467,17 @@ def _inner_vars(body: Sequence[Instruction]) -> set[str]:
 @dataclass(frozen=True)
 class ChainedDot:
     """A dot of a chain (`dot_chains`): the dot, the ``assign(c, dot)`` its in-place
-    accumulation replaces, and whether it is the chain's last (the one that waits)."""
+    accumulation replaces, whether it is the chain's last (the one that waits), and whether
+    it needs a proxy fence of its own (`fence`): the chain's first link does, and so does a
+    later link reading a shared tensor no earlier link reads (the instructions between the
+    links may have written it); a later link reading only tensors an earlier link reads does
+    not, since nothing between the links writes those and the first link's fence covers the
+    writes before the chain."""
 
     dot: Dot
     assign: Assign
     last: bool
+    fence: bool = True
 
 
 def dot_chains(
@@ -494,7 +500,7 @@ def dot_chains(
     results before the wait, and no operand an unfinished call reads changes. Each link's A
     are registers of their own: the list is written once, so no later link writes them."""
     found: dict[int, ChainedDot] = {}
-    chain: list[tuple[Dot, Assign]] = []
+    chain: list[tuple[Dot, Assign, bool]] = []
     # What the open chain's links read, which the instructions after them must leave alone:
     # A registers (not to be written) and shared tensors (not to be stored into).
     a_registers: set[int] = set()
@@ -502,8 +508,8 @@ def dot_chains(
 
     def close() -> None:
         if len(chain) >= 2:
-            for index, (dot, assign) in enumerate(chain):
-                found[id(dot)] = ChainedDot(dot, assign, index == len(chain) - 1)
+            for index, (dot, assign, fence) in enumerate(chain):
+                found[id(dot)] = ChainedDot(dot, assign, index == len(chain) - 1, fence)
         chain.clear()
         a_registers.clear()
         shared.clear()
@@ -514,9 +520,10 @@ def dot_chains(
         link = _chain_link(body, index, candidates, uses)
         if link is not None and (not chain or chain[0][0].c is link[0].c):
             dot, assign = link
-            chain.append(link)
+            reads = {load.src.name for load in candidates[id(dot)] if load is not None}
+            chain.append((dot, assign, not chain or not reads <= shared))
             a_registers.add(id(dot.a))
-            shared.update(load.src.name for load in candidates[id(dot)] if load is not None)
+            shared.update(reads)
             index += 2
             continue
         if link is not None:

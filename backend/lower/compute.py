@@ -501,12 +501,12 @@ class ComputeLowering(LoweringContext):
             self.note("wgmma dot kept in flight", 1)
             issue = "in_flight" if flight.waits else "chain"
         elif link is not None:
-            # A later link needs no proxy fence of its own: no thread writes the chain's
-            # shared tensors between its links (`dot_chains`), and the first link's fence
-            # covers what they wrote before it. It advances the first link's B descriptor.
-            fence = self.chain_running is None
-            b_chain = None if fence else self.chain_b
-            export_b = fence and not link.last
+            # A later link reading only what the links before it read needs no proxy fence
+            # (`ChainedDot.fence`); a later link advances the first link's B descriptor.
+            first = self.chain_running is None
+            fence = link.fence
+            b_chain = None if first else self.chain_b
+            export_b = first and not link.last
             self.elided_assigns.add(id(link.assign))
             self.note("wgmma chain's last dot" if link.last else "wgmma dot left running")
             issue = "chain_end" if link.last else "chain"

@@ -620,7 +620,6 @@ def register_dequant_matmul(
             # cp.async and barriers.
             a_shared = b.shared_tensor(act, transposed_ring(max(stages, 2), block_k, block_m))
             a_columns = b.global_view(a, act, GlobalLayout((k, m), (1, k)))
-            column_copy_layout = k_runs_layout(UNIT_LANES * warps, block_k, block_m)
         else:
             a_shared = b.shared_tensor(
                 act, shared_row_major_swizzle(max(stages, 2), block_m, block_k, element_bits=16)
@@ -706,10 +705,10 @@ def register_dequant_matmul(
                 if config.release:
                     bulk_copy_activations(b, a_shared, a_columns, tile, stage, row0)
                 elif config.warpgroup_dot:
+                    runs = k_runs_layout(UNIT_LANES * warps, block_k, block_m)
                     b.copy_async(
-                        a_shared, a_columns, [tile * block_k, row0], [stage, 0, 0],
-                        layout=column_copy_layout,
-                    )  # fmt: skip
+                        a_shared, a_columns, [tile * block_k, row0], [stage, 0, 0], layout=runs
+                    )
                 else:
                     b.copy_async(a_shared, a_view, [row0, tile * block_k], [stage, 0, 0])
 

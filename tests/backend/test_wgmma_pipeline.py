@@ -446,7 +446,8 @@ def _chain_program(between: str = "", links: int = 3) -> Program:
     memory for each, B from one shared tile; `between` puts an instruction between the first
     link and the second: "read_c" (reads the accumulator), "write_a" (assigns over the first
     link's A), "store" (into the tile the links read), "loop" (a loop of one trip, empty of
-    all that), "other_c" (a dot into another accumulator)."""
+    all that), "other_c" (a dot into another accumulator), "second_tile" (a store of B into a
+    second tile and a barrier, the links after the first reading that tile instead)."""
     f16, f32 = dtypes.f16, dtypes.f32
     a_layout, b_layout, c_layout = wgmma_dot_layouts(128, 64, 64, 16)
     k = 16 * links
@@ -458,6 +459,7 @@ def _chain_program(between: str = "", links: int = 3) -> Program:
         b_view = bld.global_view(b, f16, GlobalLayout((k, 64), (64, 1)))
         c_view = bld.global_view(c, f32, GlobalLayout((64, 64), (64, 1)))
         tile = bld.shared_tensor(f16, wgmma_b_buffer(k, 64, 1))
+        second = bld.shared_tensor(f16, wgmma_b_buffer(k, 64, 1))
         whole = bld.load_global(b_view, [0, 0], wgmma_dot_layouts(128, 64, 64, k)[1])
         bld.store_shared(tile, whole, [0, 0, 0])
         bld.sync()
@@ -467,7 +469,8 @@ def _chain_program(between: str = "", links: int = 3) -> Program:
         for j in range(links):
             weights = bld.load_global(a_view, [0, 16 * j], a_layout)
             firsts.append(weights)
-            operand = bld.load_shared(tile, b_layout, [0, 16 * j, 0])
+            source = second if j and between == "second_tile" else tile
+            operand = bld.load_shared(source, b_layout, [0, 16 * j, 0])
             bld.assign(acc, bld.dot(weights, operand, acc))
             if j == 0 and between == "read_c":
                 bld.store_global(c_view, acc, [0, 0])
@@ -481,6 +484,9 @@ def _chain_program(between: str = "", links: int = 3) -> Program:
             elif j == 0 and between == "other_c":
                 again = bld.load_shared(tile, b_layout, [0, 0, 0])
                 bld.assign(other, bld.dot(weights, again, other))
+            elif j == 0 and between == "second_tile":
+                bld.store_shared(second, whole, [0, 0, 0])
+                bld.sync()  # every thread's part of it stored before the links read it
         bld.store_global(c_view, bld.add(acc, other), [0, 0])
     return bld.program()
 
@@ -494,6 +500,7 @@ def _chain_program(between: str = "", links: int = 3) -> Program:
         ("store", [1, 2]),  # or before the tile it reads changes
         ("loop", [1, 2]),  # a body is not looked into
         ("other_c", [1, 2]),  # a dot into another accumulator ends the chain
+        ("second_tile", [0, 1, 2]),  # a store into a tile no link before reads does not
     ],
     ids=lambda value: str(value) or "plain",
 )
@@ -509,6 +516,25 @@ def test_which_dots_chain(between, chained):
     assert [chains[id(links[j])].last for j in chained] == [False] * (len(chained) - 1) + [True]
     for link in chains.values():  # each link's accumulation is its assign, in place
         assert link.assign.dst is link.dot.c and link.assign.src is link.dot.out
+
+
+@pytest.mark.parametrize(
+    ("between", "fences"),
+    [("", [True, False, False]), ("second_tile", [True, True, False])],
+    ids=["one_tile", "second_tile"],
+)
+def test_a_later_link_is_fenced_only_where_it_reads_a_tile_anew(between, fences):
+    """A chain's first link has its proxy fence; a later link reading only tiles a link
+    before it reads has none (nothing between the links writes those), but the link that
+    first reads the second tile, stored between the first two links, keeps its own."""
+    program = _chain_program(between)
+    chains = dot_chains(program.body, shared_operand_dots(program), operand_uses(program))
+    dots = [item for item in program.body if item.op == "dot"]
+    assert [chains[id(dot)].fence for dot in dots if dot.c is dots[0].c] == fences
+    source = lower(program, "sm_90a").source.split('extern "C"')[1]
+    # A fence before each barrier, and the fenced links'.
+    barriers = sum(item.op == "sync" for item in program.body)
+    assert source.count("fence.proxy.async") == barriers + sum(fences)
 
 
 def test_a_chain_is_issued_in_place_and_waited_for_once():
@@ -547,7 +573,7 @@ def test_a_link_without_a_plan_waits_for_the_links_before_it(monkeypatch):
     assert lines.count("la_wgmma_wait();") == 2  # the drain, and the last link's own wait
 
 
-@pytest.mark.parametrize("between", ["", "read_c", "other_c"])
+@pytest.mark.parametrize("between", ["", "read_c", "other_c", "second_tile"])
 def test_chain_programs_compute_the_matmul_in_the_interpreter(between):
     """The program means the sequential sums, chained or not: against NumPy's."""
     rng = np.random.default_rng(len(between))
