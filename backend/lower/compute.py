@@ -512,6 +512,9 @@ class ComputeLowering(LoweringContext):
             issue = "chain_end" if link.last else "chain"
             running = (instruction.c.name, plan.c_layout.local_size)
             self.chain_running = None if link.last else running
+        # Only where a generic write may be pending since the thread's last fence
+        # (`backend.proxy_fences`).
+        fence = fence and self.proxy.fence()
         prefix = self.temporary("wg")
         self.out.lines(
             emit_wgmma(

@@ -26,6 +26,7 @@ from backend.kernel import KernelArrayParam, KernelIntParam, KernelTensorMapPara
 from backend.lower import registers
 from backend.lower.report import LoweringReport, PathRecorder
 from backend.lower.warp_classes import BudgetChange
+from backend.proxy_fences import ProxyWrites
 from backend.tensor_core import (
     MINIMUM_MMA_ARCH,
     LdmatrixPlan,
@@ -597,6 +598,9 @@ class LoweringContext:
         self.nan_blind = nan_blind_tensors(program)
         # Bulk copies written as TMA (`backend.bulk_copy`), by destination tensor.
         self.bulk = lowering_bulk_copies(program, arch if tma else None)
+        # Whether a thread's generic write to shared memory may wait for an async-proxy fence
+        # (`backend.proxy_fences`): the barriers' and dots' fence marks are kept only then.
+        self.proxy = ProxyWrites.of(program, frozenset(self.bulk.tensors))
         self.instruction_groups = thread_groups(program)
         self.user_shared_bytes = self._allocate_shared()
         # The thread group being written (first block thread, threads; None: the block), the

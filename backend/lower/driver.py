@@ -435,6 +435,7 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
                 continue
             self.paths.begin()
             self.visit(instruction)
+            self.proxy.note(instruction)
             if id(instruction) in self.pending_loads:
                 self.paths.discard()  # deferred to its dot, which writes its step
             else:
@@ -513,9 +514,12 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         self.out.line(f"const long long {WIDE_PREFIX}{name} = {name};")
         self.facts.extend(added)
         self.loops[name] = (loop_var, start, step, simplify(stop - reach) if reach else stop)
+        head = self.proxy.enter_loop(instruction)
         try:
             yield
         finally:
+            # After the loop, what may be pending is what may be at its head.
+            self.proxy.pending = head
             del self.loops[name]
             del self.facts[len(self.facts) - len(added) :]
 
@@ -590,10 +594,12 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
         self.drain(instruction)
 
     def visit_if(self, instruction: instructions.If) -> None:
+        entry = self.proxy.pending
         with self.out.block(f"if ({self.c(instruction.cond)})"):
             self.facts.append(instruction.cond.ne(0))
             self.execute_scoped(instruction.body)
             self.facts.pop()
+        self.proxy.pending = entry or self.proxy.pending
         self.current = instruction
 
     def visit_thread_group(self, instruction: instructions.ThreadGroup) -> None:
@@ -622,10 +628,12 @@ class KernelLowering(MemoryLowering, ComputeLowering, InstructionVisitor[None]):
             self.out.line(f"const long long {WIDE_PREFIX}{THREAD_NAME} = {THREAD_NAME};")
             self.group, self.threads = (first, threads), threads
             self.thread = var(THREAD_NAME, 0, threads - 1)
+            entry = self.proxy.pending
             try:
                 self.execute(instruction.body)
             finally:
                 self.group, self.threads, self.thread = outer
+            self.proxy.pending = entry or self.proxy.pending
         self.current = instruction
 
 

@@ -1026,6 +1026,7 @@ class MemoryLowering(LoweringContext):
             self.check_copied_here(dst.name, "wait for")
             self.out.line("la_cp_async_commit();")
             self.out.line("la_cp_async_wait<0>();")
+            self.proxy.pending = True  # the copies' writes complete here; the barrier fences
             self.visit_sync(instructions.Sync())
             self.note("bulk copy wait: every cp.async and a barrier")
             return
@@ -1090,9 +1091,10 @@ class MemoryLowering(LoweringContext):
             self.note("bulk copy release: an arrival per warp on the free barriers of each block")
 
     def visit_sync(self, instruction: instructions.Sync) -> None:
-        if self.wgmma_dots:
-            # Shared memory written before the barrier may next be read by wgmma: a mark that
-            # becomes a proxy fence if some dot gets a wgmma plan (`finished_source`).
+        if self.wgmma_dots and self.proxy.fence():
+            # Shared memory written before the barrier, and not fenced since, may next be read
+            # by wgmma: a mark that becomes a proxy fence if some dot gets a wgmma plan
+            # (`finished_source`).
             self.out.line(PROXY_FENCE_MARK)
         self.out.line(self.barrier())
 

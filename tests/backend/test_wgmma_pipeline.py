@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.lower.driver import lower, unrolled_copy
-from backend.wgmma import operand_uses, plan_wgmma, shared_operand_dots
+from backend.wgmma import PROXY_FENCE, operand_uses, plan_wgmma, shared_operand_dots
 from backend.wgmma_pipeline import (
     dot_chains,
     in_flight_copies,
@@ -524,17 +524,31 @@ def test_which_dots_chain(between, chained):
     ids=["one_tile", "second_tile"],
 )
 def test_a_later_link_is_fenced_only_where_it_reads_a_tile_anew(between, fences):
-    """A chain's first link has its proxy fence; a later link reading only tiles a link
-    before it reads has none (nothing between the links writes those), but the link that
-    first reads the second tile, stored between the first two links, keeps its own."""
+    """A chain's first link may need its proxy fence; a later link reading only tiles a link
+    before it reads never does (nothing between the links writes those), but the link that
+    first reads the second tile, stored between the first two links, may. In the kernel
+    each store is followed by a barrier whose fence orders it, so no link has a fence of its
+    own (`backend.proxy_fences`): one fence a barrier."""
     program = _chain_program(between)
     chains = dot_chains(program.body, shared_operand_dots(program), operand_uses(program))
     dots = [item for item in program.body if item.op == "dot"]
     assert [chains[id(dot)].fence for dot in dots if dot.c is dots[0].c] == fences
     source = lower(program, "sm_90a").source.split('extern "C"')[1]
-    # A fence before each barrier, and the fenced links'.
     barriers = sum(item.op == "sync" for item in program.body)
-    assert source.count("fence.proxy.async") == barriers + sum(fences)
+    assert source.count("fence.proxy.async") == barriers
+
+
+def test_a_dot_after_a_store_with_no_barrier_between_keeps_its_fence():
+    """The store into the tile between the first two dots (which breaks the chain) is
+    followed by the second dot, with no barrier between: that dot keeps its proxy fence,
+    the first (after the barrier's fence) and the third (nothing stored since) have none."""
+    lines = _lines(lower(_chain_program("store"), "sm_90a").source)
+    fenced = [
+        lines[i - 1] == PROXY_FENCE for i, line in enumerate(lines) if line == "la_wgmma_fence();"
+    ]
+    assert fenced == [False, True, False]
+    barriers = [i for i, line in enumerate(lines) if line == "__syncthreads();"]
+    assert [lines[i - 1] == PROXY_FENCE for i in barriers] == [True]
 
 
 def test_a_chain_is_issued_in_place_and_waited_for_once():

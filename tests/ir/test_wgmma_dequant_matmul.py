@@ -1315,11 +1315,16 @@ def test_a_copy_without_a_plan_waits_for_the_copies_before_it(monkeypatch) -> No
 def test_tiles_filled_by_tma_alone_need_no_proxy_fence(kernel) -> None:
     """The activations reach the tensor cores' shared tiles by TMA (async-proxy writes, seen
     after their barrier's wait): no ``fence.proxy.async``. Copied by the threads
-    (``cp.async``, without TMA) they need one before each barrier and each dot."""
+    (``cp.async``, without TMA) they need one before the barrier of the copies' wait, and
+    none at the dot or the closing barrier, with nothing written since
+    (`backend.proxy_fences`)."""
     assert PROXY_FENCE not in kernel.source.split('extern "C"')[1]
     program = wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig())
     threads_copy = lower(program, "sm_90a", constants=LAYER, tma=False).source
-    assert threads_copy.split('extern "C"')[1].count(PROXY_FENCE) == 3  # the barriers, the dot
+    lines = [line.strip() for line in threads_copy.split('extern "C"')[1].splitlines()]
+    fence = lines.index(PROXY_FENCE)
+    assert lines.count(PROXY_FENCE) == 1
+    assert lines[fence - 1] == "la_cp_async_wait<0>();" and lines[fence + 1] == "__syncthreads();"
 
 
 def test_a_producer_warp_issues_the_copies_and_the_consumers_the_wgmma() -> None:
