@@ -38,10 +38,10 @@ The float registers are pinned before and after (an empty ``asm`` that reads and
 compiler neither reads them while the tensor core writes them nor moves the copies across the
 wait. Shared memory written by threads (stores, ``cp.async``) reaches the tensor core through
 the async proxy, so a kernel whose threads write a tensor such a dot reads issues
-``fence.proxy.async.shared::cta`` before every barrier and before each dot (`PROXY_FENCE`);
-where only TMA copies (themselves async-proxy writes, seen after their barrier's wait) fill
-those tensors, it issues none. A swizzled descriptor XORs absolute address
-bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle's repeat
+``fence.proxy.async.shared::cta`` (`PROXY_FENCE`) before each barrier and each dot reached
+where a write of the thread may not be fenced yet (`backend.proxy_fences`); where only TMA
+copies (themselves async-proxy writes, seen after their barrier's wait) fill those tensors,
+it issues none. A swizzled descriptor XORs absolute address bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle's repeat
 (1024 bytes; `SWIZZLED_ALIGNMENT`) of a 1024-byte aligned allocation.
 
 **Proofs.** `WgmmaPlan.claims()` gives, for every tile origin checked, the descriptor's address
@@ -90,7 +90,8 @@ PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
 PROXY_FENCE_MARK = "// la: async-proxy fence"
 """Where a barrier or a dot of a kernel with wgmma candidates gets `PROXY_FENCE`, once some dot
 of the kernel has a plan and the kernel's threads write a tensor the dots read (the lowering
-knows only at the end; otherwise the marks are dropped)."""
+knows only at the end; otherwise the marks are dropped). A barrier or dot reached with no
+write of the thread pending since its last mark gets none (`backend.proxy_fences`)."""
 WAIT_ALL = 'asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");'
 """Waits for every wgmma of the warpgroup still in flight (needs no helper of `WGMMA_SOURCE`)."""
 ISSUES = ("sync", "in_flight", "chain", "chain_end")
