@@ -41,8 +41,9 @@ the async proxy, so a kernel whose threads write a tensor such a dot reads issue
 ``fence.proxy.async.shared::cta`` (`PROXY_FENCE`) before each barrier and each dot reached
 where a write of the thread may not be fenced yet (`backend.proxy_fences`); where only TMA
 copies (themselves async-proxy writes, seen after their barrier's wait) fill those tensors,
-it issues none. A swizzled descriptor XORs absolute address bits, so a swizzled tensor such a dot reads starts at a multiple of its swizzle's repeat
-(1024 bytes; `SWIZZLED_ALIGNMENT`) of a 1024-byte aligned allocation.
+it issues none. A swizzled descriptor XORs absolute address bits, so a swizzled tensor such
+a dot reads starts at a multiple of its swizzle's repeat (1024 bytes; `SWIZZLED_ALIGNMENT`)
+of a 1024-byte aligned allocation.
 
 **Proofs.** `WgmmaPlan.claims()` gives, for every tile origin checked, the descriptor's address
 function against the shared layout's (`WgmmaDescriptor.claim`); the accumulator claim:
