@@ -13,11 +13,13 @@ barrier then orders them before any thread's next write into that memory.
 
 `ProxyWrites` is the state the lowering carries along the program as it writes it: whether a
 generic write may be pending (`pending`). Each instruction that writes shared memory in the
-generic proxy sets it, and so does each wait that completes such writes (``cp.async`` and the
-threads' bulk copies finish there, after a fence issued between their issue and their wait).
-A fence clears it. A loop's body starts from its head's state, the entry's joined with that of
-the body's end (`loop_head`, the least fixed point of one iteration), which is also the state
-after the loop; an ``if`` joins its entry with its body's end. Marks reached with nothing
+generic proxy sets it, and so does each ``cp.async`` wait, which completes such writes (a fence
+issued between a copy's issue and its wait does not order it). A fence clears it, and so does
+the wait for bulk copies the threads make themselves (where TMA is not used): it waits for
+every copy of the thread and ends in a fenced barrier. A loop's body starts from its head's
+state, the entry's joined with that of the body's end (`loop_head`, the least fixed point of
+one iteration), which is also the state after the loop; an ``if`` joins its entry with its
+body's end. Marks reached with nothing
 pending are dropped. In a program with thread groups every mark is kept: data passes between
 groups through barriers of other threads and bulk-copy protocols this per-thread account does
 not follow.
