@@ -19,10 +19,9 @@ the wait for bulk copies the threads make themselves (where TMA is not used): it
 every copy of the thread and ends in a fenced barrier. A loop's body starts from its head's
 state, the entry's joined with that of the body's end (`loop_head`, the least fixed point of
 one iteration), which is also the state after the loop; an ``if`` joins its entry with its
-body's end. Marks reached with nothing
-pending are dropped. In a program with thread groups every mark is kept: data passes between
-groups through barriers of other threads and bulk-copy protocols this per-thread account does
-not follow.
+body's end. Marks reached with nothing pending are dropped. In a program with thread groups
+every mark is kept: data passes between groups through barriers of other threads and
+bulk-copy protocols this per-thread account does not follow.
 """
 
 from __future__ import annotations
