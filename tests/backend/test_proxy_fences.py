@@ -1,11 +1,13 @@
 """The dataflow that places the async-proxy fences of a kernel with wgmma dots
 (`backend.proxy_fences`): exact states of small bodies, the loop head's fixed point against
-every run of the loops and branches (brute force), and the kernels' fences."""
+every run of the loops and branches (brute force), the kernels' fences, and the kernels' C
+text read path by path for an unfenced write before a wgmma."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -170,3 +172,118 @@ def test_the_decode_ring_fences_once_a_k_tile() -> None:
     for i in fences:  # after the wait (and the barrier's comment), before the barrier
         assert loop[i - 2].startswith("la_cp_async_wait<") and loop[i + 1] == "__syncthreads();"
     assert not any(_fences_before(loop, "la_wgmma_fence();"))
+
+
+# A check of the emitted code, independent of the dataflow: the kernel's C text read as
+# blocks (a loop runs its body any number of times, an if its branch or not), each thread in
+# a state (pending: it wrote shared memory generically since its last proxy fence; exposed: a
+# barrier passed while it was pending, so other threads may read that write unfenced), and
+# every wgmma issue (`la_wgmma_fence`) required to find neither in every state that reaches it.
+_WRITES = ("la_cp_async_16(", "la_cp_async_zfill", "la_cp_async_wait<", "// store_shared(")
+_FENCES = (PROXY_FENCE, "la_proxy_fence_shared();")
+
+
+def _blocks(lines: list[str]) -> list[object]:
+    """The kernel body's lines as a tree: a line, or (kind, children) for a block, kind one
+    of "plain", "loop", "if", or ("if", then, else) for an if with an else."""
+    root: list[object] = []
+    stack: list[list[object]] = [root]
+    for line in lines:
+        if line == "}":
+            stack.pop()
+        elif line == "} else {":
+            stack.pop()
+            _, then = stack[-1].pop()
+            branch: list[object] = []
+            stack[-1].append(("else", then, branch))
+            stack.append(branch)
+        elif line.endswith("{"):
+            kind = "plain"
+            if line.startswith(("for (", "while (", "do ")):
+                kind = "loop"
+            elif line.startswith("if ("):
+                kind = "if"
+            children: list[object] = []
+            stack[-1].append((kind, children))
+            stack.append(children)
+        else:
+            stack[-1].append(line)
+    return root
+
+
+def _run(tree: list[object], states: frozenset, dots: list[bool]) -> frozenset:
+    for item in tree:
+        if isinstance(item, str):
+            if item.startswith(_WRITES):
+                states = frozenset((True, exposed) for _, exposed in states)
+            elif item in _FENCES:
+                states = frozenset((False, exposed) for _, exposed in states)
+            elif item == "__syncthreads();":
+                states = frozenset((pending, pending) for pending, _ in states)
+            elif item == "la_wgmma_fence();":
+                dots.append(all(not (p or e) for p, e in states))
+        elif item[0] == "else":
+            states = _run(item[1], states, dots) | _run(item[2], states, dots)
+        elif item[0] == "if":
+            states = states | _run(item[1], states, dots)
+        elif item[0] == "loop":
+            while True:
+                grown = states | _run(item[1], states, dots)
+                if grown == states:
+                    break
+                states = grown
+        else:
+            states = _run(item[1], states, dots)
+    return states
+
+
+def _dots_safe(source: str) -> list[bool]:
+    """For each wgmma issue of `source`'s kernel, in order of the text (loops visited until
+    their states settle, so a dot may be listed more than once): whether every state that
+    reaches it has its writes fenced."""
+    body = source.split('extern "C"')[1]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    dots: list[bool] = []
+    _run(_blocks(lines[1:]), frozenset({(False, False)}), dots)
+    return dots
+
+
+def _fenced_kernels() -> Iterator[tuple[str, str]]:
+    from ir.examples.staged_dequant_matmul import StagedDequantConfig, staged_dequant_matmul
+    from ir.examples.wgmma_dequant_matmul import WgmmaDequantConfig, wgmma_dequant_matmul
+
+    base = DequantConfig(
+        warps=4, units_k=8, unroll=2, late_scale=True, weights_as_a=True, units_m=2,
+        warpgroup_dot=True, depth=1, magic_bias=False,
+    )  # fmt: skip
+    wide = {"n": 57344, "k": 8192}
+    for weight, extra in [
+        (dtypes.i4, {"stages": 2, "split": 2}),
+        (dtypes.i4, {"stages": 3, "stream_k": 396, "min_blocks_per_sm": 3}),
+        (dtypes.i2, {"stages": 4, "unroll": 4}),
+    ]:
+        config = replace(base, **extra)
+        program = register_dequant_matmul(weight, 128, config)
+        yield f"decode {weight} {extra}", lower(program, "sm_90a", constants=wide).source
+    tile = {"num_threads": 256, "block_m": 128, "block_n": 128, "block_k": 64, "stages": 3}
+    yield "matmul, 2 warpgroups", lower(matmul(wgmma=True, **tile), "sm_90a").source
+    layer = {"n": 12288, "k": 4096}
+    staged = staged_dequant_matmul(dtypes.i4, 128, StagedDequantConfig())
+    yield "staged", lower(staged, "sm_90a", constants=layer).source
+    prefill = wgmma_dequant_matmul(dtypes.i4, 128, WgmmaDequantConfig())
+    yield "prefill, no TMA", lower(prefill, "sm_90a", constants=layer, tma=False).source
+
+
+def test_every_wgmma_of_the_kernels_reads_fenced_writes() -> None:
+    """Differential: in each kernel whose threads write what its wgmma dots read, the C text
+    read path by path finds every write fenced before each dot (and before the barrier that
+    hands it to other threads); with the kernel's first fence taken out, it does not."""
+    for name, source in _fenced_kernels():
+        dots = _dots_safe(source)
+        assert dots and all(dots), name
+        lines = source.splitlines()
+        kernel = next(i for i, line in enumerate(lines) if line.startswith('extern "C"'))
+        first = next(
+            i for i, line in enumerate(lines) if i > kernel and line.strip() == PROXY_FENCE
+        )
+        assert not all(_dots_safe("\n".join(lines[:first] + lines[first + 1 :]))), name
