@@ -585,8 +585,8 @@ def emit_wgmma(
     it waits until at most W groups run (``wait_group W - 1``: the links before it but the
     last W - 1 are complete, so their A registers are free), with none (0) it does not wait;
     "chain_end", the chain's last link, which waits for every call of the chain. Without
-    `fence`, the dot has no proxy-fence mark of its own (a later link of a chain reading only
-    what the links before it read: `backend.wgmma_pipeline.ChainedDot.fence`). With
+    `fence`, the dot has no proxy-fence mark of its own (no generic write of the thread is
+    pending since its last fence: `backend.proxy_fences`). With
     `export_b` (a chain's first link) B's address and first descriptor are declared before
     the dot's block, so that the chain's later links see them (`chain_descriptor` names
     them); given `b_chain`, a later link advances that descriptor where it can."""

@@ -467,17 +467,13 @@ def _inner_vars(body: Sequence[Instruction]) -> set[str]:
 @dataclass(frozen=True)
 class ChainedDot:
     """A dot of a chain (`dot_chains`): the dot, the ``assign(c, dot)`` its in-place
-    accumulation replaces, whether it is the chain's last (the one that waits), and whether
-    it needs a proxy fence of its own (`fence`): the chain's first link does, and so does a
-    later link reading a shared tensor no earlier link reads (the instructions between the
-    links may have written it); a later link reading only tensors an earlier link reads does
-    not, since nothing between the links writes those and the first link's fence covers the
-    writes before the chain."""
+    accumulation replaces, and whether it is the chain's last (the one that waits). Whether a
+    link needs a proxy fence of its own is the lowering's account of the writes since the
+    last fence (`backend.proxy_fences`): nothing between the links writes what they read."""
 
     dot: Dot
     assign: Assign
     last: bool
-    fence: bool = True
 
 
 def dot_chains(
@@ -500,7 +496,7 @@ def dot_chains(
     results before the wait, and no operand an unfinished call reads changes. Each link's A
     are registers of their own: the list is written once, so no later link writes them."""
     found: dict[int, ChainedDot] = {}
-    chain: list[tuple[Dot, Assign, bool]] = []
+    chain: list[tuple[Dot, Assign]] = []
     # What the open chain's links read, which the instructions after them must leave alone:
     # A registers (not to be written) and shared tensors (not to be stored into).
     a_registers: set[int] = set()
@@ -508,8 +504,8 @@ def dot_chains(
 
     def close() -> None:
         if len(chain) >= 2:
-            for index, (dot, assign, fence) in enumerate(chain):
-                found[id(dot)] = ChainedDot(dot, assign, index == len(chain) - 1, fence)
+            for index, (dot, assign) in enumerate(chain):
+                found[id(dot)] = ChainedDot(dot, assign, index == len(chain) - 1)
         chain.clear()
         a_registers.clear()
         shared.clear()
@@ -520,10 +516,9 @@ def dot_chains(
         link = _chain_link(body, index, candidates, uses)
         if link is not None and (not chain or chain[0][0].c is link[0].c):
             dot, assign = link
-            reads = {load.src.name for load in candidates[id(dot)] if load is not None}
-            chain.append((dot, assign, not chain or not reads <= shared))
+            chain.append((dot, assign))
             a_registers.add(id(dot.a))
-            shared.update(reads)
+            shared.update(load.src.name for load in candidates[id(dot)] if load is not None)
             index += 2
             continue
         if link is not None:

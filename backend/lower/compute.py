@@ -492,7 +492,7 @@ class ComputeLowering(LoweringContext):
             originals[group.name] = group_index
         flight = self.in_flight.get(id(instruction))
         link = self.chains.get(id(instruction))
-        fence, export_b = True, False
+        export_b = False
         b_chain = None
         issue = "sync"
         if flight is not None:
@@ -501,10 +501,8 @@ class ComputeLowering(LoweringContext):
             self.note("wgmma dot kept in flight", 1)
             issue = "in_flight" if flight.waits else "chain"
         elif link is not None:
-            # A later link reading only what the links before it read needs no proxy fence
-            # (`ChainedDot.fence`); a later link advances the first link's B descriptor.
+            # A later link advances the first link's B descriptor.
             first = self.chain_running is None
-            fence = link.fence
             b_chain = None if first else self.chain_b
             export_b = first and not link.last
             self.elided_assigns.add(id(link.assign))
@@ -512,9 +510,9 @@ class ComputeLowering(LoweringContext):
             issue = "chain_end" if link.last else "chain"
             running = (instruction.c.name, plan.c_layout.local_size)
             self.chain_running = None if link.last else running
-        # Only where a generic write may be pending since the thread's last fence
-        # (`backend.proxy_fences`).
-        fence = fence and self.proxy.fence()
+        # A proxy fence only where a generic write may be pending since the thread's last
+        # fence (`backend.proxy_fences`).
+        fence = self.proxy.fence()
         prefix = self.temporary("wg")
         self.out.lines(
             emit_wgmma(
