@@ -468,8 +468,9 @@ def _inner_vars(body: Sequence[Instruction]) -> set[str]:
 class ChainedDot:
     """A dot of a chain (`dot_chains`): the dot, the ``assign(c, dot)`` its in-place
     accumulation replaces, and whether it is the chain's last (the one that waits). Whether a
-    link needs a proxy fence of its own is the lowering's account of the writes since the
-    last fence (`backend.proxy_fences`): nothing between the links writes what they read."""
+    link needs a proxy fence of its own is the lowering's account of the thread's writes
+    since its last fence (`backend.proxy_fences`); nothing between the links writes what
+    they read."""
 
     dot: Dot
     assign: Assign
