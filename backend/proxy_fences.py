@@ -96,7 +96,8 @@ class ProxyWrites:
         return pending or self.after(loop.body, False)
 
     def note(self, instruction: Instruction) -> None:
-        """After `instruction` (not a loop, an ``if`` or a group: `enter_loop`, `join`)."""
+        """After `instruction` (not a loop, an ``if`` or a group: the lowering sets a loop's
+        head by `enter_loop`, and joins an ``if``'s or a group's end with its entry)."""
         if self.writes(instruction):
             self.pending = True
 
