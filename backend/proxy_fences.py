@@ -27,7 +27,7 @@ bulk-copy protocols this per-thread account does not follow.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ir import instructions
 from ir.instructions import Instruction
@@ -46,7 +46,6 @@ class ProxyWrites:
     tma: frozenset[str] = frozenset()
     every_mark: bool = False
     pending: bool = True
-    fences_left_out: int = field(default=0, compare=False)
 
     @classmethod
     def of(cls, program: Program, tma: frozenset[str]) -> ProxyWrites:
@@ -111,8 +110,5 @@ class ProxyWrites:
         """Whether a mark reached now is kept: a generic write may be pending (or every mark
         is kept). A kept mark is a fence, so nothing is pending after it."""
         kept = self.every_mark or self.pending
-        if kept:
-            self.pending = False
-        else:
-            self.fences_left_out += 1
+        self.pending = False
         return kept

@@ -467,10 +467,7 @@ def _inner_vars(body: Sequence[Instruction]) -> set[str]:
 @dataclass(frozen=True)
 class ChainedDot:
     """A dot of a chain (`dot_chains`): the dot, the ``assign(c, dot)`` its in-place
-    accumulation replaces, and whether it is the chain's last (the one that waits). Whether a
-    link needs a proxy fence of its own is the lowering's account of the thread's writes
-    since its last fence (`backend.proxy_fences`); nothing between the links writes what
-    they read."""
+    accumulation replaces, and whether it is the chain's last (the one that waits)."""
 
     dot: Dot
     assign: Assign
@@ -517,7 +514,7 @@ def dot_chains(
         link = _chain_link(body, index, candidates, uses)
         if link is not None and (not chain or chain[0][0].c is link[0].c):
             dot, assign = link
-            chain.append((dot, assign))
+            chain.append(link)
             a_registers.add(id(dot.a))
             shared.update(load.src.name for load in candidates[id(dot)] if load is not None)
             index += 2
